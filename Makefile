@@ -1,0 +1,64 @@
+# Acthelm — `make run` starts everything on the embedded PostgreSQL; `make test` runs the whole suite.
+SHELL := /bin/bash
+VENV := .venv
+PY := $(VENV)/bin/python
+STAMP := $(VENV)/.installed
+HOST ?= 127.0.0.1
+PORT ?= 8000
+PYTEST_ARGS ?=
+
+.PHONY: run test venv migrate demo serve-dev worker lint fmt chromium db-stop stop clean
+
+$(STAMP): pyproject.toml
+	@set -e; \
+	if [ ! -x $(PY) ]; then \
+		py=$$(bin/find-python) || exit 1; \
+		echo "Creating $(VENV) with $$py"; \
+		"$$py" -m venv $(VENV); \
+	fi; \
+	$(PY) -m pip install -q --upgrade pip; \
+	$(PY) -m pip install -q -e '.[dev]'; \
+	touch $(STAMP)
+
+venv: $(STAMP)
+
+migrate: $(STAMP)
+	$(PY) manage.py migrate --noinput
+
+demo: migrate
+	$(PY) manage.py acthelm_demo
+
+# The console on $(HOST):$(PORT) and one worker beside it; Ctrl-C stops both.
+run: demo
+	@echo "Console: http://$(HOST):$(PORT)/  (admin: http://$(HOST):$(PORT)/admin/)"
+	@trap 'kill 0' INT TERM EXIT; \
+	$(PY) manage.py acthelm_worker --worker-id demo-worker & \
+	$(PY) manage.py runserver --noreload $(HOST):$(PORT)
+
+worker: migrate
+	$(PY) manage.py acthelm_worker
+
+chromium:
+	@command -v chromium >/dev/null 2>&1 || { \
+		echo "Installing Debian's chromium for the browser tests"; \
+		(apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq chromium) >/dev/null \
+		|| echo "WARNING: could not install chromium; the browser tests will fail"; }
+
+lint: $(STAMP)
+	$(VENV)/bin/ruff check .
+	$(VENV)/bin/ruff format --check .
+
+fmt: $(STAMP)
+	$(VENV)/bin/ruff format .
+	$(VENV)/bin/ruff check --fix .
+
+test: $(STAMP) chromium lint
+	$(PY) manage.py makemigrations --check --dry-run
+	$(PY) -m pytest $(PYTEST_ARGS)
+
+# Stops the embedded PostgreSQL (it keeps running between commands so workers and tests share it).
+db-stop stop: $(STAMP)
+	$(PY) -m acthelm_site.embedded_pg stop
+
+clean: db-stop
+	rm -rf $(VENV) .pgdata var

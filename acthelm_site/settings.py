@@ -1,0 +1,157 @@
+"""Settings for Acthelm, read from the environment (12-factor).
+
+DATABASE_URL selects the PostgreSQL server; when it is unset an embedded server is started in
+`.pgdata/`. Every ACTHELM_* setting below can be set from the environment of the same name.
+"""
+
+import os
+from pathlib import Path
+
+from acthelm_site.dburl import parse_database_url
+
+BASE_DIR = Path(__file__).resolve().parent.parent
+
+
+def env_bool(name: str, default: bool) -> bool:
+    value = os.environ.get(name)
+    if value is None or value == "":
+        return default
+    return value.strip().lower() in ("1", "true", "yes", "on")
+
+
+def env_int(name: str, default: int) -> int:
+    value = os.environ.get(name)
+    return int(value) if value not in (None, "") else default
+
+
+def env_float(name: str, default: float) -> float:
+    value = os.environ.get(name)
+    return float(value) if value not in (None, "") else default
+
+
+def env_list(name: str, default: list[str]) -> list[str]:
+    value = os.environ.get(name)
+    if value is None:
+        return default
+    return [item.strip() for item in value.split(",") if item.strip()]
+
+
+DEBUG = env_bool("DJANGO_DEBUG", True)
+SECRET_KEY = os.environ.get("DJANGO_SECRET_KEY", "acthelm-development-key-not-for-production")
+ALLOWED_HOSTS = env_list("DJANGO_ALLOWED_HOSTS", ["127.0.0.1", "localhost", "testserver"])
+
+INSTALLED_APPS = [
+    "django.contrib.admin",
+    "django.contrib.auth",
+    "django.contrib.contenttypes",
+    "django.contrib.sessions",
+    "django.contrib.messages",
+    "django.contrib.staticfiles",
+    "django.contrib.postgres",
+    "django_htmx",
+    "tasks",
+    "agents",
+    "approvals",
+    "memory",
+]
+
+MIDDLEWARE = [
+    "django.middleware.security.SecurityMiddleware",
+    "django.contrib.sessions.middleware.SessionMiddleware",
+    "django.middleware.common.CommonMiddleware",
+    "django.middleware.csrf.CsrfViewMiddleware",
+    "django.contrib.auth.middleware.AuthenticationMiddleware",
+    "django.contrib.messages.middleware.MessageMiddleware",
+    "django.middleware.clickjacking.XFrameOptionsMiddleware",
+    "django_htmx.middleware.HtmxMiddleware",
+]
+
+ROOT_URLCONF = "acthelm_site.urls"
+WSGI_APPLICATION = "acthelm_site.wsgi.application"
+
+TEMPLATES = [
+    {
+        "BACKEND": "django.template.backends.django.DjangoTemplates",
+        "DIRS": [BASE_DIR / "templates"],
+        "APP_DIRS": True,
+        "OPTIONS": {
+            "context_processors": [
+                "django.template.context_processors.request",
+                "django.contrib.auth.context_processors.auth",
+                "django.contrib.messages.context_processors.messages",
+            ],
+        },
+    },
+]
+
+
+def _database_url() -> str:
+    url = os.environ.get("DATABASE_URL", "").strip()
+    if url:
+        return url
+    from acthelm_site.embedded_pg import ensure_server
+
+    return ensure_server()
+
+
+DATABASES = {"default": parse_database_url(_database_url())}
+DATABASES["default"]["CONN_MAX_AGE"] = env_int("ACTHELM_CONN_MAX_AGE", 0)
+DATABASES["default"]["CONN_HEALTH_CHECKS"] = True
+DATABASES["default"]["TEST"] = {"NAME": os.environ.get("ACTHELM_TEST_DB_NAME") or None}
+DEFAULT_AUTO_FIELD = "django.db.models.BigAutoField"
+
+AUTH_PASSWORD_VALIDATORS = [
+    {"NAME": "django.contrib.auth.password_validation.MinimumLengthValidator"},
+]
+
+LANGUAGE_CODE = "en-us"
+TIME_ZONE = "UTC"
+USE_I18N = False
+USE_TZ = True
+
+STATIC_URL = "static/"
+STATIC_ROOT = BASE_DIR / "staticfiles"
+LOGIN_URL = "/admin/login/"
+LOGIN_REDIRECT_URL = "/"
+
+# Where task workspaces (input files) and artifacts live, one folder per task.
+ACTHELM_MEDIA_ROOT = Path(os.environ.get("ACTHELM_MEDIA_ROOT", BASE_DIR / "var" / "media"))
+
+# The worker: leases, heartbeats, recovery, retries, provider health.
+ACTHELM_LEASE_SECONDS = env_float("ACTHELM_LEASE_SECONDS", 60)
+ACTHELM_HEARTBEAT_SECONDS = env_float("ACTHELM_HEARTBEAT_SECONDS", 10)
+ACTHELM_RUN_TIMEOUT_SECONDS = env_float("ACTHELM_RUN_TIMEOUT_SECONDS", 900)
+ACTHELM_RECOVER_INTERVAL_SECONDS = env_float("ACTHELM_RECOVER_INTERVAL_SECONDS", 30)
+ACTHELM_RECONCILE_INTERVAL_SECONDS = env_float("ACTHELM_RECONCILE_INTERVAL_SECONDS", 60)
+ACTHELM_POLL_SECONDS = env_float("ACTHELM_POLL_SECONDS", 5)
+ACTHELM_RETRY_DELAYS = [int(x) for x in env_list("ACTHELM_RETRY_DELAYS", ["60", "300", "1800"])]
+ACTHELM_MAX_ATTEMPTS = env_int("ACTHELM_MAX_ATTEMPTS", 3)
+ACTHELM_COOLDOWN_SECONDS = env_float("ACTHELM_COOLDOWN_SECONDS", 1800)
+ACTHELM_MAX_REQUEUES = env_int("ACTHELM_MAX_REQUEUES", 1)
+
+# Per-task limits: the defaults copied onto every new task.
+ACTHELM_LIMIT_TURNS = env_int("ACTHELM_LIMIT_TURNS", 24)
+ACTHELM_LIMIT_RUNTIME_SECONDS = env_int("ACTHELM_LIMIT_RUNTIME_SECONDS", 900)
+ACTHELM_LIMIT_OUTPUT_TOKENS = env_int("ACTHELM_LIMIT_OUTPUT_TOKENS", 16_000)
+ACTHELM_LIMIT_TOKEN_BUDGET = env_int("ACTHELM_LIMIT_TOKEN_BUDGET", 600_000)
+ACTHELM_LIMIT_TOOL_OUTPUT_CHARS = env_int("ACTHELM_LIMIT_TOOL_OUTPUT_CHARS", 24_000)
+ACTHELM_LIMIT_NETWORK_REQUESTS = env_int("ACTHELM_LIMIT_NETWORK_REQUESTS", 8)
+ACTHELM_LIMIT_ARTIFACT_BYTES = env_int("ACTHELM_LIMIT_ARTIFACT_BYTES", 1_048_576)
+
+# Tools and policies.
+ACTHELM_DEFAULT_TOOLS = env_list(
+    "ACTHELM_DEFAULT_TOOLS",
+    ["update_plan", "list_files", "read_file", "search_files", "analyze_csv", "write_artifact"],
+)
+ACTHELM_FETCH_ALLOW_PRIVATE = env_bool("ACTHELM_FETCH_ALLOW_PRIVATE", False)
+ACTHELM_AUTO_CLOSE_GOAL_NO_WORK = env_bool("ACTHELM_AUTO_CLOSE_GOAL_NO_WORK", False)
+ACTHELM_MEMORY_BUDGET_CHARS = env_int("ACTHELM_MEMORY_BUDGET_CHARS", 8_000)
+
+LOGGING = {
+    "version": 1,
+    "disable_existing_loggers": False,
+    "formatters": {"plain": {"format": "%(asctime)s %(levelname)s %(name)s %(message)s"}},
+    "handlers": {"console": {"class": "logging.StreamHandler", "formatter": "plain"}},
+    "root": {"handlers": ["console"], "level": os.environ.get("ACTHELM_LOG_LEVEL", "INFO")},
+    "loggers": {"pgserver": {"level": "WARNING"}},
+}

@@ -1,0 +1,262 @@
+"""Connections to model providers, models, runs (attempts) and the task's saved conversation."""
+
+from django.db import models
+from django.db.models import Q
+
+from agents.states import (
+    ConnectionKind,
+    CostTier,
+    ModelTestStatus,
+    RecoveryClass,
+    Role,
+    RunStatus,
+    ToolCallStatus,
+    Verdict,
+)
+
+
+class Connection(models.Model):
+    """Where a model is served. The credential is the *name* of an environment variable."""
+
+    name = models.SlugField(max_length=100, unique=True)
+    kind = models.CharField(max_length=32, choices=ConnectionKind.choices)
+    base_url = models.URLField(max_length=500, blank=True)
+    # For kind=cli: the argument list (no shell). The prompt arrives on stdin.
+    command = models.JSONField(default=list, blank=True)
+    # For kind=cli: a dotted path into JSON output ("result"); empty means plain text.
+    answer_field = models.CharField(max_length=200, blank=True)
+    credential_env = models.CharField(
+        max_length=100,
+        blank=True,
+        help_text="Name of the environment variable holding the API key (never the key itself).",
+    )
+    cost_tier = models.CharField(max_length=16, choices=CostTier.choices, default=CostTier.PAID)
+    priority = models.IntegerField(default=0, help_text="Fallback order: higher is tried first.")
+    timeout_seconds = models.FloatField(default=120)
+    enabled = models.BooleanField(default=True)
+
+    cooldown_until = models.DateTimeField(null=True, blank=True, editable=False)
+    last_error_code = models.CharField(max_length=64, blank=True, editable=False)
+    last_error_message = models.TextField(blank=True, editable=False)
+    last_error_at = models.DateTimeField(null=True, blank=True, editable=False)
+    created_at = models.DateTimeField(auto_now_add=True)
+
+    class Meta:
+        ordering = ["-priority", "name"]
+        permissions = [("manage_connections", "Can add and test connections")]
+        constraints = [
+            models.CheckConstraint(
+                condition=~Q(kind=ConnectionKind.CLI) | ~Q(command=[]),
+                name="connection_cli_has_command",
+            ),
+        ]
+
+    def __str__(self) -> str:
+        return self.name
+
+
+class Model(models.Model):
+    connection = models.ForeignKey(Connection, on_delete=models.CASCADE, related_name="models")
+    name = models.CharField(max_length=200)
+    context_window = models.PositiveIntegerField(
+        null=True, blank=True, help_text="Tokens; empty when unknown."
+    )
+    supports_tools = models.BooleanField(default=True)
+    test_status = models.CharField(
+        max_length=16, choices=ModelTestStatus.choices, default=ModelTestStatus.UNTESTED
+    )
+    tested_at = models.DateTimeField(null=True, blank=True)
+    test_message = models.TextField(blank=True)
+    price_input_per_mtok = models.DecimalField(
+        max_digits=10, decimal_places=4, null=True, blank=True
+    )
+    price_output_per_mtok = models.DecimalField(
+        max_digits=10, decimal_places=4, null=True, blank=True
+    )
+
+    class Meta:
+        ordering = ["connection__name", "name"]
+        constraints = [
+            models.UniqueConstraint(fields=["connection", "name"], name="model_unique_per_conn"),
+        ]
+
+    def __str__(self) -> str:
+        return f"{self.connection.name}/{self.name}"
+
+
+class AgentRun(models.Model):
+    """One attempt at a task: created by a claim, ended by the worker, recovery or a person."""
+
+    task = models.ForeignKey("tasks.Task", on_delete=models.CASCADE, related_name="runs")
+    number = models.PositiveIntegerField(help_text="1, 2, 3… per task")
+    # The task's claim counter when this run claimed it: the fencing token.
+    claim_count = models.PositiveIntegerField()
+    claim_event = models.ForeignKey(
+        "tasks.TaskEvent", null=True, blank=True, on_delete=models.SET_NULL, related_name="+"
+    )
+    status = models.CharField(
+        max_length=16, choices=RunStatus.choices, default=RunStatus.STARTED, editable=False
+    )
+    connection = models.ForeignKey(
+        Connection, null=True, blank=True, on_delete=models.SET_NULL, related_name="runs"
+    )
+    model = models.ForeignKey(
+        Model, null=True, blank=True, on_delete=models.SET_NULL, related_name="runs"
+    )
+    worker_id = models.CharField(max_length=200)
+    started_at = models.DateTimeField(auto_now_add=True)
+    heartbeat_at = models.DateTimeField(null=True, blank=True)
+    finished_at = models.DateTimeField(null=True, blank=True)
+
+    model_turns = models.PositiveIntegerField(default=0)
+    input_tokens = models.PositiveBigIntegerField(default=0)
+    output_tokens = models.PositiveBigIntegerField(default=0)
+    network_requests = models.PositiveIntegerField(default=0)
+    active_seconds = models.FloatField(default=0)
+
+    # What remains of each limit and which operations are pending, after every round.
+    checkpoint = models.JSONField(default=dict, blank=True)
+    # The model's final answer, stored the moment the model call returns.
+    answer = models.TextField(blank=True)
+    answer_stored_at = models.DateTimeField(null=True, blank=True)
+
+    verdict = models.CharField(max_length=16, choices=Verdict.choices, blank=True)
+    verdict_reason = models.TextField(blank=True)
+    error_code = models.CharField(max_length=64, blank=True)
+    error_message = models.TextField(blank=True)
+
+    class Meta:
+        ordering = ["task_id", "number"]
+        indexes = [
+            models.Index(
+                fields=["heartbeat_at"],
+                name="run_started_idx",
+                condition=Q(status=RunStatus.STARTED),
+            ),
+        ]
+        constraints = [
+            models.UniqueConstraint(fields=["task", "number"], name="run_number_unique"),
+            models.UniqueConstraint(fields=["task", "claim_count"], name="run_claim_unique"),
+            models.UniqueConstraint(
+                fields=["task"],
+                condition=Q(status=RunStatus.STARTED),
+                name="run_one_started_per_task",
+            ),
+            models.CheckConstraint(
+                condition=Q(status=RunStatus.STARTED) | Q(finished_at__isnull=False),
+                name="run_finished_has_time",
+            ),
+        ]
+
+    def __str__(self) -> str:
+        return f"run {self.number} of task {self.task_id}"
+
+
+class Conversation(models.Model):
+    """The saved state of a task's conversation that every run resumes from."""
+
+    task = models.OneToOneField("tasks.Task", on_delete=models.CASCADE, related_name="conversation")
+    # Built once and stored: every request of the task sends this identical prefix.
+    system_prompt = models.TextField()
+    system_prompt_sha256 = models.CharField(max_length=64)
+    plan = models.JSONField(null=True, blank=True)
+    plan_updated_at = models.DateTimeField(null=True, blank=True)
+    created_at = models.DateTimeField(auto_now_add=True)
+
+    def __str__(self) -> str:
+        return f"conversation of task {self.task_id}"
+
+
+class Turn(models.Model):
+    """One message of the conversation: the task's instruction, a model turn, or tool results."""
+
+    task = models.ForeignKey("tasks.Task", on_delete=models.CASCADE, related_name="turns")
+    run = models.ForeignKey(AgentRun, on_delete=models.CASCADE, related_name="turns")
+    index = models.PositiveIntegerField()
+    role = models.CharField(max_length=16, choices=Role.choices)
+    # Visible text only; hidden reasoning is never requested or stored.
+    content = models.TextField(blank=True)
+    stop_reason = models.CharField(max_length=32, blank=True)
+    # A truncated or declined model turn: kept for the record, never sent again, calls not run.
+    discarded = models.BooleanField(default=False)
+    input_tokens = models.PositiveIntegerField(default=0)
+    output_tokens = models.PositiveIntegerField(default=0)
+    created_at = models.DateTimeField(auto_now_add=True)
+
+    class Meta:
+        ordering = ["task_id", "index"]
+        constraints = [
+            models.UniqueConstraint(fields=["task", "index"], name="turn_index_unique"),
+        ]
+
+    def __str__(self) -> str:
+        return f"turn {self.index} ({self.role}) of task {self.task_id}"
+
+
+class ToolCall(models.Model):
+    task = models.ForeignKey("tasks.Task", on_delete=models.CASCADE, related_name="tool_calls")
+    run = models.ForeignKey(AgentRun, on_delete=models.CASCADE, related_name="tool_calls")
+    turn = models.ForeignKey(Turn, on_delete=models.CASCADE, related_name="tool_calls")
+    position = models.PositiveIntegerField()
+    call_id = models.CharField(max_length=200)
+    tool = models.CharField(max_length=100)
+    arguments = models.JSONField(null=True, blank=True)
+    arguments_raw = models.TextField(blank=True)
+    arguments_hash = models.CharField(max_length=64, blank=True)
+    recovery_class = models.CharField(max_length=16, choices=RecoveryClass.choices)
+    status = models.CharField(
+        max_length=20, choices=ToolCallStatus.choices, default=ToolCallStatus.PENDING
+    )
+    result = models.TextField(blank=True)
+    result_for_model = models.TextField(blank=True)
+    error_code = models.CharField(max_length=64, blank=True)
+    # Replaced by a placeholder in requests once the conversation outgrew the context window.
+    compacted = models.BooleanField(default=False)
+    started_at = models.DateTimeField(null=True, blank=True)
+    finished_at = models.DateTimeField(null=True, blank=True)
+    run_count = models.PositiveIntegerField(default=0, help_text="How often it was executed.")
+
+    class Meta:
+        ordering = ["task_id", "turn__index", "position"]
+        constraints = [
+            models.UniqueConstraint(fields=["turn", "position"], name="toolcall_position_unique"),
+        ]
+
+    def __str__(self) -> str:
+        return f"{self.tool} call {self.pk} ({self.status})"
+
+
+class CompactionDecision(models.Model):
+    """A stored decision to send placeholders for the oldest tool results from now on."""
+
+    task = models.ForeignKey("tasks.Task", on_delete=models.CASCADE, related_name="compactions")
+    run = models.ForeignKey(AgentRun, on_delete=models.CASCADE, related_name="+")
+    tool_calls = models.ManyToManyField(ToolCall, related_name="+")
+    estimated_tokens_before = models.PositiveIntegerField()
+    estimated_tokens_after = models.PositiveIntegerField()
+    created_at = models.DateTimeField(auto_now_add=True)
+
+    def __str__(self) -> str:
+        return f"compaction {self.pk} of task {self.task_id}"
+
+
+class Artifact(models.Model):
+    task = models.ForeignKey("tasks.Task", on_delete=models.CASCADE, related_name="artifacts")
+    run = models.ForeignKey(AgentRun, null=True, on_delete=models.SET_NULL, related_name="+")
+    tool_call = models.ForeignKey(ToolCall, null=True, on_delete=models.SET_NULL, related_name="+")
+    name = models.CharField(max_length=100)
+    path = models.CharField(max_length=500)
+    size = models.PositiveIntegerField()
+    sha256 = models.CharField(max_length=64)
+    content_type = models.CharField(max_length=100, default="text/plain")
+    created_at = models.DateTimeField(auto_now_add=True)
+    updated_at = models.DateTimeField(auto_now=True)
+
+    class Meta:
+        ordering = ["task_id", "name"]
+        constraints = [
+            models.UniqueConstraint(fields=["task", "name"], name="artifact_name_unique"),
+        ]
+
+    def __str__(self) -> str:
+        return self.name

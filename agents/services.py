@@ -1,0 +1,187 @@
+"""Connections and models: adding them, testing them, and checking a model for a task."""
+
+from dataclasses import asdict, dataclass, field
+
+from django.db import transaction
+
+from agents.models import Connection, Model, Turn
+from agents.states import ConnectionKind, CostTier, ModelTestStatus
+from tasks.actors import Actor
+from tasks.exceptions import InvalidInput, ModelCheckFailed
+
+# A rough, provider-independent estimate: about four characters per token.
+CHARS_PER_TOKEN = 4
+
+
+def estimate_tokens(text: str) -> int:
+    return len(text) // CHARS_PER_TOKEN + 1
+
+
+@dataclass
+class ModelCheck:
+    ok: bool = True
+    problems: list[str] = field(default_factory=list)
+    window_checked: bool = True
+    estimated_tokens: int = 0
+    context_window: int | None = None
+    notes: list[str] = field(default_factory=list)
+
+    def as_dict(self) -> dict:
+        return asdict(self)
+
+    def raise_if_failed(self) -> None:
+        if not self.ok:
+            raise ModelCheckFailed("; ".join(self.problems))
+
+
+def conversation_tokens(task) -> int:
+    """Estimate what the saved conversation costs in tokens if sent to a model now."""
+    total = estimate_tokens(task.instruction)
+    conversation = getattr(task, "conversation", None) if task.pk else None
+    if conversation is not None:
+        total += estimate_tokens(conversation.system_prompt)
+    for content in Turn.objects.filter(task=task, discarded=False).values_list(
+        "content", flat=True
+    ):
+        total += estimate_tokens(content)
+    for call in task.tool_calls.filter(turn__discarded=False).values_list(
+        "result_for_model", "arguments_raw"
+    ):
+        total += estimate_tokens(call[0]) + estimate_tokens(call[1])
+    return total
+
+
+def model_check_for_task(*, task, model: Model) -> ModelCheck:
+    """The checks before a task is queued on another model (resume, retry)."""
+    check = ModelCheck(context_window=model.context_window)
+    if model.test_status != ModelTestStatus.PASSED:
+        check.problems.append(f"model {model} has not passed its test ({model.test_status})")
+    if not model.connection.enabled:
+        check.problems.append(f"connection {model.connection} is disabled")
+    if [t for t in task.tools if t] and not model.supports_tools:
+        check.problems.append(f"model {model} does not support tool calling and the task has tools")
+    check.estimated_tokens = conversation_tokens(task)
+    if model.context_window is None:
+        check.window_checked = False
+        check.notes.append("context window unknown: the check could not be made")
+    elif check.estimated_tokens > model.context_window:
+        check.problems.append(
+            f"the saved conversation (~{check.estimated_tokens} tokens) exceeds the context "
+            f"window of {model} ({model.context_window} tokens)"
+        )
+    check.ok = not check.problems
+    return check
+
+
+def connection_add(
+    *,
+    actor: Actor,
+    name: str,
+    kind: str,
+    base_url: str = "",
+    command: list[str] | None = None,
+    answer_field: str = "",
+    credential_env: str = "",
+    cost_tier: str = CostTier.PAID,
+    priority: int = 0,
+    timeout_seconds: float = 120,
+    models: list[dict] | None = None,
+) -> Connection:
+    """Add a connection and its models. The credential is an environment variable's name."""
+    actor.require("agents.manage_connections")
+    if kind not in ConnectionKind.values:
+        raise InvalidInput(f"kind must be one of {', '.join(ConnectionKind.values)}")
+    if cost_tier not in CostTier.values:
+        raise InvalidInput(f"cost tier must be one of {', '.join(CostTier.values)}")
+    if kind == ConnectionKind.CLI and not command:
+        raise InvalidInput("a cli connection needs a command (an argument list)")
+    if kind != ConnectionKind.CLI and not base_url:
+        raise InvalidInput(f"a {kind} connection needs a base URL")
+    if credential_env and not credential_env.replace("_", "").isalnum():
+        raise InvalidInput(
+            "credential_env is the NAME of an environment variable (letters, digits, _), "
+            "never the key itself"
+        )
+    if Connection.objects.filter(name=name).exists():
+        raise InvalidInput(f"a connection named {name!r} exists already")
+    with transaction.atomic():
+        conn = Connection.objects.create(
+            name=name,
+            kind=kind,
+            base_url=base_url,
+            command=list(command or []),
+            answer_field=answer_field,
+            credential_env=credential_env,
+            cost_tier=cost_tier,
+            priority=priority,
+            timeout_seconds=timeout_seconds,
+        )
+        for spec in models or []:
+            Model.objects.create(
+                connection=conn,
+                name=spec["name"],
+                context_window=spec.get("context_window"),
+                supports_tools=spec.get("supports_tools", kind != ConnectionKind.CLI),
+            )
+    return conn
+
+
+def provider_for(conn: Connection):
+    """Build the provider of a connection; the key is read from its environment variable now."""
+    import os
+
+    from agents.providers import build_provider
+
+    api_key = os.environ.get(conn.credential_env) if conn.credential_env else None
+    kwargs = {"timeout": conn.timeout_seconds, "api_key": api_key}
+    if conn.kind == ConnectionKind.CLI:
+        kwargs |= {"command": list(conn.command), "answer_field": conn.answer_field}
+        if conn.credential_env:
+            kwargs["api_key_env"] = conn.credential_env
+    else:
+        kwargs["base_url"] = conn.base_url
+    return build_provider(conn.kind, **kwargs)
+
+
+def connection_test(*, actor: Actor, name: str, model_name: str | None = None) -> list[dict]:
+    """A real request per model (and a tool-calling probe when the model claims tools);
+    records pass or fail, the message and the context window when the provider reports it."""
+    from django.utils import timezone
+
+    from agents.providers import ProviderError
+
+    actor.require("agents.manage_connections")
+    conn = Connection.objects.filter(name=name).first()
+    if conn is None:
+        raise InvalidInput(f"connection {name!r} does not exist")
+    models = list(conn.models.all())
+    if model_name:
+        models = [m for m in models if m.name == model_name]
+    if not models:
+        raise InvalidInput(f"connection {name} has no model {model_name or ''}".strip())
+    provider = provider_for(conn)
+    results = []
+    for model in models:
+        try:
+            probe = provider.probe(model=model.name, tools=model.supports_tools)
+            ok, message = probe.ok, probe.message
+            window = probe.context_window
+            if probe.supports_tools is False and model.supports_tools:
+                ok, message = False, f"tool-calling probe failed: {probe.message}"
+        except ProviderError as exc:
+            ok, message, window = False, f"{exc.code}: {exc.message}", None
+        model.test_status = ModelTestStatus.PASSED if ok else ModelTestStatus.FAILED
+        model.test_message = message[:2000]
+        model.tested_at = timezone.now()
+        if window:
+            model.context_window = window
+        model.save(update_fields=["test_status", "test_message", "tested_at", "context_window"])
+        results.append(
+            {
+                "model": model.name,
+                "ok": ok,
+                "message": model.test_message,
+                "context_window": model.context_window,
+            }
+        )
+    return results

@@ -1,0 +1,78 @@
+"""Run states and the vocabulary of connections, models, turns and tool calls. Pure."""
+
+from django.db import models
+
+
+class RunStatus(models.TextChoices):
+    STARTED = "started", "Started"
+    SUCCEEDED = "succeeded", "Succeeded"
+    FAILED = "failed", "Failed"
+    CANCELLED = "cancelled", "Cancelled"
+
+
+RUN_TRANSITIONS: dict[str, frozenset[str]] = {
+    RunStatus.STARTED: frozenset({RunStatus.SUCCEEDED, RunStatus.FAILED, RunStatus.CANCELLED}),
+    RunStatus.SUCCEEDED: frozenset(),
+    RunStatus.FAILED: frozenset(),
+    RunStatus.CANCELLED: frozenset(),
+}
+
+
+class ConnectionKind(models.TextChoices):
+    OPENAI_COMPATIBLE = "openai_compatible", "OpenAI-compatible (OpenAI, Ollama, vLLM, llama.cpp)"
+    ANTHROPIC = "anthropic", "Anthropic"
+    CLI = "cli", "Model CLI"
+
+
+class CostTier(models.TextChoices):
+    ZERO_COST = "zero_cost", "Zero-cost"
+    PAID = "paid", "Paid"
+
+
+class ModelTestStatus(models.TextChoices):
+    UNTESTED = "untested", "Not tested"
+    PASSED = "passed", "Passed"
+    FAILED = "failed", "Failed"
+
+
+class Verdict(models.TextChoices):
+    APPROVED = "approved", "Approved"
+    REJECTED = "rejected", "Rejected"
+
+
+class Role(models.TextChoices):
+    SYSTEM = "system", "System"
+    USER = "user", "User"
+    ASSISTANT = "assistant", "Assistant"
+
+
+class RecoveryClass(models.TextChoices):
+    READ_ONLY = "read_only", "Read-only: run again"
+    IDEMPOTENT = "idempotent", "Idempotent: run again"
+    EXTERNAL = "external", "External: never replayed"
+    INTERNAL = "internal", "Internal bookkeeping"
+
+
+class ToolCallStatus(models.TextChoices):
+    PENDING = "pending", "Pending"
+    AWAITING_APPROVAL = "awaiting_approval", "Awaiting approval"
+    APPROVED = "approved", "Approved, not yet run"
+    RUNNING = "running", "Running"
+    SUCCEEDED = "succeeded", "Succeeded"
+    FAILED = "failed", "Failed"
+    REFUSED = "refused", "Refused"
+    DENIED = "denied", "Denied by a person"
+    UNKNOWN = "unknown", "Outcome unknown"
+    SKIPPED = "skipped", "Skipped by a person"
+
+
+# Tool-call states after which the model has been (or will be) given a result.
+TOOL_CALL_DONE = frozenset(
+    {
+        ToolCallStatus.SUCCEEDED,
+        ToolCallStatus.FAILED,
+        ToolCallStatus.REFUSED,
+        ToolCallStatus.DENIED,
+        ToolCallStatus.SKIPPED,
+    }
+)

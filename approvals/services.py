@@ -1,0 +1,157 @@
+"""A person's decisions on single operations. Each decision carries the operation's hash; a stale
+or altered hash changes nothing. When the task's last open decision is made, it is queued again."""
+
+from django.db import transaction
+from django.utils import timezone
+
+from agents.models import ToolCall
+from agents.states import ToolCallStatus
+from approvals.models import Approval, ReviewDecision
+from approvals.states import ApprovalStatus, ReviewChoice
+from tasks.actors import Actor
+from tasks.exceptions import StaleDecision, TransitionNotAllowed
+from tasks.states import EventKind, TaskStatus
+from tasks.transitions import lock_task, record_event, set_status
+
+DENIED_RESULT = "The operation was denied by a person. It was not run."
+SKIPPED_RESULT = (
+    "The outcome of this operation is unknown: the worker stopped while it was in flight, "
+    "and a person chose not to run it again. It may or may not have taken effect."
+)
+
+
+def _decide_approval(*, actor: Actor, approval_id: int, arguments_hash: str, approve: bool):
+    actor.require("approvals.decide_approval")
+    with transaction.atomic():
+        task_id = Approval.objects.filter(pk=approval_id).values_list("task_id", flat=True).first()
+        if task_id is None:
+            raise StaleDecision(f"approval {approval_id} does not exist")
+        task = lock_task(task_id)
+        approval = Approval.objects.select_for_update().get(pk=approval_id)
+        if task.status != TaskStatus.AWAITING_APPROVAL:
+            raise StaleDecision(f"task {task.pk} is {task.status}, not awaiting approval")
+        if approval.status != ApprovalStatus.PENDING:
+            raise StaleDecision(f"this operation was already {approval.status}")
+        if not arguments_hash or arguments_hash != approval.arguments_hash:
+            raise StaleDecision(
+                "the decision does not match the operation's hash: the operation changed"
+            )
+        call = ToolCall.objects.select_for_update().get(pk=approval.tool_call_id)
+        if call.arguments_hash != approval.arguments_hash:
+            raise StaleDecision("the operation's arguments no longer match the approval")
+        approval.status = ApprovalStatus.APPROVED if approve else ApprovalStatus.DENIED
+        approval.decided_by = actor.user
+        approval.decided_at = timezone.now()
+        approval.save(update_fields=["status", "decided_by", "decided_at"])
+        if approve:
+            call.status = ToolCallStatus.APPROVED
+            call.save(update_fields=["status"])
+        else:
+            call.status = ToolCallStatus.DENIED
+            call.result = call.result_for_model = DENIED_RESULT
+            call.error_code = "denied"
+            call.finished_at = timezone.now()
+            call.save(
+                update_fields=["status", "result", "result_for_model", "error_code", "finished_at"]
+            )
+        record_event(
+            task,
+            actor=actor,
+            kind=EventKind.APPROVED if approve else EventKind.DENIED,
+            data={
+                "approval_id": approval.pk,
+                "tool": approval.tool,
+                "target": approval.target,
+                "arguments_hash": approval.arguments_hash,
+            },
+        )
+        if not Approval.objects.filter(task=task, status=ApprovalStatus.PENDING).exists():
+            set_status(
+                task,
+                TaskStatus.READY,
+                actor=actor,
+                kind=EventKind.RESUMED,
+                data={"after": "approvals decided"},
+            )
+        return approval
+
+
+def approval_approve(*, actor: Actor, approval_id: int, arguments_hash: str) -> Approval:
+    return _decide_approval(
+        actor=actor, approval_id=approval_id, arguments_hash=arguments_hash, approve=True
+    )
+
+
+def approval_deny(*, actor: Actor, approval_id: int, arguments_hash: str) -> Approval:
+    return _decide_approval(
+        actor=actor, approval_id=approval_id, arguments_hash=arguments_hash, approve=False
+    )
+
+
+def _decide_review(*, actor: Actor, decision_id: int, arguments_hash: str, choice: str):
+    actor.require("approvals.decide_approval")
+    with transaction.atomic():
+        task_id = (
+            ReviewDecision.objects.filter(pk=decision_id).values_list("task_id", flat=True).first()
+        )
+        if task_id is None:
+            raise StaleDecision(f"decision {decision_id} does not exist")
+        task = lock_task(task_id)
+        decision = ReviewDecision.objects.select_for_update().get(pk=decision_id)
+        if task.status != TaskStatus.NEEDS_REVIEW:
+            raise StaleDecision(f"task {task.pk} is {task.status}, not needs_review")
+        if decision.choice != ReviewChoice.PENDING:
+            raise StaleDecision(f"this operation was already decided: {decision.choice}")
+        call = ToolCall.objects.select_for_update().get(pk=decision.tool_call_id)
+        if not arguments_hash or arguments_hash != call.arguments_hash:
+            raise StaleDecision("the decision does not match the operation's hash")
+        if call.status != ToolCallStatus.UNKNOWN:
+            raise TransitionNotAllowed(f"the operation is {call.status}, not of unknown outcome")
+        decision.choice = choice
+        decision.decided_by = actor.user
+        decision.decided_at = timezone.now()
+        decision.save(update_fields=["choice", "decided_by", "decided_at"])
+        if choice == ReviewChoice.RUN_AGAIN:
+            call.status = ToolCallStatus.APPROVED
+            call.save(update_fields=["status"])
+        else:
+            call.status = ToolCallStatus.SKIPPED
+            call.result = call.result_for_model = SKIPPED_RESULT
+            call.error_code = "outcome_unknown"
+            call.finished_at = timezone.now()
+            call.save(
+                update_fields=["status", "result", "result_for_model", "error_code", "finished_at"]
+            )
+        record_event(
+            task,
+            actor=actor,
+            kind=EventKind.RUN_AGAIN if choice == ReviewChoice.RUN_AGAIN else EventKind.SKIPPED,
+            data={"tool_call_id": call.pk, "tool": call.tool},
+        )
+        if not ReviewDecision.objects.filter(task=task, choice=ReviewChoice.PENDING).exists():
+            set_status(
+                task,
+                TaskStatus.READY,
+                actor=actor,
+                kind=EventKind.RESUMED,
+                data={"after": "needs_review decided"},
+            )
+        return decision
+
+
+def review_run_again(*, actor: Actor, decision_id: int, arguments_hash: str) -> ReviewDecision:
+    return _decide_review(
+        actor=actor,
+        decision_id=decision_id,
+        arguments_hash=arguments_hash,
+        choice=ReviewChoice.RUN_AGAIN,
+    )
+
+
+def review_skip(*, actor: Actor, decision_id: int, arguments_hash: str) -> ReviewDecision:
+    return _decide_review(
+        actor=actor,
+        decision_id=decision_id,
+        arguments_hash=arguments_hash,
+        choice=ReviewChoice.SKIP,
+    )

@@ -1,0 +1,163 @@
+"""The console's admin for tasks: filters, the timeline inline, and actions that call services."""
+
+from django.contrib import admin, messages
+from django.contrib.admin.options import ActionLocation
+from django.db.models import Count, Q
+
+from tasks import services
+from tasks.actors import Actor
+from tasks.exceptions import ActhelmError
+from tasks.models import Goal, Task, TaskDependency, TaskEvent
+from tasks.states import TaskStatus
+
+BOTH = [ActionLocation.CHANGE_LIST, ActionLocation.CHANGE_FORM]
+
+
+class TaskEventInline(admin.TabularInline):
+    model = TaskEvent
+    fields = ["created_at", "kind", "actor_kind", "actor_label", "from_status", "to_status", "data"]
+    readonly_fields = fields
+    extra = 0
+    can_delete = False
+    ordering = ["-id"]
+    max_num = 0
+    show_change_link = False
+
+    def get_queryset(self, request):
+        return super().get_queryset(request).order_by("-id")
+
+
+class DependencyInline(admin.TabularInline):
+    model = TaskDependency
+    fk_name = "task"
+    extra = 0
+    raw_id_fields = ["depends_on"]
+    readonly_fields = ["depends_on"]
+    can_delete = False
+    max_num = 0
+
+
+def _run_action(modeladmin, request, queryset, verb: str, func, **kwargs):
+    actor = Actor.person(request.user)
+    done, refused = 0, []
+    for task_id in queryset.values_list("pk", flat=True):
+        try:
+            func(actor=actor, task_id=task_id, **kwargs)
+            done += 1
+        except ActhelmError as exc:
+            refused.append(f"#{task_id}: {exc} [{exc.code}]")
+    if done:
+        modeladmin.message_user(request, f"{verb}: {done} task(s).", messages.SUCCESS)
+    for line in refused:
+        modeladmin.message_user(request, line, messages.ERROR)
+
+
+@admin.action(description="Close (review → done)", permissions=["close"], location=BOTH)
+def close_tasks(modeladmin, request, queryset):
+    _run_action(modeladmin, request, queryset, "Closed", services.task_close)
+
+
+@admin.action(description="Reopen with feedback", permissions=["close"], location=BOTH)
+def reopen_tasks(modeladmin, request, queryset):
+    feedback = request.POST.get("feedback", "").strip() or "Reopened from the admin for rework."
+    _run_action(modeladmin, request, queryset, "Reopened", services.task_reopen, feedback=feedback)
+
+
+@admin.action(description="Cancel", permissions=["operate"], location=BOTH)
+def cancel_tasks(modeladmin, request, queryset):
+    _run_action(modeladmin, request, queryset, "Cancelled", services.task_cancel)
+
+
+@admin.action(description="Retry from the last checkpoint", permissions=["operate"], location=BOTH)
+def retry_tasks(modeladmin, request, queryset):
+    _run_action(modeladmin, request, queryset, "Queued again", services.task_retry)
+
+
+@admin.action(description="Pause", permissions=["operate"], location=BOTH)
+def pause_tasks(modeladmin, request, queryset):
+    _run_action(modeladmin, request, queryset, "Paused", services.task_pause)
+
+
+@admin.action(description="Resume", permissions=["operate"], location=BOTH)
+def resume_tasks(modeladmin, request, queryset):
+    _run_action(modeladmin, request, queryset, "Resumed", services.task_resume)
+
+
+@admin.register(Task)
+class TaskAdmin(admin.ModelAdmin):
+    list_display = ["id", "title", "status", "kind", "goal", "connection", "priority", "updated_at"]
+    list_filter = ["status", "kind", "goal", "connection"]
+    search_fields = ["title", "instruction"]
+    list_select_related = ["goal", "connection"]
+    list_per_page = 50
+    show_full_result_count = False
+    readonly_fields = [
+        "status",
+        "claim_count",
+        "lease_owner",
+        "lease_expires_at",
+        "not_before",
+        "failed_attempts",
+        "lost_count",
+        "failure_code",
+        "failure_message",
+        "feedback",
+        "created_by",
+        "created_at",
+        "updated_at",
+    ]
+    raw_id_fields = ["spawned_by"]
+    inlines = [DependencyInline, TaskEventInline]
+    actions = [close_tasks, reopen_tasks, cancel_tasks, retry_tasks, pause_tasks, resume_tasks]
+
+    def get_actions(self, request, action_location=ActionLocation.CHANGE_LIST):
+        actions = super().get_actions(request, action_location)
+        # Close and reopen exist only for tasks in review: on the review queue, or on the page
+        # of a task in review.
+        if action_location == ActionLocation.CHANGE_FORM:
+            object_id = request.resolver_match.kwargs.get("object_id")
+            in_review = Task.objects.filter(pk=object_id, status=TaskStatus.REVIEW).exists()
+        else:
+            in_review = request.GET.get("status__exact") == TaskStatus.REVIEW
+        if not in_review:
+            actions.pop("close_tasks", None)
+            actions.pop("reopen_tasks", None)
+        return actions
+
+    def has_close_permission(self, request):
+        return request.user.has_perm("tasks.close_task")
+
+    def has_operate_permission(self, request):
+        return request.user.has_perm("tasks.operate_task")
+
+    def has_add_permission(self, request):
+        return False  # tasks are created through the console or acthelm_task create
+
+    def has_delete_permission(self, request, obj=None):
+        return False  # deletion goes through services.task_delete (done/failed/cancelled only)
+
+    def get_readonly_fields(self, request, obj=None):
+        fields = list(self.readonly_fields)
+        if obj is not None and obj.is_held:
+            # A worker holds the task: nothing a person edits here may change under it.
+            fields += [f.name for f in Task._meta.fields if f.name not in fields]
+        return fields
+
+
+@admin.register(Goal)
+class GoalAdmin(admin.ModelAdmin):
+    list_display = ["id", "title", "active", "open_tasks", "created_at"]
+    list_filter = ["active"]
+    search_fields = ["title"]
+
+    def get_queryset(self, request):
+        closed = [TaskStatus.DONE, TaskStatus.CANCELLED]
+        return (
+            super()
+            .get_queryset(request)
+            .annotate(_open=Count("tasks", filter=~Q(tasks__status__in=closed)))
+        )
+
+    @admin.display(description="Open tasks")
+    def open_tasks(self, obj):
+        return obj._open

@@ -1,0 +1,56 @@
+"""Errors of Acthelm's services. Each carries a stable code that the console and the CLI show."""
+
+
+class ActhelmError(Exception):
+    """Root of Acthelm's errors; raise a subclass."""
+
+    code = "error"
+
+    def __init__(self, message: str, *, code: str | None = None):
+        super().__init__(message)
+        self.message = message
+        if code:
+            self.code = code
+
+    def __str__(self) -> str:
+        return self.message
+
+
+class TransitionNotAllowed(ActhelmError, ValueError):
+    code = "transition_not_allowed"
+
+
+class TaskNotFound(ActhelmError, LookupError):
+    code = "task_not_found"
+
+
+class NotPermitted(ActhelmError, PermissionError):
+    code = "permission_denied"
+
+
+class InvalidInput(ActhelmError, ValueError):
+    code = "invalid_input"
+
+
+class DependencyCycle(InvalidInput):
+    code = "dependency_cycle"
+
+
+class LimitNotRaised(ActhelmError, ValueError):
+    code = "limit_not_raised"
+
+
+class StaleDecision(ActhelmError, ValueError):
+    """The operation changed or was decided elsewhere; nothing was changed."""
+
+    code = "stale_decision"
+
+
+class ModelCheckFailed(ActhelmError, ValueError):
+    code = "model_check_failed"
+
+
+class AttemptLost(ActhelmError):
+    """A worker's run no longer holds its task; the write was not made."""
+
+    code = "attempt_lost"

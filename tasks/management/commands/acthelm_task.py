@@ -1,0 +1,217 @@
+"""acthelm_task create|show|list|pause|withdraw-pause|resume|cancel|approve|deny|run-again|skip|
+close|reopen|retry|limits|delete — every console action, scriptable, with --json output."""
+
+from pathlib import Path
+
+from django.core.management.base import BaseCommand, CommandError
+from django.db import transaction
+
+from agents.models import Connection, Model
+from approvals import services as approval_services
+from tasks import services
+from tasks.cli import emit, fail, person_actor
+from tasks.exceptions import ActhelmError, InvalidInput
+from tasks.models import Goal, Task
+from tasks.selectors import task_as_dict
+from tasks.states import TaskStatus
+from tasks.workspace import add_input_file
+
+
+def _pairs(values: list[str], what: str) -> dict[str, str]:
+    result = {}
+    for item in values or []:
+        key, sep, value = item.partition("=")
+        if not sep or not key:
+            raise InvalidInput(f"{what} must look like name=value, not {item!r}")
+        result[key.strip()] = value.strip()
+    return result
+
+
+class Command(BaseCommand):
+    help = "Create, inspect and act on tasks (the console's actions, scriptable)."
+
+    def add_arguments(self, parser):
+        parser.add_argument("--json", action="store_true", help="print JSON")
+        parser.add_argument("--user", help="act as this person (default: $ACTHELM_USER)")
+        sub = parser.add_subparsers(dest="action", required=True)
+
+        create = sub.add_parser("create", help="create a task")
+        create.add_argument("--title", required=True)
+        create.add_argument("--instruction", required=True)
+        create.add_argument("--goal", type=int)
+        create.add_argument("--priority", type=int, default=0)
+        create.add_argument("--tool", action="append", dest="tools", help="repeatable")
+        create.add_argument("--policy", action="append", default=[], help="TOOL=allow|ask")
+        create.add_argument("--allow-domain", action="append", default=[], dest="domains")
+        create.add_argument("--connection", help="connection name")
+        create.add_argument("--model", help="model name on the connection")
+        create.add_argument("--depends-on", type=int, action="append", default=[])
+        create.add_argument("--tag", action="append", default=[])
+        create.add_argument("--limit", action="append", default=[], help="limit_turns=10 …")
+        create.add_argument("--file", action="append", default=[], help="input file to attach")
+
+        lst = sub.add_parser("list", help="list tasks")
+        lst.add_argument("--status", choices=TaskStatus.values)
+        lst.add_argument("--limit", type=int, default=50)
+
+        for name in ("show", "pause", "withdraw-pause", "cancel", "close", "delete"):
+            p = sub.add_parser(name)
+            p.add_argument("task", type=int)
+        for name in ("resume", "retry"):
+            p = sub.add_parser(name)
+            p.add_argument("task", type=int)
+            p.add_argument("--connection")
+            p.add_argument("--model")
+        reopen = sub.add_parser("reopen")
+        reopen.add_argument("task", type=int)
+        reopen.add_argument("--feedback", required=True)
+        limits = sub.add_parser("limits", help="change a task's limits")
+        limits.add_argument("task", type=int)
+        limits.add_argument("--limit", action="append", required=True, help="limit_turns=40 …")
+        for name in ("approve", "deny", "run-again", "skip"):
+            p = sub.add_parser(name, help="decide one operation, bound to its hash")
+            p.add_argument("task", type=int)
+            p.add_argument("op", type=int, help="approval id (approve/deny) or decision id")
+            p.add_argument("--hash", required=True, dest="op_hash")
+
+    def handle(self, *args, **opts):
+        as_json = opts["json"]
+        try:
+            return self._dispatch(opts, as_json)
+        except ActhelmError as exc:
+            fail(self, exc, as_json=as_json)
+
+    def _model(self, opts):
+        if not opts.get("model"):
+            return None
+        qs = Model.objects.select_related("connection").filter(name=opts["model"])
+        if opts.get("connection"):
+            qs = qs.filter(connection__name=opts["connection"])
+        models = list(qs[:2])
+        if len(models) != 1:
+            raise InvalidInput(
+                f"model {opts['model']!r} "
+                + ("is ambiguous; add --connection" if models else "does not exist")
+            )
+        return models[0]
+
+    def _dispatch(self, opts, as_json):
+        action = opts["action"]
+        if action == "list":
+            qs = Task.objects.select_related("connection", "model").order_by("-id")
+            if opts["status"]:
+                qs = qs.filter(status=opts["status"])
+            rows = [task_as_dict(t) for t in qs[: opts["limit"]]]
+            text = "\n".join(f"#{r['id']:<6} {r['status']:<18} {r['title']}" for r in rows)
+            return emit(self, rows, as_json=as_json, text=text or "no tasks")
+        if action == "show":
+            task = self._task(opts["task"])
+            return emit(self, task_as_dict(task, with_events=True), as_json=as_json)
+
+        actor = person_actor(opts["user"])
+        if action == "create":
+            task = self._create(actor, opts)
+        elif action == "pause":
+            task = services.task_pause(actor=actor, task_id=opts["task"])
+        elif action == "withdraw-pause":
+            task = services.task_withdraw_pause(actor=actor, task_id=opts["task"])
+        elif action == "resume":
+            task = services.task_resume(actor=actor, task_id=opts["task"], model=self._model(opts))
+        elif action == "retry":
+            task = services.task_retry(actor=actor, task_id=opts["task"], model=self._model(opts))
+        elif action == "cancel":
+            task = services.task_cancel(actor=actor, task_id=opts["task"])
+        elif action == "close":
+            task = services.task_close(actor=actor, task_id=opts["task"])
+        elif action == "reopen":
+            task = services.task_reopen(
+                actor=actor, task_id=opts["task"], feedback=opts["feedback"]
+            )
+        elif action == "limits":
+            task = services.task_set_limits(
+                actor=actor, task_id=opts["task"], **_pairs(opts["limit"], "--limit")
+            )
+        elif action == "delete":
+            services.task_delete(actor=actor, task_id=opts["task"])
+            return emit(
+                self,
+                {"ok": True, "deleted": opts["task"]},
+                as_json=as_json,
+                text=f"task {opts['task']} deleted",
+            )
+        else:
+            task = self._decide(actor, action, opts)
+        task = self._task(task.pk)
+        return emit(
+            self, task_as_dict(task), as_json=as_json, text=f"task {task.pk}: {task.status}"
+        )
+
+    def _task(self, task_id: int) -> Task:
+        try:
+            return Task.objects.select_related("connection", "model").get(pk=task_id)
+        except Task.DoesNotExist:
+            raise CommandError(f"task {task_id} does not exist [task_not_found]") from None
+
+    def _create(self, actor, opts) -> Task:
+        connection = None
+        if opts["connection"]:
+            connection = Connection.objects.filter(name=opts["connection"]).first()
+            if connection is None:
+                raise InvalidInput(f"connection {opts['connection']!r} does not exist")
+        goal = None
+        if opts["goal"]:
+            goal = Goal.objects.filter(pk=opts["goal"]).first()
+            if goal is None:
+                raise InvalidInput(f"goal {opts['goal']} does not exist")
+        deps = list(Task.objects.filter(pk__in=opts["depends_on"]))
+        if len(deps) != len(set(opts["depends_on"])):
+            raise InvalidInput("a --depends-on task does not exist")
+        files = [Path(f) for f in opts["file"]]
+        for f in files:
+            if not f.is_file():
+                raise InvalidInput(f"--file {f} is not a readable file")
+        with transaction.atomic():
+            task = services.task_create(
+                actor=actor,
+                title=opts["title"],
+                instruction=opts["instruction"],
+                goal=goal,
+                priority=opts["priority"],
+                tools=opts["tools"],
+                tool_policies=_pairs(opts["policy"], "--policy"),
+                allowed_domains=opts["domains"],
+                connection=connection,
+                model=self._model(opts),
+                depends_on=deps,
+                tags=opts["tag"],
+                limits=_pairs(opts["limit"], "--limit"),
+            )
+            for f in files:
+                add_input_file(task.pk, name=f.name, source=f)
+        return task
+
+    def _decide(self, actor, action, opts):
+        from approvals.models import Approval, ReviewDecision
+
+        op, op_hash = opts["op"], opts["op_hash"]
+        model = Approval if action in ("approve", "deny") else ReviewDecision
+        owner = model.objects.filter(pk=op).values_list("task_id", flat=True).first()
+        if owner is None:
+            raise InvalidInput(f"operation {op} does not exist")
+        if owner != opts["task"]:
+            raise InvalidInput(f"operation {op} belongs to task {owner}, not {opts['task']}")
+        func = {
+            "approve": lambda: approval_services.approval_approve(
+                actor=actor, approval_id=op, arguments_hash=op_hash
+            ),
+            "deny": lambda: approval_services.approval_deny(
+                actor=actor, approval_id=op, arguments_hash=op_hash
+            ),
+            "run-again": lambda: approval_services.review_run_again(
+                actor=actor, decision_id=op, arguments_hash=op_hash
+            ),
+            "skip": lambda: approval_services.review_skip(
+                actor=actor, decision_id=op, arguments_hash=op_hash
+            ),
+        }[action]
+        return func().task

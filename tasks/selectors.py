@@ -1,0 +1,74 @@
+"""Reads of tasks for the console and the CLI."""
+
+from tasks.models import Task, TaskEvent
+from tasks.states import allowed_actions
+
+
+def task_as_dict(task: Task, *, with_events: bool = False) -> dict:
+    data = {
+        "id": task.pk,
+        "title": task.title,
+        "instruction": task.instruction,
+        "status": task.status,
+        "kind": task.kind,
+        "origin": task.origin,
+        "goal_id": task.goal_id,
+        "priority": task.priority,
+        "depends_on": list(task.dependency_links.values_list("depends_on_id", flat=True)),
+        "tools": list(task.tools),
+        "tool_policies": task.tool_policies,
+        "allowed_domains": list(task.allowed_domains),
+        "connection": task.connection.name if task.connection_id else None,
+        "model": task.model.name if task.model_id else None,
+        "limits": {
+            "turns": task.limit_turns,
+            "runtime_seconds": task.limit_runtime_seconds,
+            "output_tokens": task.limit_output_tokens,
+            "token_budget": task.limit_token_budget,
+            "tool_output_chars": task.limit_tool_output_chars,
+            "network_requests": task.limit_network_requests,
+            "artifact_bytes": task.limit_artifact_bytes,
+        },
+        "claim_count": task.claim_count,
+        "lease_owner": task.lease_owner or None,
+        "lease_expires_at": task.lease_expires_at.isoformat() if task.lease_expires_at else None,
+        "not_before": task.not_before.isoformat() if task.not_before else None,
+        "failed_attempts": task.failed_attempts,
+        "failure_code": task.failure_code or None,
+        "failure_message": task.failure_message or None,
+        "feedback": task.feedback or None,
+        "actions": sorted(allowed_actions(task.status)),
+        "created_at": task.created_at.isoformat(),
+        "updated_at": task.updated_at.isoformat(),
+    }
+    if task.failure_code == "error_loop":
+        data["loop"] = True
+    if with_events:
+        data["events"] = [event_as_dict(e) for e in task.events.order_by("id")]
+        data["runs"] = [
+            {
+                "id": r.pk,
+                "number": r.number,
+                "status": r.status,
+                "worker_id": r.worker_id,
+                "verdict": r.verdict or None,
+                "error_code": r.error_code or None,
+                "answer": r.answer or None,
+            }
+            for r in task.runs.order_by("number")
+        ]
+    return data
+
+
+def event_as_dict(event: TaskEvent) -> dict:
+    return {
+        "id": event.pk,
+        "kind": event.kind,
+        "actor": event.actor_label,
+        "actor_kind": event.actor_kind,
+        "from": event.from_status or None,
+        "to": event.to_status or None,
+        "run_id": event.run_id,
+        "data": event.data,
+        "at": event.created_at.isoformat(),
+    }

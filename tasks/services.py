@@ -1,0 +1,362 @@
+"""Every person's action on a task, plus task creation. Views, admin actions, management commands
+and the worker call these; the state changes themselves happen in tasks.transitions."""
+
+import logging
+
+from django.conf import settings
+from django.db import connection as db_connection
+from django.db import transaction
+from django.db.models import Q
+
+from agents.states import RunStatus
+from agents.transitions import end_started_runs
+from tasks.actors import Actor
+from tasks.exceptions import DependencyCycle, InvalidInput, LimitNotRaised, TransitionNotAllowed
+from tasks.models import Goal, Task, TaskDependency
+from tasks.states import (
+    DELETABLE,
+    EventKind,
+    TaskKind,
+    TaskOrigin,
+    TaskStatus,
+    ToolPolicy,
+)
+from tasks.transitions import (
+    lock_task,
+    notify_ready,
+    promote_dependants,
+    record_event,
+    set_status,
+)
+
+log = logging.getLogger("acthelm.tasks")
+
+LIMIT_FIELDS = {
+    "limit_turns": "ACTHELM_LIMIT_TURNS",
+    "limit_runtime_seconds": "ACTHELM_LIMIT_RUNTIME_SECONDS",
+    "limit_output_tokens": "ACTHELM_LIMIT_OUTPUT_TOKENS",
+    "limit_token_budget": "ACTHELM_LIMIT_TOKEN_BUDGET",
+    "limit_tool_output_chars": "ACTHELM_LIMIT_TOOL_OUTPUT_CHARS",
+    "limit_network_requests": "ACTHELM_LIMIT_NETWORK_REQUESTS",
+    "limit_artifact_bytes": "ACTHELM_LIMIT_ARTIFACT_BYTES",
+}
+
+
+def default_limits() -> dict[str, int]:
+    return {field: int(getattr(settings, name)) for field, name in LIMIT_FIELDS.items()}
+
+
+def known_tool_names() -> set[str]:
+    from agents.tools import tool_names
+
+    return set(tool_names())
+
+
+def _validate_tools(tools: list[str], policies: dict[str, str]) -> None:
+    known = known_tool_names()
+    unknown = sorted(set(tools) - known)
+    if unknown:
+        raise InvalidInput(
+            f"unknown tools: {', '.join(unknown)} (known: {', '.join(sorted(known))})"
+        )
+    for tool, policy in policies.items():
+        if tool not in known:
+            raise InvalidInput(f"a policy names the unknown tool {tool!r}")
+        if policy not in ToolPolicy.values:
+            raise InvalidInput(f"the policy for {tool} must be allow or ask, not {policy!r}")
+
+
+def _validate_limits(limits: dict) -> dict[str, int]:
+    clean = {}
+    for field, value in limits.items():
+        if field not in LIMIT_FIELDS:
+            raise InvalidInput(f"unknown limit {field!r}")
+        try:
+            number = int(value)
+        except (TypeError, ValueError):
+            raise InvalidInput(f"{field} must be a whole number, not {value!r}") from None
+        if number <= 0:
+            raise InvalidInput(f"{field} must be positive")
+        clean[field] = number
+    return clean
+
+
+def task_create(
+    *,
+    actor: Actor,
+    title: str,
+    instruction: str,
+    goal: Goal | None = None,
+    kind: str = TaskKind.WORK,
+    origin: str = TaskOrigin.PERSON,
+    spawned_by: Task | None = None,
+    depends_on: list[Task] | tuple = (),
+    priority: int = 0,
+    tools: list[str] | None = None,
+    tool_policies: dict[str, str] | None = None,
+    allowed_domains: list[str] | None = None,
+    connection=None,
+    model=None,
+    tags: list[str] | None = None,
+    limits: dict | None = None,
+) -> Task:
+    """Create a task, `ready` or `blocked` by its dependencies, with limits from the defaults."""
+    title, instruction = (title or "").strip(), (instruction or "").strip()
+    if not title:
+        raise InvalidInput("a task needs a title")
+    if not instruction:
+        raise InvalidInput("a task needs an instruction")
+    if len(title) > 200:
+        raise InvalidInput("a title is at most 200 characters")
+    if kind not in TaskKind.values:
+        raise InvalidInput(f"kind must be one of {', '.join(TaskKind.values)}")
+    tools = list(settings.ACTHELM_DEFAULT_TOOLS if tools is None else tools)
+    tool_policies = dict(tool_policies or {})
+    _validate_tools(tools, tool_policies)
+    if model is not None and connection is None:
+        connection = model.connection
+    if model is not None and model.connection_id != connection.pk:
+        raise InvalidInput(f"model {model} does not belong to connection {connection}")
+    domains = sorted({d.strip().lower().rstrip(".") for d in (allowed_domains or []) if d.strip()})
+    fields = default_limits() | _validate_limits(limits or {})
+    with transaction.atomic():
+        deps = list(Task.objects.select_for_update().filter(pk__in=[d.pk for d in depends_on]))
+        if len(deps) != len({d.pk for d in depends_on}):
+            raise InvalidInput("a dependency does not exist")
+        blocked = any(dep.status != TaskStatus.DONE for dep in deps)
+        task = Task(
+            title=title,
+            instruction=instruction,
+            goal=goal,
+            kind=kind,
+            origin=origin,
+            spawned_by=spawned_by,
+            priority=priority,
+            tools=tools,
+            tool_policies=tool_policies,
+            allowed_domains=domains,
+            connection=connection,
+            model=model,
+            tags=sorted(set(tags or [])),
+            created_by=actor.user if actor.is_person else None,
+            status=TaskStatus.BLOCKED if blocked else TaskStatus.READY,
+            **fields,
+        )
+        task.save()
+        TaskDependency.objects.bulk_create(
+            [TaskDependency(task=task, depends_on=dep) for dep in deps]
+        )
+        record_event(
+            task,
+            actor=actor,
+            kind=EventKind.CREATED,
+            to_status=task.status,
+            data={"depends_on": [d.pk for d in deps], "origin": origin},
+        )
+        if task.status == TaskStatus.READY:
+            notify_ready()
+    return task
+
+
+_CYCLE_SQL = """
+WITH RECURSIVE reach(id) AS (
+    SELECT %s::bigint
+    UNION
+    SELECT d.depends_on_id FROM tasks_taskdependency d JOIN reach r ON d.task_id = r.id
+)
+SELECT EXISTS (SELECT 1 FROM reach WHERE id = %s)
+"""
+
+
+def task_add_dependency(*, actor: Actor, task_id: int, depends_on_id: int) -> None:
+    """Make task wait for depends_on; refuses a cycle. A ready task becomes blocked."""
+    actor.require("tasks.operate_task")
+    if task_id == depends_on_id:
+        raise DependencyCycle("a task cannot depend on itself")
+    with transaction.atomic():
+        task = lock_task(task_id)
+        dep = lock_task(depends_on_id)
+        with db_connection.cursor() as cursor:
+            cursor.execute(_CYCLE_SQL, [depends_on_id, task_id])
+            if cursor.fetchone()[0]:
+                raise DependencyCycle(
+                    f"task {depends_on_id} already depends on task {task_id}: that is a cycle"
+                )
+        TaskDependency.objects.get_or_create(task=task, depends_on=dep)
+        if dep.status != TaskStatus.DONE and task.status == TaskStatus.READY:
+            set_status(
+                task,
+                TaskStatus.BLOCKED,
+                actor=actor,
+                kind=EventKind.BLOCKED,
+                data={"dependency_added": dep.pk},
+            )
+
+
+def _act(task_id: int, action: str, actor: Actor, perm: str = "tasks.operate_task") -> Task:
+    actor.require(perm)
+    task = lock_task(task_id)
+    from tasks.states import allowed_actions
+
+    if action not in allowed_actions(task.status):
+        raise TransitionNotAllowed(f"task {task_id} is {task.status}; {action} is not possible")
+    return task
+
+
+def task_pause(*, actor: Actor, task_id: int) -> Task:
+    """A ready task pauses at once; a running one stops at its next safe point."""
+    with transaction.atomic():
+        task = _act(task_id, "pause", actor)
+        if task.status == TaskStatus.READY:
+            set_status(task, TaskStatus.PAUSED, actor=actor, kind=EventKind.PAUSED)
+        else:
+            set_status(
+                task, TaskStatus.PAUSE_REQUESTED, actor=actor, kind=EventKind.PAUSE_REQUESTED
+            )
+    return task
+
+
+def task_withdraw_pause(*, actor: Actor, task_id: int) -> Task:
+    with transaction.atomic():
+        task = _act(task_id, "withdraw_pause", actor)
+        set_status(task, TaskStatus.IN_PROGRESS, actor=actor, kind=EventKind.PAUSE_WITHDRAWN)
+    return task
+
+
+def task_resume(*, actor: Actor, task_id: int, model=None) -> Task:
+    """Queue a paused task again, optionally on another connection/model that passes the checks."""
+    from agents.services import model_check_for_task
+
+    with transaction.atomic():
+        task = _act(task_id, "resume", actor)
+        data = {}
+        if model is not None:
+            check = model_check_for_task(task=task, model=model)
+            check.raise_if_failed()
+            data = {"model_id": model.pk, "model": str(model), "check": check.as_dict()}
+            task.connection, task.model = model.connection, model
+        set_status(task, TaskStatus.READY, actor=actor, kind=EventKind.RESUMED, data=data)
+    return task
+
+
+def task_cancel(*, actor: Actor, task_id: int, reason: str = "") -> Task:
+    """No further step starts. A running attempt ends now; its worker notices at its heartbeat."""
+    with transaction.atomic():
+        task = _act(task_id, "cancel", actor)
+        runs = end_started_runs(task.pk, RunStatus.CANCELLED, error_code="cancelled")
+        set_status(
+            task,
+            TaskStatus.CANCELLED,
+            actor=actor,
+            kind=EventKind.CANCELLED,
+            data={"reason": reason, "runs_cancelled": runs},
+        )
+        _note_stuck_dependants(task, actor=actor)
+    return task
+
+
+def _note_stuck_dependants(task: Task, *, actor: Actor) -> None:
+    for dependant in Task.objects.filter(
+        dependency_links__depends_on=task, status=TaskStatus.BLOCKED
+    ):
+        record_event(
+            dependant,
+            actor=actor,
+            kind=EventKind.UNBLOCK_BLOCKED,
+            data={"dependency": task.pk, "dependency_status": task.status},
+        )
+
+
+def task_close(*, actor: Actor, task_id: int) -> Task:
+    """A person closes a task in review: done. Dependants whose dependencies are done get ready."""
+    if not actor.is_person:
+        raise TransitionNotAllowed("only a person closes a task")
+    with transaction.atomic():
+        task = _act(task_id, "close", actor, perm="tasks.close_task")
+        set_status(task, TaskStatus.DONE, actor=actor, kind=EventKind.CLOSED)
+        promote_dependants(task, actor=actor)
+    return task
+
+
+def task_reopen(*, actor: Actor, task_id: int, feedback: str) -> Task:
+    feedback = (feedback or "").strip()
+    if not feedback:
+        raise InvalidInput("reopening needs feedback for the next attempt")
+    with transaction.atomic():
+        task = _act(task_id, "reopen", actor, perm="tasks.close_task")
+        set_status(
+            task,
+            TaskStatus.READY,
+            actor=actor,
+            kind=EventKind.REOPENED,
+            data={"feedback": feedback},
+            feedback=feedback,
+            failed_attempts=0,
+            not_before=None,
+        )
+    return task
+
+
+def task_retry(*, actor: Actor, task_id: int, model=None) -> Task:
+    """Queue a failed task again from its checkpoint. After a limit, the limit must be raised."""
+    from agents.limits import exhausted_limits
+    from agents.services import model_check_for_task
+
+    with transaction.atomic():
+        task = _act(task_id, "retry", actor)
+        if task.failure_code.startswith("limit_") and task.failure_code in exhausted_limits(task):
+            raise LimitNotRaised(
+                f"task {task_id} stopped at {task.failure_code}; raise that limit before retrying"
+            )
+        data = {"previous_failure": task.failure_code}
+        if model is not None:
+            check = model_check_for_task(task=task, model=model)
+            check.raise_if_failed()
+            data |= {"model_id": model.pk, "model": str(model), "check": check.as_dict()}
+            task.connection, task.model = model.connection, model
+        set_status(
+            task,
+            TaskStatus.READY,
+            actor=actor,
+            kind=EventKind.RETRIED,
+            data=data,
+            failure_code="",
+            failure_message="",
+            failed_attempts=0,
+            lost_count=0,
+            not_before=None,
+        )
+    return task
+
+
+def task_set_limits(*, actor: Actor, task_id: int, **limits) -> Task:
+    """Raise or lower a task's limits while no worker holds it."""
+    clean = _validate_limits(limits)
+    with transaction.atomic():
+        actor.require("tasks.operate_task")
+        task = lock_task(task_id)
+        if task.is_held:
+            raise TransitionNotAllowed(f"task {task_id} is running; pause it to change its limits")
+        before = {field: getattr(task, field) for field in clean}
+        for field, value in clean.items():
+            setattr(task, field, value)
+        task.save(update_fields=[*clean, "updated_at"])
+        record_event(
+            task,
+            actor=actor,
+            kind=EventKind.LIMITS_CHANGED,
+            data={"before": before, "after": clean},
+        )
+    return task
+
+
+def task_delete(*, actor: Actor, task_id: int) -> None:
+    """Delete a done, failed or cancelled task with its transcript, events and artifacts."""
+    with transaction.atomic():
+        task = _act(task_id, "delete", actor)
+        if task.status not in DELETABLE:  # the actions table says so too; belt and braces
+            raise TransitionNotAllowed(f"task {task_id} is {task.status}; it cannot be deleted")
+        if task.dependant_links.filter(~Q(task__status__in=DELETABLE)).exists():
+            raise TransitionNotAllowed(f"open tasks depend on task {task_id}")
+        task.delete()
+    log.info("task.deleted", extra={"task_id": task_id, "actor": actor.label})

@@ -1,0 +1,755 @@
+#!/usr/bin/env python3
+"""A scripted fake model server speaking the OpenAI Chat Completions or the Anthropic
+Messages wire format over real HTTP (stdlib only, no project imports).
+
+In-process use::
+
+    from tests.fakes.model_server import ScriptedModelServer, reply_text, hang
+
+    with ScriptedModelServer([reply_text("hi"), hang(30)], flavor="openai") as server:
+        provider = build_provider("openai_compatible", base_url=server.url)
+        ...
+        server.requests[-1].json          # what the client sent
+        server.wait_aborted(2)            # the client closed a held connection
+
+Standalone (e.g. for crash tests in a separate process)::
+
+    python -m tests.fakes.model_server --flavor openai --port 0 \
+        --script steps.json --ready-file ready.txt --record requests.jsonl
+
+(``python tests/fakes/model_server.py ...`` works too.) The ready file receives the base
+URL (``server.url``) once listening; the record file gets one JSON line per event:
+``{"event": "request", ...}`` for each request and ``{"event": "abort", ...}`` when a client
+closes a connection the server was still holding or writing.
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import json
+import os
+import select
+import signal
+import socket
+import sys
+import threading
+import time
+import uuid
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass, field
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from typing import Any
+
+FLAVORS = ("openai", "anthropic")
+
+# --------------------------------------------------------------------------------------
+# Steps
+# --------------------------------------------------------------------------------------
+
+
+@dataclass
+class Step:
+    """One scripted reaction to a completion request. Build with the helper functions."""
+
+    type: str
+    text: str = ""
+    calls: list[tuple[str, Any, str | None]] = field(default_factory=list)
+    finish: str | None = None
+    status: int = 200
+    body: Any = None
+    content_type: str = "application/json"
+    headers: dict[str, str] = field(default_factory=dict)
+    seconds: float = 0.0
+    bytes_per_sec: int = 0
+    total: int = 0
+    content_length: bool = True
+    reasoning: str | None = None
+    refusal: str | None = None
+    usage: dict[str, int] | None = None
+    model: str | None = None
+    delay: float = 0.0
+    then: Step | None = None
+
+
+StepLike = Step | Callable[[Any], Any] | dict
+
+
+def reply_text(
+    text: str,
+    finish: str | None = None,
+    *,
+    reasoning: str | None = None,
+    refusal: str | None = None,
+    usage: dict[str, int] | None = None,
+    model: str | None = None,
+    delay: float = 0.0,
+) -> Step:
+    """A normal text answer. ``finish`` is the raw wire value (default ``stop`` for openai,
+    ``end_turn`` for anthropic). ``reasoning`` adds ``reasoning_content``/``reasoning``
+    (openai) or a ``thinking`` + ``redacted_thinking`` block (anthropic). ``refusal`` sets
+    the openai ``message.refusal`` field. ``usage`` overrides token counts, using the
+    flavor's key names (e.g. ``{"prompt_tokens": 7}`` or ``{"cache_read_input_tokens": 3}``).
+    ``delay`` holds the request that many seconds first (aborts are detected)."""
+    return Step(
+        "text",
+        text=text,
+        finish=finish,
+        reasoning=reasoning,
+        refusal=refusal,
+        usage=usage,
+        model=model,
+        delay=delay,
+    )
+
+
+def reply_tool_calls(
+    calls: Iterable[tuple],
+    finish: str | None = None,
+    *,
+    text: str = "",
+    reasoning: str | None = None,
+    usage: dict[str, int] | None = None,
+    model: str | None = None,
+    delay: float = 0.0,
+) -> Step:
+    """Tool calls: ``[(name, args), ...]`` or ``[(name, args, call_id), ...]``; ``args`` is a
+    dict or a raw string sent verbatim (openai ``arguments``; for anthropic a raw string is
+    parsed if it is JSON, otherwise sent as a string ``input``)."""
+    normalized = []
+    for index, call in enumerate(calls):
+        name, args = call[0], call[1]
+        call_id = call[2] if len(call) > 2 else None
+        normalized.append((name, args, call_id or f"call_{index}_{uuid.uuid4().hex[:8]}"))
+    return Step(
+        "tool_calls",
+        text=text,
+        calls=normalized,
+        finish=finish,
+        reasoning=reasoning,
+        usage=usage,
+        model=model,
+        delay=delay,
+    )
+
+
+def reply_error(status: int, body: Any = None, *, headers: dict[str, str] | None = None) -> Step:
+    """An HTTP error. ``body``: dict/list (sent as JSON), str/bytes (sent verbatim) or None
+    (a flavor-typical error object)."""
+    return Step("error", status=status, body=body, headers=dict(headers or {}))
+
+
+def reply_json(status: int, obj: Any, *, headers: dict[str, str] | None = None) -> Step:
+    """Any JSON document with any status (e.g. wrong-shaped 200 answers)."""
+    return Step("json", status=status, body=obj, headers=dict(headers or {}))
+
+
+def reply_raw(
+    status: int, data: bytes | str, content_type: str = "application/octet-stream"
+) -> Step:
+    """Raw bytes with the given status and content type (garbage bodies)."""
+    return Step("raw", status=status, body=data, content_type=content_type)
+
+
+def hang(seconds: float, then: Step | None = None) -> Step:
+    """Hold the request open without answering; afterwards send ``then`` or close the
+    connection without a response. Records an abort if the client closes first."""
+    return Step("hang", seconds=seconds, then=then)
+
+
+def trickle(bytes_per_sec: int, total: int) -> Step:
+    """Slow-loris: send 200 + headers, then a valid (space-padded) JSON answer of ``total``
+    bytes at about ``bytes_per_sec``."""
+    return Step("trickle", bytes_per_sec=max(1, int(bytes_per_sec)), total=int(total))
+
+
+def huge(n_bytes: int | None, *, content_length: bool = True) -> Step:
+    """A 200 answer of ``n_bytes`` junk bytes (``None`` = endless until the client leaves);
+    ``content_length=False`` omits the header (body delimited by connection close)."""
+    return Step(
+        "huge", total=-1 if n_bytes is None else int(n_bytes), content_length=content_length
+    )
+
+
+def step_from_dict(data: StepLike) -> StepLike:
+    """Build a Step from a JSON-able dict (script files); Steps and callables pass through.
+
+    Types: ``text`` (text, finish, reasoning, refusal, usage, model, delay), ``tool_calls``
+    (calls: [{name, arguments, id?}], text, finish, usage, delay), ``error`` (status, body,
+    headers), ``json`` (status, body), ``raw`` (status, body, content_type), ``hang``
+    (seconds, then), ``trickle`` (bytes_per_sec, total), ``huge`` (bytes, content_length).
+    """
+    if isinstance(data, Step) or callable(data):
+        return data
+    if not isinstance(data, dict) or "type" not in data:
+        raise ValueError(f"step must be a dict with a 'type': {data!r}")
+    kind = data["type"]
+    common = {k: data[k] for k in ("usage", "model", "delay", "reasoning") if k in data}
+    if kind == "text":
+        return reply_text(
+            data.get("text", ""), data.get("finish"), refusal=data.get("refusal"), **common
+        )
+    if kind == "tool_calls":
+        calls = [(c["name"], c.get("arguments", {}), c.get("id")) for c in data.get("calls", [])]
+        return reply_tool_calls(calls, data.get("finish"), text=data.get("text", ""), **common)
+    if kind == "error":
+        return reply_error(
+            int(data.get("status", 500)), data.get("body"), headers=data.get("headers")
+        )
+    if kind == "json":
+        return reply_json(
+            int(data.get("status", 200)), data.get("body"), headers=data.get("headers")
+        )
+    if kind == "raw":
+        return reply_raw(
+            int(data.get("status", 200)),
+            data.get("body", ""),
+            data.get("content_type", "application/octet-stream"),
+        )
+    if kind == "hang":
+        then = data.get("then")
+        return hang(float(data.get("seconds", 3600)), step_from_dict(then) if then else None)
+    if kind == "trickle":
+        return trickle(int(data.get("bytes_per_sec", 10)), int(data.get("total", 1000)))
+    if kind == "huge":
+        return huge(data.get("bytes"), content_length=bool(data.get("content_length", True)))
+    raise ValueError(f"unknown step type {kind!r}")
+
+
+# --------------------------------------------------------------------------------------
+# Wire rendering
+# --------------------------------------------------------------------------------------
+
+
+def _default_error_body(flavor: str, status: int) -> dict:
+    if flavor == "anthropic":
+        kind = {
+            401: "authentication_error",
+            403: "permission_error",
+            429: "rate_limit_error",
+            529: "overloaded_error",
+        }.get(status, "api_error" if status >= 500 else "invalid_request_error")
+        return {"type": "error", "error": {"type": kind, "message": f"fake error {status}"}}
+    kind = {429: "rate_limit_exceeded", 401: "invalid_api_key"}.get(status, "fake_error")
+    return {"error": {"message": f"fake error {status}", "type": kind, "code": kind}}
+
+
+def render_reply(step: Step, flavor: str, request_json: Any, defaults: dict[str, Any]) -> dict:
+    """The JSON body for a text/tool_calls step in the given flavor."""
+    model = (
+        step.model
+        or (request_json.get("model") if isinstance(request_json, dict) else None)
+        or "test-model"
+    )
+    if flavor == "anthropic":
+        content: list[dict] = []
+        if step.reasoning is not None:
+            content.append({"type": "thinking", "thinking": step.reasoning, "signature": "sig"})
+            content.append({"type": "redacted_thinking", "data": "c2VjcmV0"})
+        if step.text:
+            content.append({"type": "text", "text": step.text})
+        for name, args, call_id in step.calls:
+            tool_input = args
+            if isinstance(args, str):
+                with contextlib.suppress(ValueError):
+                    tool_input = json.loads(args)
+            content.append({"type": "tool_use", "id": call_id, "name": name, "input": tool_input})
+        finish = step.finish or ("tool_use" if step.calls else "end_turn")
+        usage = {
+            "input_tokens": defaults["prompt_tokens"],
+            "output_tokens": defaults["completion_tokens"],
+        }
+        usage.update(step.usage or {})
+        return {
+            "id": f"msg_{uuid.uuid4().hex[:12]}",
+            "type": "message",
+            "role": "assistant",
+            "model": model,
+            "content": content,
+            "stop_reason": finish,
+            "stop_sequence": None,
+            "usage": usage,
+        }
+    message: dict[str, Any] = {"role": "assistant", "content": step.text or None}
+    if step.type == "text" and step.text == "" and not step.calls:
+        message["content"] = ""
+    if step.reasoning is not None:
+        message["reasoning_content"] = step.reasoning
+        message["reasoning"] = step.reasoning
+    if step.refusal is not None:
+        message["refusal"] = step.refusal
+    if step.calls:
+        message["tool_calls"] = [
+            {
+                "id": call_id,
+                "type": "function",
+                "function": {
+                    "name": name,
+                    "arguments": args if isinstance(args, str) else json.dumps(args),
+                },
+            }
+            for name, args, call_id in step.calls
+        ]
+    finish = step.finish or ("tool_calls" if step.calls else "stop")
+    usage = {
+        "prompt_tokens": defaults["prompt_tokens"],
+        "completion_tokens": defaults["completion_tokens"],
+    }
+    usage.update(step.usage or {})
+    usage["total_tokens"] = usage.get("prompt_tokens", 0) + usage.get("completion_tokens", 0)
+    return {
+        "id": f"chatcmpl-{uuid.uuid4().hex[:12]}",
+        "object": "chat.completion",
+        "created": int(time.time()),
+        "model": model,
+        "choices": [{"index": 0, "message": message, "finish_reason": finish}],
+        "usage": usage,
+    }
+
+
+# --------------------------------------------------------------------------------------
+# Server
+# --------------------------------------------------------------------------------------
+
+
+@dataclass
+class RecordedRequest:
+    method: str
+    path: str
+    headers: dict[str, str]
+    body: bytes
+    json: Any
+    time: float
+
+    def to_dict(self) -> dict:
+        return {
+            "event": "request",
+            "method": self.method,
+            "path": self.path,
+            "headers": self.headers,
+            "json": self.json,
+            "time": self.time,
+        }
+
+
+class _HTTPServer(ThreadingHTTPServer):
+    daemon_threads = True
+    block_on_close = False
+    allow_reuse_address = True
+    request_queue_size = 64
+    owner: ScriptedModelServer
+
+
+class _Handler(BaseHTTPRequestHandler):
+    server: _HTTPServer
+    protocol_version = "HTTP/1.0"  # one request per connection; close delimits bodies
+    disable_nagle_algorithm = True  # headers and body are separate writes
+
+    def log_message(self, format: str, *args: Any) -> None:
+        pass
+
+    # -- entry points --------------------------------------------------------------------
+
+    def do_GET(self) -> None:
+        owner = self.server.owner
+        rec = self._record(b"")
+        path = rec.path.split("?", 1)[0].rstrip("/")
+        if owner.flavor == "openai" and path in ("/v1/models", "/models"):
+            self._send_json(200, owner.models_body())
+        elif path in ("", "/health"):
+            self._send_json(200, {"status": "ok"})
+        else:
+            self._send_json(404, {"error": {"message": f"no route {path}", "type": "not_found"}})
+
+    def do_POST(self) -> None:
+        owner = self.server.owner
+        length = int(self.headers.get("content-length") or 0)
+        body = self.rfile.read(length) if length > 0 else b""
+        rec = self._record(body)
+        path = rec.path.split("?", 1)[0]
+        if not path.endswith(owner.completion_suffix):
+            self._send_json(404, {"error": {"message": f"no route {path}", "type": "not_found"}})
+            return
+        step = owner.next_step(rec.json)
+        self._play(step, rec.json)
+
+    # -- helpers -------------------------------------------------------------------------
+
+    def _record(self, body: bytes) -> RecordedRequest:
+        try:
+            parsed = json.loads(body) if body else None
+        except ValueError:
+            parsed = None
+        rec = RecordedRequest(
+            method=self.command,
+            path=self.path,
+            headers={k.lower(): v for k, v in self.headers.items()},
+            body=body,
+            json=parsed,
+            time=time.time(),
+        )
+        self.server.owner.add_request(rec)
+        return rec
+
+    def _aborted(self) -> None:
+        self.close_connection = True
+        self.server.owner.add_abort(self.path)
+
+    def _hold(self, seconds: float) -> bool:
+        """Keep the connection open for ``seconds``; False if the client closed it (or the
+        server is stopping)."""
+        owner = self.server.owner
+        end = time.monotonic() + seconds
+        sock = self.connection
+        while time.monotonic() < end:
+            if owner.stopping.is_set():
+                return False
+            try:
+                readable, _, _ = select.select([sock], [], [], 0.05)
+                if readable:
+                    data = sock.recv(1, socket.MSG_PEEK)
+                    if not data:
+                        self._aborted()
+                        return False
+                    time.sleep(0.05)
+            except (OSError, ValueError):
+                self._aborted()
+                return False
+        return True
+
+    def _write(self, data: bytes) -> bool:
+        try:
+            self.wfile.write(data)
+            self.wfile.flush()
+            return True
+        except (BrokenPipeError, ConnectionResetError, OSError):
+            self._aborted()
+            return False
+
+    def _send(self, status: int, body: bytes, content_type: str, headers: dict | None = None):
+        try:
+            self.send_response(status)
+            self.send_header("Content-Type", content_type)
+            self.send_header("Content-Length", str(len(body)))
+            for key, value in (headers or {}).items():
+                self.send_header(key, value)
+            self.end_headers()
+        except (BrokenPipeError, ConnectionResetError, OSError):
+            self._aborted()
+            return
+        self._write(body)
+
+    def _send_json(self, status: int, obj: Any, headers: dict | None = None) -> None:
+        self._send(status, json.dumps(obj).encode(), "application/json", headers)
+
+    def _play(self, step: Step, request_json: Any) -> None:
+        owner = self.server.owner
+        if step.delay and not self._hold(step.delay):
+            return
+        if step.type in ("text", "tool_calls"):
+            self._send_json(200, render_reply(step, owner.flavor, request_json, owner.defaults))
+        elif step.type == "error":
+            body = (
+                step.body
+                if step.body is not None
+                else _default_error_body(owner.flavor, step.status)
+            )
+            if isinstance(body, (dict, list)):
+                self._send_json(step.status, body, step.headers)
+            else:
+                data = body.encode() if isinstance(body, str) else bytes(body)
+                self._send(step.status, data, "text/plain", step.headers)
+        elif step.type == "json":
+            self._send_json(step.status, step.body, step.headers)
+        elif step.type == "raw":
+            data = step.body.encode() if isinstance(step.body, str) else bytes(step.body)
+            self._send(step.status, data, step.content_type, step.headers)
+        elif step.type == "hang":
+            if self._hold(step.seconds) and step.then is not None:
+                self._play(step.then, request_json)
+            self.close_connection = True
+        elif step.type == "trickle":
+            self._trickle(step, request_json)
+        elif step.type == "huge":
+            self._huge(step)
+        else:  # pragma: no cover - step_from_dict validates types
+            self._send_json(500, {"error": {"message": f"bad step {step.type}"}})
+
+    def _trickle(self, step: Step, request_json: Any) -> None:
+        owner = self.server.owner
+        answer = json.dumps(
+            render_reply(reply_text("trickled"), owner.flavor, request_json, owner.defaults)
+        ).encode()
+        body = b" " * max(0, step.total - len(answer)) + answer
+        try:
+            self.send_response(200)
+            self.send_header("Content-Type", "application/json")
+            self.send_header("Content-Length", str(len(body)))
+            self.end_headers()
+            self.wfile.flush()
+        except OSError:
+            self._aborted()
+            return
+        chunk = max(1, step.bytes_per_sec // 10)
+        interval = chunk / step.bytes_per_sec
+        for start in range(0, len(body), chunk):
+            if owner.stopping.is_set() or not self._write(body[start : start + chunk]):
+                return
+            time.sleep(interval)
+
+    def _huge(self, step: Step) -> None:
+        owner = self.server.owner
+        try:
+            self.send_response(200)
+            self.send_header("Content-Type", "application/json")
+            if step.content_length and step.total >= 0:
+                self.send_header("Content-Length", str(step.total))
+            self.end_headers()
+        except OSError:
+            self._aborted()
+            return
+        block = b'{"junk":"' + b"a" * (256 * 1024)
+        remaining = step.total
+        while remaining != 0 and not owner.stopping.is_set():
+            piece = block if remaining < 0 else block[: min(len(block), remaining)]
+            if not self._write(piece):
+                return
+            if remaining > 0:
+                remaining -= len(piece)
+        self.close_connection = True
+
+
+class ScriptedModelServer:
+    """A real HTTP model server on 127.0.0.1 answering from a script of steps.
+
+    ``script``: steps (Step objects, step dicts, or callables ``(request_json) -> step``)
+    consumed in order by completion requests; afterwards ``default`` (reply_text("done")).
+    """
+
+    def __init__(
+        self,
+        script: Iterable[StepLike] | None = None,
+        *,
+        flavor: str = "openai",
+        default: StepLike | None = None,
+        host: str = "127.0.0.1",
+        port: int = 0,
+        context_length: int | None = 8192,
+        model_ids: Iterable[str] = ("test-model",),
+        models: Any = None,
+        prompt_tokens: int = 10,
+        completion_tokens: int = 5,
+        record_path: str | os.PathLike | None = None,
+    ) -> None:
+        if flavor not in FLAVORS:
+            raise ValueError(f"flavor must be one of {FLAVORS}")
+        self.flavor = flavor
+        self.host = host
+        self._port = port
+        self._script: list[StepLike] = [step_from_dict(s) for s in (script or [])]
+        self.default = step_from_dict(default) if default is not None else reply_text("done")
+        self.context_length = context_length
+        self.model_ids = list(model_ids)
+        self.models = models
+        self.defaults = {"prompt_tokens": prompt_tokens, "completion_tokens": completion_tokens}
+        self.record_path = os.fspath(record_path) if record_path else None
+        self.requests: list[RecordedRequest] = []
+        self.aborted = threading.Event()
+        self.aborts: list[str] = []
+        self.stopping = threading.Event()
+        self._lock = threading.Lock()
+        self._new_request = threading.Condition(self._lock)
+        self._httpd: _HTTPServer | None = None
+        self._thread: threading.Thread | None = None
+
+    # -- lifecycle -----------------------------------------------------------------------
+
+    def start(self) -> ScriptedModelServer:
+        if self._httpd is not None:
+            return self
+        httpd = _HTTPServer((self.host, self._port), _Handler)
+        httpd.owner = self
+        self._httpd = httpd
+        self.stopping.clear()
+        self._thread = threading.Thread(
+            target=httpd.serve_forever, kwargs={"poll_interval": 0.05}, daemon=True
+        )
+        self._thread.start()
+        return self
+
+    def stop(self) -> None:
+        httpd, self._httpd = self._httpd, None
+        if httpd is None:
+            return
+        self.stopping.set()
+        httpd.shutdown()
+        httpd.server_close()
+        if self._thread is not None:
+            self._thread.join(timeout=5)
+
+    def __enter__(self) -> ScriptedModelServer:
+        return self.start()
+
+    def __exit__(self, *exc: Any) -> None:
+        self.stop()
+
+    # -- addresses -----------------------------------------------------------------------
+
+    @property
+    def port(self) -> int:
+        if self._httpd is None:
+            raise RuntimeError("server not started")
+        return self._httpd.server_address[1]
+
+    @property
+    def root_url(self) -> str:
+        return f"http://{self.host}:{self.port}"
+
+    @property
+    def url(self) -> str:
+        """The base URL to configure: ``.../v1`` for openai, the root for anthropic."""
+        return self.root_url + ("/v1" if self.flavor == "openai" else "")
+
+    @property
+    def completion_suffix(self) -> str:
+        return "/chat/completions" if self.flavor == "openai" else "/messages"
+
+    # -- script --------------------------------------------------------------------------
+
+    def enqueue(self, *steps: StepLike) -> None:
+        with self._lock:
+            self._script.extend(step_from_dict(s) for s in steps)
+
+    @property
+    def remaining_steps(self) -> int:
+        with self._lock:
+            return len(self._script)
+
+    def next_step(self, request_json: Any) -> Step:
+        with self._lock:
+            step = self._script.pop(0) if self._script else self.default
+        for _ in range(10):  # callables may return callables; bounded
+            if isinstance(step, Step):
+                return step
+            step = step_from_dict(step(request_json) if callable(step) else step)
+        raise ValueError("callable step did not produce a Step")
+
+    def models_body(self) -> Any:
+        if self.models is not None:
+            return self.models
+        entries = []
+        for model_id in self.model_ids:
+            entry: dict[str, Any] = {"id": model_id, "object": "model", "owned_by": "fake"}
+            if self.context_length is not None:
+                entry["context_length"] = self.context_length
+            entries.append(entry)
+        return {"object": "list", "data": entries}
+
+    # -- observations --------------------------------------------------------------------
+
+    def add_request(self, rec: RecordedRequest) -> None:
+        with self._new_request:
+            self.requests.append(rec)
+            self._append_record(rec.to_dict())
+            self._new_request.notify_all()
+
+    def add_abort(self, path: str) -> None:
+        with self._lock:
+            self.aborts.append(path)
+            self._append_record({"event": "abort", "path": path, "time": time.time()})
+        self.aborted.set()
+
+    @property
+    def abort_count(self) -> int:
+        with self._lock:
+            return len(self.aborts)
+
+    @property
+    def completion_requests(self) -> list[RecordedRequest]:
+        """Recorded POSTs to the completion path (not /models etc.)."""
+        with self._lock:
+            return [
+                r
+                for r in self.requests
+                if r.method == "POST" and r.path.split("?")[0].endswith(self.completion_suffix)
+            ]
+
+    def wait_aborted(self, timeout: float) -> bool:
+        return self.aborted.wait(timeout)
+
+    def wait_for_requests(self, count: int, timeout: float) -> bool:
+        """Wait until at least ``count`` requests (any path) were received."""
+        end = time.monotonic() + timeout
+        with self._new_request:
+            while len(self.requests) < count:
+                left = end - time.monotonic()
+                if left <= 0:
+                    return False
+                self._new_request.wait(left)
+        return True
+
+    def _append_record(self, line: dict) -> None:  # caller holds the lock
+        if not self.record_path:
+            return
+        with open(self.record_path, "a", encoding="utf-8") as fh:
+            fh.write(json.dumps(line, default=str) + "\n")
+            fh.flush()
+
+
+# --------------------------------------------------------------------------------------
+# Standalone process
+# --------------------------------------------------------------------------------------
+
+
+def load_script(path: str | os.PathLike) -> list[StepLike]:
+    with open(path, encoding="utf-8") as fh:
+        data = json.load(fh)
+    if not isinstance(data, list):
+        raise ValueError("script file must contain a JSON list of step objects")
+    return [step_from_dict(item) for item in data]
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n", 1)[0])
+    parser.add_argument("--flavor", choices=FLAVORS, default="openai")
+    parser.add_argument("--host", default="127.0.0.1")
+    parser.add_argument("--port", type=int, default=0)
+    parser.add_argument("--script", help="JSON file: a list of step objects")
+    parser.add_argument("--default", help="JSON step object used once the script is exhausted")
+    parser.add_argument("--ready-file", help="write the base URL here once listening")
+    parser.add_argument("--record", help="append one JSON line per request/abort here")
+    parser.add_argument("--context-length", type=int, default=8192)
+    parser.add_argument("--model-id", action="append", dest="model_ids")
+    args = parser.parse_args(argv)
+
+    server = ScriptedModelServer(
+        load_script(args.script) if args.script else [],
+        flavor=args.flavor,
+        default=json.loads(args.default) if args.default else None,
+        host=args.host,
+        port=args.port,
+        context_length=args.context_length,
+        model_ids=args.model_ids or ["test-model"],
+        record_path=args.record,
+    )
+    done = threading.Event()
+    for sig in (signal.SIGTERM, signal.SIGINT):
+        signal.signal(sig, lambda *_: done.set())
+    server.start()
+    if args.ready_file:
+        tmp = f"{args.ready_file}.tmp{os.getpid()}"
+        with open(tmp, "w", encoding="utf-8") as fh:
+            fh.write(server.url)
+        os.replace(tmp, args.ready_file)
+    else:
+        print(server.url, flush=True)
+    try:
+        while not done.wait(0.2):
+            pass
+    finally:
+        server.stop()
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

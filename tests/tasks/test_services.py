@@ -1,0 +1,182 @@
+import pytest
+from django.utils import timezone
+
+from agents.models import AgentRun
+from agents.states import RunStatus
+from tasks import services
+from tasks.actors import Actor
+from tasks.exceptions import (
+    DependencyCycle,
+    InvalidInput,
+    LimitNotRaised,
+    ModelCheckFailed,
+    NotPermitted,
+    TransitionNotAllowed,
+)
+from tasks.models import Task, TaskEvent
+from tasks.states import ACTIONS, Action, EventKind, TaskStatus
+from tests.factories import AgentRunFactory, ModelFactory, TaskFactory
+
+pytestmark = pytest.mark.django_db
+
+
+def test_create_copies_limit_defaults_and_is_ready(actor, settings):
+    settings.ACTHELM_LIMIT_TURNS = 7
+    task = services.task_create(actor=actor, title="T", instruction="I")
+    assert task.status == TaskStatus.READY
+    assert task.limit_turns == 7 and task.limit_network_requests == 8
+    assert task.created_by == actor.user
+    event = TaskEvent.objects.get(task=task)
+    assert event.kind == EventKind.CREATED and event.actor_label == "founder"
+
+
+def test_create_with_an_unfinished_dependency_is_blocked(actor):
+    dep = TaskFactory(status=TaskStatus.REVIEW)
+    task = services.task_create(actor=actor, title="T", instruction="I", depends_on=[dep])
+    assert task.status == TaskStatus.BLOCKED
+
+
+@pytest.mark.parametrize(
+    ("kwargs", "message"),
+    [
+        ({"title": ""}, "title"),
+        ({"instruction": "  "}, "instruction"),
+        ({"tools": ["rm_rf"]}, "unknown tools"),
+        ({"tool_policies": {"read_file": "maybe"}}, "allow or ask"),
+        ({"limits": {"limit_turns": 0}}, "positive"),
+        ({"limits": {"limit_turns": "many"}}, "whole number"),
+        ({"limits": {"limit_coffee": 3}}, "unknown limit"),
+    ],
+)
+def test_create_refuses_bad_input_clearly(actor, kwargs, message):
+    base = {"title": "T", "instruction": "I"}
+    with pytest.raises(InvalidInput, match=message):
+        services.task_create(actor=actor, **(base | kwargs))
+    assert not Task.objects.exists()
+
+
+def test_dependency_cycles_are_refused(actor):
+    a = services.task_create(actor=actor, title="A", instruction="I")
+    b = services.task_create(actor=actor, title="B", instruction="I", depends_on=[a])
+    c = services.task_create(actor=actor, title="C", instruction="I", depends_on=[b])
+    with pytest.raises(DependencyCycle):
+        services.task_add_dependency(actor=actor, task_id=a.pk, depends_on_id=c.pk)
+    with pytest.raises(DependencyCycle):
+        services.task_add_dependency(actor=actor, task_id=a.pk, depends_on_id=a.pk)
+
+
+def test_pause_is_immediate_for_ready_and_cooperative_for_running(actor):
+    ready = TaskFactory()
+    running = TaskFactory(status=TaskStatus.IN_PROGRESS)
+    assert services.task_pause(actor=actor, task_id=ready.pk).status == TaskStatus.PAUSED
+    assert services.task_pause(actor=actor, task_id=running.pk).status == TaskStatus.PAUSE_REQUESTED
+    assert (
+        services.task_withdraw_pause(actor=actor, task_id=running.pk).status
+        == TaskStatus.IN_PROGRESS
+    )
+
+
+def test_cancel_ends_the_running_attempt(actor):
+    run = AgentRunFactory()
+    services.task_cancel(actor=actor, task_id=run.task_id)
+    run.refresh_from_db()
+    assert run.status == RunStatus.CANCELLED and run.finished_at
+    assert Task.objects.get(pk=run.task_id).status == TaskStatus.CANCELLED
+
+
+def test_a_cancelled_task_cannot_be_resumed(actor):
+    task = TaskFactory(status=TaskStatus.CANCELLED)
+    with pytest.raises(TransitionNotAllowed):
+        services.task_resume(actor=actor, task_id=task.pk)
+
+
+def test_close_needs_review_and_the_permission(actor, outsider):
+    task = TaskFactory(status=TaskStatus.IN_PROGRESS)
+    with pytest.raises(TransitionNotAllowed):
+        services.task_close(actor=actor, task_id=task.pk)
+    review = TaskFactory(status=TaskStatus.REVIEW)
+    with pytest.raises(NotPermitted):
+        services.task_close(actor=Actor.person(outsider), task_id=review.pk)
+    with pytest.raises(TransitionNotAllowed):
+        services.task_close(actor=Actor.worker("w1"), task_id=review.pk)
+    assert services.task_close(actor=actor, task_id=review.pk).status == TaskStatus.DONE
+
+
+def test_closing_the_last_dependency_promotes_the_dependant_in_the_same_transaction(actor):
+    a = TaskFactory(status=TaskStatus.REVIEW)
+    b = TaskFactory(status=TaskStatus.REVIEW)
+    child = services.task_create(actor=actor, title="C", instruction="I", depends_on=[a, b])
+    services.task_close(actor=actor, task_id=a.pk)
+    assert Task.objects.get(pk=child.pk).status == TaskStatus.BLOCKED
+    services.task_close(actor=actor, task_id=b.pk)
+    assert Task.objects.get(pk=child.pk).status == TaskStatus.READY
+
+
+def test_reopen_needs_feedback_and_carries_it(actor):
+    task = TaskFactory(status=TaskStatus.REVIEW)
+    with pytest.raises(InvalidInput):
+        services.task_reopen(actor=actor, task_id=task.pk, feedback=" ")
+    task = services.task_reopen(actor=actor, task_id=task.pk, feedback="Cite sources.")
+    assert task.status == TaskStatus.READY and task.feedback == "Cite sources."
+
+
+def test_retry_after_a_limit_needs_the_limit_raised(actor):
+    task = TaskFactory(status=TaskStatus.FAILED, failure_code="limit_steps", limit_turns=3)
+    AgentRunFactory(task=task, status=RunStatus.FAILED, model_turns=3, finished_at=timezone.now())
+    with pytest.raises(LimitNotRaised):
+        services.task_retry(actor=actor, task_id=task.pk)
+    services.task_set_limits(actor=actor, task_id=task.pk, limit_turns=10)
+    assert services.task_retry(actor=actor, task_id=task.pk).status == TaskStatus.READY
+
+
+def test_resume_on_another_model_runs_the_checks(actor):
+    task = TaskFactory(status=TaskStatus.PAUSED)
+    untested = ModelFactory(test_status="failed")
+    with pytest.raises(ModelCheckFailed, match="has not passed its test"):
+        services.task_resume(actor=actor, task_id=task.pk, model=untested)
+    no_tools = ModelFactory(supports_tools=False)
+    with pytest.raises(ModelCheckFailed, match="tool calling"):
+        services.task_resume(actor=actor, task_id=task.pk, model=no_tools)
+    small = ModelFactory(context_window=1)
+    with pytest.raises(ModelCheckFailed, match="context window"):
+        services.task_resume(actor=actor, task_id=task.pk, model=small)
+    unknown = ModelFactory(context_window=None)
+    services.task_resume(actor=actor, task_id=task.pk, model=unknown)
+    task.refresh_from_db()
+    assert task.status == TaskStatus.READY and task.model == unknown
+    event = TaskEvent.objects.filter(task=task, kind=EventKind.RESUMED).get()
+    assert "could not be made" in event.data["check"]["notes"][0]
+
+
+def test_delete_only_settled_tasks(actor):
+    open_task = TaskFactory(status=TaskStatus.REVIEW)
+    with pytest.raises(TransitionNotAllowed):
+        services.task_delete(actor=actor, task_id=open_task.pk)
+    done = TaskFactory(status=TaskStatus.DONE)
+    AgentRunFactory(task=done, status=RunStatus.SUCCEEDED, finished_at=timezone.now())
+    services.task_delete(actor=actor, task_id=done.pk)
+    assert not Task.objects.filter(pk=done.pk).exists()
+    assert not AgentRun.objects.filter(task_id=done.pk).exists()
+
+
+@pytest.mark.parametrize("status", TaskStatus.values)
+def test_every_person_action_matches_the_actions_table(actor, status):
+    """Each service accepts exactly the states the table lists for its action."""
+    calls = {
+        Action.PAUSE: lambda t: services.task_pause(actor=actor, task_id=t),
+        Action.WITHDRAW_PAUSE: lambda t: services.task_withdraw_pause(actor=actor, task_id=t),
+        Action.RESUME: lambda t: services.task_resume(actor=actor, task_id=t),
+        Action.CANCEL: lambda t: services.task_cancel(actor=actor, task_id=t),
+        Action.CLOSE: lambda t: services.task_close(actor=actor, task_id=t),
+        Action.REOPEN: lambda t: services.task_reopen(actor=actor, task_id=t, feedback="f"),
+        Action.RETRY: lambda t: services.task_retry(actor=actor, task_id=t),
+        Action.DELETE: lambda t: services.task_delete(actor=actor, task_id=t),
+    }
+    for action, call in calls.items():
+        task = TaskFactory(status=status)
+        if action in ACTIONS[status]:
+            call(task.pk)
+        else:
+            with pytest.raises(TransitionNotAllowed):
+                call(task.pk)
+            assert Task.objects.get(pk=task.pk).status == status
