@@ -48,7 +48,6 @@ ERROR_CODES: frozenset[str] = frozenset(
         "path_invalid",
         "path_not_regular",
         "path_is_directory",
-        "path_not_directory",
         "file_too_large",
         "regex_invalid",
         # csv

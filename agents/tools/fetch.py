@@ -30,7 +30,7 @@ Defences, in the order they apply:
   made (``network_limit``).  ``ToolResult.network_requests`` and
   ``ToolError.network_requests`` report how many were made.
 * **Size and time**: ``Content-Length`` above the cap is refused before the
-  body is read; otherwise the body is streamed in 64 KiB chunks and the call
+  body is read; otherwise the body is streamed as it arrives and the call
   stops once it passes the cap (``response_too_large``).  ``Accept-Encoding:
   identity`` is requested; a gzip/deflate body sent anyway is decompressed
   with a bound (no zip bombs).  One overall deadline (``ctx.fetch_timeout``)
@@ -60,7 +60,6 @@ from .registry import register
 
 MAX_URL_CHARS = 2000
 MAX_REDIRECTS = 5
-CHUNK_BYTES = 64 * 1024
 USER_AGENT = "Acthelm-agent/1.0 (+fetch_url)"
 REDIRECT_STATUSES = frozenset({301, 302, 303, 307, 308})
 BINARY_PREVIEW_BYTES = 32
@@ -675,7 +674,9 @@ class FetchUrl(Tool):
         decoder = _BoundedDecoder(encoding)
         body = bytearray()
         try:
-            for chunk in response.iter_raw(CHUNK_BYTES):
+            # iter_raw() without a size yields data as it arrives (a size would re-buffer
+            # to that size, delaying the deadline / cancel checks on slow bodies).
+            for chunk in response.iter_raw():
                 ctx.check_cancelled()
                 if time.monotonic() > deadline:
                     raise ToolError(

@@ -570,7 +570,8 @@ class SearchFiles(Tool):
     name = "search_files"
     description = (
         "Search the text files of the task workspace for a string (or a regex with "
-        "regex=true). Returns matching lines as path:line: text. Binary files and files "
+        "regex=true). Returns matching lines as path:line: text. Symlinks are not followed; "
+        "binary files and files "
         f"over {SEARCH_MAX_FILE_BYTES >> 20} MiB are skipped; only the first "
         f"{SEARCH_MAX_LINE_CHARS} characters of each line are examined."
     )
