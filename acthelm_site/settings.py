@@ -155,3 +155,7 @@ LOGGING = {
     "root": {"handlers": ["console"], "level": os.environ.get("ACTHELM_LOG_LEVEL", "INFO")},
     "loggers": {"pgserver": {"level": "WARNING"}},
 }
+
+# An optional model supervisor on a connection of its own (empty: rule checks only).
+ACTHELM_SUPERVISOR_CONNECTION = os.environ.get("ACTHELM_SUPERVISOR_CONNECTION", "")
+ACTHELM_SUPERVISOR_MODEL = os.environ.get("ACTHELM_SUPERVISOR_MODEL", "")

@@ -1,0 +1,293 @@
+"""The worker: claim a task, hold it with a heartbeat, run the loop, apply the outcome. Repeat.
+
+Slots (threads, `--concurrency N`) claim from PostgreSQL directly: no broker. Idle slots sleep on
+`LISTEN acthelm_ready` (the transitions that make a task ready NOTIFY on commit), with a polling
+fallback. A maintenance thread runs `recover_stale()` (and the reconciler, when present). The
+first SIGTERM/SIGINT stops claiming and lets every run hand its task back at its next safe point;
+a second one exits at once (the leases then expire and another worker recovers the tasks).
+"""
+
+import logging
+import os
+import signal
+import socket
+import threading
+import time
+
+import psycopg
+from django.conf import settings
+from django.db import DatabaseError, InterfaceError, OperationalError
+from django.db import connection as db
+from psycopg.conninfo import make_conninfo
+
+from agents.loop import AgentLoop, Outcome, RunSignals
+from agents.outcomes import apply_outcome, recover_stale
+from agents.supervisor import supervise
+from tasks.exceptions import AttemptLost
+from tasks.models import Task
+from tasks.states import TaskStatus
+from tasks.transitions import READY_CHANNEL, Claim, claim_next, renew_lease
+
+log = logging.getLogger("acthelm.worker")
+
+DB_ERRORS = (OperationalError, InterfaceError, DatabaseError)
+
+
+def default_worker_id() -> str:
+    return f"{socket.gethostname()}:{os.getpid()}"
+
+
+class Heartbeat(threading.Thread):
+    """Renews the lease every ACTHELM_HEARTBEAT_SECONDS; tells the run when it lost its task
+    (cancelled, reset, recovered) or when a person asked for a pause."""
+
+    def __init__(self, claim: Claim, signals: RunSignals):
+        super().__init__(name=f"heartbeat-{claim.task_id}", daemon=True)
+        self.claim = claim
+        self.signals = signals
+        self.done = threading.Event()
+
+    def run(self) -> None:
+        interval = settings.ACTHELM_HEARTBEAT_SECONDS
+        try:
+            while not self.done.wait(interval):
+                try:
+                    status = renew_lease(task_id=self.claim.task_id, run_id=self.claim.run_id)
+                except AttemptLost:
+                    log.warning(
+                        "run.lost",
+                        extra={"task_id": self.claim.task_id, "run_id": self.claim.run_id},
+                    )
+                    self.signals.cancel.set()
+                    return
+                except DB_ERRORS:
+                    log.exception("heartbeat.db_error", extra={"task_id": self.claim.task_id})
+                    db.close()
+                    continue
+                if status == TaskStatus.PAUSE_REQUESTED:
+                    self.signals.pause.set()
+                else:
+                    self.signals.pause.clear()
+        finally:
+            db.close()
+
+
+class Worker:
+    def __init__(self, *, worker_id: str | None = None, concurrency: int = 1, burst: bool = False):
+        if concurrency < 1:
+            raise ValueError("concurrency must be at least 1")
+        self.worker_id = worker_id or default_worker_id()
+        self.concurrency = concurrency
+        self.burst = burst
+        self.stopping = threading.Event()
+        self._cond = threading.Condition()
+        self._generation = 0
+        self._running: dict[int, RunSignals] = {}
+        self._lock = threading.Lock()
+        self.processed = 0
+
+    # -- signals -------------------------------------------------------------------------------
+
+    def install_signal_handlers(self) -> None:
+        signal.signal(signal.SIGTERM, self._on_signal)
+        signal.signal(signal.SIGINT, self._on_signal)
+
+    def _on_signal(self, signum, frame) -> None:
+        if self.stopping.is_set():
+            log.warning("worker.exit_now", extra={"worker": self.worker_id})
+            os._exit(1)
+        log.info("worker.stopping", extra={"worker": self.worker_id, "signal": signum})
+        self.stop()
+
+    def stop(self) -> None:
+        self.stopping.set()
+        with self._lock:
+            for signals in self._running.values():
+                signals.stop.set()
+        self._wake()
+
+    def _wake(self) -> None:
+        with self._cond:
+            self._generation += 1
+            self._cond.notify_all()
+
+    # -- main ----------------------------------------------------------------------------------
+
+    def run(self) -> int:
+        log.info(
+            "worker.started",
+            extra={"worker": self.worker_id, "concurrency": self.concurrency, "burst": self.burst},
+        )
+        helpers = [
+            threading.Thread(target=self._listen, name="listen", daemon=True),
+            threading.Thread(target=self._maintain, name="maintain", daemon=True),
+        ]
+        for t in helpers:
+            t.start()
+        slots = [
+            threading.Thread(target=self._slot, args=(n,), name=f"slot-{n}")
+            for n in range(self.concurrency)
+        ]
+        for t in slots:
+            t.start()
+        for t in slots:
+            while t.is_alive():
+                t.join(0.2)  # keep the main thread responsive to signals
+        self.stopping.set()
+        self._wake()
+        log.info("worker.stopped", extra={"worker": self.worker_id, "processed": self.processed})
+        return 0
+
+    def _slot(self, n: int) -> None:
+        idle_recovered = False
+        try:
+            while not self.stopping.is_set():
+                seen = self._generation
+                try:
+                    claim = claim_next(worker_id=self.worker_id)
+                except DB_ERRORS:
+                    log.exception("worker.claim_failed", extra={"worker": self.worker_id})
+                    db.close()
+                    self.stopping.wait(1.0)
+                    continue
+                if claim is None:
+                    if self.burst:
+                        if idle_recovered:
+                            return
+                        self._recover_once()
+                        idle_recovered = True
+                        continue
+                    with self._cond:
+                        if self._generation == seen and not self.stopping.is_set():
+                            self._cond.wait(settings.ACTHELM_POLL_SECONDS)
+                    continue
+                idle_recovered = False
+                self.process(claim)
+        finally:
+            db.close()
+
+    def process(self, claim: Claim) -> str | None:
+        """Run one claimed task to an outcome and apply it."""
+        signals = RunSignals()
+        if self.stopping.is_set():
+            signals.stop.set()
+        with self._lock:
+            self._running[claim.run_id] = signals
+        heartbeat = Heartbeat(claim, signals)
+        heartbeat.start()
+        status = None
+        try:
+            loop = AgentLoop(
+                task_id=claim.task_id,
+                run_id=claim.run_id,
+                worker_id=self.worker_id,
+                signals=signals,
+            )
+            outcome = loop.run()
+            verdict = None
+            if outcome.kind == Outcome.FINAL:
+                verdict = supervise(Task.objects.get(pk=claim.task_id), outcome.answer)
+            status = apply_outcome(
+                task_id=claim.task_id,
+                run_id=claim.run_id,
+                worker_id=self.worker_id,
+                outcome=outcome,
+                verdict=verdict,
+            )
+            log.info(
+                "run.finished",
+                extra={
+                    "task_id": claim.task_id,
+                    "run_id": claim.run_id,
+                    "outcome": outcome.kind,
+                    "code": outcome.code,
+                    "status": status,
+                },
+            )
+        except AttemptLost:
+            log.warning("run.fenced_out", extra={"task_id": claim.task_id, "run_id": claim.run_id})
+        except DB_ERRORS:
+            # The database went away mid-run: the lease will expire and recovery requeues.
+            log.exception("run.db_error", extra={"task_id": claim.task_id})
+            db.close()
+        except Exception as exc:  # a bug must not kill the worker; the run fails visibly
+            log.exception("run.crashed", extra={"task_id": claim.task_id})
+            try:
+                status = apply_outcome(
+                    task_id=claim.task_id,
+                    run_id=claim.run_id,
+                    worker_id=self.worker_id,
+                    outcome=Outcome(
+                        Outcome.FAILED,
+                        code="internal_error",
+                        message=f"{type(exc).__name__}: {exc}",
+                        retryable=True,
+                    ),
+                )
+            except (AttemptLost, *DB_ERRORS):
+                log.exception("run.crash_not_recorded", extra={"task_id": claim.task_id})
+        finally:
+            heartbeat.done.set()
+            heartbeat.join(5)
+            with self._lock:
+                self._running.pop(claim.run_id, None)
+            self.processed += 1
+        return status
+
+    # -- helpers -------------------------------------------------------------------------------
+
+    def _recover_once(self) -> None:
+        try:
+            recovered = recover_stale()
+            if recovered:
+                log.info("worker.recovered", extra={"tasks": recovered})
+        except DB_ERRORS:
+            log.exception("worker.recover_failed")
+            db.close()
+
+    def _maintain(self) -> None:
+        next_recover = next_reconcile = 0.0
+        while not self.stopping.is_set():
+            now = time.monotonic()
+            if now >= next_recover:
+                self._recover_once()
+                next_recover = now + settings.ACTHELM_RECOVER_INTERVAL_SECONDS
+            if now >= next_reconcile:
+                self._reconcile_once()
+                next_reconcile = now + settings.ACTHELM_RECONCILE_INTERVAL_SECONDS
+            self.stopping.wait(max(0.05, min(next_recover, next_reconcile) - time.monotonic()))
+        db.close()
+
+    def _reconcile_once(self) -> None:
+        try:
+            from tasks.reconciler import reconcile
+        except ImportError:
+            return
+        try:
+            reconcile()
+        except DB_ERRORS:
+            log.exception("worker.reconcile_failed")
+            db.close()
+
+    def _listen(self) -> None:
+        """LISTEN on its own connection; any notification wakes the idle slots."""
+        while not self.stopping.is_set():
+            try:
+                params = db.get_connection_params()
+                conninfo = make_conninfo(
+                    **{
+                        k: v
+                        for k, v in params.items()
+                        if k in ("dbname", "user", "password", "host", "port")
+                    },
+                    application_name=f"acthelm-listen {self.worker_id}"[:63],
+                )
+                with psycopg.connect(conninfo, autocommit=True) as conn:
+                    conn.execute(f"LISTEN {READY_CHANNEL}")
+                    self._wake()  # anything that became ready while we were not listening
+                    while not self.stopping.is_set():
+                        for _ in conn.notifies(timeout=1.0, stop_after=1):
+                            self._wake()
+            except psycopg.Error:
+                log.warning("worker.listen_reconnect", extra={"worker": self.worker_id})
+                self.stopping.wait(1.0)

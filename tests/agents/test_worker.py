@@ -1,0 +1,445 @@
+"""The worker end to end: real processes, the scripted model CLI, real PostgreSQL."""
+
+import json
+import sys
+from datetime import timedelta
+
+import pytest
+from django.db.models import Count
+from django.utils import timezone
+
+from agents.loop import Outcome
+from agents.models import AgentRun, Connection, Turn
+from agents.outcomes import apply_outcome, recover_stale
+from agents.worker import Worker
+from tasks.actors import Actor
+from tasks.models import Task, TaskEvent
+from tasks.services import task_cancel, task_create, task_pause
+from tasks.states import EventKind, TaskStatus
+from tasks.transitions import claim_next
+from tests.agents.conftest import SCRIPTED_CLI, cli_calls, wait_for
+
+pytestmark = pytest.mark.django_db(transaction=True)
+
+
+def status_of(task) -> str:
+    return Task.objects.values_list("status", flat=True).get(pk=task.pk)
+
+
+def kinds(task) -> list[str]:
+    return list(TaskEvent.objects.filter(task=task).order_by("id").values_list("kind", flat=True))
+
+
+def test_a_cli_task_runs_to_review_never_done(cli_model, cli_task, fast_worker_settings):
+    model = cli_model("--mode", "echo")
+    task = cli_task(model)
+    Worker(worker_id="w1", burst=True).run()
+    assert status_of(task) == TaskStatus.REVIEW
+    run = AgentRun.objects.get(task=task)
+    assert run.status == "succeeded" and run.verdict == "approved"
+    assert run.answer.startswith("ANSWER: === SYSTEM ===")
+    assert cli_calls(cli_model.counter) == 1
+    assert kinds(task) == ["created", "claimed", "model_turn", "submitted"]
+
+
+def test_race_8_processes_200_tasks_each_reaches_review_once(cli_model, cli_task, spawn_worker):
+    model = cli_model("--mode", "text", "--text", "done")
+    tasks = [cli_task(model, title=f"T{i}") for i in range(200)]
+    workers = [spawn_worker("--burst", worker_id=f"race-{i}") for i in range(8)]
+    for w in workers:
+        assert w.wait(timeout=240) == 0, w.output[-2000:]
+    ids = [t.pk for t in tasks]
+    assert set(Task.objects.filter(pk__in=ids).values_list("status", flat=True)) == {"review"}
+    # Exactly one claim, one run, one model call per task; every claim has its event.
+    per_task = AgentRun.objects.filter(task_id__in=ids).values("task_id").annotate(n=Count("id"))
+    assert {row["n"] for row in per_task} == {1} and len(per_task) == 200
+    assert TaskEvent.objects.filter(task_id__in=ids, kind=EventKind.CLAIMED).count() == 200
+    assert TaskEvent.objects.filter(task_id__in=ids, kind=EventKind.SUBMITTED).count() == 200
+    assert cli_calls(cli_model.counter) == 200
+    assert len({r.worker_id for r in AgentRun.objects.filter(task_id__in=ids)}) > 1
+
+
+def test_aba_a_late_write_of_a_lost_attempt_is_refused(cli_model, cli_task, settings):
+    """Claim, lose the lease, recovery requeues, a second worker claims and finishes: the first
+    run's late result is refused and nothing of it is stored."""
+    model = cli_model("--mode", "echo")
+    task = cli_task(model)
+    first = claim_next(worker_id="slow")
+    Task.objects.filter(pk=task.pk).update(lease_expires_at=timezone.now() - timedelta(seconds=1))
+    assert recover_stale() == [task.pk]
+    assert status_of(task) == TaskStatus.READY
+    second = claim_next(worker_id="fast")
+    assert second.claim_count == first.claim_count + 1
+    # The first attempt comes back with an answer: every write is fenced out.
+    from tasks.exceptions import AttemptLost
+
+    with pytest.raises(AttemptLost):
+        apply_outcome(
+            task_id=task.pk,
+            run_id=first.run_id,
+            worker_id="slow",
+            outcome=Outcome(Outcome.FAILED, code="x", message="late"),
+        )
+    Worker(worker_id="fast", burst=True).process(second)
+    assert status_of(task) == TaskStatus.REVIEW
+    assert not Turn.objects.filter(run_id=first.run_id).exists()
+    assert AgentRun.objects.get(pk=first.run_id).error_code == "worker_lost"
+
+
+def test_crash_mid_answer_is_recovered_and_the_model_asked_again(
+    cli_model, cli_task, spawn_worker, tmp_path
+):
+    script = tmp_path / "answers.json"
+    script.write_text(json.dumps([{"sleep": 60, "text": "slow"}, {"text": "fresh answer"}]))
+    model = cli_model(
+        "--mode", "script", "--script", str(script), "--state-file", str(tmp_path / "state")
+    )
+    task = cli_task(model)
+    first = spawn_worker(worker_id="doomed")
+    wait_for(lambda: cli_calls(cli_model.counter) == 1, message="the model call")
+    first.kill()
+    second = spawn_worker(worker_id="rescuer")
+    wait_for(lambda: status_of(task) == TaskStatus.REVIEW, timeout=45, message="review")
+    second.stop()
+    assert cli_calls(cli_model.counter) == 2
+    runs = list(AgentRun.objects.filter(task=task).order_by("number"))
+    assert [(r.status, r.error_code) for r in runs] == [
+        ("failed", "worker_lost"),
+        ("succeeded", ""),
+    ]
+    assert runs[1].answer == "fresh answer"
+    assert EventKind.LOST in kinds(task) and EventKind.REQUEUED in kinds(task)
+
+
+def test_crash_after_the_answer_was_checkpointed_does_not_call_the_model_again(
+    cli_model, cli_task, spawn_worker, tmp_path
+):
+    model = cli_model("--mode", "text", "--text", "the stored answer")
+    sup_calls = tmp_path / "supervisor-calls.jsonl"
+    script = tmp_path / "verdicts.json"
+    script.write_text(json.dumps([{"sleep": 60, "text": "APPROVED"}, {"text": "APPROVED"}]))
+    sup = Connection.objects.create(
+        name="supervisor",
+        kind="cli",
+        cost_tier="zero_cost",
+        command=[
+            sys.executable,
+            SCRIPTED_CLI,
+            "--count-file",
+            str(sup_calls),
+            "--mode",
+            "script",
+            "--script",
+            str(script),
+            "--state-file",
+            str(tmp_path / "sstate"),
+        ],
+    )
+    sup.models.create(name="judge", supports_tools=False, test_status="passed")
+    task = cli_task(model)
+    env = {"ACTHELM_SUPERVISOR_CONNECTION": "supervisor"}
+    first = spawn_worker(worker_id="doomed", env=env)
+    # The answer is checkpointed, and the worker is inside the (slow) supervisor call.
+    wait_for(lambda: cli_calls(sup_calls) == 1, message="the supervisor call")
+    assert AgentRun.objects.get(task=task).answer == "the stored answer"
+    first.kill()
+    second = spawn_worker(worker_id="rescuer", env=env)
+    wait_for(lambda: status_of(task) == TaskStatus.REVIEW, timeout=45, message="review")
+    second.stop()
+    assert cli_calls(cli_model.counter) == 1  # the model was NOT called again
+    assert AgentRun.objects.filter(task=task, status="succeeded").get().answer == (
+        "the stored answer"
+    )
+
+
+def test_a_task_is_requeued_once_then_fails_as_worker_lost(cli_model, cli_task):
+    task = cli_task(cli_model("--mode", "echo"))
+    for _ in range(2):
+        claim_next(worker_id="w")
+        Task.objects.filter(pk=task.pk).update(
+            lease_expires_at=timezone.now() - timedelta(seconds=1)
+        )
+        recover_stale()
+    task.refresh_from_db()
+    assert task.status == TaskStatus.FAILED and task.failure_code == "worker_lost"
+    assert kinds(task).count(EventKind.LOST) == 2 and kinds(task).count(EventKind.REQUEUED) == 1
+
+
+def test_a_run_past_the_timeout_is_recovered_even_with_a_fresh_lease(cli_model, cli_task, settings):
+    settings.ACTHELM_RUN_TIMEOUT_SECONDS = 10
+    task = cli_task(cli_model("--mode", "echo"))
+    claim = claim_next(worker_id="w")
+    AgentRun.objects.filter(pk=claim.run_id).update(
+        started_at=timezone.now() - timedelta(seconds=400)
+    )
+    assert recover_stale() == [task.pk]
+    assert AgentRun.objects.get(pk=claim.run_id).error_code == "worker_lost"
+
+
+def _failing_attempt(task, message, now):
+    claim = claim_next(worker_id="w")
+    assert claim is not None and claim.task_id == task.pk
+    return apply_outcome(
+        task_id=task.pk,
+        run_id=claim.run_id,
+        worker_id="w",
+        now=now,
+        outcome=Outcome(
+            Outcome.FAILED, code="provider_cli_failed", message=message, retryable=True
+        ),
+    )
+
+
+def test_retries_back_off_1_5_30_minutes_then_report_a_loop(cli_model, cli_task):
+    task = cli_task(cli_model("--mode", "echo"))
+    now = timezone.now()
+    delays = []
+    for attempt in range(3):
+        status = _failing_attempt(task, f"exit 1: boom at step {attempt}", now)
+        task.refresh_from_db()
+        if attempt < 2:
+            assert status == TaskStatus.READY
+            delays.append((task.not_before - now).total_seconds())
+            Task.objects.filter(pk=task.pk).update(not_before=None)  # time passes
+    assert delays == [60, 300]
+    assert task.status == TaskStatus.FAILED and task.failure_code == "error_loop"
+    assert "loop" in task.failure_message
+
+
+def test_different_errors_are_not_a_loop(cli_model, cli_task):
+    task = cli_task(cli_model("--mode", "echo"))
+    now = timezone.now()
+    for message in ["exit 1: disk full", "exit 2: bad gateway", "exit 1: segfault"]:
+        _failing_attempt(task, message, now)
+        Task.objects.filter(pk=task.pk).update(not_before=None)
+    task.refresh_from_db()
+    assert task.status == TaskStatus.FAILED and task.failure_code == "provider_cli_failed"
+
+
+def test_three_failing_attempts_end_to_end_are_a_loop(
+    cli_model, cli_task, settings, fast_worker_settings
+):
+    settings.ACTHELM_RETRY_DELAYS = [0, 0, 0]
+    model = cli_model("--mode", "fail", "--exit-code", "3", "--stderr", "model crashed")
+    task = cli_task(model)
+    Worker(worker_id="w", burst=True).run()
+    task.refresh_from_db()
+    assert task.status == TaskStatus.FAILED and task.failure_code == "error_loop"
+    assert cli_calls(cli_model.counter) == 3
+    assert kinds(task).count(EventKind.RETRY_SCHEDULED) == 2
+
+
+def test_rate_limit_cools_down_and_moves_to_the_next_zero_cost_never_paid(
+    cli_model, cli_task, fast_worker_settings, tmp_path
+):
+    limited = cli_model(
+        "--mode",
+        "fail",
+        "--exit-code",
+        "1",
+        "--stderr",
+        "Error: 429 Too Many Requests",
+        name="limited",
+        priority=10,
+    )
+    paid_calls = tmp_path / "paid.jsonl"
+    paid = Connection.objects.create(
+        name="paid",
+        kind="cli",
+        cost_tier="paid",
+        priority=5,
+        command=[
+            sys.executable,
+            SCRIPTED_CLI,
+            "--count-file",
+            str(paid_calls),
+            "--mode",
+            "text",
+            "--text",
+            "paid answer",
+        ],
+    )
+    paid.models.create(name="big", supports_tools=False, test_status="passed")
+    free_calls = tmp_path / "free.jsonl"
+    free = Connection.objects.create(
+        name="free",
+        kind="cli",
+        cost_tier="zero_cost",
+        priority=1,
+        command=[
+            sys.executable,
+            SCRIPTED_CLI,
+            "--count-file",
+            str(free_calls),
+            "--mode",
+            "text",
+            "--text",
+            "free answer",
+        ],
+    )
+    free.models.create(name="small", supports_tools=False, test_status="passed")
+    task = cli_task(limited)
+    Worker(worker_id="w", burst=True).run()
+    task.refresh_from_db()
+    assert task.status == TaskStatus.REVIEW and task.connection == free
+    assert AgentRun.objects.filter(task=task, status="succeeded").get().answer == "free answer"
+    assert cli_calls(paid_calls) == 0
+    limited.connection.refresh_from_db()
+    assert limited.connection.cooldown_until > timezone.now()
+    assert limited.connection.last_error_code == "provider_rate_limited"
+    assert EventKind.PROVIDER_COOLDOWN in kinds(task)
+    assert task.failed_attempts == 0  # provider health is not a failed attempt
+
+
+def test_with_no_zero_cost_connection_left_the_task_waits_instead_of_failing(
+    cli_model, cli_task, fast_worker_settings, tmp_path
+):
+    quota = cli_model(
+        "--mode",
+        "fail",
+        "--exit-code",
+        "1",
+        "--stderr",
+        "You exceeded your current quota (insufficient_quota)",
+        name="quota",
+    )
+    paid = Connection.objects.create(
+        name="paid",
+        kind="cli",
+        cost_tier="paid",
+        command=[sys.executable, SCRIPTED_CLI, "--mode", "text", "--text", "paid"],
+    )
+    paid.models.create(name="big", supports_tools=False, test_status="passed")
+    task = cli_task(quota)
+    Worker(worker_id="w", burst=True).run()
+    task.refresh_from_db()
+    quota.connection.refresh_from_db()
+    assert task.status == TaskStatus.READY and task.connection == quota.connection
+    assert task.not_before == quota.connection.cooldown_until
+    assert quota.connection.last_error_code == "provider_quota"
+
+
+def test_sigterm_hands_the_task_back_at_the_next_safe_point(cli_model, cli_task, spawn_worker):
+    model = cli_model("--mode", "sleep", "--seconds", "2", "--text", "slow but fine")
+    task = cli_task(model)
+    worker = spawn_worker(worker_id="graceful")
+    wait_for(lambda: cli_calls(cli_model.counter) == 1, message="the model call")
+    worker.terminate()
+    assert worker.wait(timeout=30) == 0
+    assert status_of(task) == TaskStatus.READY
+    assert EventKind.HANDED_BACK in kinds(task)
+    # The answer was stored before the hand-back: the next worker does not ask again.
+    Worker(worker_id="next", burst=True).run()
+    assert status_of(task) == TaskStatus.REVIEW
+    assert cli_calls(cli_model.counter) == 1
+
+
+def test_cancel_stops_a_running_model_call_within_a_heartbeat(
+    cli_model, cli_task, fast_worker_settings, person
+):
+    import threading
+
+    model = cli_model("--mode", "hang")
+    task = cli_task(model)
+    worker = Worker(worker_id="w", burst=True)
+    thread = threading.Thread(target=worker.run)
+    thread.start()
+    wait_for(lambda: cli_calls(cli_model.counter) == 1, message="the model call")
+    task_cancel(actor=Actor.person(person), task_id=task.pk)
+    thread.join(10)
+    assert not thread.is_alive()
+    assert status_of(task) == TaskStatus.CANCELLED
+    run = AgentRun.objects.get(task=task)
+    assert run.status == "cancelled"
+    assert not Turn.objects.filter(task=task, role="assistant").exists()
+
+
+def test_pause_stops_at_the_next_safe_point_and_resume_continues(
+    cli_model, cli_task, fast_worker_settings, person
+):
+    import threading
+
+    from tasks.services import task_resume
+
+    model = cli_model("--mode", "sleep", "--seconds", "1.5", "--text", "paused answer")
+    task = cli_task(model)
+    worker = Worker(worker_id="w", burst=True)
+    thread = threading.Thread(target=worker.run)
+    thread.start()
+    wait_for(lambda: cli_calls(cli_model.counter) == 1, message="the model call")
+    task_pause(actor=Actor.person(person), task_id=task.pk)
+    thread.join(15)
+    assert status_of(task) == TaskStatus.PAUSED
+    task_resume(actor=Actor.person(person), task_id=task.pk)
+    Worker(worker_id="w2", burst=True).run()
+    assert status_of(task) == TaskStatus.REVIEW
+    assert cli_calls(cli_model.counter) == 1
+
+
+def test_a_new_task_wakes_an_idle_worker_through_listen_notify(cli_model, cli_task, spawn_worker):
+    model = cli_model("--mode", "text", "--text", "ok")
+    worker = spawn_worker(worker_id="idle", env={"ACTHELM_POLL_SECONDS": "120"})
+    wait_for(lambda: "worker.started" in _peek(worker), timeout=20, message="worker start")
+    import time
+
+    time.sleep(1.0)  # the worker is asleep on LISTEN now (its poll interval is 120 s)
+    task = cli_task(model)
+    wait_for(lambda: status_of(task) == TaskStatus.REVIEW, timeout=30, message="review")
+
+
+def _peek(worker) -> str:
+    import os
+    import select
+
+    fd = worker.proc.stdout.fileno()
+    os.set_blocking(fd, False)
+    chunks = []
+    while select.select([fd], [], [], 0)[0]:
+        data = os.read(fd, 65536)
+        if not data:
+            break
+        chunks.append(data.decode(errors="replace"))
+    worker.seen = getattr(worker, "seen", "") + "".join(chunks)
+    return worker.seen
+
+
+@pytest.mark.parametrize(
+    ("args", "answer_field", "code"),
+    [
+        (["--mode", "hang"], "", "provider_timeout"),
+        (["--mode", "fail", "--exit-code", "2", "--stderr", "segfault"], "", "provider_cli_failed"),
+        (["--mode", "invalid-json"], "result", "provider_bad_response"),
+        (["--mode", "huge", "--bytes", str(10 * 1024 * 1024)], "", "provider_output_too_large"),
+    ],
+)
+def test_bad_cli_output_gives_a_clear_code_and_a_retry(
+    cli_model, cli_task, fast_worker_settings, args, answer_field, code
+):
+    model = cli_model(*args, timeout=1.5)
+    if answer_field:
+        Connection.objects.filter(pk=model.connection_id).update(answer_field=answer_field)
+    task = cli_task(model)
+    Worker(worker_id="w", burst=True).run()
+    task.refresh_from_db()
+    run = AgentRun.objects.get(task=task)
+    assert run.status == "failed" and run.error_code == code
+    assert task.status == TaskStatus.READY and task.not_before and task.failed_attempts == 1
+    assert kinds(task)[-1] == EventKind.RETRY_SCHEDULED
+
+
+def test_a_task_on_an_untested_model_refuses_to_start(cli_model, cli_task, fast_worker_settings):
+    model = cli_model("--mode", "echo")
+    model.test_status = "failed"
+    model.save()
+    task = cli_task(model)
+    Worker(worker_id="w", burst=True).run()
+    task.refresh_from_db()
+    assert task.status == TaskStatus.FAILED and task.failure_code == "model_untested"
+    assert cli_calls(cli_model.counter) == 0
+
+
+def test_a_task_without_a_connection_refuses_to_start(fast_worker_settings):
+    task = task_create(actor=Actor.system("t"), title="T", instruction="I", tools=[])
+    Worker(worker_id="w", burst=True).run()
+    task.refresh_from_db()
+    assert task.status == TaskStatus.FAILED and task.failure_code == "connection_missing"
