@@ -141,3 +141,81 @@ def read_jsonl(path: Path) -> list[dict]:
     if not path.exists():
         return []
     return [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
+
+
+@pytest.fixture
+def model_server():
+    """A scripted OpenAI-compatible server on loopback (in this process)."""
+    from tests.fakes.model_server import ScriptedModelServer
+
+    servers = []
+
+    def start(script=(), flavor="openai", **kwargs):
+        server = ScriptedModelServer(list(script), flavor=flavor, **kwargs).start()
+        servers.append(server)
+        return server
+
+    yield start
+    for server in servers:
+        server.stop()
+
+
+@pytest.fixture
+def http_model(db):
+    """A zero-cost connection + tested model pointing at a scripted server."""
+    from agents.models import Connection, Model
+
+    def make(
+        server,
+        *,
+        name=None,
+        context_window=32_000,
+        flavor="openai",
+        cost_tier="zero_cost",
+        priority=0,
+        credential_env="",
+        supports_tools=True,
+        timeout=10,
+    ):
+        conn = Connection.objects.create(
+            name=name or f"scripted-{server.port}",
+            kind="anthropic" if flavor == "anthropic" else "openai_compatible",
+            base_url=server.url,
+            cost_tier=cost_tier,
+            priority=priority,
+            credential_env=credential_env,
+            timeout_seconds=timeout,
+        )
+        return Model.objects.create(
+            connection=conn,
+            name="test-model",
+            context_window=context_window,
+            supports_tools=supports_tools,
+            test_status="passed",
+        )
+
+    return make
+
+
+@pytest.fixture
+def loop_task(db):
+    from tasks.actors import Actor
+    from tasks.services import task_create
+
+    def make(model, **kwargs):
+        kwargs.setdefault("tools", ["update_plan", "list_files", "read_file", "write_artifact"])
+        return task_create(
+            actor=Actor.system("test"),
+            title=kwargs.pop("title", "Report"),
+            instruction=kwargs.pop("instruction", "Write a short report on the notes."),
+            model=model,
+            **kwargs,
+        )
+
+    return make
+
+
+def run_burst(worker_id="w"):
+    from agents.worker import Worker
+
+    return Worker(worker_id=worker_id, burst=True).run()
