@@ -327,22 +327,23 @@ def _cool_down_and_move(task, run, *, actor, code, message, now) -> None:
 # --- Recovery of lost runs ---------------------------------------------------------------------
 
 
-def _stale_filter(now) -> Q:
-    overdue = now - timedelta(seconds=settings.ACTHELM_RUN_TIMEOUT_SECONDS + 300)
+def _stale_filter() -> Q:
+    """Lease expired, or started longer ago than the run timeout + 5 minutes — both judged by the
+    database's clock, so the clocks of worker hosts do not matter."""
+    overdue = Now() - timedelta(seconds=settings.ACTHELM_RUN_TIMEOUT_SECONDS + 300)
     return Q(lease_expires_at__lt=Now()) | Q(
         runs__status=RunStatus.STARTED, runs__started_at__lt=overdue
     )
 
 
-def recover_stale(*, now=None, actor: Actor | None = None) -> list[int]:
+def recover_stale(*, actor: Actor | None = None) -> list[int]:
     """Fail runs whose lease expired or that overran the run timeout + 5 minutes; requeue their
     task once (the next run resumes from the checkpoint); a second loss fails it (worker_lost)."""
-    now = now or timezone.now()
     actor = actor or Actor.system("recover_stale")
     recovered = []
     candidates = list(
         Task.objects.filter(status__in=HELD)
-        .filter(_stale_filter(now))
+        .filter(_stale_filter())
         .values_list("pk", flat=True)
         .distinct()[:500]
     )
@@ -351,7 +352,7 @@ def recover_stale(*, now=None, actor: Actor | None = None) -> list[int]:
             task = Task.objects.select_for_update(skip_locked=True).filter(pk=task_id).first()
             if task is None or task.status not in HELD:
                 continue
-            if not Task.objects.filter(_stale_filter(now), pk=task_id).exists():
+            if not Task.objects.filter(_stale_filter(), pk=task_id).exists():
                 continue  # renewed meanwhile
             run = AgentRun.objects.filter(task=task, status=RunStatus.STARTED).first()
             if run is not None:

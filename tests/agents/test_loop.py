@@ -374,3 +374,25 @@ def test_resume_on_another_model(model_server, http_model, loop_task, fast_worke
     # The saved conversation is kept: the second model sees the plan call and its result.
     messages = second.completion_requests[0].json["messages"]
     assert any(m["role"] == "tool" and "Plan recorded" in m["content"] for m in messages)
+
+
+@pytest.mark.parametrize("flavor", ["openai", "anthropic"])
+def test_hidden_reasoning_is_never_requested_nor_stored(
+    model_server, http_model, loop_task, fast_worker_settings, flavor
+):
+    from django.db import connection
+
+    server = model_server(
+        [reply_text("the visible answer", reasoning="SECRET-CHAIN-OF-THOUGHT")], flavor=flavor
+    )
+    task = loop_task(http_model(server, flavor=flavor), tools=[])
+    run_burst()
+    assert AgentRun.objects.get(task=task).answer == "the visible answer"
+    body = server.completion_requests[0].json
+    assert "thinking" not in body and "reasoning" not in json.dumps(body).lower()
+    with connection.cursor() as cursor:
+        for table in ("agents_turn", "agents_agentrun", "tasks_taskevent"):
+            cursor.execute(
+                f"SELECT count(*) FROM {table} WHERE {table}::text LIKE %s", ["%SECRET-CHAIN%"]
+            )
+            assert cursor.fetchone()[0] == 0, table
