@@ -1,7 +1,7 @@
 """Reads of tasks for the console and the CLI."""
 
 from tasks.models import Task, TaskEvent
-from tasks.states import allowed_actions
+from tasks.states import TaskStatus, allowed_actions
 
 
 def task_as_dict(task: Task, *, with_events: bool = False) -> dict:
@@ -72,3 +72,39 @@ def event_as_dict(event: TaskEvent) -> dict:
         "data": event.data,
         "at": event.created_at.isoformat(),
     }
+
+
+def blocking_reason(task: Task) -> str | None:
+    """Why a blocked task waits, naming each unfinished dependency and its state; None when the
+    task is not blocked. A cancelled or failed dependency is called out: it will not finish by
+    itself, so the task stays blocked until a person acts."""
+    if task.status != TaskStatus.BLOCKED:
+        return None
+    deps = list(
+        Task.objects.filter(dependant_links__task=task)
+        .exclude(status=TaskStatus.DONE)
+        .order_by("id")
+        .values("id", "title", "status")
+    )
+    if not deps:
+        return "All its dependencies are done; it becomes ready at the next reconciler pass."
+    waiting, stuck = [], []
+    for dep in deps:
+        name = f"#{dep['id']} “{dep['title']}”"
+        if dep["status"] == TaskStatus.CANCELLED:
+            stuck.append(f"{name} was cancelled and will never be done")
+        elif dep["status"] == TaskStatus.FAILED:
+            stuck.append(f"{name} failed and is done only if it is retried and closed")
+        else:
+            waiting.append(f"{name} ({TaskStatus(dep['status']).label.lower()})")
+    parts = []
+    if waiting:
+        parts.append("Waits for " + ", ".join(waiting) + " to be done.")
+    if stuck:
+        parts.append(
+            "Stuck: "
+            + "; ".join(stuck)
+            + ". This task stays blocked until every dependency is done; cancel it if it is no "
+            "longer needed."
+        )
+    return " ".join(parts)

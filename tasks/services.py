@@ -251,20 +251,26 @@ def task_cancel(*, actor: Actor, task_id: int, reason: str = "") -> Task:
             kind=EventKind.CANCELLED,
             data={"reason": reason, "runs_cancelled": runs},
         )
-        _note_stuck_dependants(task, actor=actor)
+        note_stuck_dependants(task, actor=actor)
     return task
 
 
-def _note_stuck_dependants(task: Task, *, actor: Actor) -> None:
+def note_stuck_dependants(task: Task, *, actor: Actor) -> list[int]:
+    """`task` was cancelled or failed: each blocked dependant stays blocked, and its timeline says
+    why. Called in the transaction that moved `task` (task_cancel here; the worker when it fails a
+    task). Returns the dependants noted."""
+    noted = []
     for dependant in Task.objects.filter(
         dependency_links__depends_on=task, status=TaskStatus.BLOCKED
-    ):
+    ).order_by("id"):
         record_event(
             dependant,
             actor=actor,
             kind=EventKind.UNBLOCK_BLOCKED,
             data={"dependency": task.pk, "dependency_status": task.status},
         )
+        noted.append(dependant.pk)
+    return noted
 
 
 def task_close(*, actor: Actor, task_id: int) -> Task:
@@ -360,3 +366,52 @@ def task_delete(*, actor: Actor, task_id: int) -> None:
             raise TransitionNotAllowed(f"open tasks depend on task {task_id}")
         task.delete()
     log.info("task.deleted", extra={"task_id": task_id, "actor": actor.label})
+
+
+def follow_up_create(
+    *,
+    actor: Actor,
+    parent: Task,
+    title: str,
+    instruction: str,
+    depends_on: list[Task] | tuple = (),
+) -> Task:
+    """A planning task's `propose_task`: a linked work task for the parent's goal, on the parent's
+    connection and model with the default tools, `blocked` or `ready` by its dependencies.
+
+    Proposing the same title twice from one parent returns the first follow-up: the tool is
+    replayed after a crash, and the loop names dependencies by title, so titles stay unique.
+    """
+    title = (title or "").strip()
+    with transaction.atomic():
+        # Serialises two proposals from one parent (the worker already holds this lock).
+        lock_task(parent.pk)
+        existing = Task.objects.filter(spawned_by=parent, title=title).order_by("id").first()
+        if existing is not None:
+            log.info(
+                "task.follow_up_exists",
+                extra={"task_id": existing.pk, "parent_id": parent.pk, "actor": actor.label},
+            )
+            return existing
+        task = task_create(
+            actor=actor,
+            title=title,
+            instruction=instruction,
+            goal=parent.goal,
+            kind=TaskKind.WORK,
+            origin=TaskOrigin.AGENT,
+            spawned_by=parent,
+            depends_on=depends_on,
+            connection=parent.connection,
+            model=parent.model,
+        )
+    log.info(
+        "task.follow_up_created",
+        extra={
+            "task_id": task.pk,
+            "parent_id": parent.pk,
+            "status": task.status,
+            "actor": actor.label,
+        },
+    )
+    return task

@@ -1,5 +1,5 @@
 """acthelm_task create|show|list|pause|withdraw-pause|resume|cancel|approve|deny|run-again|skip|
-close|reopen|retry|limits|delete — every console action, scriptable, with --json output."""
+close|reopen|retry|limits|delete|stats — every console action, scriptable, with --json output."""
 
 from pathlib import Path
 
@@ -54,6 +54,10 @@ class Command(BaseCommand):
         lst.add_argument("--status", choices=TaskStatus.values)
         lst.add_argument("--limit", type=int, default=50)
 
+        stats = sub.add_parser("stats", help="the model scorecard for a period")
+        stats.add_argument("--period", choices=["day", "week", "month"], default="week")
+        stats.add_argument("--since", help="a date (YYYY-MM-DD); overrides --period")
+
         for name in ("show", "pause", "withdraw-pause", "cancel", "close", "delete"):
             p = sub.add_parser(name)
             p.add_argument("task", type=int)
@@ -107,6 +111,8 @@ class Command(BaseCommand):
         if action == "show":
             task = self._task(opts["task"])
             return emit(self, task_as_dict(task, with_events=True), as_json=as_json)
+        if action == "stats":
+            return self._stats(opts, as_json)
 
         actor = person_actor(opts["user"])
         if action == "create":
@@ -145,6 +151,21 @@ class Command(BaseCommand):
         return emit(
             self, task_as_dict(task), as_json=as_json, text=f"task {task.pk}: {task.status}"
         )
+
+    def _stats(self, opts, as_json):
+        from agents.scorecard import model_scorecard, scorecard_window
+
+        card = model_scorecard(window=scorecard_window(period=opts["period"], since=opts["since"]))
+        lines = [f"{card.window.label} ({card.window.since:%Y-%m-%d %H:%M} to now)"]
+        for s in [*card.models, card.totals]:
+            cost = "—" if s.cost is None else f"{s.cost:.4f}"
+            lines.append(
+                f"{s.label:<40} tasks {s.tasks_run:>4}  approved {s.approvals:>4}  "
+                f"rejected {s.rejections:>4}  closed {s.closed:>4}  reopened {s.reopened:>4}  "
+                f"limits {s.limit_failures:>3}  loops {s.loops:>3}  "
+                f"tokens {s.input_tokens}/{s.output_tokens}  cost {cost}"
+            )
+        return emit(self, card.as_dict(), as_json=as_json, text="\n".join(lines))
 
     def _task(self, task_id: int) -> Task:
         try:
