@@ -127,13 +127,7 @@ class AgentRun(models.Model):
 
     class Meta:
         ordering = ["task_id", "number"]
-        indexes = [
-            models.Index(
-                fields=["heartbeat_at"],
-                name="run_started_idx",
-                condition=Q(status=RunStatus.STARTED),
-            ),
-        ]
+        # No index on heartbeat_at, which every heartbeat rewrites (keeps those updates HOT).
         constraints = [
             models.UniqueConstraint(fields=["task", "number"], name="run_number_unique"),
             models.UniqueConstraint(fields=["task", "claim_count"], name="run_claim_unique"),

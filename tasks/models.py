@@ -105,11 +105,9 @@ class Task(models.Model):
                 condition=Q(status=TaskStatus.READY),
             ),
             models.Index(fields=["status", "-id"], name="task_status_idx"),
-            models.Index(
-                fields=["lease_expires_at"],
-                name="task_lease_idx",
-                condition=Q(status__in=[TaskStatus.IN_PROGRESS, TaskStatus.PAUSE_REQUESTED]),
-            ),
+            # No index on lease_expires_at: the heartbeat rewrites it every few seconds, and an
+            # index on it would turn each of those updates into a non-HOT one. Held tasks are
+            # few; recovery finds them through task_status_idx.
             models.Index(fields=["goal", "status"], name="task_goal_status_idx"),
         ]
         constraints = [
