@@ -5,6 +5,7 @@ PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed
 HOST ?= 127.0.0.1
 PORT ?= 8000
+DEMO_MODEL_PORT ?= 8765
 PYTEST_ARGS ?=
 
 .PHONY: run test venv migrate demo serve-dev worker lint fmt chromium db-stop stop clean
@@ -26,13 +27,14 @@ migrate: $(STAMP)
 	$(PY) manage.py migrate --noinput
 
 demo: migrate
-	$(PY) manage.py acthelm_demo
+	ACTHELM_DEMO_MODEL_PORT=$(DEMO_MODEL_PORT) $(PY) manage.py acthelm_demo
 
-# The console on $(HOST):$(PORT) and one worker beside it; Ctrl-C stops both.
+# The console on $(HOST):$(PORT), one worker and the scripted demo model; Ctrl-C stops them.
 run: demo
 	@echo "Console: http://$(HOST):$(PORT)/  (admin: http://$(HOST):$(PORT)/admin/)"
 	@trap 'kill 0' INT TERM EXIT; \
-	$(PY) manage.py acthelm_worker --worker-id demo-worker & \
+	$(PY) -m acthelm_site.demo_model --port $(DEMO_MODEL_PORT) & \
+	ACTHELM_RECONCILE_INTERVAL_SECONDS=10 $(PY) manage.py acthelm_worker --worker-id demo-worker & \
 	$(PY) manage.py runserver --noreload $(HOST):$(PORT)
 
 worker: migrate
@@ -62,3 +64,4 @@ db-stop stop: $(STAMP)
 
 clean: db-stop
 	rm -rf $(VENV) .pgdata var
+

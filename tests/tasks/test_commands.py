@@ -119,4 +119,4 @@ def test_demo_is_idempotent(manage, transactional_db):
     first = manage("acthelm_demo", env={"ACTHELM_DEMO_PASSWORD": "pw12345"}, check=True)
     assert "founder / pw12345" in first.stdout
     manage("acthelm_demo", check=True)
-    assert Task.objects.count() == 2
+    assert Task.objects.count() == 1

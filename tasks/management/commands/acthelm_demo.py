@@ -2,7 +2,6 @@
 
 import os
 import secrets
-import sys
 
 from django.contrib.auth import get_user_model
 from django.core.management.base import BaseCommand
@@ -13,6 +12,7 @@ from agents.states import ConnectionKind, CostTier, ModelTestStatus
 from tasks.actors import Actor
 from tasks.models import Goal, Task
 from tasks.services import task_create
+from tasks.workspace import add_input_file
 
 
 class Command(BaseCommand):
@@ -40,11 +40,12 @@ class Command(BaseCommand):
             self._demo_data(user)
 
     def _demo_data(self, user):
-        conn, created = Connection.objects.get_or_create(
-            name="demo-cli",
+        port = os.environ.get("ACTHELM_DEMO_MODEL_PORT", "8765")
+        conn, _ = Connection.objects.update_or_create(
+            name="demo",
             defaults={
-                "kind": ConnectionKind.CLI,
-                "command": [sys.executable, "-m", "acthelm_site.demo_model"],
+                "kind": ConnectionKind.OPENAI_COMPATIBLE,
+                "base_url": f"http://127.0.0.1:{port}/v1",
                 "cost_tier": CostTier.ZERO_COST,
                 "timeout_seconds": 30,
             },
@@ -53,31 +54,34 @@ class Command(BaseCommand):
             connection=conn,
             name="demo",
             defaults={
-                "supports_tools": False,
+                "supports_tools": True,
+                "context_window": 32768,
                 "test_status": ModelTestStatus.PASSED,
-                "test_message": "scripted demo model",
+                "test_message": "Acthelm's scripted demo model (python -m acthelm_site.demo_model)",
             },
         )
-        if Task.objects.exists():
+        if Task.objects.exists() or Goal.objects.exists():
             return
         actor = Actor.person(user)
-        goal = Goal.objects.create(title="Ship the quarterly report", created_by=user)
-        task_create(
+        # A goal with no work yet: the reconciler gives it a planning task, whose run proposes
+        # two linked follow-up tasks; the worker runs those too, and they wait in review.
+        Goal.objects.create(
+            title="Ship the quarterly report",
+            description="Get the Q3 report written and reviewed.",
+            created_by=user,
+        )
+        task = task_create(
             actor=actor,
             title="Summarise last quarter's support tickets",
-            instruction="Summarise the main themes of last quarter's support tickets.",
-            goal=goal,
-            tools=[],
-            connection=conn,
+            instruction="Summarise the main themes of the support tickets in tickets.csv.",
             model=model,
         )
-        task_create(
-            actor=actor,
-            title="Draft the release notes",
-            instruction="Draft release notes for version 1.2 from the changelog.",
-            goal=goal,
-            tools=[],
-            connection=conn,
-            model=model,
+        add_input_file(
+            task.pk,
+            name="tickets.csv",
+            data="id,topic,minutes\n1,login,12\n2,billing,30\n3,login,8\n4,export,25\n",
         )
-        self.stdout.write("Demo data: one goal, two tasks on the demo-cli connection.")
+        self.stdout.write(
+            "Demo data: a goal for the reconciler to plan, and a task with an input file, on "
+            "the scripted demo model."
+        )

@@ -1,0 +1,49 @@
+"""`make run`'s demo: a goal whose planning task runs against the scripted demo model."""
+
+import threading
+from http.server import ThreadingHTTPServer
+
+import pytest
+
+from acthelm_site.demo_model import Handler
+from agents.models import Artifact
+from tasks.models import Goal, Task
+from tasks.states import TaskKind, TaskOrigin, TaskStatus
+
+pytestmark = pytest.mark.django_db(transaction=True)
+
+
+@pytest.fixture
+def demo_model():
+    server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+    thread = threading.Thread(target=server.serve_forever, daemon=True)
+    thread.start()
+    yield server.server_address[1]
+    server.shutdown()
+    server.server_close()
+
+
+def test_the_demo_shows_the_whole_loop(demo_model, monkeypatch, settings):
+    from django.core.management import call_command
+
+    from agents.worker import Worker
+    from tasks.reconciler import reconcile
+
+    settings.ACTHELM_HEARTBEAT_SECONDS = 0.5
+    monkeypatch.setenv("ACTHELM_DEMO_MODEL_PORT", str(demo_model))
+    monkeypatch.setenv("ACTHELM_DEMO_PASSWORD", "demo-pass")
+    call_command("acthelm_demo")
+    goal = Goal.objects.get()
+    reconcile()
+    planning = Task.objects.get(goal=goal, kind=TaskKind.PLANNING)
+    assert planning.origin == TaskOrigin.RECONCILER
+    Worker(worker_id="demo", burst=True).run()
+    planning.refresh_from_db()
+    assert planning.status == TaskStatus.REVIEW  # a person closes it (the policy is off)
+    follow_ups = list(Task.objects.filter(spawned_by=planning).order_by("id"))
+    assert [t.title for t in follow_ups] == ["Gather the facts", "Write the summary"]
+    # The summary waited for the facts; the worker ran both to review.
+    assert [t.status for t in follow_ups] == [TaskStatus.REVIEW, TaskStatus.BLOCKED]
+    work = Task.objects.get(title__startswith="Summarise last quarter")
+    assert work.status == TaskStatus.REVIEW
+    assert Artifact.objects.filter(task=work, name="report.md").exists()
