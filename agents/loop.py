@@ -17,6 +17,8 @@ import time
 from dataclasses import dataclass, field
 
 from django.conf import settings
+from django.db import InterfaceError, OperationalError
+from django.db import connection as db
 from django.db.models import F
 from django.utils import timezone
 
@@ -600,7 +602,23 @@ class AgentLoop:
     def _mark_unknown(self, call: ToolCall) -> None:
         with self._write() as task:
             ToolCall.objects.filter(pk=call.pk).update(status=ToolCallStatus.UNKNOWN)
-            ReviewDecision.objects.get_or_create(task=task, tool_call=call)
+            # A person may already have chosen "run again" for this operation and that run was
+            # lost as well: the old choice is spent, and the operation needs a new decision (left
+            # decided, the task would wait in needs_review with nothing anyone could decide).
+            ReviewDecision.objects.update_or_create(
+                tool_call=call,
+                defaults={
+                    "task": task,
+                    "choice": ReviewChoice.PENDING,
+                    "decided_by": None,
+                    "decided_at": None,
+                },
+            )
+            # The request may have reached the server before the crash: it counts against the
+            # task's network limit like any other request.
+            AgentRun.objects.filter(pk=self.run_id).update(
+                network_requests=F("network_requests") + 1
+            )
             record_event(
                 task,
                 actor=self.actor,
@@ -765,8 +783,18 @@ class _FencedWrite:
         self.loop = loop
 
     def __enter__(self):
-        self._cm = fenced(self.loop.run_id, self.loop.task_id)
-        task = self._cm.__enter__()
+        try:
+            self._cm = fenced(self.loop.run_id, self.loop.task_id)
+            task = self._cm.__enter__()
+        except (OperationalError, InterfaceError):
+            # The connection died while the model or a tool ran (a restarted or cut database):
+            # nothing was written yet, so reconnect once rather than lose the step's result.
+            if db.in_atomic_block:
+                raise
+            log.warning("loop.reconnect", extra={"task_id": self.loop.task_id})
+            db.close()
+            self._cm = fenced(self.loop.run_id, self.loop.task_id)
+            task = self._cm.__enter__()
         AgentRun.objects.filter(pk=self.loop.run_id).update(
             active_seconds=F("active_seconds") + self.loop._elapsed()
         )

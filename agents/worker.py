@@ -54,6 +54,8 @@ class Heartbeat(threading.Thread):
                 try:
                     status = renew_lease(task_id=self.claim.task_id, run_id=self.claim.run_id)
                 except AttemptLost:
+                    if self.done.is_set():
+                        return  # the run just ended; its task has moved on
                     log.warning(
                         "run.lost",
                         extra={"task_id": self.claim.task_id, "run_id": self.claim.run_id},

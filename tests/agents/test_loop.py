@@ -396,3 +396,23 @@ def test_hidden_reasoning_is_never_requested_nor_stored(
                 f"SELECT count(*) FROM {table} WHERE {table}::text LIKE %s", ["%SECRET-CHAIN%"]
             )
             assert cursor.fetchone()[0] == 0, table
+
+
+def test_a_cut_database_connection_does_not_cost_a_second_model_call(
+    model_server, http_model, loop_task, fast_worker_settings
+):
+    from django.db import connection
+
+    server = model_server([reply_text("answered once", delay=1.5)])
+    task = loop_task(http_model(server), tools=[])
+    thread = threading.Thread(target=Worker(worker_id="w", burst=True).run)
+    thread.start()
+    assert server.wait_for_requests(1, 10)
+    with connection.cursor() as cursor:  # cut every other session of this database
+        cursor.execute(
+            "SELECT pg_terminate_backend(pid) FROM pg_stat_activity "
+            "WHERE datname = current_database() AND pid <> pg_backend_pid()"
+        )
+    thread.join(20)
+    assert status_of(task) == TaskStatus.REVIEW
+    assert len(server.completion_requests) == 1
