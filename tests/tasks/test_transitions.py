@@ -232,3 +232,13 @@ def test_a_persons_action_after_the_claim_fences_but_a_pause_request_does_not(ac
         record_event(lock_task(task.pk), actor=actor, kind=EventKind.LIMITS_CHANGED)
     with transaction.atomic():
         assert not holds_attempt(lock_task(task.pk), claim.run_id)
+
+
+@pytest.mark.django_db
+def test_the_database_refuses_a_decreasing_claim_counter():
+    from django.db import DatabaseError
+
+    task = TaskFactory()
+    claim_next(worker_id="w")
+    with pytest.raises(DatabaseError, match="never decreases"), transaction.atomic():
+        Task.objects.filter(pk=task.pk).update(claim_count=0)
