@@ -8,7 +8,7 @@ PORT ?= 8000
 DEMO_MODEL_PORT ?= 8765
 PYTEST_ARGS ?=
 
-.PHONY: run test venv migrate demo serve-dev worker lint fmt chromium db-stop stop clean
+.PHONY: run test venv migrate demo worker lint fmt chromium screenshots db-stop stop clean
 
 $(STAMP): pyproject.toml
 	@set -e; \
@@ -58,6 +58,10 @@ test: $(STAMP) chromium lint
 	$(PY) manage.py makemigrations --check --dry-run
 	$(PY) -m pytest $(PYTEST_ARGS)
 
+# Refreshes the README's screenshots from the browser tests' real pages.
+screenshots: $(STAMP) chromium
+	ACTHELM_SCREENSHOTS=1 $(PY) -m pytest tests/e2e -q
+
 # Stops the embedded PostgreSQL (it keeps running between commands so workers and tests share it).
 db-stop stop: $(STAMP)
 	$(PY) -m acthelm_site.embedded_pg stop
@@ -65,3 +69,10 @@ db-stop stop: $(STAMP)
 clean: db-stop
 	rm -rf $(VENV) .pgdata var
 
+# The console under gunicorn with the production settings, on $(HOST):$(PORT) behind a
+# TLS-terminating proxy. Needs DJANGO_SECRET_KEY and DATABASE_URL; see docs/operations.md.
+.PHONY: serve
+serve: $(STAMP)
+	DJANGO_SETTINGS_MODULE=acthelm_site.settings_production $(PY) manage.py collectstatic --noinput
+	DJANGO_SETTINGS_MODULE=acthelm_site.settings_production exec $(PY) -m gunicorn acthelm_site.wsgi \
+		--bind $(HOST):$(PORT) --access-logfile -

@@ -79,6 +79,7 @@ TEMPLATES = [
                 "django.template.context_processors.request",
                 "django.contrib.auth.context_processors.auth",
                 "django.contrib.messages.context_processors.messages",
+                "acthelm_site.context_processors.console",
             ],
         },
     },
@@ -147,11 +148,28 @@ ACTHELM_FETCH_ALLOW_PRIVATE = env_bool("ACTHELM_FETCH_ALLOW_PRIVATE", False)
 ACTHELM_AUTO_CLOSE_GOAL_NO_WORK = env_bool("ACTHELM_AUTO_CLOSE_GOAL_NO_WORK", False)
 ACTHELM_MEMORY_BUDGET_CHARS = env_int("ACTHELM_MEMORY_BUDGET_CHARS", 8_000)
 
+# Operations: /metrics answers only a request with "Authorization: Bearer <this token>"; when it
+# is empty, /metrics is switched off (404).
+ACTHELM_METRICS_TOKEN = os.environ.get("ACTHELM_METRICS_TOKEN", "").strip()
+
+# ACTHELM_LOG_FORMAT=json: one JSON object per line (acthelm_site.logging.JsonFormatter).
 LOGGING = {
     "version": 1,
     "disable_existing_loggers": False,
-    "formatters": {"plain": {"format": "%(asctime)s %(levelname)s %(name)s %(message)s"}},
-    "handlers": {"console": {"class": "logging.StreamHandler", "formatter": "plain"}},
+    "formatters": {
+        "plain": {"format": "%(asctime)s %(levelname)s %(name)s %(message)s"},
+        "json": {"()": "acthelm_site.logging.JsonFormatter"},
+    },
+    "handlers": {
+        "console": {
+            "class": "logging.StreamHandler",
+            "formatter": (
+                "json"
+                if os.environ.get("ACTHELM_LOG_FORMAT", "").strip().lower() == "json"
+                else "plain"
+            ),
+        }
+    },
     "root": {"handlers": ["console"], "level": os.environ.get("ACTHELM_LOG_LEVEL", "INFO")},
     "loggers": {"pgserver": {"level": "WARNING"}},
 }

@@ -1,11 +1,14 @@
 from django.contrib import admin
-from django.urls import path
-from django.views.generic import RedirectView
+from django.urls import include, path
 
 admin.site.site_header = "Acthelm"
 admin.site.site_title = "Acthelm console"
+admin.site.index_title = "Administration"
 
 urlpatterns = [
     path("admin/", admin.site.urls),
-    path("", RedirectView.as_view(url="/admin/", permanent=False)),
+    path("", include("acthelm_site.ops_urls")),
+    path("approvals/", include("approvals.urls")),
+    path("scorecard/", include("agents.scorecard_urls")),
+    path("", include("tasks.urls")),
 ]

@@ -1,16 +1,23 @@
 """The console's admin for tasks: filters, the timeline inline, and actions that call services."""
 
+import logging
+
+from django import forms
 from django.contrib import admin, messages
 from django.contrib.admin.options import ActionLocation
 from django.db.models import Count, Q
+from django.utils.html import format_html_join
 
 from tasks import services
 from tasks.actors import Actor
-from tasks.exceptions import ActhelmError
+from tasks.exceptions import ActhelmError, InvalidInput
 from tasks.models import Goal, Task, TaskDependency, TaskEvent
 from tasks.states import TaskStatus
+from tasks.workspace import add_input_file, list_input_files, safe_file_name
 
 BOTH = [ActionLocation.CHANGE_LIST, ActionLocation.CHANGE_FORM]
+
+log = logging.getLogger("acthelm.tasks")
 
 
 class TaskEventInline(admin.TabularInline):
@@ -83,8 +90,36 @@ def resume_tasks(modeladmin, request, queryset):
     _run_action(modeladmin, request, queryset, "Resumed", services.task_resume)
 
 
+class TaskAdminForm(forms.ModelForm):
+    """The task's fields, plus one input file that Save copies into the task's workspace."""
+
+    input_file = forms.FileField(
+        required=False,
+        label="Add an input file",
+        help_text="Copied into the task's workspace, where its tools can read it. "
+        "A file of the same name is replaced.",
+    )
+
+    # No Meta: ModelAdmin.get_form builds the Task form around this class.
+
+    def clean_input_file(self):
+        upload = self.cleaned_data.get("input_file")
+        if not upload:
+            return None
+        if self.instance.pk and self.instance.is_held:
+            raise forms.ValidationError(
+                "A worker is running this task: add files while it is not running."
+            )
+        try:
+            safe_file_name(upload.name)
+        except InvalidInput as exc:
+            raise forms.ValidationError(exc.message) from None
+        return upload
+
+
 @admin.register(Task)
 class TaskAdmin(admin.ModelAdmin):
+    form = TaskAdminForm
     list_display = ["id", "title", "status", "kind", "goal", "connection", "priority", "updated_at"]
     list_filter = ["status", "kind", "goal", "connection"]
     search_fields = ["title", "instruction"]
@@ -105,6 +140,7 @@ class TaskAdmin(admin.ModelAdmin):
         "created_by",
         "created_at",
         "updated_at",
+        "input_files",
     ]
     raw_id_fields = ["spawned_by"]
     inlines = [DependencyInline, TaskEventInline]
@@ -123,6 +159,29 @@ class TaskAdmin(admin.ModelAdmin):
             actions.pop("close_tasks", None)
             actions.pop("reopen_tasks", None)
         return actions
+
+    def get_ordering(self, request):
+        # The review queue: the task that has waited longest comes first.
+        if request.GET.get("status__exact") == TaskStatus.REVIEW:
+            return ["updated_at", "id"]
+        return super().get_ordering(request)
+
+    @admin.display(description="Input files")
+    def input_files(self, obj):
+        files = list_input_files(obj.pk) if obj and obj.pk else []
+        if not files:
+            return "none"
+        return format_html_join(", ", "{} ({} bytes)", ((f["name"], f["size"]) for f in files))
+
+    def save_model(self, request, obj, form, change):
+        super().save_model(request, obj, form, change)
+        upload = form.cleaned_data.get("input_file")
+        if upload:
+            path = add_input_file(obj.pk, name=upload.name, data=upload)
+            log.info(
+                "admin.input_file_added",
+                extra={"task_id": obj.pk, "file": path.name, "actor": request.user.get_username()},
+            )
 
     def has_close_permission(self, request):
         return request.user.has_perm("tasks.close_task")

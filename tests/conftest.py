@@ -69,6 +69,7 @@ def worker_env(transactional_db):
     from acthelm_site.dburl import build_database_url
 
     env = dict(os.environ)
+    env.pop("DJANGO_ALLOW_ASYNC_UNSAFE", None)  # set for Playwright's thread only, never children
     env["DATABASE_URL"] = build_database_url(connection.settings_dict)
     env["PYTHONPATH"] = str(ROOT)
     env["DJANGO_SETTINGS_MODULE"] = "acthelm_site.settings"

@@ -1,0 +1,182 @@
+"""The approvals inbox: every pending operation and every needs_review decision, decided by hash.
+
+A decision posts back the operation's arguments_hash; approvals.services refuses a stale one
+(StaleDecision) and changes nothing, and the page says so.
+"""
+
+import json
+import logging
+
+from django.contrib import messages
+from django.core.exceptions import PermissionDenied
+from django.shortcuts import redirect, render
+from django.views.decorators.http import require_GET, require_POST
+
+from approvals import services
+from approvals.models import Approval, ReviewDecision
+from approvals.states import ApprovalStatus, ReviewChoice
+from tasks.actors import Actor
+from tasks.exceptions import ActhelmError, NotPermitted
+from tasks.views import OUTCOME_UNKNOWN, error_status, login_required, render_task_page
+
+log = logging.getLogger("acthelm.console")
+
+DECIDE_PERM = "approvals.decide_approval"
+VIEW_TASK_PERM = "tasks.view_task"
+VIEW_PERMS = (DECIDE_PERM, "approvals.view_approval")
+INBOX_SIZE = 200
+
+
+def _may_view(user) -> bool:
+    return any(user.has_perm(perm) for perm in VIEW_PERMS)
+
+
+def _pretty(value) -> str:
+    return json.dumps(value, indent=2, sort_keys=True, ensure_ascii=False, default=str)
+
+
+def pending_approvals():
+    return (
+        Approval.objects.filter(status=ApprovalStatus.PENDING)
+        .select_related("task")
+        .order_by("created_at", "id")
+    )
+
+
+def pending_reviews():
+    return (
+        ReviewDecision.objects.filter(choice=ReviewChoice.PENDING)
+        .select_related("task", "tool_call")
+        .defer("tool_call__result", "tool_call__result_for_model")
+        .order_by("created_at", "id")
+    )
+
+
+@require_GET
+@login_required
+def inbox(request):
+    """Oldest first; the oldest INBOX_SIZE of each kind (the badge counts them all)."""
+    if not _may_view(request.user):
+        raise PermissionDenied
+    return _render_inbox(request)
+
+
+def _render_inbox(request, *, error: ActhelmError | None = None, status: int = 200):
+    approvals = list(pending_approvals()[: INBOX_SIZE + 1])
+    reviews = list(pending_reviews()[: INBOX_SIZE + 1])
+    for approval in approvals:
+        approval.arguments_pretty = _pretty(approval.arguments)
+    for decision in reviews:
+        decision.arguments_pretty = _pretty(decision.tool_call.arguments)
+    context = {
+        "approvals": approvals[:INBOX_SIZE],
+        "reviews": reviews[:INBOX_SIZE],
+        "more": len(approvals) > INBOX_SIZE or len(reviews) > INBOX_SIZE,
+        "can_decide": request.user.has_perm(DECIDE_PERM),
+        "outcome_unknown": OUTCOME_UNKNOWN,
+        "error": error,
+    }
+    return render(request, "console/inbox.html", context, status=status)
+
+
+def _decide(request, *, kind: str, pk: int, decide, verb: str):
+    """Call the service with the posted hash; answer for the page the form was on."""
+    if not request.user.has_perm(DECIDE_PERM):
+        raise PermissionDenied
+    arguments_hash = request.POST.get("arguments_hash", "")
+    # Decided from a task page: answer with that page (for people who may see it).
+    task_id = _int(request.POST.get("task")) if request.user.has_perm(VIEW_TASK_PERM) else None
+    try:
+        decided = decide(actor=Actor.person(request.user), pk=pk, arguments_hash=arguments_hash)
+    except NotPermitted:
+        raise PermissionDenied from None
+    except ActhelmError as exc:
+        log.info(
+            "console.decision_refused",
+            extra={"kind": kind, "id": pk, "code": exc.code, "task_id": task_id},
+        )
+        status = error_status(exc)
+        if task_id:
+            return render_task_page(request, task_id, error=exc, status=status)
+        if request.htmx:
+            context = {"kind": kind, "pk": pk, "error": exc}
+            return render(request, "console/_decided.html", context, status=status)
+        return _render_inbox(request, error=exc, status=status)
+    log.info(
+        "console.decision",
+        extra={"kind": kind, "id": pk, "verb": verb, "actor": request.user.get_username()},
+    )
+    text = f"{verb}: {decided} (task #{decided.task_id})."
+    if task_id == decided.task_id:
+        messages.success(request, text)
+        if request.htmx:
+            return render_task_page(request, task_id)
+        return redirect("tasks:detail", pk=task_id)
+    if request.htmx:
+        context = {"kind": kind, "pk": pk, "text": text, "task_id": decided.task_id}
+        return render(request, "console/_decided.html", context)
+    messages.success(request, text)
+    return redirect("approvals:inbox")
+
+
+def _int(value) -> int | None:
+    try:
+        return int(value)
+    except (TypeError, ValueError):
+        return None
+
+
+@require_POST
+@login_required
+def approve(request, pk: int):
+    return _decide(
+        request,
+        kind="approval",
+        pk=pk,
+        verb="Approved",
+        decide=lambda actor, pk, arguments_hash: services.approval_approve(
+            actor=actor, approval_id=pk, arguments_hash=arguments_hash
+        ),
+    )
+
+
+@require_POST
+@login_required
+def deny(request, pk: int):
+    return _decide(
+        request,
+        kind="approval",
+        pk=pk,
+        verb="Denied",
+        decide=lambda actor, pk, arguments_hash: services.approval_deny(
+            actor=actor, approval_id=pk, arguments_hash=arguments_hash
+        ),
+    )
+
+
+@require_POST
+@login_required
+def run_again(request, pk: int):
+    return _decide(
+        request,
+        kind="review",
+        pk=pk,
+        verb="Run again",
+        decide=lambda actor, pk, arguments_hash: services.review_run_again(
+            actor=actor, decision_id=pk, arguments_hash=arguments_hash
+        ),
+    )
+
+
+@require_POST
+@login_required
+def skip(request, pk: int):
+    return _decide(
+        request,
+        kind="review",
+        pk=pk,
+        verb="Skipped",
+        decide=lambda actor, pk, arguments_hash: services.review_skip(
+            actor=actor, decision_id=pk, arguments_hash=arguments_hash
+        ),
+    )

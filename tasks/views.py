@@ -1,0 +1,687 @@
+"""The console's task pages: the list, the new-task form, the live task page and its actions.
+
+Views parse input and call tasks.services; every state change happens there. Each page makes a
+fixed number of queries, whatever the number of tasks, turns, tool calls or events.
+"""
+
+import json
+import logging
+from functools import wraps
+
+from django.contrib import messages
+from django.contrib.auth.views import redirect_to_login
+from django.core.exceptions import PermissionDenied
+from django.db import transaction
+from django.db.models import BooleanField, Case, F, Prefetch, Value, When
+from django.db.models.functions import Length
+from django.http import FileResponse, Http404, HttpResponse
+from django.shortcuts import get_object_or_404, redirect, render
+from django.template.loader import render_to_string
+from django.urls import reverse
+from django.views.decorators.http import require_GET, require_http_methods, require_POST
+from django_htmx.http import HttpResponseClientRedirect
+
+from agents.limits import CUMULATIVE_LIMITS, task_usage
+from agents.models import Artifact, Model, ToolCall
+from agents.services import model_check_for_task
+from approvals.states import ApprovalStatus, ReviewChoice
+from memory.models import MemorySelection
+from tasks import services
+from tasks.actors import Actor
+from tasks.exceptions import ActhelmError, InvalidInput, NotPermitted, TaskNotFound
+from tasks.forms import LIMIT_LABELS, TaskCreateForm, model_queryset
+from tasks.models import Task
+from tasks.services import LIMIT_FIELDS
+from tasks.states import Action, TaskStatus, allowed_actions
+from tasks.workspace import add_input_file, artifacts_dir, list_input_files, remove_task_files
+
+log = logging.getLogger("acthelm.console")
+
+VIEW_PERM = "tasks.view_task"
+ADD_PERM = "tasks.add_task"
+OPERATE_PERM = "tasks.operate_task"
+CLOSE_PERM = "tasks.close_task"
+DECIDE_PERM = "approvals.decide_approval"
+
+A = Action
+ACTION_PERMS = {
+    A.PAUSE: OPERATE_PERM,
+    A.WITHDRAW_PAUSE: OPERATE_PERM,
+    A.RESUME: OPERATE_PERM,
+    A.CANCEL: OPERATE_PERM,
+    A.RETRY: OPERATE_PERM,
+    A.DELETE: OPERATE_PERM,
+    A.CLOSE: CLOSE_PERM,
+    A.REOPEN: CLOSE_PERM,
+    A.APPROVE: DECIDE_PERM,
+    A.DENY: DECIDE_PERM,
+    A.RUN_AGAIN: DECIDE_PERM,
+    A.SKIP: DECIDE_PERM,
+}
+# The task-wide buttons in the order they appear; approve/deny/run again/skip are per operation.
+TASK_ACTIONS = [
+    A.PAUSE,
+    A.WITHDRAW_PAUSE,
+    A.RESUME,
+    A.RETRY,
+    A.CLOSE,
+    A.REOPEN,
+    A.CANCEL,
+    A.DELETE,
+]
+# Actions that ask for input first (a model, a raised limit, feedback).
+FORM_ACTIONS = frozenset({A.RESUME, A.RETRY, A.REOPEN})
+# While a task is in one of these states something moves it without a person: the page polls.
+POLLING = frozenset(
+    {TaskStatus.READY, TaskStatus.IN_PROGRESS, TaskStatus.PAUSE_REQUESTED, TaskStatus.BLOCKED}
+)
+PAGE_SIZE = 50
+TIMELINE_SIZE = 200
+EVENT_DATA_CHARS = 300
+POLL_SECONDS = 2
+OUTCOME_UNKNOWN = (
+    "The worker stopped while this operation was in flight; its outcome is unknown. "
+    "Run again repeats it (for fetch_url: another GET); Skip tells the model the outcome is "
+    "unknown."
+)
+
+# Artifact types that a browser could run as a page; they are served as plain text.
+_ACTIVE_TYPES = ("html", "xml", "javascript", "ecmascript", "svg")
+
+
+def login_required(view):
+    """Django's login_required, except that an htmx request (a poll, an htmx action) whose
+    session has ended sends the whole page to the login page instead of swapping it in."""
+
+    @wraps(view)
+    def check(request, *args, **kwargs):
+        if request.user.is_authenticated:
+            return view(request, *args, **kwargs)
+        if request.htmx:
+            page = request.htmx.current_url_abs_path or request.get_full_path()
+            return HttpResponseClientRedirect(redirect_to_login(page).url)
+        return redirect_to_login(request.get_full_path())
+
+    return check
+
+
+def console_view(perm: str = VIEW_PERM):
+    """Login first (anonymous people go to the login page), then the permission (403)."""
+
+    def wrap(view):
+        @wraps(view)
+        def check(request, *args, **kwargs):
+            if not request.user.has_perm(perm):
+                raise PermissionDenied
+            return view(request, *args, **kwargs)
+
+        return login_required(check)
+
+    return wrap
+
+
+def error_status(exc: ActhelmError) -> int:
+    """A refused action: 400 for bad input, 409 for a conflict with the task's current state."""
+    if isinstance(exc, NotPermitted):
+        return 403
+    if isinstance(exc, TaskNotFound):
+        return 404
+    if isinstance(exc, InvalidInput):
+        return 400
+    return 409
+
+
+def _int(value) -> int | None:
+    try:
+        number = int(value)
+    except (TypeError, ValueError):
+        return None
+    return number if number > 0 else None
+
+
+# --- The task list --------------------------------------------------------------------------
+
+
+@require_GET
+@console_view()
+def task_list(request):
+    """Newest first, keyset-paginated on the primary key (no COUNT, no OFFSET)."""
+    status = request.GET.get("status", "")
+    if status not in TaskStatus.values:
+        status = ""
+    tasks = Task.objects.select_related("model", "connection").only(
+        "id",
+        "title",
+        "status",
+        "priority",
+        "failure_code",
+        "updated_at",
+        "created_at",
+        "model__name",
+        "connection__name",
+    )
+    if status:
+        tasks = tasks.filter(status=status)
+    before, after = _int(request.GET.get("before")), _int(request.GET.get("after"))
+    if after and not before:
+        rows = list(tasks.filter(id__gt=after).order_by("id")[: PAGE_SIZE + 1])
+        has_newer = len(rows) > PAGE_SIZE
+        rows = rows[:PAGE_SIZE][::-1]
+        has_older = True
+    else:
+        if before:
+            tasks = tasks.filter(id__lt=before)
+        rows = list(tasks.order_by("-id")[: PAGE_SIZE + 1])
+        has_older = len(rows) > PAGE_SIZE
+        rows = rows[:PAGE_SIZE]
+        has_newer = bool(before)
+    context = {
+        "tasks": rows,
+        "status": status,
+        "statuses": TaskStatus.choices,
+        "older": rows[-1].pk if rows and has_older else None,
+        "newer": rows[0].pk if rows and has_newer else None,
+        "can_add": request.user.has_perm(ADD_PERM),
+    }
+    return render(request, "console/task_list.html", context)
+
+
+# --- Creating a task ------------------------------------------------------------------------
+
+
+@require_http_methods(["GET", "POST"])
+@console_view(ADD_PERM)
+def task_create(request):
+    form = TaskCreateForm(request.POST or None, request.FILES or None)
+    status = 200
+    if request.method == "POST":
+        status = 400
+        if form.is_valid():
+            task = None
+            try:
+                # The files are in the workspace before the task commits: no worker can claim
+                # the task (and find its folder empty) until both exist.
+                with transaction.atomic():
+                    task = services.task_create(
+                        actor=Actor.person(request.user), **form.service_kwargs()
+                    )
+                    for upload in form.cleaned_data["files"]:
+                        add_input_file(task.pk, name=upload.name, data=upload)
+            except ActhelmError as exc:
+                if task is not None:
+                    remove_task_files(task.pk)
+                form.add_error(None, f"{exc.message} [{exc.code}]")
+            else:
+                log.info(
+                    "console.task_created",
+                    extra={"task_id": task.pk, "actor": request.user.get_username()},
+                )
+                messages.success(request, f"Task #{task.pk} created ({task.status}).")
+                return redirect("tasks:detail", pk=task.pk)
+    tools = _tool_rows(form)
+    return render(
+        request, "console/task_new.html", {"form": form, "tool_rows": tools}, status=status
+    )
+
+
+def _tool_rows(form: TaskCreateForm) -> list[dict]:
+    from agents.tools import all_tools
+
+    if form.is_bound:
+        chosen = set(form.data.getlist("tools"))
+        ask = set(form.data.getlist("ask_tools"))
+    else:
+        chosen = set(form.fields["tools"].initial or [])
+        ask = set()
+    registry = all_tools()
+    return [
+        {
+            "name": name,
+            "description": registry[name].description,
+            "recovery": str(registry[name].recovery_class.value),
+            "chosen": name in chosen,
+            "ask": name in ask,
+        }
+        for name in sorted(registry)
+    ]
+
+
+# --- The task page --------------------------------------------------------------------------
+
+
+def _limit_for_failure(code: str) -> str | None:
+    """The task limit a failure code refers to (limit_steps -> limit_turns), if any."""
+    if code in CUMULATIVE_LIMITS:
+        return CUMULATIVE_LIMITS[code][0]
+    if code in LIMIT_FIELDS:
+        return code
+    return None
+
+
+def _pretty_json(value) -> str:
+    return json.dumps(value, indent=2, sort_keys=True, ensure_ascii=False, default=str)
+
+
+def _short_json(value) -> str:
+    if not value:
+        return ""
+    text = json.dumps(value, sort_keys=True, ensure_ascii=False, default=str)
+    if len(text) > EVENT_DATA_CHARS:
+        text = text[: EVENT_DATA_CHARS - 1] + "…"
+    return text
+
+
+def _plan_steps(plan) -> tuple[list[dict], str]:
+    """A plan recorded by update_plan: {"steps": [{"step", "status"}], "note"}."""
+    if isinstance(plan, dict) and isinstance(plan.get("steps"), list):
+        steps = [s for s in plan["steps"] if isinstance(s, dict)]
+        return steps, str(plan.get("note") or "")
+    return [], ""
+
+
+def _number(value) -> str:
+    return f"{value:,}" if isinstance(value, int) else f"{value:,.1f}"
+
+
+def _limit_rows(task: Task, usage) -> list[dict]:
+    """Used vs granted for the limits counted across runs; the per-item limits as granted."""
+    rows = []
+    counted = {
+        "limit_turns": ("Model turns", usage.model_turns),
+        "limit_token_budget": ("Tokens", usage.tokens),
+        "limit_runtime_seconds": ("Runtime (s)", usage.active_seconds),
+        "limit_network_requests": ("Network requests", usage.network_requests),
+    }
+    for field, (label, used) in counted.items():
+        granted = getattr(task, field)
+        percent = min(100, round(100 * used / granted)) if granted else 100
+        rows.append(
+            {
+                "field": field,
+                "label": label,
+                "used": used,
+                "granted": granted,
+                "text": f"{_number(used)} / {_number(granted)}",
+                "percent": percent,
+            }
+        )
+    for field in ("limit_output_tokens", "limit_tool_output_chars", "limit_artifact_bytes"):
+        granted = getattr(task, field)
+        rows.append(
+            {
+                "field": field,
+                "label": LIMIT_LABELS[field],
+                "used": None,
+                "granted": granted,
+                "text": _number(granted),
+            }
+        )
+    return rows
+
+
+def task_page_context(request, pk: int) -> dict:
+    """Everything the task page shows, in a fixed number of queries."""
+    task = get_object_or_404(
+        Task.objects.select_related("goal", "connection", "model__connection", "conversation"),
+        pk=pk,
+    )
+    user = request.user
+    perms = {perm: user.has_perm(perm) for perm in (OPERATE_PERM, CLOSE_PERM, DECIDE_PERM)}
+    allowed = allowed_actions(task.status)
+    actions = [
+        {
+            "name": str(a),
+            "label": A(a).label,
+            "url": reverse(f"tasks:{a}", args=[task.pk]),
+            "has_form": a in FORM_ACTIONS,
+        }
+        for a in TASK_ACTIONS
+        if a in allowed and perms[ACTION_PERMS[a]]
+    ]
+    action_names = {a["name"] for a in actions}
+
+    runs = list(task.runs.select_related("model__connection").order_by("number"))
+    run_numbers = {run.pk: run.number for run in runs}
+    calls = (
+        ToolCall.objects.defer("result")
+        .select_related("approval", "review_decision")
+        .annotate(
+            full_result_chars=Length("result"),
+            full_differs=Case(
+                When(result=F("result_for_model"), then=Value(False)),
+                default=Value(True),
+                output_field=BooleanField(),
+            ),
+        )
+        .order_by("position")
+    )
+    turns = list(
+        task.turns.order_by("index").prefetch_related(Prefetch("tool_calls", queryset=calls))
+    )
+    approvals, reviews = [], []
+    for turn in turns:
+        turn.run_number = run_numbers.get(turn.run_id)
+        for call in turn.tool_calls.all():
+            call.arguments_pretty = (
+                _pretty_json(call.arguments) if call.arguments is not None else call.arguments_raw
+            )
+            call.arguments_lines = call.arguments_pretty.count("\n") + 1
+            approval = getattr(call, "approval", None)
+            if approval is not None and approval.status == ApprovalStatus.PENDING:
+                approval.arguments_pretty = _pretty_json(approval.arguments)
+                approvals.append(approval)
+            decision = getattr(call, "review_decision", None)
+            if decision is not None and decision.choice == ReviewChoice.PENDING:
+                decision.call = call
+                reviews.append(decision)
+
+    memory = list(
+        MemorySelection.objects.filter(run__task_id=task.pk).order_by("run_id", "position")
+    )
+    for selection in memory:
+        selection.run_number = run_numbers.get(selection.run_id)
+    events = list(task.events.order_by("-id")[: TIMELINE_SIZE + 1])
+    more_events = len(events) > TIMELINE_SIZE
+    events = events[:TIMELINE_SIZE][::-1]
+    for event in events:
+        event.data_text = _short_json(event.data)
+    usage = task_usage(task.pk)
+
+    conversation = getattr(task, "conversation", None)
+    plan = conversation.plan if conversation is not None else None
+    plan_steps, plan_note = _plan_steps(plan)
+    answer_run = next((r for r in reversed(runs) if r.answer), None)
+    verdict_run = next((r for r in reversed(runs) if r.verdict), None)
+
+    context = {
+        "task": task,
+        "polling": task.status in POLLING,
+        "poll_seconds": POLL_SECONDS,
+        "actions": actions,
+        "can_decide": perms[DECIDE_PERM],
+        "runs": runs,
+        "turns": turns,
+        "pending_approvals": approvals,
+        "pending_reviews": reviews,
+        "memory": memory,
+        "artifacts": list(task.artifacts.order_by("name")),
+        "input_files": list_input_files(task.pk),
+        "events": events,
+        "more_events": more_events,
+        "limits": _limit_rows(task, usage),
+        "usage": usage,
+        "plan": plan,
+        "plan_steps": plan_steps,
+        "plan_note": plan_note,
+        "plan_raw": _pretty_json(plan) if plan is not None and not plan_steps else "",
+        "answer_run": answer_run,
+        "verdict_run": verdict_run,
+        "outcome_unknown": OUTCOME_UNKNOWN,
+    }
+    if A.RESUME in action_names or A.RETRY in action_names:
+        context["models"] = list(model_queryset())
+    if A.RETRY in action_names and task.failure_code.startswith("limit_"):
+        field = _limit_for_failure(task.failure_code)
+        if field:
+            row = next((r for r in context["limits"] if r["field"] == field), None)
+            context["retry_limit"] = {
+                "field": field,
+                "label": LIMIT_LABELS.get(field, field),
+                "current": getattr(task, field),
+                "used": row["used"] if row else None,
+            }
+    return context
+
+
+def render_task_page(request, pk: int, *, error: ActhelmError | None = None, status: int = 200):
+    """The whole page, or only its live part for htmx (polls and htmx actions)."""
+    context = task_page_context(request, pk)
+    context["error"] = error
+    template = "console/task.html#live" if request.htmx else "console/task.html"
+    return render(request, template, context, status=status)
+
+
+@require_GET
+@console_view()
+def task_detail(request, pk: int):
+    return render_task_page(request, pk)
+
+
+@require_GET
+@console_view()
+def task_call_result(request, pk: int, call_pk: int):
+    """A tool call's full result: escaped HTML for htmx, plain text otherwise."""
+    result = get_object_or_404(
+        ToolCall.objects.filter(task_id=pk).values_list("result", flat=True), pk=call_pk
+    )
+    if request.htmx:
+        return HttpResponse(render_to_string("console/_full_result.html", {"result": result}))
+    return HttpResponse(result, content_type="text/plain; charset=utf-8")
+
+
+@require_GET
+@console_view()
+def task_artifact(request, pk: int, artifact_pk: int):
+    """Download an artifact from the task's artifacts folder: always an attachment."""
+    from tasks.workspace import safe_file_name
+
+    artifact = get_object_or_404(Artifact, pk=artifact_pk, task_id=pk)
+    try:
+        name = safe_file_name(artifact.name)
+    except InvalidInput:
+        raise Http404("no such artifact") from None
+    folder = artifacts_dir(pk, create=False).resolve()
+    path = folder / name
+    if path.is_symlink() or not path.is_file() or path.resolve().parent != folder:
+        raise Http404("the artifact's file is missing")
+    content_type = (artifact.content_type or "text/plain").split(";")[0].strip().lower()
+    if not content_type or any(word in content_type for word in _ACTIVE_TYPES):
+        content_type = "text/plain"
+    if content_type.startswith("text/"):
+        content_type += "; charset=utf-8"
+    response = FileResponse(
+        path.open("rb"), as_attachment=True, filename=name, content_type=content_type
+    )
+    response["X-Content-Type-Options"] = "nosniff"
+    response["Content-Security-Policy"] = "sandbox; default-src 'none'"
+    return response
+
+
+# --- Actions --------------------------------------------------------------------------------
+
+
+def _perform(request, pk: int, action: str, call, *, success: str):
+    """Check the permission, call the service, answer with the page or a clear refusal."""
+    if not request.user.has_perm(ACTION_PERMS[action]):
+        raise PermissionDenied
+    try:
+        call(Actor.person(request.user))
+    except NotPermitted:
+        raise PermissionDenied from None
+    except ActhelmError as exc:
+        log.info(
+            "console.action_refused",
+            extra={"task_id": pk, "action": str(action), "code": exc.code},
+        )
+        return render_task_page(request, pk, error=exc, status=error_status(exc))
+    log.info(
+        "console.action",
+        extra={"task_id": pk, "action": str(action), "actor": request.user.get_username()},
+    )
+    if action == A.DELETE:
+        messages.success(request, success)
+        if request.htmx:
+            return HttpResponseClientRedirect("/")
+        return redirect("tasks:list")
+    messages.success(request, success)
+    if request.htmx:
+        return render_task_page(request, pk)
+    return redirect("tasks:detail", pk=pk)
+
+
+@require_POST
+@console_view()
+def task_pause(request, pk: int):
+    return _perform(
+        request,
+        pk,
+        A.PAUSE,
+        lambda actor: services.task_pause(actor=actor, task_id=pk),
+        success="Pause requested.",
+    )
+
+
+@require_POST
+@console_view()
+def task_withdraw_pause(request, pk: int):
+    return _perform(
+        request,
+        pk,
+        A.WITHDRAW_PAUSE,
+        lambda actor: services.task_withdraw_pause(actor=actor, task_id=pk),
+        success="Pause withdrawn: the worker carries on.",
+    )
+
+
+@require_POST
+@console_view()
+def task_cancel(request, pk: int):
+    reason = request.POST.get("reason", "").strip()
+    return _perform(
+        request,
+        pk,
+        A.CANCEL,
+        lambda actor: services.task_cancel(actor=actor, task_id=pk, reason=reason),
+        success="Task cancelled: no further step starts.",
+    )
+
+
+@require_POST
+@console_view()
+def task_close(request, pk: int):
+    return _perform(
+        request,
+        pk,
+        A.CLOSE,
+        lambda actor: services.task_close(actor=actor, task_id=pk),
+        success="Task closed: done.",
+    )
+
+
+@require_POST
+@console_view()
+def task_reopen(request, pk: int):
+    feedback = request.POST.get("feedback", "")
+    return _perform(
+        request,
+        pk,
+        A.REOPEN,
+        lambda actor: services.task_reopen(actor=actor, task_id=pk, feedback=feedback),
+        success="Task reopened with your feedback; it is queued again.",
+    )
+
+
+@require_POST
+@console_view()
+def task_delete(request, pk: int):
+    return _perform(
+        request,
+        pk,
+        A.DELETE,
+        lambda actor: _delete(actor, pk),
+        success=f"Task #{pk} deleted.",
+    )
+
+
+def _delete(actor: Actor, pk: int) -> None:
+    services.task_delete(actor=actor, task_id=pk)
+    remove_task_files(pk)
+
+
+def _chosen_model(request) -> Model | None:
+    model_id = request.POST.get("model") or request.GET.get("model") or ""
+    if not model_id:
+        return None
+    model = model_queryset().filter(pk=_int(model_id) or 0).first()
+    if model is None:
+        raise InvalidInput(f"model {model_id!r} does not exist")
+    return model
+
+
+def _needs_check_shown(request, model: Model | None) -> bool:
+    """A model change is queued only after the person has seen its checks."""
+    return model is not None and request.POST.get("checked") != str(model.pk)
+
+
+def _confirm_model(request, task: Task, model: Model, action: str, extra: dict):
+    check = model_check_for_task(task=task, model=model)
+    context = {"task": task, "model": model, "check": check, "action": action, "extra": extra}
+    return render(request, "console/task_confirm_model.html", context)
+
+
+@require_POST
+@console_view()
+def task_resume(request, pk: int):
+    if not request.user.has_perm(ACTION_PERMS[A.RESUME]):
+        raise PermissionDenied
+    try:
+        model = _chosen_model(request)
+    except InvalidInput as exc:
+        return render_task_page(request, pk, error=exc, status=400)
+    if _needs_check_shown(request, model):
+        task = get_object_or_404(Task, pk=pk)
+        return _confirm_model(request, task, model, "resume", {})
+    return _perform(
+        request,
+        pk,
+        A.RESUME,
+        lambda actor: services.task_resume(actor=actor, task_id=pk, model=model),
+        success="Task resumed: it is queued" + (f" on {model}." if model else "."),
+    )
+
+
+@require_POST
+@console_view()
+def task_retry(request, pk: int):
+    """Retry from the checkpoint; after a limit, the raised limit is set first (all or nothing)."""
+    if not request.user.has_perm(ACTION_PERMS[A.RETRY]):
+        raise PermissionDenied
+    task = get_object_or_404(Task, pk=pk)
+    field = _limit_for_failure(task.failure_code) if task.failure_code else None
+    raw_limit = request.POST.get("limit_value", "").strip()
+    try:
+        model = _chosen_model(request)
+        new_limit = None
+        if field and raw_limit:
+            new_limit = _int(raw_limit)
+            if new_limit is None:
+                raise InvalidInput(f"{LIMIT_LABELS.get(field, field)} must be a positive number")
+    except InvalidInput as exc:
+        return render_task_page(request, pk, error=exc, status=400)
+    if _needs_check_shown(request, model):
+        return _confirm_model(request, task, model, "retry", {"limit_value": raw_limit})
+
+    def retry(actor):
+        with transaction.atomic():
+            if new_limit is not None and new_limit != getattr(task, field):
+                services.task_set_limits(actor=actor, task_id=pk, **{field: new_limit})
+            services.task_retry(actor=actor, task_id=pk, model=model)
+
+    return _perform(
+        request, pk, A.RETRY, retry, success="Task queued again from its last checkpoint."
+    )
+
+
+@require_GET
+@console_view(OPERATE_PERM)
+def task_model_check(request, pk: int):
+    """The checks of a model for this task, shown before a resume or retry queues it."""
+    task = get_object_or_404(Task, pk=pk)
+    try:
+        model = _chosen_model(request)
+    except InvalidInput:
+        model = None
+    check = model_check_for_task(task=task, model=model) if model is not None else None
+    return render(
+        request, "console/_model_check.html", {"task": task, "model": model, "check": check}
+    )

@@ -1,0 +1,207 @@
+"""The connections page: health, models and their tests, adding and testing; no credential shown."""
+
+from datetime import timedelta
+
+import pytest
+from django.test import Client
+from django.urls import reverse
+from django.utils import timezone
+
+from agents.models import Connection, Model
+from agents.states import ConnectionKind, ModelTestStatus
+from tests.factories import ConnectionFactory, ModelFactory, UserFactory
+from tests.fakes.model_server import ScriptedModelServer, reply_error, reply_text
+
+pytestmark = pytest.mark.django_db
+
+PAGE = "/connections/"
+ADD = reverse("agents:connection_add")
+SECRET = "sk-live-very-secret-value-1234"
+
+
+@pytest.fixture
+def manager(client):
+    client.force_login(UserFactory(username="ops", perms=["agents.manage_connections"]))
+    return client
+
+
+def test_the_page_requires_login_and_a_permission(client):
+    assert client.get(PAGE).status_code == 302
+    client.force_login(UserFactory(username="plain", perms=["tasks.view_task"]))
+    assert client.get(PAGE).status_code == 403
+
+
+def test_connections_show_health_and_model_tests(manager):
+    cooling = ConnectionFactory(
+        name="groq-free",
+        cooldown_until=timezone.now() + timedelta(minutes=20),
+        last_error_code="provider_rate_limited",
+        last_error_message="429 Too Many Requests",
+        last_error_at=timezone.now(),
+    )
+    ModelFactory(connection=cooling, name="llama-70b", context_window=131072)
+    ModelFactory(
+        connection=cooling,
+        name="broken",
+        test_status=ModelTestStatus.FAILED,
+        test_message="provider_auth: bad key",
+        context_window=None,
+    )
+    ConnectionFactory(name="local-ollama")
+    page = manager.get(PAGE).content.decode()
+    groq = page[page.index(f'id="conn-{cooling.pk}"') :]
+    assert "cooling down until" in groq and "provider_rate_limited" in groq
+    assert "429 Too Many Requests" in groq
+    assert "llama-70b" in groq and "131072" in groq and "Passed" in groq
+    assert "broken" in groq and "Failed" in groq and "provider_auth: bad key" in groq
+    local = page[page.index("local-ollama") :]
+    assert "available" in local
+
+
+def test_credentials_are_never_rendered(manager, monkeypatch):
+    monkeypatch.setenv("ACTHELM_TEST_KEY", SECRET)
+    ConnectionFactory(
+        name="paid",
+        credential_env="ACTHELM_TEST_KEY",
+        base_url="https://user:hunter2@api.example.com/v1?key=abc",
+    )
+    ConnectionFactory(
+        name="cli",
+        kind=ConnectionKind.CLI,
+        base_url="",
+        command=["claude", "--api-key", SECRET],
+    )
+    page = manager.get(PAGE).content.decode()
+    assert "ACTHELM_TEST_KEY" in page
+    assert SECRET not in page and "hunter2" not in page and "key=abc" not in page
+    assert "api.example.com/v1" in page and "claude" in page
+
+
+def test_add_a_connection(manager):
+    response = manager.post(
+        ADD,
+        {
+            "name": "local-vllm",
+            "kind": ConnectionKind.OPENAI_COMPATIBLE,
+            "base_url": "http://127.0.0.1:8001/v1",
+            "credential_env": "VLLM_KEY",
+            "cost_tier": "zero_cost",
+            "priority": "5",
+            "timeout_seconds": "60",
+            "models": "qwen-32b 32768\nllama-8b",
+        },
+    )
+    assert response.status_code == 302
+    conn = Connection.objects.get(name="local-vllm")
+    assert conn.credential_env == "VLLM_KEY" and conn.priority == 5
+    models = {m.name: m for m in conn.models.all()}
+    assert models["qwen-32b"].context_window == 32768 and models["llama-8b"].context_window is None
+    assert all(m.test_status == ModelTestStatus.UNTESTED for m in models.values())
+    assert "Connection local-vllm added" in manager.get(PAGE).content.decode()
+
+
+def test_add_a_cli_connection_with_a_json_command(manager):
+    manager.post(
+        ADD,
+        {
+            "name": "claude-cli",
+            "kind": ConnectionKind.CLI,
+            "command": '["claude", "-p", "--output-format", "json"]',
+            "answer_field": "result",
+            "cost_tier": "zero_cost",
+            "priority": "0",
+            "timeout_seconds": "120",
+            "models": "sonnet",
+        },
+    )
+    conn = Connection.objects.get(name="claude-cli")
+    assert conn.command == ["claude", "-p", "--output-format", "json"]
+    assert conn.models.get().supports_tools is False
+
+
+def test_adding_reports_a_refusal_and_changes_nothing(manager):
+    ConnectionFactory(name="taken")
+    response = manager.post(
+        ADD,
+        {
+            "name": "taken",
+            "kind": ConnectionKind.OPENAI_COMPATIBLE,
+            "base_url": "http://127.0.0.1:1/v1",
+            "cost_tier": "paid",
+            "priority": "0",
+            "timeout_seconds": "10",
+            "models": "m",
+        },
+    )
+    assert response.status_code == 400 and "exists already" in response.content.decode()
+    assert Connection.objects.filter(name="taken").count() == 1
+    missing_url = manager.post(
+        ADD,
+        {
+            "name": "nourl",
+            "kind": ConnectionKind.OPENAI_COMPATIBLE,
+            "cost_tier": "paid",
+            "priority": "0",
+            "timeout_seconds": "10",
+            "models": "m",
+        },
+    )
+    assert missing_url.status_code == 400 and "needs a base URL" in missing_url.content.decode()
+    assert not Connection.objects.filter(name="nourl").exists()
+
+
+def test_add_and_test_need_the_manage_permission(client):
+    client.force_login(UserFactory(username="looker", perms=["agents.view_connection"]))
+    conn = ConnectionFactory()
+    page = client.get(PAGE).content.decode()
+    assert conn.name in page and 'data-action="test"' not in page and "Add a connection" not in page
+    data = {"name": "x", "kind": "anthropic", "base_url": "http://h/", "models": "m"}
+    assert client.post(ADD, data).status_code == 403
+    test_url = reverse("agents:connection_test", args=[conn.pk])
+    assert client.post(test_url).status_code == 403
+    assert not Connection.objects.filter(name="x").exists()
+
+
+def test_the_test_button_makes_a_real_request_and_shows_the_result(manager, monkeypatch):
+    monkeypatch.setenv("ACTHELM_TEST_KEY", SECRET)
+    with ScriptedModelServer(flavor="openai", context_length=65536) as server:
+        server.enqueue(reply_text("OK"))
+        conn = ConnectionFactory(
+            name="fake-openai", base_url=server.url, credential_env="ACTHELM_TEST_KEY"
+        )
+        model = ModelFactory(
+            connection=conn,
+            name="test-model",
+            supports_tools=False,
+            test_status=ModelTestStatus.UNTESTED,
+            context_window=None,
+        )
+        response = manager.post(reverse("agents:connection_test", args=[conn.pk]), follow=True)
+        assert server.completion_requests
+    page = response.content.decode()
+    model.refresh_from_db()
+    assert model.test_status == ModelTestStatus.PASSED and model.context_window == 65536
+    assert "fake-openai/test-model: passed" in page and "context window 65536" in page
+    assert SECRET not in page
+
+
+def test_a_failed_test_is_shown_without_the_key(manager, monkeypatch):
+    monkeypatch.setenv("ACTHELM_TEST_KEY", SECRET)
+    with ScriptedModelServer(flavor="openai") as server:
+        server.enqueue(reply_error(401, {"error": {"message": "bad key"}}))
+        conn = ConnectionFactory(base_url=server.url, credential_env="ACTHELM_TEST_KEY")
+        model = ModelFactory(connection=conn, name="test-model", supports_tools=False)
+        response = manager.post(reverse("agents:connection_test", args=[conn.pk]), follow=True)
+    page = response.content.decode()
+    assert Model.objects.get(pk=model.pk).test_status == ModelTestStatus.FAILED
+    assert "test-model: failed" in page and SECRET not in page
+
+
+def test_csrf_is_enforced_on_connections():
+    client = Client(enforce_csrf_checks=True)
+    client.force_login(UserFactory(username="csrf-ops", perms=["agents.manage_connections"]))
+    conn = ConnectionFactory()
+    assert client.post(reverse("agents:connection_test", args=[conn.pk])).status_code == 403
+    data = {"name": "y", "kind": "anthropic", "base_url": "http://h/", "models": "m"}
+    assert client.post(ADD, data).status_code == 403
+    assert not Connection.objects.filter(name="y").exists()
