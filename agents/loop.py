@@ -485,7 +485,7 @@ class AgentLoop:
                     self._mark_unknown(call)
                     unknown = True
                 else:
-                    self._execute(call)
+                    self._rerun(call)
             elif call.status == ToolCallStatus.UNKNOWN:
                 unknown = True
         if unknown:
@@ -494,7 +494,7 @@ class AgentLoop:
             raise _Stop(Outcome(Outcome.AWAITING_APPROVAL))
 
     def _refuse(self, call: ToolCall, code: str, message: str) -> None:
-        with self._write():
+        with self._write() as task:
             ToolCall.objects.filter(pk=call.pk).update(
                 status=ToolCallStatus.REFUSED,
                 error_code=code,
@@ -502,6 +502,32 @@ class AgentLoop:
                 result_for_model=f"Error ({code}): {message}",
                 finished_at=timezone.now(),
             )
+            record_event(
+                task,
+                actor=self.actor,
+                kind=EventKind.TOOL_RESULT,
+                run=self.run_row,
+                data={"tool": call.tool, "tool_call_id": call.pk, "ok": False, "error": code},
+            )
+
+    def _rerun(self, call: ToolCall) -> None:
+        """A read-only or idempotent call in flight when a worker stopped: run it again, after
+        the same checks as the first time (the task's list may have changed meanwhile)."""
+        if call.tool not in self.offered:
+            self._refuse(
+                call, "tool_not_allowed", f"the tool {call.tool!r} is not available for this task"
+            )
+            return
+        tool = get_tool(call.tool)
+        try:
+            args = tool.parse(call.arguments)
+        except ToolError as exc:
+            self._refuse(call, exc.code, exc.message)
+            return
+        if call.arguments_hash and call.arguments_hash != operation_hash(tool.name, args):
+            self._refuse(call, "approval_mismatch", "the operation's arguments changed")
+            return
+        self._execute(call, tool=tool, args=args)
 
     def _check_and_run(self, call: ToolCall) -> str:
         # 1. on the task's list (a tool not offered is refused whatever the content asked for)

@@ -5,6 +5,8 @@ import logging
 from django import forms
 from django.contrib import admin, messages
 from django.contrib.admin.options import ActionLocation
+from django.core.exceptions import PermissionDenied
+from django.db import transaction
 from django.db.models import Count, Q
 from django.utils.html import format_html_join
 
@@ -13,6 +15,7 @@ from tasks.actors import Actor
 from tasks.exceptions import ActhelmError, InvalidInput
 from tasks.models import Goal, Task, TaskDependency, TaskEvent
 from tasks.states import TaskStatus
+from tasks.transitions import lock_task
 from tasks.workspace import add_input_file, list_input_files, safe_file_name
 
 BOTH = [ActionLocation.CHANGE_LIST, ActionLocation.CHANGE_FORM]
@@ -174,7 +177,15 @@ class TaskAdmin(admin.ModelAdmin):
         return format_html_join(", ", "{} ({} bytes)", ((f["name"], f["size"]) for f in files))
 
     def save_model(self, request, obj, form, change):
-        super().save_model(request, obj, form, change)
+        # Write only what this form changed, and never under a worker: a claim that happened
+        # after the page was loaded must not be undone by a Save of the old row.
+        fields = {f.name for f in Task._meta.concrete_fields}
+        changed = [name for name in form.changed_data if name in fields]
+        if changed:
+            with transaction.atomic():
+                if lock_task(obj.pk).is_held:
+                    raise PermissionDenied("a worker holds this task: pause it to edit it")
+                obj.save(update_fields=[*changed, "updated_at"])
         upload = form.cleaned_data.get("input_file")
         if upload:
             path = add_input_file(obj.pk, name=upload.name, data=upload)

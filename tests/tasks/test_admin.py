@@ -118,3 +118,31 @@ def test_close_on_the_page_of_a_task_in_review(client, person):
     running = TaskFactory(status=TaskStatus.IN_PROGRESS)
     page = client.get(reverse("admin:tasks_task_change", args=[running.pk])).content.decode()
     assert "close_tasks" not in page
+
+
+def test_saving_a_task_page_never_undoes_a_claim_made_after_it_was_loaded(client, person):
+    from tasks.transitions import claim_next
+
+    client.force_login(person)
+    task = TaskFactory(status=TaskStatus.READY, priority=1)
+    url = reverse("admin:tasks_task_change", args=[task.pk])
+    form = client.get(url).context["adminform"].form
+    data = {k: v for k, v in form.initial.items() if v is not None and k in form.fields}
+    data.update(
+        {
+            "title": "Renamed",
+            "instruction": task.instruction,
+            "priority": 1,
+            "tools": ",".join(task.tools),
+            "tool_policies": "{}",
+            "allowed_domains": "",
+            "tags": "",
+            "kind": task.kind,
+            "origin": task.origin,
+        }
+    )
+    claim_next(worker_id="w1")  # a worker claims it while the page is open
+    client.post(url, data)
+    task.refresh_from_db()
+    assert task.status == TaskStatus.IN_PROGRESS and task.lease_owner == "w1"
+    assert task.claim_count == 1 and task.title != "Renamed"
