@@ -20,6 +20,21 @@ SKIPPED_RESULT = (
 )
 
 
+def _release_call(call: ToolCall) -> None:
+    """A person let the operation run: the next worker runs it, after checking the hash again."""
+    call.status = ToolCallStatus.APPROVED
+    call.save(update_fields=["status"])
+
+
+def _settle_call(call: ToolCall, status: str, result: str, code: str) -> None:
+    """A person decided the operation does not run: the model gets `result` as its outcome."""
+    call.status = status
+    call.result = call.result_for_model = result
+    call.error_code = code
+    call.finished_at = timezone.now()
+    call.save(update_fields=["status", "result", "result_for_model", "error_code", "finished_at"])
+
+
 def _decide_approval(*, actor: Actor, approval_id: int, arguments_hash: str, approve: bool):
     actor.require("approvals.decide_approval")
     with transaction.atomic():
@@ -44,16 +59,9 @@ def _decide_approval(*, actor: Actor, approval_id: int, arguments_hash: str, app
         approval.decided_at = timezone.now()
         approval.save(update_fields=["status", "decided_by", "decided_at"])
         if approve:
-            call.status = ToolCallStatus.APPROVED
-            call.save(update_fields=["status"])
+            _release_call(call)
         else:
-            call.status = ToolCallStatus.DENIED
-            call.result = call.result_for_model = DENIED_RESULT
-            call.error_code = "denied"
-            call.finished_at = timezone.now()
-            call.save(
-                update_fields=["status", "result", "result_for_model", "error_code", "finished_at"]
-            )
+            _settle_call(call, ToolCallStatus.DENIED, DENIED_RESULT, "denied")
         record_event(
             task,
             actor=actor,
@@ -112,16 +120,9 @@ def _decide_review(*, actor: Actor, decision_id: int, arguments_hash: str, choic
         decision.decided_at = timezone.now()
         decision.save(update_fields=["choice", "decided_by", "decided_at"])
         if choice == ReviewChoice.RUN_AGAIN:
-            call.status = ToolCallStatus.APPROVED
-            call.save(update_fields=["status"])
+            _release_call(call)
         else:
-            call.status = ToolCallStatus.SKIPPED
-            call.result = call.result_for_model = SKIPPED_RESULT
-            call.error_code = "outcome_unknown"
-            call.finished_at = timezone.now()
-            call.save(
-                update_fields=["status", "result", "result_for_model", "error_code", "finished_at"]
-            )
+            _settle_call(call, ToolCallStatus.SKIPPED, SKIPPED_RESULT, "outcome_unknown")
         record_event(
             task,
             actor=actor,
