@@ -76,3 +76,24 @@ serve: $(STAMP)
 	DJANGO_SETTINGS_MODULE=acthelm_site.settings_production $(PY) manage.py collectstatic --noinput
 	DJANGO_SETTINGS_MODULE=acthelm_site.settings_production exec $(PY) -m gunicorn acthelm_site.wsgi \
 		--bind $(HOST):$(PORT) --access-logfile -
+
+# Benchmarks against the peers (Procrastinate, LangGraph), measured side by side on the project's
+# PostgreSQL; each script prints its table and rewrites its section of bench/README.md.
+.PHONY: bench chaos
+BENCH_STAMP := $(VENV)/.bench-installed
+
+$(BENCH_STAMP): $(STAMP) pyproject.toml
+	$(PY) -m pip install -q -e '.[dev,bench]'
+	touch $(BENCH_STAMP)
+
+bench: $(BENCH_STAMP)
+	$(PY) bench/dispatch.py
+	$(PY) bench/steps.py
+	$(PY) bench/wakeup.py
+	$(PY) bench/console.py
+
+# The full chaos run (the short one is part of `make test`): 300 tasks, 4 workers, a random worker
+# SIGKILLed every 2 s for 60 s, PostgreSQL restarted once (embedded server only).
+chaos: $(STAMP)
+	CHAOS_TASKS=300 CHAOS_WORKERS=4 CHAOS_SECONDS=60 CHAOS_SETTLE_SECONDS=600 \
+		$(PY) -m pytest tests/chaos -q -s
