@@ -138,6 +138,16 @@ class AgentLoop:
         try:
             self.task = Task.objects.select_related("connection", "model").get(pk=self.task_id)
             self.run_row = AgentRun.objects.get(pk=self.run_id)
+            # Usage of the earlier runs, read once; this run's own is counted here as it goes.
+            self._base = task_usage(self.task_id)
+            self._mine = {
+                "model_turns": 0,
+                "tokens": 0,
+                "active_seconds": 0.0,
+                "network_requests": 0,
+            }
+            self._unbooked = 0.0
+            self._next_index = None
             self._validate()
             self._prepare()
             return self._loop()
@@ -218,20 +228,40 @@ class AgentLoop:
                 Task.objects.filter(pk=task.pk).update(feedback="")
 
     def _add_turn(self, role: str, content: str, **fields) -> Turn:
-        index = (
-            Turn.objects.filter(task_id=self.task_id)
-            .order_by("-index")
-            .values_list("index", flat=True)
-            .first()
-        )
-        return Turn.objects.create(
+        if self._next_index is None:  # read once: while the run holds the task, only it writes
+            last = (
+                Turn.objects.filter(task_id=self.task_id)
+                .order_by("-index")
+                .values_list("index", flat=True)
+                .first()
+            )
+            self._next_index = 0 if last is None else last + 1
+        turn = Turn.objects.create(
             task_id=self.task_id,
             run_id=self.run_id,
-            index=0 if index is None else index + 1,
+            index=self._next_index,
             role=role,
             content=content,
             **fields,
         )
+        self._next_index += 1
+        return turn
+
+    def _usage(self):
+        from agents.limits import Usage
+
+        base, mine = self._base, self._mine
+        return Usage(
+            model_turns=base.model_turns + mine["model_turns"],
+            tokens=base.tokens + mine["tokens"],
+            active_seconds=base.active_seconds + mine["active_seconds"],
+            network_requests=base.network_requests + mine["network_requests"],
+        )
+
+    def _book(self) -> dict:
+        """The run's active time not yet written, as an UPDATE expression (and now written)."""
+        seconds, self._unbooked = self._unbooked, 0.0
+        return {"active_seconds": F("active_seconds") + seconds}
 
     # -- the loop ----------------------------------------------------------------------------------
 
@@ -266,7 +296,7 @@ class AgentLoop:
 
     def _check_limits(self) -> None:
         task = self.task
-        usage = task_usage(self.task_id)
+        usage = self._usage()
         if usage.model_turns >= task.limit_turns:
             raise _fail("limit_steps", f"the task used its {task.limit_turns} model turns")
         if usage.tokens >= task.limit_token_budget:
@@ -331,15 +361,16 @@ class AgentLoop:
                     status=ToolCallStatus.REFUSED if discarded else ToolCallStatus.PENDING,
                     error_code="turn_discarded" if discarded else "",
                 )
+            final = {}
+            if not discarded and not completion.tool_calls:
+                final = {"answer": completion.text, "answer_stored_at": timezone.now()}
             AgentRun.objects.filter(pk=self.run_id).update(
                 model_turns=F("model_turns") + 1,
                 input_tokens=F("input_tokens") + completion.input_tokens,
                 output_tokens=F("output_tokens") + completion.output_tokens,
+                **final,
+                **self._book(),
             )
-            if not discarded and not completion.tool_calls:
-                AgentRun.objects.filter(pk=self.run_id).update(
-                    answer=completion.text, answer_stored_at=timezone.now()
-                )
             record_event(
                 task,
                 actor=self.actor,
@@ -355,6 +386,8 @@ class AgentLoop:
             )
             if discarded:
                 self._add_turn(Role.USER, DISCARDED_NOTE.format(reason=completion.stop_reason))
+        self._mine["model_turns"] += 1
+        self._mine["tokens"] += completion.input_tokens + completion.output_tokens
 
     # -- messages and compaction -------------------------------------------------------------------
 
@@ -452,7 +485,7 @@ class AgentLoop:
     # -- tool calls --------------------------------------------------------------------------------
 
     def _context(self) -> ToolContext:
-        usage = task_usage(self.task_id)
+        usage = self._usage()
         return ToolContext(
             workspace=workspace_dir(self.task_id),
             artifacts_dir=artifacts_dir(self.task_id),
@@ -643,8 +676,9 @@ class AgentLoop:
             # The request may have reached the server before the crash: it counts against the
             # task's network limit like any other request.
             AgentRun.objects.filter(pk=self.run_id).update(
-                network_requests=F("network_requests") + 1
+                network_requests=F("network_requests") + 1, **self._book()
             )
+            self._mine["network_requests"] += 1
             record_event(
                 task,
                 actor=self.actor,
@@ -706,10 +740,10 @@ class AgentLoop:
                 result_for_model=for_model,
                 finished_at=timezone.now(),
             )
-            if requests:
-                AgentRun.objects.filter(pk=self.run_id).update(
-                    network_requests=F("network_requests") + requests
-                )
+            AgentRun.objects.filter(pk=self.run_id).update(
+                network_requests=F("network_requests") + (requests or 0), **self._book()
+            )
+            self._mine["network_requests"] += requests or 0
             if artifact is not None:
                 Artifact.objects.update_or_create(
                     task=task,
@@ -784,7 +818,7 @@ class AgentLoop:
         """After each round: what remains of each limit and which operations are pending."""
         from agents.limits import remaining
 
-        usage = task_usage(self.task_id)
+        usage = self._usage()
         pending = list(
             ToolCall.objects.filter(task_id=self.task_id)
             .exclude(status__in=TOOL_CALL_DONE)
@@ -798,7 +832,8 @@ class AgentLoop:
                     "usage": usage.as_dict(),
                     "pending_operations": pending,
                     "turn_calls": [c.pk for c in calls],
-                }
+                },
+                **self._book(),
             )
 
 
@@ -821,9 +856,9 @@ class _FencedWrite:
             db.close()
             self._cm = fenced(self.loop.run_id, self.loop.task_id)
             task = self._cm.__enter__()
-        AgentRun.objects.filter(pk=self.loop.run_id).update(
-            active_seconds=F("active_seconds") + self.loop._elapsed()
-        )
+        elapsed = self.loop._elapsed()
+        self.loop._mine["active_seconds"] += elapsed
+        self.loop._unbooked += elapsed
         return task
 
     def __exit__(self, *exc):

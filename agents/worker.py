@@ -248,17 +248,39 @@ class Worker:
             db.close()
 
     def _maintain(self) -> None:
+        """Recovery and reconciliation. Recovery runs when the earliest lease among held tasks
+        expires (so a dead worker's task resumes within about one lease), and at least every
+        ACTHELM_RECOVER_INTERVAL_SECONDS for runs that overran their timeout."""
         next_recover = next_reconcile = 0.0
         while not self.stopping.is_set():
             now = time.monotonic()
-            if now >= next_recover:
-                self._recover_once()
-                next_recover = now + settings.ACTHELM_RECOVER_INTERVAL_SECONDS
             if now >= next_reconcile:
                 self._reconcile_once()
                 next_reconcile = now + settings.ACTHELM_RECONCILE_INTERVAL_SECONDS
-            self.stopping.wait(max(0.05, min(next_recover, next_reconcile) - time.monotonic()))
+            expiry = self._seconds_to_earliest_expiry()
+            if now >= next_recover or (expiry is not None and expiry <= 0):
+                self._recover_once()
+                next_recover = now + settings.ACTHELM_RECOVER_INTERVAL_SECONDS
+                expiry = None
+            wake = min(next_recover, next_reconcile)
+            if expiry is not None:
+                wake = min(wake, now + expiry + 0.05)
+            self.stopping.wait(min(max(0.2, wake - time.monotonic()), 5.0))
         db.close()
+
+    def _seconds_to_earliest_expiry(self) -> float | None:
+        """Seconds until the earliest lease of a held task expires, by the database's clock."""
+        try:
+            with db.cursor() as cursor:
+                cursor.execute(
+                    "SELECT EXTRACT(EPOCH FROM min(lease_expires_at) - now()) FROM tasks_task "
+                    "WHERE status IN ('in_progress', 'pause_requested')"
+                )
+                value = cursor.fetchone()[0]
+        except DB_ERRORS:
+            db.close()
+            return None
+        return None if value is None else float(value)
 
     def _reconcile_once(self) -> None:
         try:

@@ -24,7 +24,7 @@ log = logging.getLogger("acthelm.console")
 DECIDE_PERM = "approvals.decide_approval"
 VIEW_TASK_PERM = "tasks.view_task"
 VIEW_PERMS = (DECIDE_PERM, "approvals.view_approval")
-INBOX_SIZE = 200
+INBOX_SIZE = 50  # a page a person can work through; the badge counts them all
 
 
 def _may_view(user) -> bool:

@@ -94,11 +94,23 @@ def request(
     return _run(coro)
 
 
+_loops = threading.local()
+
+
+def _thread_loop() -> asyncio.AbstractEventLoop:
+    """One event loop per thread, reused: creating and tearing one down per request (what
+    asyncio.run does) costs more than a local model's answer."""
+    loop = getattr(_loops, "loop", None)
+    if loop is None or loop.is_closed():
+        loop = _loops.loop = asyncio.new_event_loop()
+    return loop
+
+
 def _run(coro: Any) -> Any:
     try:
         asyncio.get_running_loop()
     except RuntimeError:
-        return asyncio.run(coro)
+        return _thread_loop().run_until_complete(coro)
     # Called from inside a running event loop (e.g. async code calling the sync API):
     # run on a private loop in a helper thread so we never block or nest loops.
     with concurrent.futures.ThreadPoolExecutor(max_workers=1) as pool:
