@@ -34,6 +34,7 @@ from agents.states import (
     ToolCallStatus,
 )
 from agents.tools import ToolContext, ToolError, get_tool, operation_hash, tool_names
+from agents.transitions import set_call_status
 from approvals.models import Approval, ReviewDecision
 from approvals.states import ApprovalReason, ApprovalStatus, ReviewChoice
 from memory import services as memory_services
@@ -528,8 +529,9 @@ class AgentLoop:
 
     def _refuse(self, call: ToolCall, code: str, message: str) -> None:
         with self._write() as task:
-            ToolCall.objects.filter(pk=call.pk).update(
-                status=ToolCallStatus.REFUSED,
+            set_call_status(
+                call.pk,
+                ToolCallStatus.REFUSED,
                 error_code=code,
                 result=f"{code}: {message}",
                 result_for_model=f"Error ({code}): {message}",
@@ -596,8 +598,9 @@ class AgentLoop:
                 self._refuse(call, exc.code, exc.message)
                 return "done"
             with self._write() as task:
-                ToolCall.objects.filter(pk=call.pk).update(
-                    status=ToolCallStatus.AWAITING_APPROVAL,
+                set_call_status(
+                    call.pk,
+                    ToolCallStatus.AWAITING_APPROVAL,
                     arguments=canonical,
                     arguments_hash=args_hash,
                 )
@@ -660,7 +663,7 @@ class AgentLoop:
 
     def _mark_unknown(self, call: ToolCall) -> None:
         with self._write() as task:
-            ToolCall.objects.filter(pk=call.pk).update(status=ToolCallStatus.UNKNOWN)
+            set_call_status(call.pk, ToolCallStatus.UNKNOWN)
             # A person may already have chosen "run again" for this operation and that run was
             # lost as well: the old choice is spent, and the operation needs a new decision (left
             # decided, the task would wait in needs_review with nothing anyone could decide).
@@ -693,8 +696,9 @@ class AgentLoop:
             args = tool.parse(call.arguments)
         # Record that the operation started: after a crash its recovery class decides.
         with self._write():
-            ToolCall.objects.filter(pk=call.pk).update(
-                status=ToolCallStatus.RUNNING,
+            set_call_status(
+                call.pk,
+                ToolCallStatus.RUNNING,
                 started_at=timezone.now(),
                 run_count=F("run_count") + 1,
                 run_id=self.run_id,
@@ -733,8 +737,9 @@ class AgentLoop:
                 limit=limit, more=len(for_model) - limit
             )
         with self._write() as task:
-            ToolCall.objects.filter(pk=call.pk).update(
-                status=ToolCallStatus.FAILED if error else ToolCallStatus.SUCCEEDED,
+            set_call_status(
+                call.pk,
+                ToolCallStatus.FAILED if error else ToolCallStatus.SUCCEEDED,
                 error_code=error.code if error else "",
                 result=full,
                 result_for_model=for_model,
@@ -798,8 +803,9 @@ class AgentLoop:
                         depends_on=deps,
                     )
                     text = f"{result.text} (task #{child.pk}, {child.status})"
-            ToolCall.objects.filter(pk=call.pk).update(
-                status=ToolCallStatus.SUCCEEDED,
+            set_call_status(
+                call.pk,
+                ToolCallStatus.SUCCEEDED,
                 result=text,
                 result_for_model=text,
                 finished_at=timezone.now(),

@@ -76,3 +76,20 @@ TOOL_CALL_DONE = frozenset(
         ToolCallStatus.SKIPPED,
     }
 )
+
+
+TC = ToolCallStatus
+# Where a tool call may go from each state; agents.transitions.set_call_status enforces it.
+TOOL_CALL_TRANSITIONS: dict[str, frozenset[str]] = {
+    TC.PENDING: frozenset({TC.AWAITING_APPROVAL, TC.RUNNING, TC.REFUSED}),
+    TC.AWAITING_APPROVAL: frozenset({TC.APPROVED, TC.DENIED}),
+    TC.APPROVED: frozenset({TC.RUNNING, TC.REFUSED}),
+    # RUNNING -> RUNNING: a read-only or idempotent call run again after a crash.
+    TC.RUNNING: frozenset({TC.SUCCEEDED, TC.FAILED, TC.RUNNING, TC.UNKNOWN, TC.REFUSED}),
+    TC.UNKNOWN: frozenset({TC.APPROVED, TC.SKIPPED}),
+    TC.SUCCEEDED: frozenset(),
+    TC.FAILED: frozenset(),
+    TC.REFUSED: frozenset(),
+    TC.DENIED: frozenset(),
+    TC.SKIPPED: frozenset(),
+}

@@ -3,8 +3,8 @@
 from django.db import connection
 from django.utils import timezone
 
-from agents.models import AgentRun
-from agents.states import RUN_TRANSITIONS, RunStatus
+from agents.models import AgentRun, ToolCall
+from agents.states import RUN_TRANSITIONS, TOOL_CALL_TRANSITIONS, RunStatus
 from tasks.exceptions import TransitionNotAllowed
 
 
@@ -36,3 +36,20 @@ def end_started_runs(task_id: int, status: str, **fields) -> list[int]:
     for run_id in ids:
         finish_run(run_id, status, **fields)
     return ids
+
+
+def set_call_status(call: ToolCall | int, to: str, **fields) -> None:
+    """Move a tool call along TOOL_CALL_TRANSITIONS with its result fields, in one conditional
+    UPDATE; the caller is in the transaction that holds the task's lock (a fenced write, or a
+    person's decision)."""
+    if not connection.in_atomic_block:
+        raise RuntimeError("tool-call transitions must run inside transaction.atomic()")
+    call_id = call.pk if isinstance(call, ToolCall) else call
+    sources = [state for state, targets in TOOL_CALL_TRANSITIONS.items() if to in targets]
+    updated = ToolCall.objects.filter(pk=call_id, status__in=sources).update(status=to, **fields)
+    if updated != 1:
+        raise TransitionNotAllowed(f"tool call {call_id} cannot become {to}")
+    if isinstance(call, ToolCall):
+        call.status = to
+        for name, value in fields.items():
+            setattr(call, name, value)

@@ -6,6 +6,7 @@ from django.utils import timezone
 
 from agents.models import ToolCall
 from agents.states import ToolCallStatus
+from agents.transitions import set_call_status
 from approvals.models import Approval, ReviewDecision
 from approvals.states import ApprovalStatus, ReviewChoice
 from tasks.actors import Actor
@@ -22,17 +23,29 @@ SKIPPED_RESULT = (
 
 def _release_call(call: ToolCall) -> None:
     """A person let the operation run: the next worker runs it, after checking the hash again."""
-    call.status = ToolCallStatus.APPROVED
-    call.save(update_fields=["status"])
+    set_call_status(call, ToolCallStatus.APPROVED)
 
 
 def _settle_call(call: ToolCall, status: str, result: str, code: str) -> None:
     """A person decided the operation does not run: the model gets `result` as its outcome."""
-    call.status = status
-    call.result = call.result_for_model = result
-    call.error_code = code
-    call.finished_at = timezone.now()
-    call.save(update_fields=["status", "result", "result_for_model", "error_code", "finished_at"])
+    set_call_status(
+        call,
+        status,
+        result=result,
+        result_for_model=result,
+        error_code=code,
+        finished_at=timezone.now(),
+    )
+
+
+def _decide(approval: Approval, status: str, actor: Actor) -> None:
+    """The one writer of an approval's status: pending → approved or denied, once."""
+    updated = Approval.objects.filter(pk=approval.pk, status=ApprovalStatus.PENDING).update(
+        status=status, decided_by=actor.user, decided_at=timezone.now()
+    )
+    if updated != 1:
+        raise StaleDecision("this operation was decided elsewhere")
+    approval.refresh_from_db(fields=["status", "decided_by", "decided_at"])
 
 
 def _decide_approval(*, actor: Actor, approval_id: int, arguments_hash: str, approve: bool):
@@ -54,10 +67,7 @@ def _decide_approval(*, actor: Actor, approval_id: int, arguments_hash: str, app
         call = ToolCall.objects.select_for_update().get(pk=approval.tool_call_id)
         if call.arguments_hash != approval.arguments_hash:
             raise StaleDecision("the operation's arguments no longer match the approval")
-        approval.status = ApprovalStatus.APPROVED if approve else ApprovalStatus.DENIED
-        approval.decided_by = actor.user
-        approval.decided_at = timezone.now()
-        approval.save(update_fields=["status", "decided_by", "decided_at"])
+        _decide(approval, ApprovalStatus.APPROVED if approve else ApprovalStatus.DENIED, actor)
         if approve:
             _release_call(call)
         else:
