@@ -7,6 +7,8 @@ stop` stops it. It listens on a Unix socket inside the data folder only, never o
 
 import os
 import sys
+import warnings
+from contextlib import contextmanager
 from pathlib import Path
 
 DEFAULT_PGDATA = Path(__file__).resolve().parent.parent / ".pgdata"
@@ -14,6 +16,15 @@ DEFAULT_PGDATA = Path(__file__).resolve().parent.parent / ".pgdata"
 
 def pgdata_path() -> Path:
     return Path(os.environ.get("ACTHELM_PGDATA", DEFAULT_PGDATA)).resolve()
+
+
+@contextmanager
+def _quiet():
+    """pgserver asks platformdirs for a runtime folder, which warns when XDG_RUNTIME_DIR is
+    unset (as on servers and in CI) and then uses /tmp: expected here, not worth a warning."""
+    with warnings.catch_warnings():
+        warnings.filterwarnings("ignore", message="XDG_RUNTIME_DIR is not set")
+        yield
 
 
 def _running_uri(pgdata: Path) -> str | None:
@@ -41,14 +52,16 @@ def ensure_server(pgdata: Path | None = None) -> str:
     if uri:
         return uri
     try:
-        import pgserver
+        with _quiet():
+            import pgserver
     except ImportError as exc:  # Python 3.13+ has no pgserver wheel
         raise RuntimeError(
             "DATABASE_URL is unset and the embedded PostgreSQL (pgserver) is not installed; "
             "use Python 3.12, or set DATABASE_URL=postgresql://user@host:5432/dbname"
         ) from exc
     pgdata.mkdir(parents=True, exist_ok=True)
-    pgserver.get_server(pgdata, cleanup_mode=None)
+    with _quiet():
+        pgserver.get_server(pgdata, cleanup_mode=None)
     uri = _running_uri(pgdata)
     if not uri:
         raise RuntimeError(f"the embedded PostgreSQL in {pgdata} did not start; see {pgdata}/log")
@@ -57,7 +70,8 @@ def ensure_server(pgdata: Path | None = None) -> str:
 
 def pg_ctl(*args: str) -> str:
     """Run pgserver's pg_ctl on the data folder, as the user that owns it."""
-    from pgserver._commands import pg_ctl as _pg_ctl
+    with _quiet():
+        from pgserver._commands import pg_ctl as _pg_ctl
 
     pgdata = pgdata_path()
     user = "pgserver" if os.geteuid() == 0 else None
