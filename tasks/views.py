@@ -77,6 +77,8 @@ POLLING = frozenset(
 )
 PAGE_SIZE = 50
 TIMELINE_SIZE = 200
+# The newest turns shown on the task page; "?turns=all" shows the whole transcript.
+TRANSCRIPT_SIZE = 100
 EVENT_DATA_CHARS = 300
 POLL_SECONDS = 2
 OUTCOME_UNKNOWN = (
@@ -355,9 +357,16 @@ def task_page_context(request, pk: int) -> dict:
         )
         .order_by("position")
     )
-    turns = list(
-        task.turns.order_by("index").prefetch_related(Prefetch("tool_calls", queryset=calls))
-    )
+    all_turns = request.GET.get("turns") == "all"
+    turn_qs = task.turns.prefetch_related(Prefetch("tool_calls", queryset=calls))
+    if all_turns:
+        turns = list(turn_qs.order_by("index"))
+        earlier_turns = False
+    else:
+        # Pending operations are always in the newest model turn, so none is hidden.
+        turns = list(turn_qs.order_by("-index")[: TRANSCRIPT_SIZE + 1])
+        earlier_turns = len(turns) > TRANSCRIPT_SIZE
+        turns = turns[:TRANSCRIPT_SIZE][::-1]
     approvals, reviews = [], []
     for turn in turns:
         turn.run_number = run_numbers.get(turn.run_id)
@@ -401,6 +410,7 @@ def task_page_context(request, pk: int) -> dict:
         "can_decide": perms[DECIDE_PERM],
         "runs": runs,
         "turns": turns,
+        "earlier_turns": earlier_turns,
         "pending_approvals": approvals,
         "pending_reviews": reviews,
         "memory": memory,

@@ -750,3 +750,17 @@ def test_the_admin_task_page_shows_answer_verdict_and_artifacts(boss):
     artifact = Artifact.objects.get(task=task)
     assert reverse("tasks:artifact", args=[task.pk, artifact.pk]) in review
     assert "close_tasks" in page
+
+
+def test_a_long_transcript_shows_the_newest_turns_and_links_to_the_rest(client):
+    from tests.factories import AgentRunFactory, TurnFactory
+
+    client.force_login(UserFactory(username="boss", is_superuser=True))
+    run = AgentRunFactory()
+    for index in range(105):
+        TurnFactory(run=run, task=run.task, index=index, content=f"turn-content-{index:03d}")
+    page = client.get(reverse("tasks:detail", args=[run.task_id])).content.decode()
+    assert "turn-content-104" in page and "turn-content-005" in page
+    assert "turn-content-004" not in page and "Show the whole transcript" in page
+    whole = client.get(reverse("tasks:detail", args=[run.task_id]), {"turns": "all"})
+    assert "turn-content-000" in whole.content.decode()
