@@ -40,6 +40,7 @@ _SECRET_IN_TEXT = re.compile(
     re.I,
 )
 _URL_USERINFO = re.compile(r"(://)[^/@\s]+@")
+_BEARER = re.compile(r"\b(bearer|basic|token)\s+[\w.~+/=-]+", re.I)
 
 
 def notify_event_of(event) -> str | None:
@@ -96,6 +97,7 @@ def console_url(path: str) -> str:
 def redact(text: str) -> str:
     """Blank what looks like a credential in a line meant for a chat or a mailbox."""
     text = _URL_USERINFO.sub(r"\1***@", text)
+    text = _BEARER.sub(r"\1 ***", text)
     return _SECRET_IN_TEXT.sub(r"\1***", text)
 
 
