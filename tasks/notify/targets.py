@@ -125,3 +125,10 @@ __all__ = [
     "target_summary",
     "target_test",
 ]
+
+
+def notifications_retry(*, ids: list[int]) -> int:
+    """Queue failed notifications again (after the target was fixed): fresh attempts, due now."""
+    return Notification.objects.filter(pk__in=ids, status=NotificationStatus.FAILED).update(
+        status=NotificationStatus.PENDING, attempts=0, next_attempt_at=timezone.now()
+    )
