@@ -189,26 +189,30 @@ ACTHELM_NOTIFY_RETRY_DELAYS = [
 ACTHELM_NOTIFY_PASS_SECONDS = env_float("ACTHELM_NOTIFY_PASS_SECONDS", 5)
 ACTHELM_NOTIFY_MESSAGE_ID_DOMAIN = os.environ.get("ACTHELM_NOTIFY_MESSAGE_ID_DOMAIN", "acthelm")
 
+
 # Email (Django's MAILERS): SMTP when EMAIL_HOST is set in the environment, else the console
-# backend, which prints each message (development). The EMAIL_* names are only environment
-# variables here; Django 6.1 reads the mailer's OPTIONS.
-_email_host = os.environ.get("EMAIL_HOST", "").strip()
+# backend, which prints each message (development; production uses SMTP on localhost instead).
+# The EMAIL_* names are only environment variables here; Django 6.1 reads the mailer's OPTIONS.
+def smtp_mailer(host: str) -> dict:
+    """A MAILERS entry for SMTP from the EMAIL_* environment variables."""
+    return {
+        "BACKEND": "django.core.mail.backends.smtp.EmailBackend",
+        "OPTIONS": {
+            "host": host,
+            "port": env_int("EMAIL_PORT", 25),
+            "username": os.environ.get("EMAIL_HOST_USER", ""),
+            "password": os.environ.get("EMAIL_HOST_PASSWORD", ""),
+            "use_tls": env_bool("EMAIL_USE_TLS", False),
+            "use_ssl": env_bool("EMAIL_USE_SSL", False),
+            "timeout": ACTHELM_NOTIFY_TIMEOUT_SECONDS,
+        },
+    }
+
+
+EMAIL_HOST_FROM_ENV = os.environ.get("EMAIL_HOST", "").strip()
 MAILERS = {
-    "default": (
-        {
-            "BACKEND": "django.core.mail.backends.smtp.EmailBackend",
-            "OPTIONS": {
-                "host": _email_host,
-                "port": env_int("EMAIL_PORT", 25),
-                "username": os.environ.get("EMAIL_HOST_USER", ""),
-                "password": os.environ.get("EMAIL_HOST_PASSWORD", ""),
-                "use_tls": env_bool("EMAIL_USE_TLS", False),
-                "use_ssl": env_bool("EMAIL_USE_SSL", False),
-                "timeout": ACTHELM_NOTIFY_TIMEOUT_SECONDS,
-            },
-        }
-        if _email_host
-        else {"BACKEND": "django.core.mail.backends.console.EmailBackend"}
-    )
+    "default": smtp_mailer(EMAIL_HOST_FROM_ENV)
+    if EMAIL_HOST_FROM_ENV
+    else {"BACKEND": "django.core.mail.backends.console.EmailBackend"}
 }
 DEFAULT_FROM_EMAIL = os.environ.get("DEFAULT_FROM_EMAIL", "acthelm@localhost")
