@@ -1,3 +1,4 @@
+# ruff: noqa: F811 - the worker fixtures of tests/agents/conftest.py are imported below
 """Delivering the outbox to real peers on loopback: an SMTP server (aiosmtpd) and an HTTP
 receiver that checks the signature; receivers that are down, slow or answer 500 are retried with
 back-off, then reported, and the task is never touched."""
@@ -15,6 +16,12 @@ from tasks.notify.models import Notification, NotificationTarget
 from tasks.notify.states import NotificationStatus, TargetKind
 from tasks.notify.targets import target_add
 from tasks.states import TaskStatus
+from tests.agents.conftest import (  # noqa: F401 - fixtures
+    cli_model,
+    cli_task,
+    spawn_worker,
+    wait_for,
+)
 from tests.factories import TaskFactory
 from tests.fakes.smtp_server import SmtpServer, free_port
 from tests.fakes.webhook_receiver import WebhookReceiver
@@ -231,3 +238,42 @@ def test_maintenance_delivery_survives_a_broken_database_connection(notify_setti
     deliver_in_maintenance()  # logged, not raised
     assert "notify.pass_failed" in [r.getMessage() for r in caplog.records]
     assert Notification.objects.count() == 0  # the connection works again
+
+
+def test_a_running_worker_delivers_in_maintenance_and_a_dead_target_never_holds_a_task(
+    cli_model, cli_task, spawn_worker
+):
+    """A real worker process: the live receiver gets its message, the dead target is retried
+    then reported, and the tasks move on as if nothing were sent."""
+    with WebhookReceiver(secret=SECRET) as receiver:
+        webhook(receiver.url, name="live")
+        webhook(f"http://127.0.0.1:{free_port()}/hook", name="dead")
+        model = cli_model("--mode", "echo")
+        first = cli_task(model, title="First")
+        worker = spawn_worker(
+            worker_id="notifier",
+            env={
+                "ACTHELM_TEST_HOOK_SECRET": SECRET,
+                "ACTHELM_NOTIFY_TIMEOUT_SECONDS": "0.5",
+                "ACTHELM_NOTIFY_RETRY_DELAYS": "1",
+                "ACTHELM_NOTIFY_MAX_ATTEMPTS": "2",
+            },
+        )
+        wait_for(lambda: len(receiver.received) == 1, message="the live receiver's message")
+        second = cli_task(model, title="Second")
+        wait_for(lambda: len(receiver.received) == 2, message="the second task's message")
+        wait_for(
+            lambda: Notification.objects.filter(target_name="dead", status="failed").count() == 2,
+            message="the dead target's rows to fail",
+        )
+        worker.stop()
+    assert all(r.signature_ok for r in receiver.received)
+    assert [r.json["task"]["id"] for r in receiver.received] == [first.pk, second.pk]
+    assert set(
+        Task.objects.filter(pk__in=[first.pk, second.pk]).values_list("status", flat=True)
+    ) == {TaskStatus.REVIEW}
+    dead = NotificationTarget.objects.get(name="dead")
+    assert dead.state == "failing" and dead.failed_in_a_row == 2
+    assert set(
+        Notification.objects.filter(target_name="dead").values_list("attempts", flat=True)
+    ) == {2}
