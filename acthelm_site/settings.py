@@ -171,7 +171,8 @@ LOGGING = {
         }
     },
     "root": {"handlers": ["console"], "level": os.environ.get("ACTHELM_LOG_LEVEL", "INFO")},
-    "loggers": {"pgserver": {"level": "WARNING"}},
+    # httpx logs every request's full URL at INFO; a webhook URL's path can be its secret.
+    "loggers": {"pgserver": {"level": "WARNING"}, "httpx": {"level": "WARNING"}},
 }
 
 # An optional model supervisor on a connection of its own (empty: rule checks only).

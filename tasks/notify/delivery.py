@@ -26,7 +26,7 @@ _CLAIM_SQL = """
 WITH due AS (
     SELECT n.id FROM tasks_notification n
     WHERE n.status = 'pending' AND n.next_attempt_at <= now()
-      AND NOT (coalesce(n.target_id, 0) = ANY(%s))
+      AND (n.target_id IS NULL OR NOT n.target_id = ANY(%s::bigint[]))
     ORDER BY n.next_attempt_at, n.id
     LIMIT 1
     FOR UPDATE SKIP LOCKED
@@ -59,7 +59,7 @@ def _claim(skip_targets: list[int]) -> tuple[int, int] | None:
     lease = settings.ACTHELM_NOTIFY_TIMEOUT_SECONDS * 2 + 30
     with transaction.atomic():
         with connection.cursor() as cursor:
-            cursor.execute(_CLAIM_SQL, [skip_targets or [0], lease])
+            cursor.execute(_CLAIM_SQL, [skip_targets, lease])
             return cursor.fetchone()
 
 
@@ -70,7 +70,9 @@ def retry_delay(attempts: int) -> float:
 
 def deliver_one(notification_id: int, attempts: int) -> dict:
     """Send a claimed row and record what happened. Returns the result for reports."""
-    row = Notification.objects.select_related("target").get(pk=notification_id)
+    row = Notification.objects.select_related("target").filter(pk=notification_id).first()
+    if row is None:  # deleted with its task meanwhile
+        return {"id": notification_id, "status": "gone", "code": "", "error": ""}
     target = row.target
     code, error, receipt = "", "", ""
     if target is None:
@@ -160,6 +162,8 @@ def deliver_due(*, max_seconds: float | None = None, limit: int | None = None) -
         if claimed is None:
             break
         result = deliver_one(*claimed)
+        if result["status"] == "gone":
+            continue
         report.results.append(result)
         if result["status"] == NotificationStatus.DELIVERED:
             report.delivered += 1

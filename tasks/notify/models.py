@@ -2,6 +2,7 @@
 
 import re
 import uuid
+from urllib.parse import urlsplit
 
 from django.contrib.postgres.fields import ArrayField
 from django.core.exceptions import ValidationError
@@ -59,6 +60,17 @@ class NotificationTarget(models.Model):
         ):
             return "retrying"
         return "ok" if self.last_delivered_at else "new"
+
+    @property
+    def shown_address(self) -> str:
+        """The address for pages and lists: a webhook URL's path is often its secret (Slack,
+        Mattermost), so only the scheme and host are shown; the admin shows the whole URL."""
+        if self.kind != TargetKind.WEBHOOK:
+            return self.address
+        parts = urlsplit(self.address)
+        host = parts.hostname or ""
+        port = f":{parts.port}" if parts.port else ""
+        return f"{parts.scheme}://{host}{port}/…"
 
     def clean(self) -> None:
         errors = {}

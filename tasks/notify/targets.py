@@ -75,7 +75,7 @@ def target_summary(target: NotificationTarget) -> dict:
     return {
         "name": target.name,
         "kind": target.kind,
-        "address": target.address,
+        "address": target.shown_address,
         "secret_env": target.secret_env,
         "events": list(target.events),
         "enabled": target.enabled,

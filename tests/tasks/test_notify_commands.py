@@ -30,6 +30,9 @@ def test_add_list_and_remove(settings):
         ("mail", "email", "new"),
     ]
     assert rows[1]["events"] == ["review", "failed"] and rows[0]["secret_env"] == "HOOK_KEY"
+    # A webhook URL's path is often its secret: lists show only scheme and host.
+    assert rows[0]["address"] == "https://hooks.example.org/…"
+    assert "/acthelm" not in run("list")
     failed_task()
     assert Notification.objects.count() == 2
     out = json.loads(run("--json", "remove", "hook"))

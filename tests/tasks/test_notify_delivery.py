@@ -86,7 +86,10 @@ def test_email_reaches_a_real_smtp_server_with_the_link_and_a_stable_message_id(
     assert target.state == "ok" and target.last_delivered_at is not None
 
 
-def test_webhook_is_signed_over_the_exact_body_and_carries_the_idempotency_key(notify_settings):
+def test_webhook_is_signed_over_the_exact_body_and_carries_the_idempotency_key(
+    notify_settings, caplog
+):
+    caplog.set_level("DEBUG")
     with WebhookReceiver(secret=SECRET) as receiver:
         webhook(receiver.url)
         task = failed_task()
@@ -102,6 +105,8 @@ def test_webhook_is_signed_over_the_exact_body_and_carries_the_idempotency_key(n
     # Slack and Mattermost incoming webhooks show `text`.
     assert body["text"].startswith(f"Task #{task.pk} “Quarterly report” failed with limit_steps")
     assert body["url"] == f"https://acthelm.example.org/tasks/{task.pk}/"
+    # The receiver's URL (a secret for chat webhooks) is in no log line.
+    assert not [r for r in caplog.records if receiver.url in r.getMessage()]
 
 
 def test_a_wrong_secret_is_refused_by_the_receiver_and_the_row_retries(notify_settings):
@@ -229,6 +234,28 @@ def test_a_removed_or_disabled_target_fails_its_rows_without_sending(notify_sett
         report = deliver_due()
     assert report.failed == 1 and receiver.received == []
     assert Notification.objects.get().last_error_code == "target_disabled"
+
+
+def test_a_target_deleted_in_the_admin_fails_its_rows_and_others_still_deliver(notify_settings):
+    with WebhookReceiver(secret=SECRET) as receiver:
+        gone = webhook(receiver.url, name="gone")
+        webhook(receiver.url, name="kept")
+        failed_task()
+        gone.delete()  # the admin's delete: the rows keep the target's name, target_id NULL
+        report = deliver_due()
+    assert (report.delivered, report.failed) == (1, 1) and len(receiver.received) == 1
+    row = Notification.objects.get(target_name="gone")
+    assert (row.status, row.last_error_code, row.target_id) == ("failed", "target_removed", None)
+
+
+def test_a_deleted_task_takes_its_notifications_with_it(notify_settings, actor):
+    from tasks.services import task_delete
+
+    webhook("https://hooks.example.org/x")
+    task = failed_task()
+    assert Notification.objects.count() == 1
+    task_delete(actor=actor, task_id=task.pk)
+    assert Notification.objects.count() == 0 and deliver_due().attempted == 0
 
 
 def test_maintenance_delivery_survives_a_broken_database_connection(notify_settings, caplog):
