@@ -7,7 +7,8 @@ import threading
 from datetime import timedelta
 
 import pytest
-from django.db import transaction
+from django.db import connection, transaction
+from django.test.utils import CaptureQueriesContext
 from django.utils import timezone
 
 from agents.models import AgentRun, Connection
@@ -106,6 +107,27 @@ def test_ordinary_events_and_a_cooldown_already_running_write_nothing(everyone):
             data={"connection": "c", "code": "provider_cooling_down", "until": None},
         )
     assert Notification.objects.count() == 0
+
+
+def test_the_hot_path_pays_nothing_and_a_notified_event_a_fixed_few_queries(everyone):
+    target_add(name="chat", kind=TargetKind.WEBHOOK, address="https://hooks.example.org/x")
+    task = TaskFactory(status=TaskStatus.IN_PROGRESS, created_by=UserFactory())
+    with transaction.atomic():
+        locked = lock_task(task.pk)
+        with CaptureQueriesContext(connection) as plain:
+            record_event(locked, actor=Actor.worker("w"), kind=EventKind.MODEL_TURN)
+        with CaptureQueriesContext(connection) as notified:
+            record_event(
+                locked,
+                actor=Actor.worker("w"),
+                kind=EventKind.SUBMITTED,
+                from_status=TaskStatus.IN_PROGRESS,
+                to_status=TaskStatus.REVIEW,
+            )
+    assert len(plain) == 1  # the event's INSERT only: no lookup for ordinary events
+    # The event, the targets wanting it, the task's creator (for the message), one bulk INSERT.
+    assert len(notified) == 4
+    assert Notification.objects.filter(task=task).count() == 2
 
 
 # --- The message --------------------------------------------------------------------------------
