@@ -113,8 +113,13 @@ class Notification(models.Model):
     )
     target_name = models.CharField(max_length=100)
     channel = models.CharField(max_length=16, choices=TargetKind.choices)
+    # Indexed by notification_task_idx (task, id).
     task = models.ForeignKey(
-        "tasks.Task", null=True, on_delete=models.CASCADE, related_name="notifications"
+        "tasks.Task",
+        null=True,
+        on_delete=models.CASCADE,
+        related_name="notifications",
+        db_index=False,
     )
     event = models.ForeignKey(
         "tasks.TaskEvent", null=True, on_delete=models.SET_NULL, related_name="notifications"
