@@ -171,9 +171,49 @@ LOGGING = {
         }
     },
     "root": {"handlers": ["console"], "level": os.environ.get("ACTHELM_LOG_LEVEL", "INFO")},
-    "loggers": {"pgserver": {"level": "WARNING"}},
+    # httpx logs every request's full URL at INFO; a webhook URL's path can be its secret.
+    "loggers": {"pgserver": {"level": "WARNING"}, "httpx": {"level": "WARNING"}},
 }
 
 # An optional model supervisor on a connection of its own (empty: rule checks only).
 ACTHELM_SUPERVISOR_CONNECTION = os.environ.get("ACTHELM_SUPERVISOR_CONNECTION", "")
 ACTHELM_SUPERVISOR_MODEL = os.environ.get("ACTHELM_SUPERVISOR_MODEL", "")
+
+# Notifications (tasks.notify). Links in messages point at ACTHELM_BASE_URL.
+ACTHELM_BASE_URL = os.environ.get("ACTHELM_BASE_URL", "http://127.0.0.1:8000").strip()
+ACTHELM_NOTIFY_TIMEOUT_SECONDS = env_float("ACTHELM_NOTIFY_TIMEOUT_SECONDS", 10)
+ACTHELM_NOTIFY_MAX_ATTEMPTS = env_int("ACTHELM_NOTIFY_MAX_ATTEMPTS", 6)
+ACTHELM_NOTIFY_RETRY_DELAYS = [
+    int(x) for x in env_list("ACTHELM_NOTIFY_RETRY_DELAYS", ["30", "120", "600", "1800", "3600"])
+]
+# Worker maintenance spends at most about this long per delivery pass (plus one send's timeout).
+ACTHELM_NOTIFY_PASS_SECONDS = env_float("ACTHELM_NOTIFY_PASS_SECONDS", 5)
+ACTHELM_NOTIFY_MESSAGE_ID_DOMAIN = os.environ.get("ACTHELM_NOTIFY_MESSAGE_ID_DOMAIN", "acthelm")
+
+
+# Email (Django's MAILERS): SMTP when EMAIL_HOST is set in the environment, else the console
+# backend, which prints each message (development; production uses SMTP on localhost instead).
+# The EMAIL_* names are only environment variables here; Django 6.1 reads the mailer's OPTIONS.
+def smtp_mailer(host: str) -> dict:
+    """A MAILERS entry for SMTP from the EMAIL_* environment variables."""
+    return {
+        "BACKEND": "django.core.mail.backends.smtp.EmailBackend",
+        "OPTIONS": {
+            "host": host,
+            "port": env_int("EMAIL_PORT", 25),
+            "username": os.environ.get("EMAIL_HOST_USER", ""),
+            "password": os.environ.get("EMAIL_HOST_PASSWORD", ""),
+            "use_tls": env_bool("EMAIL_USE_TLS", False),
+            "use_ssl": env_bool("EMAIL_USE_SSL", False),
+            "timeout": ACTHELM_NOTIFY_TIMEOUT_SECONDS,
+        },
+    }
+
+
+EMAIL_HOST_FROM_ENV = os.environ.get("EMAIL_HOST", "").strip()
+MAILERS = {
+    "default": smtp_mailer(EMAIL_HOST_FROM_ENV)
+    if EMAIL_HOST_FROM_ENV
+    else {"BACKEND": "django.core.mail.backends.console.EmailBackend"}
+}
+DEFAULT_FROM_EMAIL = os.environ.get("DEFAULT_FROM_EMAIL", "acthelm@localhost")

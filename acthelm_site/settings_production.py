@@ -40,12 +40,21 @@ _SECRET_KEY = _required(
 _required("DATABASE_URL", "postgresql://user:password@host:5432/dbname")
 
 from acthelm_site.settings import *  # noqa: E402, F403
-from acthelm_site.settings import MIDDLEWARE, env_bool, env_int, env_list  # noqa: E402
+from acthelm_site.settings import (  # noqa: E402
+    EMAIL_HOST_FROM_ENV,
+    MIDDLEWARE,
+    env_bool,
+    env_int,
+    env_list,
+    smtp_mailer,
+)
 
 DEBUG = False
 SECRET_KEY = _SECRET_KEY
 ALLOWED_HOSTS = env_list("DJANGO_ALLOWED_HOSTS", ["localhost", "127.0.0.1"])
 CSRF_TRUSTED_ORIGINS = env_list("DJANGO_CSRF_TRUSTED_ORIGINS", [])
+# Notification email is never printed to a console here: SMTP to EMAIL_HOST, else the local MTA.
+MAILERS = {"default": smtp_mailer(EMAIL_HOST_FROM_ENV or "localhost")}
 
 SESSION_COOKIE_SECURE = True
 CSRF_COOKIE_SECURE = True

@@ -25,6 +25,7 @@ from agents.outcomes import apply_outcome, recover_stale
 from agents.supervisor import supervise
 from tasks.exceptions import AttemptLost
 from tasks.models import Task
+from tasks.notify.delivery import deliver_in_maintenance
 from tasks.states import TaskStatus
 from tasks.transitions import READY_CHANNEL, Claim, claim_next, renew_lease
 
@@ -253,6 +254,7 @@ class Worker:
         ACTHELM_RECOVER_INTERVAL_SECONDS for runs that overran their timeout."""
         next_recover = next_reconcile = 0.0
         while not self.stopping.is_set():
+            deliver_in_maintenance()  # bounded, never raises: see tasks/notify/delivery.py
             now = time.monotonic()
             if now >= next_reconcile:
                 self._reconcile_once()

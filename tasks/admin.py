@@ -231,3 +231,7 @@ class GoalAdmin(admin.ModelAdmin):
     @admin.display(description="Open tasks")
     def open_tasks(self, obj):
         return obj._open
+
+
+# Notification targets and the outbox register their own admin.
+import tasks.notify.admin  # noqa: E402, F401

@@ -187,3 +187,8 @@ class TaskEvent(models.Model):
 
     def __str__(self) -> str:
         return f"{self.kind} by {self.actor_label or self.actor_kind}"
+
+
+# Notifications (targets and the outbox) live in tasks.notify; imported here so Django registers
+# them with the tasks app.
+from tasks.notify.models import Notification, NotificationTarget  # noqa: E402, F401

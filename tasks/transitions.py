@@ -19,6 +19,7 @@ from agents.states import RunStatus
 from tasks.actors import Actor
 from tasks.exceptions import AttemptLost, TaskNotFound, TransitionNotAllowed
 from tasks.models import Task, TaskEvent
+from tasks.notify.outbox import enqueue_for_event
 from tasks.states import (
     COOPERATIVE_EVENTS,
     HELD,
@@ -57,7 +58,7 @@ def record_event(
     from_status: str = "",
     to_status: str = "",
 ) -> TaskEvent:
-    return TaskEvent.objects.create(
+    event = TaskEvent.objects.create(
         task=task,
         run=run,
         kind=kind,
@@ -68,6 +69,8 @@ def record_event(
         to_status=to_status,
         data=data or {},
     )
+    enqueue_for_event(event)  # the outbox row commits (or rolls back) with its event
+    return event
 
 
 def notify_ready() -> None:

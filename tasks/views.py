@@ -31,6 +31,7 @@ from tasks.actors import Actor
 from tasks.exceptions import ActhelmError, InvalidInput, NotPermitted, TaskNotFound
 from tasks.forms import LIMIT_LABELS, TaskCreateForm, model_queryset
 from tasks.models import Task
+from tasks.notify.selectors import task_notifications
 from tasks.services import LIMIT_FIELDS
 from tasks.states import Action, TaskStatus, allowed_actions
 from tasks.workspace import add_input_file, artifacts_dir, list_input_files, remove_task_files
@@ -418,6 +419,7 @@ def task_page_context(request, pk: int) -> dict:
         "input_files": list_input_files(task.pk),
         "events": events,
         "more_events": more_events,
+        "notifications": task_notifications(task.pk),
         "limits": _limit_rows(task, usage),
         "usage": usage,
         "plan": plan,

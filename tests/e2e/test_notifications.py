@@ -1,0 +1,33 @@
+"""Notifications in a real browser: from the nav to the deliveries page, then to the task."""
+
+import pytest
+from playwright.sync_api import expect
+
+from tasks.notify.delivery import deliver_due
+from tasks.notify.states import TargetKind
+from tasks.notify.targets import target_add
+from tests.factories import UserFactory
+from tests.fakes.smtp_server import free_port
+from tests.tasks.notify_helpers import failed_task
+
+pytestmark = [pytest.mark.e2e, pytest.mark.django_db(transaction=True)]
+
+
+def test_a_failing_target_is_seen_from_the_nav_and_on_the_task_page(page, login, settings):
+    settings.ACTHELM_NOTIFY_MAX_ATTEMPTS = 1
+    UserFactory(username="ops", perms=["tasks.view_task", "tasks.view_notification"])
+    target_add(name="founder-mail", kind=TargetKind.EMAIL, address="founder@example.org")
+    target_add(name="chat", kind=TargetKind.WEBHOOK, address=f"http://127.0.0.1:{free_port()}/h")
+    task = failed_task(title="Monthly numbers")
+    deliver_due()
+
+    login("ops")
+    page.get_by_role("link", name="Notifications").click()
+    expect(page.locator('tr[data-target="chat"]')).to_contain_text("failing")
+    failed = page.locator("tr.notification.status-failed")
+    expect(failed).to_contain_text("connection_failed")
+    expect(page.locator("tr.notification.status-delivered")).to_contain_text("founder-mail")
+    failed.get_by_role("link", name=f"#{task.pk}").click()
+    section = page.locator("#notifications")
+    expect(section).to_contain_text("founder-mail")
+    expect(section.locator("tr.status-failed")).to_contain_text("failed after 1 attempt")
