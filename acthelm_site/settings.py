@@ -53,6 +53,7 @@ INSTALLED_APPS = [
     "agents",
     "approvals",
     "memory",
+    "acthelm_site.api",
 ]
 
 MIDDLEWARE = [
