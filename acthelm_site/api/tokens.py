@@ -76,7 +76,7 @@ def token_create(*, user, name: str, created_by=None) -> NewToken:
             continue  # a prefix collision: draw again
         log.info(
             "api.token_created",
-            extra={"token": token.prefix, "user": user.get_username(), "name": name},
+            extra={"token": token.prefix, "user": user.get_username(), "token_name": name},
         )
         return NewToken(token=token, secret=raw)
     raise TransitionNotAllowed("could not draw a unique token prefix; try again")
