@@ -13,7 +13,7 @@ import logging
 from django.contrib.admin.views.decorators import staff_member_required
 from django.http import Http404
 from django.utils import timezone
-from ninja import File, Form, NinjaAPI, Query
+from ninja import File, Form, NinjaAPI, Query, Status
 from ninja.errors import AuthenticationError, HttpError, ValidationError
 from ninja.files import UploadedFile
 from ninja.security import HttpBearer
@@ -293,7 +293,7 @@ def create_task(
         limits=limits,
     )
     log.info("api.task_created", extra={"task_id": task.pk, "actor": actor.label})
-    return 201, task_as_dict(_task_or_404(task.pk))
+    return Status(201, task_as_dict(_task_or_404(task.pk)))
 
 
 @api.get("/tasks/{task_id}", response={200: s.TaskDetailOut, **ERRORS}, tags=["tasks"])
@@ -601,7 +601,7 @@ def create_goal(request, payload: s.GoalIn):
     """A new active goal: the reconciler plans it at its next pass."""
     actor = _require(request, ADD_GOAL_PERM)
     goal = services.goal_create(actor=actor, title=payload.title, description=payload.description)
-    return 201, goal_as_dict(_goal_or_404(goal.pk))
+    return Status(201, goal_as_dict(_goal_or_404(goal.pk)))
 
 
 @api.get("/goals/{goal_id}", response={200: s.GoalDetailOut, **ERRORS}, tags=["goals"])

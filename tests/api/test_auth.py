@@ -141,9 +141,7 @@ def test_the_schema_and_docs_are_for_signed_in_staff_only(client):
     assert client.get("/api/docs").status_code == 302
     secret = token_create(user=UserFactory(username="tok", is_superuser=True), name="t").secret
     # A token is not a staff sign-in.
-    assert (
-        client.get("/api/docs", headers={"Authorization": f"Bearer {secret}"}).status_code == 302
-    )
+    assert client.get("/api/docs", headers={"Authorization": f"Bearer {secret}"}).status_code == 302
     client.force_login(UserFactory(username="clerk", is_staff=False))
     assert client.get("/api/openapi.json").status_code == 302
     client.force_login(UserFactory(username="staffer", is_staff=True))
