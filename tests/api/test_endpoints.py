@@ -11,8 +11,13 @@ from tasks.models import Goal, Task
 from tasks.states import ActorKind, EventKind, TaskStatus
 from tasks.workspace import workspace_dir
 from tests.api.conftest import error_of
-from tests.console.scenes import FULL_RESULT, pending_approval, pending_review, run_for
-from tests.console.scenes import transcript_task
+from tests.console.scenes import (
+    FULL_RESULT,
+    pending_approval,
+    pending_review,
+    run_for,
+    transcript_task,
+)
 from tests.factories import GoalFactory, ModelFactory, TaskFactory
 
 pytestmark = pytest.mark.django_db
