@@ -19,6 +19,13 @@ class ApiTokenCreateForm(forms.ModelForm):
         super().__init__(*args, **kwargs)
         self.fields["user"].queryset = get_user_model().objects.filter(is_active=True)
 
+    def clean(self):
+        data = super().clean()
+        user, name = data.get("user"), (data.get("name") or "").strip()
+        if user and name and user.api_tokens.filter(name=name, revoked_at__isnull=True).exists():
+            self.add_error("name", f"{user.get_username()} already has a live token named {name!r}")
+        return data
+
 
 @admin.register(ApiToken)
 class ApiTokenAdmin(admin.ModelAdmin):
