@@ -49,6 +49,8 @@ INSTALLED_APPS = [
     "django.contrib.staticfiles",
     "django.contrib.postgres",
     "django_htmx",
+    # The API docs' Swagger UI from our own static files, not from a CDN.
+    "ninja",
     "tasks",
     "agents",
     "approvals",
