@@ -56,7 +56,7 @@ CHANGE_GOAL_PERM = "tasks.change_goal"
 
 A = Action
 # The console's table (tasks.views.ACTION_PERMS), restated here so that the API does not import
-# the console's views; tests/api/test_permissions.py checks that the two agree.
+# the console's views; tests/api/test_auth.py checks that the two agree.
 ACTION_PERMS = {
     A.PAUSE: OPERATE_PERM,
     A.WITHDRAW_PAUSE: OPERATE_PERM,
@@ -148,6 +148,11 @@ def _validation_error(request, exc: ValidationError):
     parts = [p for p in loc[1:] if p not in ("payload", "filters")]
     field = ".".join(parts) or None
     message = first.get("msg", "invalid input")
+    if loc[:1] == ["form"] and request.content_type == "application/json":
+        message = (
+            "this endpoint takes form fields (multipart/form-data, or "
+            "application/x-www-form-urlencoded), not JSON; " + message
+        )
     return _error(request, 400, "invalid_input", f"{field}: {message}" if field else message, field)
 
 

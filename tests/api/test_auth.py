@@ -154,3 +154,33 @@ def test_the_schema_and_docs_are_for_signed_in_staff_only(client):
     assert docs.status_code == 200
     # The Swagger UI comes from our static files, not a CDN.
     assert "/static/ninja/" in docs.content.decode() and "cdn." not in docs.content.decode()
+
+
+def test_each_action_needs_the_same_permission_as_in_the_console():
+    from acthelm_site.api import endpoints
+    from approvals import views as approval_views
+    from tasks import views as task_views
+
+    assert endpoints.ACTION_PERMS == task_views.ACTION_PERMS
+    assert endpoints.DECIDE_PERM == approval_views.DECIDE_PERM
+    assert endpoints.INBOX_PERMS == approval_views.VIEW_PERMS
+    assert (endpoints.VIEW_PERM, endpoints.ADD_PERM) == (task_views.VIEW_PERM, task_views.ADD_PERM)
+
+
+@pytest.mark.parametrize(
+    ("perm", "allowed", "refused"),
+    [
+        ("tasks.operate_task", "pause", "close"),
+        ("tasks.close_task", "close", "pause"),
+    ],
+)
+def test_a_permission_opens_only_its_own_actions(perm, allowed, refused):
+    from tests.api.conftest import client_for
+
+    api = client_for("partial", ["tasks.view_task", perm])
+    state = {"pause": TaskStatus.READY, "close": TaskStatus.REVIEW}
+    ok = TaskFactory(status=state[allowed])
+    no = TaskFactory(status=state[refused])
+    assert api.post(f"/api/tasks/{ok.pk}/{allowed}").status_code == 200
+    assert api.post(f"/api/tasks/{no.pk}/{refused}").status_code == 403
+    assert Task.objects.get(pk=no.pk).status == state[refused]

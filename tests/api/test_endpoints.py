@@ -191,6 +191,14 @@ def test_create_rejects_bad_input_naming_the_field(api, data, field):
     assert not Task.objects.exists()
 
 
+def test_create_says_it_takes_form_fields_when_sent_json(api):
+    data = assert_error(
+        api.post("/api/tasks", {"title": "T", "instruction": "I"}), 400, "invalid_input"
+    )
+    assert "form fields" in data["message"] and data["field"] == "title"
+    assert not Task.objects.exists()
+
+
 def test_create_rejects_an_unsafe_file_name_and_keeps_nothing(api, settings):
     from django.core.files.uploadedfile import SimpleUploadedFile
 
