@@ -168,7 +168,9 @@ def _not_found(request, exc):
 
 @api.exception_handler(HttpError)
 def _http_error(request, exc: HttpError):
-    return _error(request, exc.status_code, "error", str(exc))
+    # Ninja's own refusals, e.g. 400 "Cannot parse request body" for a body that is not JSON.
+    code = {400: "invalid_input", 429: "throttled"}.get(exc.status_code, "error")
+    return _error(request, exc.status_code, code, str(exc))
 
 
 ERRORS = {400: s.ErrorOut, 401: s.ErrorOut, 403: s.ErrorOut, 404: s.ErrorOut, 409: s.ErrorOut}
@@ -559,7 +561,10 @@ def test_connection(request, connection_id: int, payload: s.ConnectionTestIn = N
     if conn is None:
         raise NotFound(f"connection {connection_id} does not exist", code="connection_not_found")
     model_name = payload.model if payload else None
-    return agent_services.connection_test(actor=actor, name=conn.name, model_name=model_name)
+    try:
+        return agent_services.connection_test(actor=actor, name=conn.name, model_name=model_name)
+    except InvalidInput as exc:
+        raise InvalidInput(exc.message, field="model" if model_name else None) from None
 
 
 # --- Scorecard ------------------------------------------------------------------------------

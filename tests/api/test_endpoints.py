@@ -472,7 +472,10 @@ def test_testing_an_unknown_connection_or_model(api):
     assert_error(api.post("/api/connections/999999/test", {}), 404, "connection_not_found")
     conn = ConnectionFactory()
     assert_error(
-        api.post(f"/api/connections/{conn.pk}/test", {"model": "nope"}), 400, "invalid_input"
+        api.post(f"/api/connections/{conn.pk}/test", {"model": "nope"}),
+        400,
+        "invalid_input",
+        "model",
     )
 
 
@@ -519,3 +522,27 @@ def test_goal_create_rejects_bad_input(api, body, field):
 def test_unknown_goal_is_404(api):
     assert_error(api.get("/api/goals/999999"), 404, "goal_not_found")
     assert_error(api.post("/api/goals/999999/deactivate"), 404, "goal_not_found")
+
+
+@pytest.mark.parametrize(
+    ("path", "params", "field"),
+    [
+        ("/api/approvals", {"limit": 0}, "limit"),
+        ("/api/approvals", {"limit": 1000}, "limit"),
+        ("/api/goals", {"active": "perhaps"}, "active"),
+    ],
+)
+def test_reads_reject_bad_parameters(api, path, params, field):
+    assert_error(api.get(path, params), 400, "invalid_input", field)
+
+
+def test_a_body_that_is_not_json_is_400(api):
+    task = TaskFactory(status=TaskStatus.REVIEW)
+    response = api.client.post(
+        f"/api/tasks/{task.pk}/reopen",
+        "{not json",
+        content_type="application/json",
+        headers={"Authorization": f"Bearer {api.token}"},
+    )
+    assert_error(response, 400, "invalid_input")
+    assert status_of(task.pk) == TaskStatus.REVIEW
