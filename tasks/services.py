@@ -419,7 +419,9 @@ def task_delete(*, actor: Actor, task_id: int) -> None:
         if task.dependant_links.filter(~Q(task__status__in=DELETABLE)).exists():
             raise TransitionNotAllowed(f"open tasks depend on task {task_id}")
         task.delete()
-    # After the commit, not before: a refused or rolled-back delete keeps the files.
+    # Only once the row is gone: a refused delete (any raise above) keeps the files. Called
+    # inside a caller's transaction that later rolls back, the files would be gone with the
+    # row kept; no caller does that (the console, the CLI and the API call it on its own).
     remove_task_files(task_id)
     log.info("task.deleted", extra={"task_id": task_id, "actor": actor.label})
 
