@@ -9,6 +9,7 @@ hash is stale. The OpenAPI schema and its interactive docs are served to signed-
 """
 
 import logging
+from typing import Literal
 
 from django.contrib.admin.views.decorators import staff_member_required
 from django.http import Http404
@@ -304,7 +305,7 @@ def create_task(
 
 
 @api.get("/tasks/{task_id}", response={200: s.TaskDetailOut, **ERRORS}, tags=["tasks"])
-def show_task(request, task_id: int, turns: str = "recent"):
+def show_task(request, task_id: int, turns: Literal["recent", "all"] = "recent"):
     """The task with its transcript (the newest 100 turns; `?turns=all` for every turn), runs,
     pending operations with their hashes, plan, usage, files and timeline (newest 200 events)."""
     _require(request, VIEW_PERM)

@@ -530,6 +530,7 @@ def test_unknown_goal_is_404(api):
         ("/api/approvals", {"limit": 0}, "limit"),
         ("/api/approvals", {"limit": 1000}, "limit"),
         ("/api/goals", {"active": "perhaps"}, "active"),
+        ("/api/tasks/1", {"turns": "some"}, "turns"),
     ],
 )
 def test_reads_reject_bad_parameters(api, path, params, field):
