@@ -49,10 +49,13 @@ INSTALLED_APPS = [
     "django.contrib.staticfiles",
     "django.contrib.postgres",
     "django_htmx",
+    # The API docs' Swagger UI from our own static files, not from a CDN.
+    "ninja",
     "tasks",
     "agents",
     "approvals",
     "memory",
+    "acthelm_site.api",
 ]
 
 MIDDLEWARE = [

@@ -5,12 +5,16 @@ class ActhelmError(Exception):
     """Root of Acthelm's errors; raise a subclass."""
 
     code = "error"
+    # The input field the error is about, when there is one (shown by the API as "field").
+    field: str | None = None
 
-    def __init__(self, message: str, *, code: str | None = None):
+    def __init__(self, message: str, *, code: str | None = None, field: str | None = None):
         super().__init__(message)
         self.message = message
         if code:
             self.code = code
+        if field:
+            self.field = field
 
     def __str__(self) -> str:
         return self.message
@@ -20,8 +24,16 @@ class TransitionNotAllowed(ActhelmError, ValueError):
     code = "transition_not_allowed"
 
 
-class TaskNotFound(ActhelmError, LookupError):
+class NotFound(ActhelmError, LookupError):
+    code = "not_found"
+
+
+class TaskNotFound(NotFound):
     code = "task_not_found"
+
+
+class GoalNotFound(NotFound):
+    code = "goal_not_found"
 
 
 class NotPermitted(ActhelmError, PermissionError):

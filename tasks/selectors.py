@@ -1,7 +1,11 @@
-"""Reads of tasks for the console and the CLI."""
+"""Reads of tasks for the console, the CLI and the API."""
 
-from tasks.models import Task, TaskEvent
-from tasks.states import TaskStatus, allowed_actions
+from dataclasses import dataclass
+
+from django.db.models import Count
+
+from tasks.models import Goal, Task, TaskEvent
+from tasks.states import OPEN, TaskStatus, allowed_actions
 
 
 def task_as_dict(task: Task, *, with_events: bool = False) -> dict:
@@ -108,3 +112,71 @@ def blocking_reason(task: Task) -> str | None:
             "longer needed."
         )
     return " ".join(parts)
+
+
+@dataclass(frozen=True)
+class TaskPage:
+    """One page of a newest-first task list, and the keys of the pages around it."""
+
+    tasks: list
+    older: int | None  # pass as `before` for the next (older) page
+    newer: int | None  # pass as `after` for the previous (newer) page
+
+
+def task_keyset_page(tasks, *, before: int | None, after: int | None, size: int) -> TaskPage:
+    """Newest first, keyset-paginated on the primary key (no COUNT, no OFFSET): `before` gives
+    the page of tasks older than that id, `after` the page newer than it."""
+    if after and not before:
+        rows = list(tasks.filter(id__gt=after).order_by("id")[: size + 1])
+        has_newer = len(rows) > size
+        rows = rows[:size][::-1]
+        has_older = True
+    else:
+        if before:
+            tasks = tasks.filter(id__lt=before)
+        rows = list(tasks.order_by("-id")[: size + 1])
+        has_older = len(rows) > size
+        rows = rows[:size]
+        has_newer = bool(before)
+    return TaskPage(
+        tasks=rows,
+        older=rows[-1].pk if rows and has_older else None,
+        newer=rows[0].pk if rows and has_newer else None,
+    )
+
+
+def goal_as_dict(goal: Goal, *, with_tasks: int = 0) -> dict:
+    """A goal, its open-task counts by state, and (with_tasks) its newest tasks."""
+    counts = dict(
+        Task.objects.filter(goal=goal)
+        .values_list("status")
+        .annotate(n=Count("id"))
+        .values_list("status", "n")
+    )
+    data = {
+        "id": goal.pk,
+        "title": goal.title,
+        "description": goal.description,
+        "active": goal.active,
+        "created_by": goal.created_by.get_username() if goal.created_by_id else None,
+        "created_at": goal.created_at.isoformat(),
+        "task_counts": counts,
+        "open_tasks": sum(n for status, n in counts.items() if status in OPEN),
+    }
+    if with_tasks:
+        tasks = Task.objects.filter(goal=goal).order_by("-id")[:with_tasks]
+        data["tasks"] = [
+            {
+                "id": t.pk,
+                "title": t.title,
+                "status": t.status,
+                "kind": t.kind,
+                "origin": t.origin,
+                "failure_code": t.failure_code or None,
+                "created_at": t.created_at.isoformat(),
+            }
+            for t in tasks.only(
+                "id", "title", "status", "kind", "origin", "failure_code", "created_at"
+            )
+        ]
+    return data

@@ -2,6 +2,7 @@
 and the worker call these; the state changes themselves happen in tasks.transitions."""
 
 import logging
+from pathlib import Path
 
 from django.conf import settings
 from django.db import connection as db_connection
@@ -11,7 +12,13 @@ from django.db.models import Q
 from agents.states import RunStatus
 from agents.transitions import end_started_runs
 from tasks.actors import Actor
-from tasks.exceptions import DependencyCycle, InvalidInput, LimitNotRaised, TransitionNotAllowed
+from tasks.exceptions import (
+    DependencyCycle,
+    GoalNotFound,
+    InvalidInput,
+    LimitNotRaised,
+    TransitionNotAllowed,
+)
 from tasks.models import Goal, Task, TaskDependency
 from tasks.states import (
     DELETABLE,
@@ -28,6 +35,7 @@ from tasks.transitions import (
     record_event,
     set_status,
 )
+from tasks.workspace import add_input_file, remove_task_files, safe_file_name
 
 log = logging.getLogger("acthelm.tasks")
 
@@ -57,26 +65,32 @@ def _validate_tools(tools: list[str], policies: dict[str, str]) -> None:
     unknown = sorted(set(tools) - known)
     if unknown:
         raise InvalidInput(
-            f"unknown tools: {', '.join(unknown)} (known: {', '.join(sorted(known))})"
+            f"unknown tools: {', '.join(unknown)} (known: {', '.join(sorted(known))})",
+            field="tools",
         )
     for tool, policy in policies.items():
         if tool not in known:
-            raise InvalidInput(f"a policy names the unknown tool {tool!r}")
+            raise InvalidInput(f"a policy names the unknown tool {tool!r}", field="tool_policies")
         if policy not in ToolPolicy.values:
-            raise InvalidInput(f"the policy for {tool} must be allow or ask, not {policy!r}")
+            raise InvalidInput(
+                f"the policy for {tool} must be allow or ask, not {policy!r}",
+                field="tool_policies",
+            )
 
 
 def _validate_limits(limits: dict) -> dict[str, int]:
     clean = {}
     for field, value in limits.items():
         if field not in LIMIT_FIELDS:
-            raise InvalidInput(f"unknown limit {field!r}")
+            raise InvalidInput(f"unknown limit {field!r}", field="limits")
         try:
             number = int(value)
         except (TypeError, ValueError):
-            raise InvalidInput(f"{field} must be a whole number, not {value!r}") from None
+            raise InvalidInput(
+                f"{field} must be a whole number, not {value!r}", field=field
+            ) from None
         if number <= 0:
-            raise InvalidInput(f"{field} must be positive")
+            raise InvalidInput(f"{field} must be positive", field=field)
         clean[field] = number
     return clean
 
@@ -103,26 +117,28 @@ def task_create(
     """Create a task, `ready` or `blocked` by its dependencies, with limits from the defaults."""
     title, instruction = (title or "").strip(), (instruction or "").strip()
     if not title:
-        raise InvalidInput("a task needs a title")
+        raise InvalidInput("a task needs a title", field="title")
     if not instruction:
-        raise InvalidInput("a task needs an instruction")
+        raise InvalidInput("a task needs an instruction", field="instruction")
     if len(title) > 200:
-        raise InvalidInput("a title is at most 200 characters")
+        raise InvalidInput("a title is at most 200 characters", field="title")
     if kind not in TaskKind.values:
-        raise InvalidInput(f"kind must be one of {', '.join(TaskKind.values)}")
+        raise InvalidInput(f"kind must be one of {', '.join(TaskKind.values)}", field="kind")
     tools = list(settings.ACTHELM_DEFAULT_TOOLS if tools is None else tools)
     tool_policies = dict(tool_policies or {})
     _validate_tools(tools, tool_policies)
     if model is not None and connection is None:
         connection = model.connection
     if model is not None and model.connection_id != connection.pk:
-        raise InvalidInput(f"model {model} does not belong to connection {connection}")
+        raise InvalidInput(
+            f"model {model} does not belong to connection {connection}", field="model"
+        )
     domains = sorted({d.strip().lower().rstrip(".") for d in (allowed_domains or []) if d.strip()})
     fields = default_limits() | _validate_limits(limits or {})
     with transaction.atomic():
         deps = list(Task.objects.select_for_update().filter(pk__in=[d.pk for d in depends_on]))
         if len(deps) != len({d.pk for d in depends_on}):
-            raise InvalidInput("a dependency does not exist")
+            raise InvalidInput("a dependency does not exist", field="depends_on")
         blocked = any(dep.status != TaskStatus.DONE for dep in deps)
         task = Task(
             title=title,
@@ -191,6 +207,36 @@ def task_add_dependency(*, actor: Actor, task_id: int, depends_on_id: int) -> No
                 kind=EventKind.BLOCKED,
                 data={"dependency_added": dep.pk},
             )
+
+
+def task_create_with_files(*, actor: Actor, files: list[tuple[str, object]] = (), **fields) -> Task:
+    """task_create plus input files copied into the task's workspace: (name, data) pairs where
+    data is bytes, an uploaded file or a Path. The files are in the workspace before the task
+    commits, so no worker can claim it and find its folder empty; if anything fails, neither the
+    task nor its files remain."""
+    names = set()
+    for name, _data in files:
+        try:
+            name = safe_file_name(name)
+        except InvalidInput as exc:
+            raise InvalidInput(exc.message, field="files") from None
+        if name in names:
+            raise InvalidInput(f"two files are named {name}", field="files")
+        names.add(name)
+    task = None
+    try:
+        with transaction.atomic():
+            task = task_create(actor=actor, **fields)
+            for name, data in files:
+                if isinstance(data, Path):
+                    add_input_file(task.pk, name=name, source=data)
+                else:
+                    add_input_file(task.pk, name=name, data=data)
+    except BaseException:
+        if task is not None:
+            remove_task_files(task.pk)
+        raise
+    return task
 
 
 def _act(task_id: int, action: str, actor: Actor, perm: str = "tasks.operate_task") -> Task:
@@ -287,7 +333,7 @@ def task_close(*, actor: Actor, task_id: int) -> Task:
 def task_reopen(*, actor: Actor, task_id: int, feedback: str) -> Task:
     feedback = (feedback or "").strip()
     if not feedback:
-        raise InvalidInput("reopening needs feedback for the next attempt")
+        raise InvalidInput("reopening needs feedback for the next attempt", field="feedback")
     with transaction.atomic():
         task = _act(task_id, "reopen", actor, perm="tasks.close_task")
         set_status(
@@ -303,12 +349,19 @@ def task_reopen(*, actor: Actor, task_id: int, feedback: str) -> Task:
     return task
 
 
-def task_retry(*, actor: Actor, task_id: int, model=None) -> Task:
-    """Queue a failed task again from its checkpoint. After a limit, the limit must be raised."""
+def task_retry(*, actor: Actor, task_id: int, model=None, limits: dict | None = None) -> Task:
+    """Queue a failed task again from its checkpoint. After a limit, the limit must be raised:
+    `limits` are set first, in the same transaction (all or nothing; unchanged ones are skipped)."""
     from agents.limits import exhausted_limits
     from agents.services import model_check_for_task
 
+    raised = _validate_limits(limits or {})
     with transaction.atomic():
+        if raised:
+            current = Task.objects.filter(pk=task_id).values(*raised).first() or {}
+            changed = {f: v for f, v in raised.items() if current.get(f) != v}
+            if changed:
+                task_set_limits(actor=actor, task_id=task_id, **changed)
         task = _act(task_id, "retry", actor)
         if task.failure_code.startswith("limit_") and task.failure_code in exhausted_limits(task):
             raise LimitNotRaised(
@@ -357,7 +410,8 @@ def task_set_limits(*, actor: Actor, task_id: int, **limits) -> Task:
 
 
 def task_delete(*, actor: Actor, task_id: int) -> None:
-    """Delete a done, failed or cancelled task with its transcript, events and artifacts."""
+    """Delete a done, failed or cancelled task with its transcript, events, artifacts and its
+    files (input files and artifacts on disk)."""
     with transaction.atomic():
         task = _act(task_id, "delete", actor)
         if task.status not in DELETABLE:  # the actions table says so too; belt and braces
@@ -365,6 +419,10 @@ def task_delete(*, actor: Actor, task_id: int) -> None:
         if task.dependant_links.filter(~Q(task__status__in=DELETABLE)).exists():
             raise TransitionNotAllowed(f"open tasks depend on task {task_id}")
         task.delete()
+    # Only once the row is gone: a refused delete (any raise above) keeps the files. Called
+    # inside a caller's transaction that later rolls back, the files would be gone with the
+    # row kept; no caller does that (the console, the CLI and the API call it on its own).
+    remove_task_files(task_id)
     log.info("task.deleted", extra={"task_id": task_id, "actor": actor.label})
 
 
@@ -415,3 +473,37 @@ def follow_up_create(
         },
     )
     return task
+
+
+# --- Goals -----------------------------------------------------------------------------------
+
+
+def goal_create(*, actor: Actor, title: str, description: str = "") -> Goal:
+    """A new active goal; the reconciler plans it at its next pass while it has no open work."""
+    actor.require("tasks.add_goal")
+    title, description = (title or "").strip(), (description or "").strip()
+    if not title:
+        raise InvalidInput("a goal needs a title", field="title")
+    if len(title) > 200:
+        raise InvalidInput("a title is at most 200 characters", field="title")
+    goal = Goal.objects.create(
+        title=title, description=description, created_by=actor.user if actor.is_person else None
+    )
+    log.info("goal.created", extra={"goal_id": goal.pk, "actor": actor.label})
+    return goal
+
+
+def goal_deactivate(*, actor: Actor, goal_id: int) -> Goal:
+    """The reconciler stops planning the goal. Its tasks keep their states: a person cancels
+    or closes them one by one."""
+    actor.require("tasks.change_goal")
+    with transaction.atomic():
+        goal = Goal.objects.select_for_update().filter(pk=goal_id).first()
+        if goal is None:
+            raise GoalNotFound(f"goal {goal_id} does not exist")
+        if not goal.active:
+            raise TransitionNotAllowed(f"goal {goal_id} is already inactive")
+        goal.active = False
+        goal.save(update_fields=["active"])
+    log.info("goal.deactivated", extra={"goal_id": goal_id, "actor": actor.label})
+    return goal

@@ -11,7 +11,6 @@ from functools import wraps
 from django.contrib import messages
 from django.contrib.auth.views import redirect_to_login
 from django.core.exceptions import PermissionDenied
-from django.db import transaction
 from django.db.models import BooleanField, Case, F, Prefetch, Value, When
 from django.db.models.functions import Length
 from django.http import FileResponse, Http404, HttpResponse
@@ -28,13 +27,14 @@ from approvals.states import ApprovalStatus, ReviewChoice
 from memory.models import MemorySelection
 from tasks import services
 from tasks.actors import Actor
-from tasks.exceptions import ActhelmError, InvalidInput, NotPermitted, TaskNotFound
+from tasks.exceptions import ActhelmError, InvalidInput, NotFound, NotPermitted
 from tasks.forms import LIMIT_LABELS, TaskCreateForm, model_queryset
 from tasks.models import Task
 from tasks.notify.selectors import task_notifications
+from tasks.selectors import task_keyset_page
 from tasks.services import LIMIT_FIELDS
 from tasks.states import Action, TaskStatus, allowed_actions
-from tasks.workspace import add_input_file, artifacts_dir, list_input_files, remove_task_files
+from tasks.workspace import artifacts_dir, list_input_files
 
 log = logging.getLogger("acthelm.console")
 
@@ -127,7 +127,7 @@ def error_status(exc: ActhelmError) -> int:
     """A refused action: 400 for bad input, 409 for a conflict with the task's current state."""
     if isinstance(exc, NotPermitted):
         return 403
-    if isinstance(exc, TaskNotFound):
+    if isinstance(exc, NotFound):
         return 404
     if isinstance(exc, InvalidInput):
         return 400
@@ -166,24 +166,13 @@ def task_list(request):
     if status:
         tasks = tasks.filter(status=status)
     before, after = _int(request.GET.get("before")), _int(request.GET.get("after"))
-    if after and not before:
-        rows = list(tasks.filter(id__gt=after).order_by("id")[: PAGE_SIZE + 1])
-        has_newer = len(rows) > PAGE_SIZE
-        rows = rows[:PAGE_SIZE][::-1]
-        has_older = True
-    else:
-        if before:
-            tasks = tasks.filter(id__lt=before)
-        rows = list(tasks.order_by("-id")[: PAGE_SIZE + 1])
-        has_older = len(rows) > PAGE_SIZE
-        rows = rows[:PAGE_SIZE]
-        has_newer = bool(before)
+    page = task_keyset_page(tasks, before=before, after=after, size=PAGE_SIZE)
     context = {
-        "tasks": rows,
+        "tasks": page.tasks,
         "status": status,
         "statuses": TaskStatus.choices,
-        "older": rows[-1].pk if rows and has_older else None,
-        "newer": rows[0].pk if rows and has_newer else None,
+        "older": page.older,
+        "newer": page.newer,
         "can_add": request.user.has_perm(ADD_PERM),
     }
     return render(request, "console/task_list.html", context)
@@ -200,19 +189,13 @@ def task_create(request):
     if request.method == "POST":
         status = 400
         if form.is_valid():
-            task = None
             try:
-                # The files are in the workspace before the task commits: no worker can claim
-                # the task (and find its folder empty) until both exist.
-                with transaction.atomic():
-                    task = services.task_create(
-                        actor=Actor.person(request.user), **form.service_kwargs()
-                    )
-                    for upload in form.cleaned_data["files"]:
-                        add_input_file(task.pk, name=upload.name, data=upload)
+                task = services.task_create_with_files(
+                    actor=Actor.person(request.user),
+                    files=[(upload.name, upload) for upload in form.cleaned_data["files"]],
+                    **form.service_kwargs(),
+                )
             except ActhelmError as exc:
-                if task is not None:
-                    remove_task_files(task.pk)
                 form.add_error(None, f"{exc.message} [{exc.code}]")
             else:
                 log.info(
@@ -600,14 +583,9 @@ def task_delete(request, pk: int):
         request,
         pk,
         A.DELETE,
-        lambda actor: _delete(actor, pk),
+        lambda actor: services.task_delete(actor=actor, task_id=pk),
         success=f"Task #{pk} deleted.",
     )
-
-
-def _delete(actor: Actor, pk: int) -> None:
-    services.task_delete(actor=actor, task_id=pk)
-    remove_task_files(pk)
 
 
 def _chosen_model(request) -> Model | None:
@@ -673,14 +651,13 @@ def task_retry(request, pk: int):
     if _needs_check_shown(request, model):
         return _confirm_model(request, task, model, "retry", {"limit_value": raw_limit})
 
-    def retry(actor):
-        with transaction.atomic():
-            if new_limit is not None and new_limit != getattr(task, field):
-                services.task_set_limits(actor=actor, task_id=pk, **{field: new_limit})
-            services.task_retry(actor=actor, task_id=pk, model=model)
-
+    limits = {field: new_limit} if new_limit is not None else None
     return _perform(
-        request, pk, A.RETRY, retry, success="Task queued again from its last checkpoint."
+        request,
+        pk,
+        A.RETRY,
+        lambda actor: services.task_retry(actor=actor, task_id=pk, model=model, limits=limits),
+        success="Task queued again from its last checkpoint.",
     )
 
 

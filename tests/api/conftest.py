@@ -1,0 +1,78 @@
+"""Fixtures of the API tests: people with tokens, and a client that sends them."""
+
+import json
+
+import pytest
+from django.test import Client
+
+from acthelm_site.api.tokens import token_create
+from tests.factories import UserFactory
+
+ALL_PERMS = [
+    "tasks.view_task",
+    "tasks.add_task",
+    "tasks.operate_task",
+    "tasks.close_task",
+    "approvals.decide_approval",
+    "agents.manage_connections",
+    "agents.view_agentrun",
+    "tasks.view_goal",
+    "tasks.add_goal",
+    "tasks.change_goal",
+]
+
+
+class ApiClient:
+    """Django's test client with a bearer token and JSON bodies."""
+
+    def __init__(self, token: str | None):
+        self.client = Client()
+        self.token = token
+
+    def _headers(self, headers):
+        out = dict(headers or {})
+        if self.token is not None:
+            out.setdefault("Authorization", f"Bearer {self.token}")
+        return out
+
+    def get(self, path, params=None, headers=None):
+        return self.client.get(path, params or {}, headers=self._headers(headers))
+
+    def post(self, path, body=None, headers=None):
+        return self.client.post(
+            path,
+            json.dumps(body) if body is not None else "",
+            content_type="application/json",
+            headers=self._headers(headers),
+        )
+
+    def post_form(self, path, data, headers=None):
+        return self.client.post(path, data, headers=self._headers(headers))
+
+    def delete(self, path, headers=None):
+        return self.client.delete(path, headers=self._headers(headers))
+
+
+def client_for(username: str, perms: list[str]) -> ApiClient:
+    user = UserFactory(username=username, perms=perms)
+    api = ApiClient(token_create(user=user, name="tests").secret)
+    api.user = user
+    return api
+
+
+@pytest.fixture
+def api(db):
+    """A person holding every permission the console's actions need."""
+    return client_for("founder", ALL_PERMS)
+
+
+@pytest.fixture
+def powerless(db):
+    """A person with a valid token and no permission at all."""
+    return client_for("nobody", [])
+
+
+def error_of(response) -> dict:
+    data = response.json()
+    assert set(data) == {"code", "message", "field"}, data
+    return data

@@ -1,0 +1,103 @@
+"""API tokens: stored only as a hash, shown once, refused once revoked, use recorded."""
+
+import hashlib
+
+import pytest
+from django.db import connection
+
+from acthelm_site.api.models import ApiToken
+from acthelm_site.api.tokens import (
+    TokenNotFound,
+    TokenRefused,
+    token_authenticate,
+    token_create,
+    token_find,
+    token_revoke,
+)
+from tasks.exceptions import InvalidInput, TransitionNotAllowed
+from tests.factories import UserFactory
+
+pytestmark = pytest.mark.django_db
+
+
+@pytest.fixture
+def user():
+    return UserFactory(username="ops")
+
+
+def test_only_a_hash_of_the_token_is_stored(user):
+    new = token_create(user=user, name="ci")
+    assert new.secret.startswith(f"acthelm_{new.token.prefix}_")
+    assert len(new.secret) >= 8 + 8 + 1 + 43
+    token = ApiToken.objects.get()
+    assert token.secret_hash == hashlib.sha256(new.secret.encode()).hexdigest()
+    secret_part = new.secret.rsplit("_", 1)[1]
+    with connection.cursor() as cursor:
+        cursor.execute("SELECT * FROM api_apitoken")
+        row = " ".join(str(v) for v in cursor.fetchone())
+    assert secret_part not in row and new.secret not in row
+    assert new.secret not in str(token) and token.display.endswith("_…")
+
+
+def test_the_token_authenticates_its_person(user):
+    new = token_create(user=user, name="ci")
+    assert token_authenticate(new.secret).user == user
+    assert token_authenticate(f"  {new.secret} ").pk == new.token.pk
+
+
+@pytest.mark.parametrize(
+    "raw", ["", "acthelm_", "Bearer x", "acthelm_deadbeef_" + "A" * 43, "ghp_" + "x" * 36]
+)
+def test_anything_else_is_refused(user, raw):
+    token_create(user=user, name="ci")
+    with pytest.raises(TokenRefused) as refused:
+        token_authenticate(raw)
+    assert refused.value.code == "token_invalid"
+
+
+def test_an_altered_token_is_refused(user):
+    new = token_create(user=user, name="ci")
+    altered = new.secret[:-1] + ("A" if new.secret[-1] != "A" else "B")
+    with pytest.raises(TokenRefused):
+        token_authenticate(altered)
+
+
+def test_a_revoked_token_is_refused_and_cannot_be_revoked_again(user):
+    new = token_create(user=user, name="ci")
+    token_revoke(token_id=new.token.pk)
+    with pytest.raises(TokenRefused) as refused:
+        token_authenticate(new.secret)
+    assert refused.value.code == "token_revoked"
+    with pytest.raises(TransitionNotAllowed):
+        token_revoke(token_id=new.token.pk)
+    with pytest.raises(TokenNotFound):
+        token_revoke(token_id=999999)
+
+
+def test_a_name_is_unique_among_a_persons_live_tokens(user):
+    first = token_create(user=user, name="ci")
+    with pytest.raises(InvalidInput) as refused:
+        token_create(user=user, name="ci")
+    assert refused.value.field == "name"
+    token_revoke(token_id=first.token.pk)
+    assert token_create(user=user, name="ci").token.pk != first.token.pk
+    assert token_create(user=UserFactory(username="other"), name="ci")
+
+
+@pytest.mark.parametrize("name", ["", "   ", "x" * 101])
+def test_a_token_needs_a_name(user, name):
+    with pytest.raises(InvalidInput):
+        token_create(user=user, name=name)
+
+
+def test_an_inactive_person_gets_no_token():
+    with pytest.raises(InvalidInput):
+        token_create(user=UserFactory(username="left", is_active=False), name="ci")
+
+
+def test_tokens_are_found_by_id_or_prefix(user):
+    new = token_create(user=user, name="ci")
+    for ref in (new.token.pk, str(new.token.pk), new.token.prefix, new.token.display):
+        assert token_find(ref).pk == new.token.pk
+    with pytest.raises(TokenNotFound):
+        token_find("ffffffff")
