@@ -73,7 +73,8 @@ class EvalResult(models.Model):
     task = models.ForeignKey(
         "tasks.Task", null=True, on_delete=models.SET_NULL, related_name="eval_results"
     )
-    task_number = models.PositiveBigIntegerField(help_text="The task's id, kept if it is deleted.")
+    # The task's id, kept if the task is deleted; None for a skipped case (no task created).
+    task_number = models.PositiveBigIntegerField(null=True, blank=True)
     outcome = models.CharField(max_length=16, choices=EvalOutcome.choices)
     final_state = models.CharField(max_length=20)
     failure_code = models.CharField(max_length=64, blank=True)
