@@ -164,6 +164,9 @@ def task_list(request):
     )
     if status:
         tasks = tasks.filter(status=status)
+    # Evaluation tasks (acthelm_eval) are listed only when asked for: ?evaluation=1.
+    evaluation = request.GET.get("evaluation") == "1"
+    tasks = tasks.filter(is_evaluation=evaluation)
     before, after = _int(request.GET.get("before")), _int(request.GET.get("after"))
     if after and not before:
         rows = list(tasks.filter(id__gt=after).order_by("id")[: PAGE_SIZE + 1])
@@ -180,6 +183,7 @@ def task_list(request):
     context = {
         "tasks": rows,
         "status": status,
+        "evaluation": evaluation,
         "statuses": TaskStatus.choices,
         "older": rows[-1].pk if rows and has_older else None,
         "newer": rows[0].pk if rows and has_newer else None,

@@ -166,9 +166,7 @@ def check_tools_not_called(want, r: TaskRecord) -> Check:
 
 
 def check_tools_not_run(want, r: TaskRecord) -> Check:
-    ran = [
-        t for t in _list(want) if any(c.status in EXECUTED or c.run_count for c in _calls(r, t))
-    ]
+    ran = [t for t in _list(want) if any(c.status in EXECUTED or c.run_count for c in _calls(r, t))]
     return Check("tools_not_run", not ran, f"executed: {ran}" if ran else "never executed")
 
 

@@ -47,9 +47,9 @@ def task_record(task_id: int) -> TaskRecord:
     )
     approvals = tuple(
         ApprovalRecord(tool=a["tool"], target=a["target"], status=a["status"])
-        for a in Approval.objects.filter(task_id=task_id).order_by("id").values(
-            "tool", "target", "status"
-        )
+        for a in Approval.objects.filter(task_id=task_id)
+        .order_by("id")
+        .values("tool", "target", "status")
     )
     artifacts = {
         a.name: _artifact_text(a.path)
