@@ -5,77 +5,152 @@ from django.db import migrations, models
 
 
 class Migration(migrations.Migration):
-
     dependencies = [
-        ('agents', '0003_hot_heartbeats'),
-        ('tasks', '0006_task_is_evaluation'),
+        ("agents", "0003_hot_heartbeats"),
+        ("tasks", "0006_task_is_evaluation"),
     ]
 
     operations = [
         migrations.CreateModel(
-            name='EvalRun',
+            name="EvalRun",
             fields=[
-                ('id', models.BigAutoField(auto_created=True, primary_key=True, serialize=False, verbose_name='ID')),
-                ('connection_name', models.CharField(max_length=100)),
-                ('model_name', models.CharField(max_length=200)),
-                ('cases_pattern', models.CharField(blank=True, max_length=200)),
-                ('repeat', models.PositiveIntegerField(default=1)),
-                ('suite_sha256', models.CharField(max_length=64)),
-                ('status', models.CharField(choices=[('running', 'Running'), ('finished', 'Finished'), ('interrupted', 'Interrupted')], default='running', max_length=16)),
-                ('started_by', models.CharField(max_length=200)),
-                ('started_at', models.DateTimeField(auto_now_add=True)),
-                ('finished_at', models.DateTimeField(blank=True, null=True)),
-                ('connection', models.ForeignKey(null=True, on_delete=django.db.models.deletion.SET_NULL, related_name='eval_runs', to='agents.connection')),
-                ('model', models.ForeignKey(null=True, on_delete=django.db.models.deletion.SET_NULL, related_name='eval_runs', to='agents.model')),
+                (
+                    "id",
+                    models.BigAutoField(
+                        auto_created=True, primary_key=True, serialize=False, verbose_name="ID"
+                    ),
+                ),
+                ("connection_name", models.CharField(max_length=100)),
+                ("model_name", models.CharField(max_length=200)),
+                ("cases_pattern", models.CharField(blank=True, max_length=200)),
+                ("repeat", models.PositiveIntegerField(default=1)),
+                ("suite_sha256", models.CharField(max_length=64)),
+                (
+                    "status",
+                    models.CharField(
+                        choices=[
+                            ("running", "Running"),
+                            ("finished", "Finished"),
+                            ("interrupted", "Interrupted"),
+                        ],
+                        default="running",
+                        max_length=16,
+                    ),
+                ),
+                ("started_by", models.CharField(max_length=200)),
+                ("started_at", models.DateTimeField(auto_now_add=True)),
+                ("finished_at", models.DateTimeField(blank=True, null=True)),
+                (
+                    "connection",
+                    models.ForeignKey(
+                        null=True,
+                        on_delete=django.db.models.deletion.SET_NULL,
+                        related_name="eval_runs",
+                        to="agents.connection",
+                    ),
+                ),
+                (
+                    "model",
+                    models.ForeignKey(
+                        null=True,
+                        on_delete=django.db.models.deletion.SET_NULL,
+                        related_name="eval_runs",
+                        to="agents.model",
+                    ),
+                ),
             ],
             options={
-                'ordering': ['-id'],
+                "ordering": ["-id"],
             },
         ),
         migrations.CreateModel(
-            name='EvalResult',
+            name="EvalResult",
             fields=[
-                ('id', models.BigAutoField(auto_created=True, primary_key=True, serialize=False, verbose_name='ID')),
-                ('case_id', models.CharField(max_length=100)),
-                ('repetition', models.PositiveIntegerField(default=1)),
-                ('task_number', models.PositiveBigIntegerField(blank=True, null=True)),
-                ('outcome', models.CharField(choices=[('passed', 'Passed'), ('failed', 'Failed'), ('timeout', 'Timed out'), ('skipped', 'Skipped')], max_length=16)),
-                ('final_state', models.CharField(max_length=20)),
-                ('failure_code', models.CharField(blank=True, max_length=64)),
-                ('checks', models.JSONField(default=list)),
-                ('actions', models.JSONField(blank=True, default=list)),
-                ('model_turns', models.PositiveIntegerField(default=0)),
-                ('input_tokens', models.PositiveBigIntegerField(default=0)),
-                ('output_tokens', models.PositiveBigIntegerField(default=0)),
-                ('cost', models.DecimalField(blank=True, decimal_places=6, max_digits=14, null=True)),
-                ('active_seconds', models.FloatField(default=0)),
-                ('wall_seconds', models.FloatField(default=0)),
-                ('graded_at', models.DateTimeField(auto_now_add=True)),
-                ('task', models.ForeignKey(null=True, on_delete=django.db.models.deletion.SET_NULL, related_name='eval_results', to='tasks.task')),
-                ('run', models.ForeignKey(on_delete=django.db.models.deletion.CASCADE, related_name='results', to='agents.evalrun')),
+                (
+                    "id",
+                    models.BigAutoField(
+                        auto_created=True, primary_key=True, serialize=False, verbose_name="ID"
+                    ),
+                ),
+                ("case_id", models.CharField(max_length=100)),
+                ("repetition", models.PositiveIntegerField(default=1)),
+                ("task_number", models.PositiveBigIntegerField(blank=True, null=True)),
+                (
+                    "outcome",
+                    models.CharField(
+                        choices=[
+                            ("passed", "Passed"),
+                            ("failed", "Failed"),
+                            ("timeout", "Timed out"),
+                            ("skipped", "Skipped"),
+                        ],
+                        max_length=16,
+                    ),
+                ),
+                ("final_state", models.CharField(max_length=20)),
+                ("failure_code", models.CharField(blank=True, max_length=64)),
+                ("checks", models.JSONField(default=list)),
+                ("actions", models.JSONField(blank=True, default=list)),
+                ("model_turns", models.PositiveIntegerField(default=0)),
+                ("input_tokens", models.PositiveBigIntegerField(default=0)),
+                ("output_tokens", models.PositiveBigIntegerField(default=0)),
+                (
+                    "cost",
+                    models.DecimalField(blank=True, decimal_places=6, max_digits=14, null=True),
+                ),
+                ("active_seconds", models.FloatField(default=0)),
+                ("wall_seconds", models.FloatField(default=0)),
+                ("graded_at", models.DateTimeField(auto_now_add=True)),
+                (
+                    "task",
+                    models.ForeignKey(
+                        null=True,
+                        on_delete=django.db.models.deletion.SET_NULL,
+                        related_name="eval_results",
+                        to="tasks.task",
+                    ),
+                ),
+                (
+                    "run",
+                    models.ForeignKey(
+                        on_delete=django.db.models.deletion.CASCADE,
+                        related_name="results",
+                        to="agents.evalrun",
+                    ),
+                ),
             ],
             options={
-                'ordering': ['run_id', 'case_id', 'repetition'],
+                "ordering": ["run_id", "case_id", "repetition"],
             },
         ),
         migrations.AddConstraint(
-            model_name='evalrun',
-            constraint=models.CheckConstraint(condition=models.Q(('status__in', ['running', 'finished', 'interrupted'])), name='evalrun_status_valid'),
+            model_name="evalrun",
+            constraint=models.CheckConstraint(
+                condition=models.Q(("status__in", ["running", "finished", "interrupted"])),
+                name="evalrun_status_valid",
+            ),
         ),
         migrations.AddConstraint(
-            model_name='evalrun',
-            constraint=models.CheckConstraint(condition=models.Q(('repeat__gt', 0)), name='evalrun_repeat_positive'),
+            model_name="evalrun",
+            constraint=models.CheckConstraint(
+                condition=models.Q(("repeat__gt", 0)), name="evalrun_repeat_positive"
+            ),
         ),
         migrations.AddIndex(
-            model_name='evalresult',
-            index=models.Index(fields=['case_id', 'run'], name='evalresult_case_idx'),
+            model_name="evalresult",
+            index=models.Index(fields=["case_id", "run"], name="evalresult_case_idx"),
         ),
         migrations.AddConstraint(
-            model_name='evalresult',
-            constraint=models.UniqueConstraint(fields=('run', 'case_id', 'repetition'), name='evalresult_once_per_case'),
+            model_name="evalresult",
+            constraint=models.UniqueConstraint(
+                fields=("run", "case_id", "repetition"), name="evalresult_once_per_case"
+            ),
         ),
         migrations.AddConstraint(
-            model_name='evalresult',
-            constraint=models.CheckConstraint(condition=models.Q(('outcome__in', ['passed', 'failed', 'timeout', 'skipped'])), name='evalresult_outcome_valid'),
+            model_name="evalresult",
+            constraint=models.CheckConstraint(
+                condition=models.Q(("outcome__in", ["passed", "failed", "timeout", "skipped"])),
+                name="evalresult_outcome_valid",
+            ),
         ),
     ]

@@ -4,15 +4,14 @@ from django.db import migrations, models
 
 
 class Migration(migrations.Migration):
-
     dependencies = [
-        ('tasks', '0005_event_kind_index'),
+        ("tasks", "0005_event_kind_index"),
     ]
 
     operations = [
         migrations.AddField(
-            model_name='task',
-            name='is_evaluation',
+            model_name="task",
+            name="is_evaluation",
             field=models.BooleanField(default=False, editable=False),
         ),
     ]
