@@ -10,5 +10,6 @@ urlpatterns = [
     path("", include("acthelm_site.ops_urls")),
     path("approvals/", include("approvals.urls")),
     path("scorecard/", include("agents.scorecard_urls")),
+    path("eval/", include("agents.eval_urls")),
     path("", include("tasks.urls")),
 ]

@@ -109,3 +109,11 @@ class EvalResult(models.Model):
     @property
     def passed(self) -> bool:
         return self.outcome == EvalOutcome.PASSED
+
+    @property
+    def failed_checks(self) -> list[dict]:
+        return [c for c in self.checks if not c.get("passed")]
+
+    @property
+    def tokens(self) -> int:
+        return self.input_tokens + self.output_tokens

@@ -99,6 +99,16 @@ class ModelEval:
         return wilson_interval(self.passed, self.attempts)
 
     @property
+    def pass_pct(self) -> float | None:
+        rate = self.pass_rate
+        return None if rate is None else round(100 * rate, 1)
+
+    @property
+    def ci_pct(self) -> tuple[float, float] | None:
+        interval = self.interval
+        return None if interval is None else tuple(round(100 * x, 1) for x in interval)
+
+    @property
     def avg_turns(self) -> float | None:
         graded = self.graded
         return round(sum(r.model_turns for r in graded) / len(graded), 2) if graded else None
