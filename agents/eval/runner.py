@@ -48,7 +48,7 @@ from approvals.models import Approval
 from approvals.services import approval_approve, approval_deny
 from approvals.states import ApprovalStatus
 from tasks.actors import Actor
-from tasks.exceptions import ActhelmError, StaleDecision, TransitionNotAllowed
+from tasks.exceptions import ActhelmError, StaleDecision
 from tasks.models import Task
 from tasks.services import task_cancel, task_create
 from tasks.states import TaskStatus
@@ -447,7 +447,7 @@ class Runner:
         try:
             task_cancel(actor=self.actor, task_id=p.task_id, reason=reason)
             p.actions.append({"action": "cancel", "reason": reason})
-        except (TransitionNotAllowed, StaleDecision) as exc:
+        except ActhelmError as exc:  # already settled meanwhile, or the person may not cancel
             p.actions.append({"action": "cancel", "reason": reason, "refused": exc.message})
 
     def _store(self, run, p: Pending, record, checks, outcome, state, wall) -> EvalResult:
