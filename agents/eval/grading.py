@@ -63,6 +63,8 @@ class TaskRecord:
     input_tokens: int = 0
     output_tokens: int = 0
     active_seconds: float = 0.0
+    # The models the task's runs used: a provider error may move a task to another connection.
+    model_ids: tuple[int | None, ...] = ()
 
 
 @dataclass(frozen=True)

@@ -55,6 +55,7 @@ def task_record(task_id: int) -> TaskRecord:
         a.name: _artifact_text(a.path)
         for a in Artifact.objects.filter(task_id=task_id).only("name", "path")
     }
+    model_ids = tuple(runs.order_by("number").values_list("model_id", flat=True))
     plan = Conversation.objects.filter(task_id=task_id, plan__isnull=False).exists()
     return TaskRecord(
         task_id=task.pk,
@@ -70,4 +71,5 @@ def task_record(task_id: int) -> TaskRecord:
         input_tokens=usage["tokens_in"] or 0,
         output_tokens=usage["tokens_out"] or 0,
         active_seconds=float(usage["seconds"] or 0),
+        model_ids=model_ids,
     )

@@ -430,6 +430,13 @@ class Runner:
                     f"the attempt failed ({record.last_error_code}) and waits for a retry",
                 ),
             )
+        others = sorted({str(m) for m in record.model_ids if m != self.model.pk})
+        if others:
+            # Moved to another connection after a provider error: not this model's work.
+            checks.insert(
+                0,
+                Check("model", False, f"runs used other models too (ids {', '.join(others)})"),
+            )
         if timed_out:
             outcome = EvalOutcome.TIMEOUT
         else:
