@@ -96,3 +96,18 @@ def test_the_scorecard_counts_real_work_only():
     [score] = card.models
     assert (score.runs, score.closed, score.input_tokens) == (1, 1, 100)
     assert card.totals.runs == 1
+
+
+def test_acthelm_task_list_leaves_evaluation_tasks_out_unless_asked(capsys):
+    import json
+
+    from django.core.management import call_command
+
+    TaskFactory(title="Real work")
+    TaskFactory(title="[eval 1] files_list", is_evaluation=True)
+    call_command("acthelm_task", "--json", "list")
+    rows = json.loads(capsys.readouterr().out)
+    assert [(r["title"], r["is_evaluation"]) for r in rows] == [("Real work", False)]
+    call_command("acthelm_task", "--json", "list", "--evaluation")
+    rows = json.loads(capsys.readouterr().out)
+    assert [(r["title"], r["is_evaluation"]) for r in rows] == [("[eval 1] files_list", True)]
