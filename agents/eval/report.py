@@ -131,12 +131,21 @@ class ModelEval:
 
     @property
     def seconds(self) -> float:
-        return round(sum(r.wall_seconds for r in self.graded), 1)
+        """Active seconds: the runs' own time (model requests and tools), summed."""
+        return round(sum(r.active_seconds for r in self.graded), 1)
 
     @property
     def avg_seconds(self) -> float | None:
         graded = self.graded
         return round(self.seconds / len(graded), 2) if graded else None
+
+    @property
+    def avg_wall_seconds(self) -> float | None:
+        """From the task's creation to its settling, waiting for a worker included."""
+        graded = self.graded
+        if not graded:
+            return None
+        return round(sum(r.wall_seconds for r in graded) / len(graded), 2)
 
     def as_dict(self) -> dict:
         interval = self.interval
@@ -168,6 +177,7 @@ class ModelEval:
             "cost": None if self.cost is None else float(self.cost),
             "seconds": self.seconds,
             "avg_seconds": self.avg_seconds,
+            "avg_wall_seconds": self.avg_wall_seconds,
             "cases": [c.as_dict() for c in self.cases],
             "real_work": real_work_as_dict(self.real_work),
         }
@@ -185,7 +195,8 @@ def result_as_dict(r: EvalResult) -> dict:
         "input_tokens": r.input_tokens,
         "output_tokens": r.output_tokens,
         "cost": None if r.cost is None else float(r.cost),
-        "seconds": r.wall_seconds,
+        "seconds": r.active_seconds,
+        "wall_seconds": r.wall_seconds,
         "failed_checks": [c for c in r.checks if not c.get("passed")],
         "actions": r.actions,
     }
@@ -269,7 +280,7 @@ def format_report(report: list[ModelEval]) -> str:
             f"  runs {', '.join(str(r.pk) for r in group.runs)}; skipped {group.skipped}; "
             f"timeouts {group.timeouts}; avg turns {group.avg_turns}; tokens "
             f"{group.input_tokens} in / {group.output_tokens} out; cost {cost}; "
-            f"time {group.seconds} s"
+            f"active time {group.seconds} s"
         )
         real = group.real_work
         if real is None:

@@ -509,7 +509,8 @@ class Runner:
             f"{label} {result.case_id}"
             + (f" #{result.repetition}" if self.repeat > 1 else "")
             + f" task {result.task_number}: {result.final_state}, {result.model_turns} turns, "
-            f"{result.input_tokens + result.output_tokens} tokens, {result.wall_seconds:.1f} s"
+            f"{result.input_tokens + result.output_tokens} tokens, {result.active_seconds:.1f} s "
+            f"({result.wall_seconds:.1f} s since created)"
         )
         self.out(line)
         for check in checks:

@@ -94,7 +94,8 @@ class Command(BaseCommand):
                     "state": r.final_state,
                     "turns": r.model_turns,
                     "tokens": r.input_tokens + r.output_tokens,
-                    "seconds": r.wall_seconds,
+                    "seconds": r.active_seconds,
+                    "wall_seconds": r.wall_seconds,
                 }
                 for r in summary.results
             ],
