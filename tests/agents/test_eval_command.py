@@ -139,3 +139,73 @@ def test_report_pools_runs_per_model_with_a_wilson_interval(model):
 def test_cases_lists_the_suite():
     rows = json.loads(eval_cmd("--json", "cases"))
     assert len(rows) >= 20 and {"id", "title", "tools", "checks"} <= set(rows[0])
+
+
+def test_repeat_creates_one_task_per_case_and_repetition(model):
+    eval_cmd(
+        "run",
+        "--connection",
+        "local",
+        "--model",
+        "small",
+        "--cases",
+        "files_list,plan_first",
+        "--repeat",
+        "2",
+        "--no-worker",
+        "--timeout",
+        "0.2",
+    )
+    results = EvalResult.objects.order_by("case_id", "repetition")
+    assert [(r.case_id, r.repetition) for r in results] == [
+        ("files_list", 1),
+        ("files_list", 2),
+        ("plan_first", 1),
+        ("plan_first", 2),
+    ]
+    titles = set(Task.objects.values_list("title", flat=True))
+    run = EvalRun.objects.get()
+    assert f"[eval {run.pk}] files_list #2" in titles and len(titles) == 4
+
+
+def test_an_interrupted_run_cancels_what_it_started(model, worker_env):
+    import signal
+    import subprocess
+    import sys
+    import time
+
+    from tests.conftest import ROOT
+
+    proc = subprocess.Popen(
+        [
+            sys.executable,
+            str(ROOT / "manage.py"),
+            "acthelm_eval",
+            "run",
+            "--connection",
+            "local",
+            "--model",
+            "small",
+            "--cases",
+            "csv_*",
+            "--no-worker",
+        ],
+        env=worker_env,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    try:
+        deadline = time.monotonic() + 30
+        while Task.objects.count() < 3 and time.monotonic() < deadline:
+            time.sleep(0.1)
+        assert Task.objects.count() == 3
+        proc.send_signal(signal.SIGINT)
+        proc.wait(30)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+    run = EvalRun.objects.get()
+    assert run.status == EvalRunStatus.INTERRUPTED and run.finished_at
+    assert set(Task.objects.values_list("status", flat=True)) == {TaskStatus.CANCELLED}
+    assert not EvalResult.objects.exists()
