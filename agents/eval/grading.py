@@ -19,8 +19,8 @@ Checks (keys of `expect`):
 - `no_refusals`: refusal codes (e.g. `plan_required`) no call may have received.
 - `first_tool`: the first tool the model called.
 - `plan`: a plan exists (true) or not (false).
-- `approval`: `{required: bool, tool?, status?}`: whether the task stopped for approval, for which
-  tool, and how it was decided.
+- `approval`: `{required: bool, tool?, status?, target?}`: whether the task stopped for approval,
+  for which tool and target (a text the target contains), and how it was decided.
 - `max_turns`: at most this many model turns in all.
 """
 
@@ -209,8 +209,10 @@ def check_approval(want, r: TaskRecord) -> Check:
         for a in approvals
         if ("tool" not in want or a.tool == want["tool"])
         and ("status" not in want or a.status == want["status"])
+        and ("target" not in want or _norm(want["target"]) in _norm(a.target))
     ]
-    wanted = ", ".join(f"{k}={want[k]}" for k in ("tool", "status") if k in want) or "any"
+    wanted = ", ".join(f"{k}={want[k]}" for k in ("tool", "status", "target") if k in want) or "any"
+    seen = [f"{a.tool}:{a.status}:{_short(a.target, 60)}" for a in approvals]
     return Check("approval", bool(matching), f"want {wanted}, approvals: {seen or 'none'}")
 
 
@@ -249,7 +251,7 @@ def validate_expect(expect: dict) -> None:
         if not isinstance(spec, dict) or not {"tool", "status"} <= set(spec):
             raise ValueError("each tool_status entry needs tool and status")
     if "approval" in expect and not isinstance(expect["approval"], dict):
-        raise ValueError("approval is {required, tool?, status?}")
+        raise ValueError("approval is {required, tool?, status?, target?}")
     if "answer_matches" in expect:
         try:
             re.compile(expect["answer_matches"])

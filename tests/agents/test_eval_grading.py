@@ -53,9 +53,10 @@ def one(key, want, record=GOOD):
         ("plan", True, False),
         (
             "approval",
-            {"required": True, "tool": "write_artifact", "status": "denied"},
+            {"required": True, "tool": "write_artifact", "status": "denied", "target": "REPORT"},
             {"required": True, "status": "approved"},
         ),
+        ("approval", {"tool": "write_artifact"}, {"target": "decision.md"}),
         ("max_turns", 4, 3),
     ],
 )
