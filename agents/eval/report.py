@@ -3,7 +3,9 @@
 beside the same model's real-work figures from the scorecard.
 
 Skipped cases (the environment could not run them) are listed but not counted. A timeout counts
-as a failure. Results of every run of a model are pooled unless one run is asked for.
+as a failure. Results of the runs of a model over the same suite (the same case files, by their
+sha256) are pooled unless one run is asked for; another suite, or a subset of it, is reported
+apart, so numbers over different cases are never mixed.
 """
 
 import math
@@ -58,6 +60,7 @@ class ModelEval:
     connection: str
     model: str
     model_id: int | None
+    suite_sha256: str
     runs: list[EvalRun]
     cases: list[CaseStat]
     real_work: ModelScore | None = None
@@ -153,6 +156,7 @@ class ModelEval:
             "connection": self.connection,
             "model": self.model,
             "model_id": self.model_id,
+            "suite_sha256": self.suite_sha256,
             "runs": [
                 {
                     "id": r.pk,
@@ -217,7 +221,7 @@ def real_work_as_dict(score: ModelScore | None) -> dict | None:
 
 
 def eval_report(*, run_id: int | None = None, real_work_period: str = "month") -> list[ModelEval]:
-    """Per connection/model, newest model first; pooled over its runs (or one run)."""
+    """Per connection/model and suite; pooled over its runs (or one run)."""
     runs = EvalRun.objects.all()
     if run_id is not None:
         runs = runs.filter(pk=run_id)
@@ -230,15 +234,16 @@ def eval_report(*, run_id: int | None = None, real_work_period: str = "month") -
     by_run: dict[int, list[EvalResult]] = {}
     for result in results:
         by_run.setdefault(result.run_id, []).append(result)
-    groups: dict[tuple[str, str], ModelEval] = {}
+    groups: dict[tuple[str, str, str], ModelEval] = {}
     for run in runs:
-        key = (run.connection_name, run.model_name)
+        key = (run.connection_name, run.model_name, run.suite_sha256)
         group = groups.get(key)
         if group is None:
             group = groups[key] = ModelEval(
                 connection=run.connection_name,
                 model=run.model_name,
                 model_id=run.model_id,
+                suite_sha256=run.suite_sha256,
                 runs=[],
                 cases=[],
             )
@@ -257,7 +262,8 @@ def eval_report(*, run_id: int | None = None, real_work_period: str = "month") -
         group.cases.sort(key=lambda c: c.case_id)
         group.real_work = scores.get(group.model_id)
         report.append(group)
-    report.sort(key=lambda g: (g.connection, g.model))
+    # Per model, the suite run most recently first.
+    report.sort(key=lambda g: (g.connection, g.model, -g.runs[-1].pk))
     return report
 
 
@@ -275,7 +281,9 @@ def format_report(report: list[ModelEval]) -> str:
             else "no graded attempts"
         )
         cost = "—" if group.cost is None else f"{group.cost:.4f}"
-        lines.append(f"{group.label}: {rate}")
+        lines.append(
+            f"{group.label} (suite {group.suite_sha256[:8]}, {len(group.cases)} cases): {rate}"
+        )
         lines.append(
             f"  runs {', '.join(str(r.pk) for r in group.runs)}; skipped {group.skipped}; "
             f"timeouts {group.timeouts}; avg turns {group.avg_turns}; tokens "

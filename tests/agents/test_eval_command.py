@@ -125,7 +125,7 @@ def test_report_pools_runs_per_model_with_a_wilson_interval(model):
         run=run, case_id="c4", outcome=EvalOutcome.SKIPPED, task=None, task_number=None
     )
     text = eval_cmd("report")
-    assert "local/small: 3/4 passed (75%, 95% CI 30%–95%)" in text
+    assert "local/small (suite 00000000, 5 cases): 3/4 passed (75%, 95% CI 30%–95%)" in text
     data = json.loads(eval_cmd("--json", "report"))
     [entry] = data["models"]
     assert entry["passed"] == 3 and entry["attempts"] == 4 and entry["skipped"] == 1
@@ -139,6 +139,8 @@ def test_report_pools_runs_per_model_with_a_wilson_interval(model):
 def test_cases_lists_the_suite():
     rows = json.loads(eval_cmd("--json", "cases"))
     assert len(rows) >= 20 and {"id", "title", "tools", "checks"} <= set(rows[0])
+    assert json.loads(eval_cmd("cases", "--json")) == rows  # --json after the subcommand too
+    assert json.loads(eval_cmd("report", "--json")) == {"ok": True, "models": []}
 
 
 def test_repeat_creates_one_task_per_case_and_repetition(model):
@@ -209,3 +211,16 @@ def test_an_interrupted_run_cancels_what_it_started(model, worker_env):
     assert run.status == EvalRunStatus.INTERRUPTED and run.finished_at
     assert set(Task.objects.values_list("status", flat=True)) == {TaskStatus.CANCELLED}
     assert not EvalResult.objects.exists()
+
+
+def test_runs_over_different_suites_are_reported_apart(model):
+    old = EvalRunFactory(model=model, suite_sha256="a" * 64)
+    EvalResultFactory(run=old, case_id="c1", outcome=EvalOutcome.FAILED)
+    for _ in range(2):
+        new = EvalRunFactory(model=model, suite_sha256="b" * 64)
+        EvalResultFactory(run=new, case_id="c1")
+    entries = json.loads(eval_cmd("--json", "report"))["models"]
+    assert [(e["suite_sha256"][0], e["passed"], e["attempts"]) for e in entries] == [
+        ("b", 2, 2),
+        ("a", 0, 1),
+    ]

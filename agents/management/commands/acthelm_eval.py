@@ -1,5 +1,7 @@
 """acthelm_eval run|report|cases — the graded task suite (see docs/eval.md)."""
 
+import argparse
+
 from django.core.management.base import BaseCommand
 
 from agents.eval.cases import load_cases
@@ -49,7 +51,12 @@ class Command(BaseCommand):
         )
         report = sub.add_parser("report", help="pass rates per connection/model")
         report.add_argument("--run", type=int, default=None, help="only this evaluation run")
-        sub.add_parser("cases", help="list the suite's cases")
+        cases = sub.add_parser("cases", help="list the suite's cases")
+        # `acthelm_eval report --json` as well as `acthelm_eval --json report`.
+        for subparser in (run, report, cases):
+            subparser.add_argument(
+                "--json", action="store_true", default=argparse.SUPPRESS, help="JSON output"
+            )
 
     def handle(self, *args, **opts):
         try:
