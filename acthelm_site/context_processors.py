@@ -11,8 +11,12 @@ def pending_decisions_count() -> int:
 
     Both counts read a small set: pending approvals through their partial index.
     """
-    approvals = Approval.objects.filter(status=ApprovalStatus.PENDING).values("id")
-    reviews = ReviewDecision.objects.filter(choice=ReviewChoice.PENDING).values("id")
+    approvals = Approval.objects.filter(
+        status=ApprovalStatus.PENDING, task__is_evaluation=False
+    ).values("id")
+    reviews = ReviewDecision.objects.filter(
+        choice=ReviewChoice.PENDING, task__is_evaluation=False
+    ).values("id")
     return approvals.union(reviews, all=True).count()
 
 

@@ -14,5 +14,6 @@ urlpatterns = [
     path("approvals/", include("approvals.urls")),
     path("scorecard/", include("agents.scorecard_urls")),
     path("notifications/", include("tasks.notify.urls")),
+    path("eval/", include("agents.eval_urls")),
     path("", include("tasks.urls")),
 ]

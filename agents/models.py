@@ -254,3 +254,7 @@ class Artifact(models.Model):
 
     def __str__(self) -> str:
         return self.name
+
+
+# The evaluation suite's records live in their own module; importing them registers them here.
+from agents.eval.models import EvalResult, EvalRun  # noqa: E402, F401

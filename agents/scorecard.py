@@ -12,6 +12,7 @@ What each number means:
 - limit failures: runs that ended with a `limit_*` error, or that are their task's newest run while
   the task failed with a `limit_*` code; loops likewise with `error_loop`.
 - average turns: model turns per finished run.
+- evaluation tasks (`Task.is_evaluation`, created by `acthelm_eval run`) count nowhere here.
 - cost: input and output tokens times the model's price per million tokens; None when the model
   has no price for input or output (unknown is not free). Cost per closed task divides the cost
   of the window's runs by the tasks closed in it (by a person or the policy).
@@ -186,7 +187,10 @@ def _event_aggregates() -> dict:
 
 def model_scorecard(*, window: Window) -> Scorecard:
     """Per connection/model numbers for the window, and the totals over all models."""
-    runs = AgentRun.objects.filter(started_at__gte=window.since, started_at__lt=window.until)
+    # Real work only: the evaluation suite's tasks are measured on the evaluation page.
+    runs = AgentRun.objects.filter(
+        started_at__gte=window.since, started_at__lt=window.until, task__is_evaluation=False
+    )
     # The model that did the work a close or reopen judged: the task's newest run before it.
     judged_model = (
         AgentRun.objects.filter(task=OuterRef("task"), started_at__lte=OuterRef("created_at"))
@@ -197,6 +201,7 @@ def model_scorecard(*, window: Window) -> Scorecard:
         kind__in=[EventKind.CLOSED, EventKind.AUTO_CLOSED, EventKind.REOPENED],
         created_at__gte=window.since,
         created_at__lt=window.until,
+        task__is_evaluation=False,
     ).annotate(judged_model=Subquery(judged_model))
 
     rows: dict[int | None, dict] = {}

@@ -37,7 +37,8 @@ def _pretty(value) -> str:
 
 def pending_approvals():
     return (
-        Approval.objects.filter(status=ApprovalStatus.PENDING)
+        # Evaluation tasks' approvals are decided by the evaluation runner, not by a person.
+        Approval.objects.filter(status=ApprovalStatus.PENDING, task__is_evaluation=False)
         .select_related("task")
         .order_by("created_at", "id")
     )
@@ -45,7 +46,7 @@ def pending_approvals():
 
 def pending_reviews():
     return (
-        ReviewDecision.objects.filter(choice=ReviewChoice.PENDING)
+        ReviewDecision.objects.filter(choice=ReviewChoice.PENDING, task__is_evaluation=False)
         .select_related("task", "tool_call")
         .defer("tool_call__result", "tool_call__result_for_model")
         .order_by("created_at", "id")

@@ -124,7 +124,7 @@ class TaskAdminForm(forms.ModelForm):
 class TaskAdmin(admin.ModelAdmin):
     form = TaskAdminForm
     list_display = ["id", "title", "status", "kind", "goal", "connection", "priority", "updated_at"]
-    list_filter = ["status", "kind", "goal", "connection"]
+    list_filter = ["status", "kind", "is_evaluation", "goal", "connection"]
     search_fields = ["title", "instruction"]
     list_select_related = ["goal", "connection"]
     list_per_page = 50

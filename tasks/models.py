@@ -41,6 +41,10 @@ class Task(models.Model):
         "self", null=True, blank=True, on_delete=models.SET_NULL, related_name="follow_ups"
     )
     tags = ArrayField(models.CharField(max_length=50), default=list, blank=True)
+    # Created by `acthelm_eval run` to measure a model: run by the normal workers like any task,
+    # but kept out of the review queue, the inbox, the task list's default view and the
+    # scorecard's real-work figures.
+    is_evaluation = models.BooleanField(default=False, editable=False)
 
     # Written only by tasks.transitions.
     status = models.CharField(

@@ -16,6 +16,7 @@ def task_as_dict(task: Task, *, with_events: bool = False) -> dict:
         "status": task.status,
         "kind": task.kind,
         "origin": task.origin,
+        "is_evaluation": task.is_evaluation,
         "goal_id": task.goal_id,
         "priority": task.priority,
         "depends_on": list(task.dependency_links.values_list("depends_on_id", flat=True)),

@@ -113,8 +113,12 @@ def task_create(
     model=None,
     tags: list[str] | None = None,
     limits: dict | None = None,
+    evaluation: bool = False,
 ) -> Task:
-    """Create a task, `ready` or `blocked` by its dependencies, with limits from the defaults."""
+    """Create a task, `ready` or `blocked` by its dependencies, with limits from the defaults.
+
+    `evaluation`: a case of the graded suite (agents.eval), hidden from the review queue, the
+    inbox and the scorecard's real-work figures."""
     title, instruction = (title or "").strip(), (instruction or "").strip()
     if not title:
         raise InvalidInput("a task needs a title", field="title")
@@ -154,6 +158,7 @@ def task_create(
             connection=connection,
             model=model,
             tags=sorted(set(tags or [])),
+            is_evaluation=bool(evaluation),
             created_by=actor.user if actor.is_person else None,
             status=TaskStatus.BLOCKED if blocked else TaskStatus.READY,
             **fields,
@@ -167,7 +172,8 @@ def task_create(
             actor=actor,
             kind=EventKind.CREATED,
             to_status=task.status,
-            data={"depends_on": [d.pk for d in deps], "origin": origin},
+            data={"depends_on": [d.pk for d in deps], "origin": origin}
+            | ({"evaluation": True} if evaluation else {}),
         )
         if task.status == TaskStatus.READY:
             notify_ready()

@@ -165,11 +165,15 @@ def task_list(request):
     )
     if status:
         tasks = tasks.filter(status=status)
+    # Evaluation tasks (acthelm_eval) are listed only when asked for: ?evaluation=1.
+    evaluation = request.GET.get("evaluation") == "1"
+    tasks = tasks.filter(is_evaluation=evaluation)
     before, after = _int(request.GET.get("before")), _int(request.GET.get("after"))
     page = task_keyset_page(tasks, before=before, after=after, size=PAGE_SIZE)
     context = {
         "tasks": page.tasks,
         "status": status,
+        "evaluation": evaluation,
         "statuses": TaskStatus.choices,
         "older": page.older,
         "newer": page.newer,

@@ -5,6 +5,7 @@ import factory
 from django.contrib.auth import get_user_model
 from django.contrib.auth.models import Permission
 
+from agents.eval.models import EvalOutcome, EvalResult, EvalRun, EvalRunStatus
 from agents.models import AgentRun, Artifact, Connection, Conversation, Model, ToolCall, Turn
 from agents.states import ConnectionKind, CostTier, ModelTestStatus, RecoveryClass, Role
 from approvals.models import Approval, ReviewDecision
@@ -192,3 +193,32 @@ class MemorySelectionFactory(factory.django.DjangoModelFactory):
     position = factory.Sequence(lambda n: n)
     title = factory.SelfAttribute("entry.title")
     chars = 40
+
+
+class EvalRunFactory(factory.django.DjangoModelFactory):
+    class Meta:
+        model = EvalRun
+
+    model = factory.SubFactory(ModelFactory)
+    connection = factory.SelfAttribute("model.connection")
+    connection_name = factory.SelfAttribute("connection.name")
+    model_name = factory.SelfAttribute("model.name")
+    suite_sha256 = "0" * 64
+    status = EvalRunStatus.FINISHED
+    started_by = "acthelm_eval"
+
+
+class EvalResultFactory(factory.django.DjangoModelFactory):
+    class Meta:
+        model = EvalResult
+
+    run = factory.SubFactory(EvalRunFactory)
+    case_id = factory.Sequence(lambda n: f"case_{n}")
+    task = factory.SubFactory(TaskFactory, status=TaskStatus.REVIEW, is_evaluation=True)
+    task_number = factory.SelfAttribute("task.pk")
+    outcome = EvalOutcome.PASSED
+    final_state = TaskStatus.REVIEW
+    model_turns = 3
+    input_tokens = 30
+    output_tokens = 15
+    wall_seconds = 1.5

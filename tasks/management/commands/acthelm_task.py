@@ -53,6 +53,9 @@ class Command(BaseCommand):
         lst = sub.add_parser("list", help="list tasks")
         lst.add_argument("--status", choices=TaskStatus.values)
         lst.add_argument("--limit", type=int, default=50)
+        lst.add_argument(
+            "--evaluation", action="store_true", help="list the evaluation suite's tasks instead"
+        )
 
         stats = sub.add_parser("stats", help="the model scorecard for a period")
         stats.add_argument("--period", choices=["day", "week", "month"], default="week")
@@ -105,6 +108,7 @@ class Command(BaseCommand):
             qs = Task.objects.select_related("connection", "model").order_by("-id")
             if opts["status"]:
                 qs = qs.filter(status=opts["status"])
+            qs = qs.filter(is_evaluation=opts["evaluation"])
             rows = [task_as_dict(t) for t in qs[: opts["limit"]]]
             text = "\n".join(f"#{r['id']:<6} {r['status']:<18} {r['title']}" for r in rows)
             return emit(self, rows, as_json=as_json, text=text or "no tasks")
