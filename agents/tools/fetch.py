@@ -63,6 +63,7 @@ MAX_REDIRECTS = 5
 USER_AGENT = "Acthelm-agent/1.0 (+fetch_url)"
 REDIRECT_STATUSES = frozenset({301, 302, 303, 307, 308})
 BINARY_PREVIEW_BYTES = 32
+GUARD_POLL_SECONDS = 0.1  # how often the watchdog looks at the cancel event
 
 _HOSTNAME_RE = re.compile(r"[a-z0-9_](?:[a-z0-9_-]{0,62})(?:\.[a-z0-9_](?:[a-z0-9_-]{0,62}))*\.?")
 _TEXT_MIME_EXACT = frozenset(
@@ -313,15 +314,155 @@ def check_addresses(url: httpx.URL, ctx: ToolContext, deadline: float | None = N
     return candidates
 
 
+# --------------------------------------------------------------------------- deadline guard
+
+
+class _Guard:
+    """One fetch's deadline and cancel, enforced from the first byte.
+
+    A per-read timeout is not enough: a server that sends ``102 Processing`` every 0.5 s, or
+    trickles its headers a byte at a time, resets it for ever. So every socket operation gets
+    at most the time left, and a watchdog thread shuts the connection's socket down the moment
+    the deadline passes or the task is cancelled, which ends any blocked read, write or TLS
+    handshake at once. ``check`` then turns the interruption into ``fetch_timeout`` or
+    ``cancelled``.
+    """
+
+    def __init__(self, deadline: float, cancel_event: threading.Event | None) -> None:
+        self.deadline = deadline
+        self.cancel_event = cancel_event
+        self.fired = ""  # "", "timeout" or "cancelled"
+        self._fds: set[int] = set()
+        self._lock = threading.Lock()
+        self._done = threading.Event()
+        self._thread = threading.Thread(target=self._watch, name="fetch-url-guard", daemon=True)
+        self._thread.start()
+
+    def _watch(self) -> None:
+        while not self._done.is_set():
+            if self.cancel_event is not None and self.cancel_event.is_set():
+                self._fire("cancelled")
+                return
+            remaining = self.deadline - time.monotonic()
+            if remaining <= 0:
+                self._fire("timeout")
+                return
+            self._done.wait(min(remaining, GUARD_POLL_SECONDS))
+
+    def _fire(self, reason: str) -> None:
+        with self._lock:
+            if self._done.is_set():
+                return
+            self.fired = reason
+            for fd in self._fds:
+                _shutdown_fd(fd)
+
+    def stop(self) -> None:
+        with self._lock:
+            self._done.set()
+        self._thread.join(1)
+
+    def register(self, fd: int) -> None:
+        with self._lock:
+            self._fds.add(fd)
+            if self.fired:
+                _shutdown_fd(fd)
+
+    def unregister(self, fd: int) -> None:
+        """Called before the socket is closed, so a late watchdog never touches a reused fd."""
+        with self._lock:
+            self._fds.discard(fd)
+
+    def check(self, url: str = "") -> None:
+        reason = self.fired
+        if not reason:
+            if self.cancel_event is not None and self.cancel_event.is_set():
+                reason = "cancelled"
+            elif time.monotonic() >= self.deadline:
+                reason = "timeout"
+        if reason == "cancelled":
+            raise ToolError("cancelled", "The task was cancelled while this tool was running.")
+        if reason == "timeout":
+            raise httpcore.ReadTimeout(f"the overall deadline passed{' for ' + url if url else ''}")
+
+    def timeout(self, timeout: float | None) -> float:
+        """The time one socket operation may take: what is left, never more."""
+        remaining = max(0.01, self.deadline - time.monotonic())
+        return remaining if timeout is None else max(0.01, min(timeout, remaining))
+
+
+def _shutdown_fd(fd: int) -> None:
+    try:
+        sock = socket.socket(fileno=fd)
+    except OSError:
+        return
+    try:
+        sock.shutdown(socket.SHUT_RDWR)
+    except OSError:
+        pass
+    finally:
+        sock.detach()
+
+
+class _GuardedStream(httpcore.NetworkStream):
+    """A network stream whose every operation is bounded by the guard's deadline and cancel."""
+
+    def __init__(self, stream: httpcore.NetworkStream, guard: _Guard, fd: int) -> None:
+        self._stream = stream
+        self._guard = guard
+        self._fd = fd
+
+    def read(self, max_bytes: int, timeout: float | None = None) -> bytes:
+        self._guard.check()
+        try:
+            data = self._stream.read(max_bytes, self._guard.timeout(timeout))
+        except httpcore.NetworkError:
+            self._guard.check()
+            raise
+        if not data:
+            self._guard.check()
+        return data
+
+    def write(self, buffer: bytes, timeout: float | None = None) -> None:
+        self._guard.check()
+        try:
+            self._stream.write(buffer, self._guard.timeout(timeout))
+        except httpcore.NetworkError:
+            self._guard.check()
+            raise
+
+    def close(self) -> None:
+        self._guard.unregister(self._fd)
+        self._stream.close()
+
+    def start_tls(
+        self, ssl_context: Any, server_hostname: str | None = None, timeout: float | None = None
+    ) -> httpcore.NetworkStream:
+        self._guard.check()
+        try:
+            inner = self._stream.start_tls(
+                ssl_context, server_hostname, self._guard.timeout(timeout)
+            )
+        except (httpcore.NetworkError, httpcore.TimeoutException):
+            self._guard.check()
+            raise
+        # The TLS socket keeps the same file descriptor.
+        return _GuardedStream(inner, self._guard, self._fd)
+
+    def get_extra_info(self, info: str) -> Any:
+        return self._stream.get_extra_info(info)
+
+
 # --------------------------------------------------------------------------- pinned transport
 
 
 class _PinnedBackend(httpcore.SyncBackend):
     """Connects to the pre-checked IPs for one host name, never resolving it again."""
 
-    def __init__(self, host: str, addresses: list[str]) -> None:
+    def __init__(self, host: str, addresses: list[str], guard: _Guard | None = None) -> None:
         self._host = host
         self._addresses = list(addresses)
+        self._guard = guard
 
     def connect_tcp(
         self,
@@ -335,10 +476,21 @@ class _PinnedBackend(httpcore.SyncBackend):
             raise httpcore.ConnectError(f"refusing to connect to unexpected host {host!r}")
         last: Exception | None = None
         for ip in self._addresses:
+            if self._guard is not None:
+                self._guard.check()
+                timeout = self._guard.timeout(timeout)
             try:
-                return super().connect_tcp(ip, port, timeout, local_address, socket_options)
-            except httpcore.ConnectError as exc:
+                stream = super().connect_tcp(ip, port, timeout, local_address, socket_options)
+            except (httpcore.ConnectError, httpcore.ConnectTimeout) as exc:
                 last = exc
+                continue
+            if self._guard is None:
+                return stream
+            fd = stream.get_extra_info("socket").fileno()
+            self._guard.register(fd)
+            return _GuardedStream(stream, self._guard, fd)
+        if self._guard is not None:
+            self._guard.check()
         raise last or httpcore.ConnectError("no address to connect to")
 
     def connect_unix_socket(self, *args: Any, **kwargs: Any) -> httpcore.NetworkStream:
@@ -402,7 +554,7 @@ def _ssl_context() -> Any:
 class PinnedTransport(httpx.BaseTransport):
     """An httpx transport whose sockets go only to ``addresses`` for ``host``."""
 
-    def __init__(self, host: str, addresses: list[str]) -> None:
+    def __init__(self, host: str, addresses: list[str], guard: _Guard | None = None) -> None:
         self._pool = httpcore.ConnectionPool(
             ssl_context=_ssl_context(),
             max_connections=1,
@@ -410,7 +562,7 @@ class PinnedTransport(httpx.BaseTransport):
             http1=True,
             http2=False,
             retries=0,
-            network_backend=_PinnedBackend(host, addresses),
+            network_backend=_PinnedBackend(host, addresses, guard),
         )
 
     def handle_request(self, request: httpx.Request) -> httpx.Response:
@@ -572,9 +724,24 @@ class FetchUrl(Tool):
         deadline = time.monotonic() + ctx.fetch_timeout
         cap = min(args.max_bytes or ctx.max_response_bytes, ctx.max_response_bytes)
         url = parse_url(args.url)
+        guard = _Guard(deadline, ctx.cancel_event)
+        try:
+            return self._hops(args, ctx, counter, url, cap, deadline, guard)
+        finally:
+            guard.stop()
+
+    def _hops(
+        self,
+        args: FetchUrlArgs,
+        ctx: ToolContext,
+        counter: _Counter,
+        url: httpx.URL,
+        cap: int,
+        deadline: float,
+        guard: _Guard,
+    ) -> ToolResult:
         first_host = normalize_host(url)
         hops: list[dict[str, Any]] = []
-
         for hop in range(MAX_REDIRECTS + 1):
             ctx.check_cancelled()
             if hop:
@@ -594,7 +761,7 @@ class FetchUrl(Tool):
                     details={"redirects": hops},
                 )
             addresses = check_addresses(url, ctx, deadline)
-            with self._client(url, addresses, deadline) as client:
+            with self._client(url, addresses, deadline, guard) as client:
                 counter.made += 1
                 response = self._send(client, url, deadline)
                 try:
@@ -623,10 +790,12 @@ class FetchUrl(Tool):
         raise AssertionError("unreachable")  # pragma: no cover
 
     @staticmethod
-    def _client(url: httpx.URL, addresses: list[str], deadline: float) -> httpx.Client:
+    def _client(
+        url: httpx.URL, addresses: list[str], deadline: float, guard: _Guard
+    ) -> httpx.Client:
         remaining = max(0.05, deadline - time.monotonic())
         return httpx.Client(
-            transport=PinnedTransport(normalize_host(url), addresses),
+            transport=PinnedTransport(normalize_host(url), addresses, guard),
             follow_redirects=False,
             trust_env=False,
             timeout=httpx.Timeout(remaining),

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import queue
 import random
+import socket
 import subprocess
 import sys
 import threading
@@ -137,3 +138,131 @@ def test_search_files_long_search_stops_at_its_budget_and_the_heartbeat_ticks(tm
     assert final == "result true", final
     assert ticks >= 5
     assert longest_gap < 2.0, f"heartbeat stalled {longest_gap:.1f} s"
+
+
+# --------------------------------------------------------------------------- item 11: fetch_url
+
+
+class RawHttpServer:
+    """A raw socket server on loopback that answers every request with a scripted byte stream.
+
+    ``behaviour(conn)`` writes to the accepted socket after the request line arrived; the
+    server counts connections and notes when a client went away.
+    """
+
+    def __init__(self, behaviour):
+        self.behaviour = behaviour
+        self.sock = socket.create_server(("127.0.0.1", 0))
+        self.sock.settimeout(0.2)
+        self.port = self.sock.getsockname()[1]
+        self.connections = 0
+        self.client_gone = threading.Event()
+        self._stop = threading.Event()
+        self._threads: list[threading.Thread] = []
+
+    def url(self, path="/") -> str:
+        return f"http://127.0.0.1:{self.port}{path}"
+
+    def __enter__(self):
+        t = threading.Thread(target=self._accept, daemon=True)
+        t.start()
+        self._threads.append(t)
+        return self
+
+    def __exit__(self, *exc):
+        self._stop.set()
+        self.sock.close()
+        for t in self._threads:
+            t.join(5)
+
+    def _accept(self):
+        while not self._stop.is_set():
+            try:
+                conn, _ = self.sock.accept()
+            except (TimeoutError, OSError):
+                continue
+            self.connections += 1
+            t = threading.Thread(target=self._serve, args=(conn,), daemon=True)
+            t.start()
+            self._threads.append(t)
+
+    def _serve(self, conn):
+        with conn:
+            conn.settimeout(5)
+            try:
+                data = b""
+                while b"\r\n\r\n" not in data:
+                    chunk = conn.recv(4096)
+                    if not chunk:
+                        return
+                    data += chunk
+                self.behaviour(conn, self._stop)
+            except OSError:
+                self.client_gone.set()
+
+
+def processing_forever(conn, stop):
+    """``102 Processing`` every 0.5 s, never a final response."""
+    while not stop.is_set():
+        conn.sendall(b"HTTP/1.1 102 Processing\r\n\r\n")
+        time.sleep(0.5)
+
+
+def trickled_headers(conn, stop):
+    """A status line and then header bytes, one every 0.2 s, for ever."""
+    conn.sendall(b"HTTP/1.1 200 OK\r\n")
+    while not stop.is_set():
+        for byte in b"X-Slow: " + b"a" * 1000:
+            if stop.is_set():
+                return
+            conn.sendall(bytes([byte]))
+            time.sleep(0.2)
+
+
+def _fetch_in_thread(ctx, url, wait):
+    """Run fetch_url in a thread; return (ToolError or result or None if still running)."""
+    from agents.tools import ToolError, get_tool
+
+    box = {}
+
+    def work():
+        tool = get_tool("fetch_url")
+        try:
+            box["result"] = tool.run(tool.parse({"url": url}), ctx)
+        except ToolError as exc:
+            box["error"] = exc
+
+    t = threading.Thread(target=work, daemon=True)
+    t.start()
+    t.join(wait)
+    return box.get("error", box.get("result"))
+
+
+def _fetch_ctx(tmp_path, **kw):
+    from agents.tools import ToolContext
+
+    kw.setdefault("allow_private_network", True)
+    kw.setdefault("allowed_domains", ("127.0.0.1",))
+    return ToolContext(workspace=tmp_path, artifacts_dir=tmp_path / "artifacts", **kw)
+
+
+@pytest.mark.parametrize("behaviour", [processing_forever, trickled_headers])
+def test_fetch_url_deadline_holds_before_the_headers_arrive(tmp_path, behaviour):
+    with RawHttpServer(behaviour) as server:
+        ctx = _fetch_ctx(tmp_path, fetch_timeout=2.0)
+        outcome = _fetch_in_thread(ctx, server.url("/slow"), wait=30)
+        assert outcome is not None, "fetch_url was still waiting for headers after 30 s"
+        assert getattr(outcome, "code", None) == "fetch_timeout", outcome
+        assert outcome.network_requests == 1
+        assert server.connections == 1
+
+
+@pytest.mark.parametrize("behaviour", [processing_forever, trickled_headers])
+def test_fetch_url_cancel_applies_before_the_headers_arrive(tmp_path, behaviour):
+    cancel = threading.Event()
+    with RawHttpServer(behaviour) as server:
+        ctx = _fetch_ctx(tmp_path, fetch_timeout=120.0, cancel_event=cancel)
+        threading.Timer(1.0, cancel.set).start()
+        outcome = _fetch_in_thread(ctx, server.url("/slow"), wait=30)
+        assert outcome is not None, "fetch_url ignored the cancel for 30 s"
+        assert getattr(outcome, "code", None) == "cancelled", outcome
