@@ -67,6 +67,7 @@ ERROR_CODES: frozenset[str] = frozenset(
         "response_too_large",
         "fetch_failed",
         "fetch_timeout",
+        "response_charset_invalid",
     }
 )
 

@@ -894,7 +894,17 @@ class FetchUrl(Tool):
         text_body = ""
         if is_text:
             charset = _charset(content_type)
-            text_body = body.decode(charset, "replace")
+            try:
+                text_body = body.decode(charset, "replace")
+            except (LookupError, UnicodeError, ValueError, TypeError):
+                # base64, hex, rot13, zlib, idna…: codecs Python knows, but not text encodings.
+                raise ToolError(
+                    "response_charset_invalid",
+                    f"The response from {str(url)!r} declares charset {charset!r} "
+                    f"(Content-Type: {content_type}), which is not a text encoding; its "
+                    f"{len(body)} bytes (sha256 {digest}) were not decoded.",
+                    details={"status": response.status_code, "content_type": content_type},
+                ) from None
             if mime == "" and text_body.count("\ufffd") > max(16, len(text_body) // 100):
                 is_text = False
                 text_body = ""

@@ -266,3 +266,40 @@ def test_fetch_url_cancel_applies_before_the_headers_arrive(tmp_path, behaviour)
         outcome = _fetch_in_thread(ctx, server.url("/slow"), wait=30)
         assert outcome is not None, "fetch_url ignored the cancel for 30 s"
         assert getattr(outcome, "code", None) == "cancelled", outcome
+
+
+# --------------------------------------------------------------------------- item 12: bad bytes
+
+
+def _answer(content_type: bytes, body: bytes):
+    def behaviour(conn, stop):
+        conn.sendall(
+            b"HTTP/1.1 200 OK\r\nContent-Type: "
+            + content_type
+            + b"\r\nContent-Length: "
+            + str(len(body)).encode()
+            + b"\r\nConnection: close\r\n\r\n"
+            + body
+        )
+
+    return behaviour
+
+
+@pytest.mark.parametrize("charset", ["base64", "hex", "rot13", "rot_13", "zlib", "uu", "idna"])
+def test_fetch_url_charset_that_is_not_a_text_encoding_is_a_tool_error(tmp_path, charset):
+    content_type = f"text/plain; charset={charset}".encode()
+    with RawHttpServer(_answer(content_type, b"aGVsbG8=")) as server:
+        outcome = _fetch_in_thread(_fetch_ctx(tmp_path), server.url("/odd"), wait=30)
+    assert getattr(outcome, "code", None) == "response_charset_invalid", outcome
+    assert charset in outcome.message and "not a text encoding" in outcome.message
+    assert outcome.network_requests == 1
+
+
+def test_fetch_url_unknown_or_usual_charsets_still_decode(tmp_path):
+    for content_type, body, text in [
+        (b"text/plain; charset=no-such-charset", b"caf\xc3\xa9", "café"),
+        (b"text/plain; charset=latin-1", b"caf\xe9", "café"),
+    ]:
+        with RawHttpServer(_answer(content_type, body)) as server:
+            outcome = _fetch_in_thread(_fetch_ctx(tmp_path), server.url("/ok"), wait=30)
+        assert outcome.text.endswith(text), (content_type, outcome)
