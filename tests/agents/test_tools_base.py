@@ -219,3 +219,41 @@ def test_every_raised_error_code_is_declared():
     raised = set(re.findall(r'(?:ToolError|_refuse)\(\s*"([a-z_]+)"', source))
     assert len(raised) > 20
     assert raised <= ERROR_CODES, raised - ERROR_CODES
+
+
+@pytest.mark.parametrize(
+    ("arguments", "where"),
+    [
+        (
+            {"path": "d.csv", "filter": {"column": "a", "op": "eq", "value": float("nan")}},
+            "filter.value",
+        ),
+        ({"path": "d.csv", "preview_rows": float("inf")}, "preview_rows"),
+        ({"path": "d.csv", "columns": ["a", float("-inf")]}, "columns[1]"),
+    ],
+)
+def test_non_finite_numbers_are_invalid_arguments_and_never_hashed(arguments, where):
+    tool = get_tool("analyze_csv")
+    with pytest.raises(ToolError) as exc:
+        tool.parse(arguments)
+    assert exc.value.code == "invalid_arguments"
+    assert f"- {where}: numbers must be finite" in exc.value.message
+    with pytest.raises(ToolError) as exc:
+        operation_hash("analyze_csv", arguments)
+    assert exc.value.code == "invalid_arguments"
+
+
+def test_nan_spelled_as_a_string_is_not_a_float():
+    # A float-only field would turn "NaN"/"Infinity" into a non-finite number.
+    class FloatArgs(ToolArgs):
+        x: float
+
+    class FloatTool(Tool):
+        name = "float_tool_for_test"
+        Args = FloatArgs
+
+    for text in ("NaN", "Infinity", "-inf"):
+        with pytest.raises(ToolError) as exc:
+            FloatTool().parse({"x": text})
+        assert exc.value.code == "invalid_arguments" and "finite" in exc.value.message
+    assert FloatTool().parse({"x": "1.5"}).x == 1.5

@@ -11,6 +11,7 @@
 
 from __future__ import annotations
 
+import json
 import queue
 import random
 import socket
@@ -303,3 +304,90 @@ def test_fetch_url_unknown_or_usual_charsets_still_decode(tmp_path):
         with RawHttpServer(_answer(content_type, body)) as server:
             outcome = _fetch_in_thread(_fetch_ctx(tmp_path), server.url("/ok"), wait=30)
         assert outcome.text.endswith(text), (content_type, outcome)
+
+
+def _scripted_task(server, *, flavor="openai", tools=("update_plan", "read_file"), **kwargs):
+    from agents.models import Connection, Model
+    from tasks.actors import Actor
+    from tasks.services import task_create
+
+    conn = Connection.objects.create(
+        name=f"scripted-{server.port}",
+        kind="anthropic" if flavor == "anthropic" else "openai_compatible",
+        base_url=server.url,
+        cost_tier="zero_cost",
+        timeout_seconds=10,
+    )
+    model = Model.objects.create(
+        connection=conn, name="test-model", test_status="passed", context_window=100_000
+    )
+    return task_create(
+        actor=Actor.system("hostile"),
+        title=kwargs.pop("title", "Read the notes"),
+        instruction=kwargs.pop("instruction", "Read notes.txt and report."),
+        tools=list(tools),
+        model=model,
+        **kwargs,
+    )
+
+
+@pytest.fixture
+def loop_settings(settings):
+    settings.ACTHELM_HEARTBEAT_SECONDS = 0.2
+    settings.ACTHELM_LEASE_SECONDS = 5
+    settings.ACTHELM_POLL_SECONDS = 0.5
+    settings.ACTHELM_RECOVER_INTERVAL_SECONDS = 0.5
+    settings.ACTHELM_RECONCILE_INTERVAL_SECONDS = 3600
+    settings.PASSWORD_HASHERS = ["django.contrib.auth.hashers.MD5PasswordHasher"]
+    return settings
+
+
+NON_FINITE_ARGUMENTS = [
+    ("read_file", '{"path": "notes.txt", "start_line": NaN}'),
+    ("read_file", '{"path": "notes.txt", "max_lines": Infinity}'),
+    ("read_file", '{"path": "notes.txt", "extra": -Infinity}'),
+    ("update_plan", '{"steps": [{"step": "Read", "status": "pending", "n": [1, NaN]}]}'),
+]
+
+
+@pytest.mark.django_db(transaction=True)
+@pytest.mark.parametrize("flavor", ["openai", "anthropic"])
+@pytest.mark.parametrize(("tool", "arguments"), NON_FINITE_ARGUMENTS)
+def test_non_finite_numbers_in_tool_arguments_are_refused_and_the_run_goes_on(
+    loop_settings, flavor, tool, arguments
+):
+    from agents.models import AgentRun, ToolCall
+    from agents.worker import Worker
+    from tasks.models import Task, TaskEvent
+    from tasks.workspace import add_input_file
+    from tests.fakes.model_server import ScriptedModelServer, reply_text, reply_tool_calls
+
+    script = [
+        reply_tool_calls([("update_plan", {"steps": [{"step": "Read the notes"}]})]),
+        reply_tool_calls([(tool, arguments)]),
+        reply_tool_calls([("read_file", {"path": "notes.txt"})]),
+        reply_text("The notes say hello."),
+    ]
+    with ScriptedModelServer(script, flavor=flavor, default=reply_text("done")) as server:
+        task = _scripted_task(server, flavor=flavor)
+        add_input_file(task.pk, name="notes.txt", data="hello")
+        Worker(worker_id="hostile", burst=True).run()
+        # The model was told why, in the next request.
+        told = json.dumps(server.completion_requests[2].json)
+
+    task.refresh_from_db()
+    calls = list(ToolCall.objects.filter(task=task).order_by("turn__index", "position"))
+    bad = calls[1]
+    assert (bad.tool, bad.status, bad.error_code) == (tool, "refused", "invalid_arguments")
+    assert "NaN" in bad.result_for_model and "finite" in bad.result_for_model
+    assert "must be finite" in told
+    assert bad.arguments is None and bad.run_count == 0  # nothing non-finite in jsonb
+    assert ("NaN" in bad.arguments_raw) or ("Infinity" in bad.arguments_raw)  # what was sent
+    # The run went on: the calls around it ran and the task reached review.
+    assert [calls[0].status, calls[2].status] == ["succeeded", "succeeded"]
+    assert (task.status, task.failure_code) == ("review", "")
+    assert AgentRun.objects.filter(task=task).count() == 1
+    assert TaskEvent.objects.filter(
+        task=task, kind="tool_result", data__error="invalid_arguments"
+    ).exists()
+    assert Task.objects.filter(pk=task.pk, tools=["update_plan", "read_file"]).exists()
