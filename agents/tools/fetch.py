@@ -46,6 +46,7 @@ import re
 import socket
 import threading
 import time
+import unicodedata
 import zlib
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -88,6 +89,11 @@ IPAddress = ipaddress.IPv4Address | ipaddress.IPv6Address
 
 _NAT64 = ipaddress.ip_network("64:ff9b::/96")
 
+# Refused anywhere in a URL: format characters (Cf: bidi overrides and isolates, zero-width
+# spaces and joiners, soft hyphens, BOM) and non-ASCII separators. They are invisible or
+# reorder what a person reads on the approval card.
+_INVISIBLE_CATEGORIES = frozenset({"Cf", "Zs", "Zl", "Zp"})
+
 
 class FetchUrlArgs(ToolArgs):
     url: str = Field(
@@ -117,6 +123,15 @@ def parse_url(raw: str) -> httpx.URL:
         raise _refuse("url_invalid", f"The URL is longer than {MAX_URL_CHARS} characters.")
     if re.search(r"[\x00-\x20\x7f]", raw):
         raise _refuse("url_invalid", "The URL contains spaces or control characters.")
+    for ch in raw:
+        if not ch.isascii() and unicodedata.category(ch) in _INVISIBLE_CATEGORIES:
+            name = unicodedata.name(ch, "unnamed character")
+            raise _refuse(
+                "url_invalid",
+                f"The URL contains an invisible formatting or bidirectional character "
+                f"(U+{ord(ch):04X} {name}), which can make a URL read differently from where it "
+                "goes; remove it.",
+            )
     scheme_match = re.match(r"([A-Za-z][A-Za-z0-9+.-]*):", raw)
     if not scheme_match:
         raise _refuse(
@@ -151,6 +166,27 @@ def parse_url(raw: str) -> httpx.URL:
     elif not _HOSTNAME_RE.fullmatch(host) or len(host) > 253:
         raise _refuse("url_invalid", f"Invalid host name in URL: {host!r}.")
     return url
+
+
+def request_target(url: httpx.URL) -> str:
+    """``scheme://ascii-host:port/path?query`` exactly as the request will use it."""
+    host = normalize_host(url)
+    if ":" in host:
+        host = f"[{host}]"
+    port = url.port or (443 if url.scheme == "https" else 80)
+    path = url.raw_path.decode("ascii", "replace") or "/"
+    return f"{url.scheme}://{host}:{port}{path}"
+
+
+def urlsplit_host(raw: str) -> str:
+    """The host part of a URL as the model typed it (for showing), or ''."""
+    match = re.match(r"\s*[A-Za-z][A-Za-z0-9+.-]*://([^/?#]*)", raw)
+    if not match:
+        return ""
+    host = match.group(1).rsplit("@", 1)[-1]
+    if host.startswith("["):
+        return host.split("]", 1)[0] + "]"
+    return host.split(":", 1)[0]
 
 
 def normalize_host(url: httpx.URL) -> str:
@@ -677,13 +713,30 @@ class FetchUrl(Tool):
     Args = FetchUrlArgs
 
     def target(self, args: FetchUrlArgs) -> str:
-        return args.url
+        """The URL the request really goes to: the host as sent (IDNA/punycode, lower case, no
+        trailing dot) and the port spelled out, so a look-alike host cannot pass as another."""
+        try:
+            return request_target(parse_url(args.url))
+        except ToolError:
+            return args.url.strip()
 
     def describe_effect(self, args: FetchUrlArgs) -> str:
-        return (
-            f"Sends an HTTP GET request to {args.url.strip()} "
-            f"(following up to {MAX_REDIRECTS} redirects)"
+        try:
+            url = parse_url(args.url)
+        except ToolError:
+            return f"Sends an HTTP GET request to {args.url.strip()!r} (an invalid URL)"
+        host, port = normalize_host(url), url.port or (443 if url.scheme == "https" else 80)
+        effect = (
+            f"Sends an HTTP GET request to {request_target(url)} (host {host}, port {port}; "
+            f"following up to {MAX_REDIRECTS} redirects)"
         )
+        typed = urlsplit_host(args.url)
+        if typed and not typed.isascii():
+            effect += (
+                f". The model wrote the host as {typed!r}, which has non-ASCII characters: "
+                f"it may imitate another name, and the request goes to {host}"
+            )
+        return effect
 
     def preflight(self, args: FetchUrlArgs, ctx: ToolContext) -> None:
         """Shape checks and IP-literal checks, without DNS or network."""

@@ -129,9 +129,9 @@ def test_target_and_effect_name_the_exact_thing():
     assert "docs/a.txt" in read.describe_effect(read.parse({"path": "docs/a.txt"}))
     fetch = get_tool("fetch_url")
     args = fetch.parse({"url": "https://example.com/x?y=1"})
-    assert fetch.target(args) == "https://example.com/x?y=1"
+    assert fetch.target(args) == "https://example.com:443/x?y=1"  # the port it will use
     assert fetch.describe_effect(args).startswith(
-        "Sends an HTTP GET request to https://example.com/x?y=1"
+        "Sends an HTTP GET request to https://example.com:443/x?y=1 (host example.com, port 443"
     )
     art = get_tool("write_artifact")
     a = art.parse({"name": "r.md", "content": "héllo", "content_type": "text/markdown"})

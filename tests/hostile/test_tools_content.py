@@ -391,3 +391,87 @@ def test_non_finite_numbers_in_tool_arguments_are_refused_and_the_run_goes_on(
         task=task, kind="tool_result", data__error="invalid_arguments"
     ).exists()
     assert Task.objects.filter(pk=task.pk, tools=["update_plan", "read_file"]).exists()
+
+
+# --------------------------------------------------------------------------- item 13: URL display
+
+
+@pytest.mark.django_db(transaction=True)
+@pytest.mark.parametrize(
+    ("typed", "real_host", "real_target"),
+    [
+        ("https://аpple.com/login", "xn--pple-43d.com", "https://xn--pple-43d.com:443/login"),
+        ("http://EXAMPLE.com.:8080/a?b=1", "example.com", "http://example.com:8080/a?b=1"),
+        ("https://раypal.com/", "xn--ypal-43d9g.com", "https://xn--ypal-43d9g.com:443/"),
+    ],
+)
+def test_approval_card_shows_the_host_and_port_the_request_will_use(
+    loop_settings, person, typed, real_host, real_target
+):
+    from django.test import Client
+
+    from agents.worker import Worker
+    from approvals.models import Approval
+    from tests.fakes.model_server import ScriptedModelServer, reply_text, reply_tool_calls
+
+    script = [
+        reply_tool_calls([("update_plan", {"steps": [{"step": "Fetch"}]})]),
+        reply_tool_calls([("fetch_url", {"url": typed})]),
+    ]
+    with ScriptedModelServer(script, default=reply_text("done")) as server:
+        task = _scripted_task(server, tools=("update_plan", "fetch_url"))
+        Worker(worker_id="hostile", burst=True).run()
+
+    approval = Approval.objects.get(task=task)
+    assert approval.target == real_target
+    assert real_host in approval.effect
+    if not typed.isascii():
+        assert "non-ASCII" in approval.effect  # the person is told the host was a look-alike
+    client = Client()
+    client.force_login(person)
+    for page in ("/approvals/", f"/tasks/{task.pk}/"):
+        html = client.get(page).content.decode()
+        assert real_target in html and real_host in html, page
+
+
+BIDI_AND_FORMAT = [
+    "https://example.com/\u202egnp.exe",  # RIGHT-TO-LEFT OVERRIDE
+    "https://exam\u200bple.com/",  # ZERO WIDTH SPACE in the host
+    "https://example.com/\u2066a\u2069",  # LEFT-TO-RIGHT ISOLATE … POP DIRECTIONAL ISOLATE
+    "https://example.com/?q=\u200f",  # RIGHT-TO-LEFT MARK
+    "https://example.com/\ufeff",  # ZERO WIDTH NO-BREAK SPACE (BOM)
+    "https://ex\u00adample.com/",  # SOFT HYPHEN (IDNA would silently drop it)
+]
+
+
+@pytest.mark.parametrize("url", BIDI_AND_FORMAT)
+def test_fetch_url_refuses_bidi_and_format_characters(tmp_path, url):
+    from agents.tools import ToolError, get_tool
+
+    tool = get_tool("fetch_url")
+    with pytest.raises(ToolError) as exc:
+        tool.preflight(tool.parse({"url": url}), _fetch_ctx(tmp_path))
+    assert exc.value.code == "url_invalid"
+    assert "invisible" in exc.value.message and "U+" in exc.value.message
+
+
+@pytest.mark.django_db(transaction=True)
+def test_a_bidi_url_is_refused_before_anyone_is_asked(loop_settings):
+    from agents.models import ToolCall
+    from agents.worker import Worker
+    from approvals.models import Approval
+    from tests.fakes.model_server import ScriptedModelServer, reply_text, reply_tool_calls
+
+    script = [
+        reply_tool_calls([("update_plan", {"steps": [{"step": "Fetch"}]})]),
+        reply_tool_calls([("fetch_url", {"url": "https://example.com/\u202egnp.exe"})]),
+        reply_text("could not fetch it"),
+    ]
+    with ScriptedModelServer(script, default=reply_text("done")) as server:
+        task = _scripted_task(server, tools=("update_plan", "fetch_url"))
+        Worker(worker_id="hostile", burst=True).run()
+    call = ToolCall.objects.get(task=task, tool="fetch_url")
+    assert (call.status, call.error_code) == ("refused", "url_invalid")
+    assert not Approval.objects.filter(task=task).exists()
+    task.refresh_from_db()
+    assert task.status == "review"
