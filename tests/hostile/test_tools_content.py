@@ -475,3 +475,94 @@ def test_a_bidi_url_is_refused_before_anyone_is_asked(loop_settings):
     assert not Approval.objects.filter(task=task).exists()
     task.refresh_from_db()
     assert task.status == "review"
+
+
+# --------------------------------------------------------------------------- item 14: propose_task
+
+
+@pytest.mark.django_db(transaction=True)
+def test_propose_task_children_inherit_at_most_what_the_parent_has(loop_settings):
+    from agents.limits import task_usage
+    from agents.models import ToolCall
+    from agents.worker import Worker
+    from tasks.models import Task
+    from tests.fakes.model_server import ScriptedModelServer, reply_text, reply_tool_calls
+
+    loop_settings.ACTHELM_MAX_PROPOSALS_PER_TASK = 3
+
+    def propose(title, **extra):
+        return ("propose_task", {"title": title, "instruction": f"Do {title}.", **extra})
+
+    script = [
+        reply_tool_calls([("update_plan", {"steps": [{"step": "Split the work"}]})]),
+        reply_tool_calls(
+            [
+                propose("All of mine"),
+                propose("Only reading", tools=["read_file"]),
+                propose("More than mine", tools=["read_file", "write_artifact"]),
+                propose("Proposing again", tools=["propose_task"]),
+                propose("Third", depends_on_titles=["All of mine"]),
+                propose("One too many"),
+                propose("All of mine"),  # a replay of the first: the same child, not a new one
+            ]
+        ),
+        reply_text("Proposed the work."),
+    ]
+    with ScriptedModelServer(script, default=reply_text("done")) as server:
+        parent = _scripted_task(
+            server,
+            tools=("update_plan", "propose_task", "read_file", "fetch_url"),
+            tool_policies={"fetch_url": "ask", "read_file": "allow"},
+            allowed_domains=["example.org"],
+            limits={
+                "limit_turns": 10,
+                "limit_runtime_seconds": 300,
+                "limit_token_budget": 50_000,
+                "limit_network_requests": 3,
+                "limit_output_tokens": 2_000,
+                "limit_tool_output_chars": 5_000,
+                "limit_artifact_bytes": 10_000,
+            },
+            kind="planning",
+        )
+        Worker(worker_id="hostile", burst=True).run()
+
+    calls = {
+        c.arguments["title"] if c.arguments else "": c
+        for c in ToolCall.objects.filter(task=parent, tool="propose_task").order_by("-id")
+    }
+    outcome = {title: (c.status, c.error_code) for title, c in calls.items()}
+    assert outcome["All of mine"] == ("succeeded", "")
+    assert outcome["Only reading"] == ("succeeded", "")
+    assert outcome["Third"] == ("succeeded", "")
+    assert outcome["More than mine"] == ("failed", "tool_not_allowed")
+    assert "write_artifact" in calls["More than mine"].result_for_model
+    assert outcome["Proposing again"] == ("failed", "tool_not_allowed")
+    assert outcome["One too many"] == ("failed", "proposal_limit")
+    assert "3" in calls["One too many"].result_for_model
+
+    children = {t.title: t for t in Task.objects.filter(spawned_by=parent)}
+    assert sorted(children) == ["All of mine", "Only reading", "Third"]
+    assert children["All of mine"].tools == ["update_plan", "read_file", "fetch_url"]
+    assert children["Only reading"].tools == ["read_file"]
+    assert children["All of mine"].tool_policies == {"fetch_url": "ask", "read_file": "allow"}
+    assert children["Only reading"].tool_policies == {"read_file": "allow"}
+    parent.refresh_from_db()
+    # The parent had used two turns (and some tokens) when it proposed; the children got what
+    # was left, never the server's defaults.
+    used = task_usage(parent.pk)
+    for child in children.values():
+        assert child.allowed_domains == ["example.org"]
+        assert child.limit_turns == 10 - 2
+        assert 0 < child.limit_runtime_seconds <= 300
+        assert used.tokens > 0 and 50_000 - used.tokens <= child.limit_token_budget < 50_000
+        assert child.limit_network_requests == 3
+        assert (
+            child.limit_output_tokens,
+            child.limit_tool_output_chars,
+            child.limit_artifact_bytes,
+        ) == (2_000, 5_000, 10_000)
+        assert (child.connection_id, child.model_id) == (parent.connection_id, parent.model_id)
+    # The parent's own permissions are untouched.
+    assert parent.tools == ["update_plan", "propose_task", "read_file", "fetch_url"]
+    assert parent.allowed_domains == ["example.org"]
