@@ -368,7 +368,7 @@ class _Guard:
         self.deadline = deadline
         self.cancel_event = cancel_event
         self.fired = ""  # "", "timeout" or "cancelled"
-        self._fds: set[int] = set()
+        self._fds: dict[int, Any] = {}  # fd -> the peer address it was connected to
         self._lock = threading.Lock()
         self._done = threading.Event()
         self._thread = threading.Thread(target=self._watch, name="fetch-url-guard", daemon=True)
@@ -390,24 +390,24 @@ class _Guard:
             if self._done.is_set():
                 return
             self.fired = reason
-            for fd in self._fds:
-                _shutdown_fd(fd)
+            for fd, peer in self._fds.items():
+                _shutdown_fd(fd, peer)
 
     def stop(self) -> None:
         with self._lock:
             self._done.set()
         self._thread.join(1)
 
-    def register(self, fd: int) -> None:
+    def register(self, fd: int, peer: Any) -> None:
         with self._lock:
-            self._fds.add(fd)
+            self._fds[fd] = peer
             if self.fired:
-                _shutdown_fd(fd)
+                _shutdown_fd(fd, peer)
 
     def unregister(self, fd: int) -> None:
         """Called before the socket is closed, so a late watchdog never touches a reused fd."""
         with self._lock:
-            self._fds.discard(fd)
+            self._fds.pop(fd, None)
 
     def check(self, url: str = "") -> None:
         reason = self.fired
@@ -427,13 +427,16 @@ class _Guard:
         return remaining if timeout is None else max(0.01, min(timeout, remaining))
 
 
-def _shutdown_fd(fd: int) -> None:
+def _shutdown_fd(fd: int, peer: Any) -> None:
+    """Shut down the socket on ``fd`` (not close: its owner still closes it), but only if it is
+    still the connection to ``peer``: a descriptor closed behind our back may have been reused."""
     try:
         sock = socket.socket(fileno=fd)
     except OSError:
         return
     try:
-        sock.shutdown(socket.SHUT_RDWR)
+        if sock.getpeername() == peer:
+            sock.shutdown(socket.SHUT_RDWR)
     except OSError:
         pass
     finally:
@@ -479,7 +482,9 @@ class _GuardedStream(httpcore.NetworkStream):
             inner = self._stream.start_tls(
                 ssl_context, server_hostname, self._guard.timeout(timeout)
             )
-        except (httpcore.NetworkError, httpcore.TimeoutException):
+        except BaseException:
+            # A failed handshake closes the socket itself: forget its descriptor first.
+            self._guard.unregister(self._fd)
             self._guard.check()
             raise
         # The TLS socket keeps the same file descriptor.
@@ -522,8 +527,14 @@ class _PinnedBackend(httpcore.SyncBackend):
                 continue
             if self._guard is None:
                 return stream
-            fd = stream.get_extra_info("socket").fileno()
-            self._guard.register(fd)
+            sock = stream.get_extra_info("socket")
+            fd = sock.fileno()
+            try:
+                peer = sock.getpeername()
+            except OSError:
+                stream.close()
+                raise httpcore.ConnectError("the connection closed at once") from None
+            self._guard.register(fd, peer)
             return _GuardedStream(stream, self._guard, fd)
         if self._guard is not None:
             self._guard.check()

@@ -566,3 +566,31 @@ def test_propose_task_children_inherit_at_most_what_the_parent_has(loop_settings
     # The parent's own permissions are untouched.
     assert parent.tools == ["update_plan", "propose_task", "read_file", "fetch_url"]
     assert parent.allowed_domains == ["example.org"]
+
+
+def test_fetch_url_watchdog_never_touches_a_reused_descriptor():
+    # A socket the guard watches is closed behind its back and its descriptor is reused by
+    # another connection (in a worker: the heartbeat's database connection, say). When the
+    # guard fires, the other connection must keep working.
+    from agents.tools.fetch import _Guard
+
+    one, two = socket.create_server(("127.0.0.1", 0)), socket.create_server(("127.0.0.1", 0))
+    with one, two:
+        first = socket.create_connection(one.getsockname())
+        cancel = threading.Event()
+        guard = _Guard(time.monotonic() + 60, cancel)
+        guard.register(first.fileno(), first.getpeername())
+        fd = first.fileno()
+        first.close()
+        other = socket.create_connection(two.getsockname())
+        served, _ = two.accept()
+        with other, served:
+            assert other.fileno() == fd  # the descriptor was reused
+            cancel.set()
+            deadline = time.monotonic() + 10
+            while not guard.fired and time.monotonic() < deadline:
+                time.sleep(0.05)
+            guard.stop()
+            assert guard.fired == "cancelled"
+            other.sendall(b"still here")
+            assert served.recv(100) == b"still here"
