@@ -364,8 +364,8 @@ def test_non_finite_numbers_in_tool_arguments_are_refused_and_the_run_goes_on(
 
     script = [
         reply_tool_calls([("update_plan", {"steps": [{"step": "Read the notes"}]})]),
-        reply_tool_calls([(tool, arguments)]),
-        reply_tool_calls([("read_file", {"path": "notes.txt"})]),
+        # The bad call and a good one in the same turn: only the bad one is refused.
+        reply_tool_calls([(tool, arguments), ("read_file", {"path": "notes.txt"})]),
         reply_text("The notes say hello."),
     ]
     with ScriptedModelServer(script, flavor=flavor, default=reply_text("done")) as server:
@@ -374,6 +374,7 @@ def test_non_finite_numbers_in_tool_arguments_are_refused_and_the_run_goes_on(
         Worker(worker_id="hostile", burst=True).run()
         # The model was told why, in the next request.
         told = json.dumps(server.completion_requests[2].json)
+        assert len(server.completion_requests) == 3
 
     task.refresh_from_db()
     calls = list(ToolCall.objects.filter(task=task).order_by("turn__index", "position"))
