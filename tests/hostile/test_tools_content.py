@@ -28,7 +28,7 @@ ROOT = Path(__file__).resolve().parents[2]
 # --------------------------------------------------------------------------- item 10: search_files
 
 _SEARCH_CHILD = r"""
-import json, sys, threading, time
+import json, os, sys, threading, time
 from pathlib import Path
 
 from agents.tools import ToolContext, ToolError, files, get_tool
@@ -37,22 +37,26 @@ workspace, budget, pattern = Path(sys.argv[1]), float(sys.argv[2]), sys.argv[3]
 files.SEARCH_TIME_BUDGET = budget
 
 
+def say(line):  # one write per line: the two threads' lines never interleave
+    os.write(1, (line + "\n").encode())
+
+
 def heartbeat():  # what a worker's heartbeat thread does: wake up often, do a little Python
     while True:
-        print("tick", flush=True)
+        say("tick")
         time.sleep(0.05)
 
 
 threading.Thread(target=heartbeat, daemon=True).start()
 time.sleep(0.2)
-print("start", flush=True)
+say("start")
 tool = get_tool("search_files")
 ctx = ToolContext(workspace=workspace, artifacts_dir=workspace)
 try:
     result = tool.run(tool.parse({"pattern": pattern, "regex": True}), ctx)
-    print("result " + json.dumps(result.data["timed_out"]), flush=True)
+    say("result " + json.dumps(result.data["timed_out"]))
 except ToolError as exc:
-    print("error " + exc.code, flush=True)
+    say("error " + exc.code)
 """
 
 # Python's backtracking engine needs (at least) exponential time for each of these on a line of
@@ -67,7 +71,7 @@ def _run_search_child(workspace: Path, pattern: str, budget: float, wait: float)
         [sys.executable, "-c", _SEARCH_CHILD, str(workspace), str(budget), pattern],
         cwd=ROOT,
         stdout=subprocess.PIPE,
-        stderr=subprocess.DEVNULL,
+        stderr=subprocess.STDOUT,
         text=True,
     )
     lines: queue.Queue[tuple[float, str]] = queue.Queue()
@@ -98,7 +102,7 @@ def _run_search_child(workspace: Path, pattern: str, budget: float, wait: float)
                 longest_gap = max(longest_gap, at - last_tick)
                 last_tick = at
                 ticks += 1
-            elif line.startswith(("result", "error", "<eof>")):
+            elif line.startswith(("result", "error", "<eof>", "Traceback")):
                 if last_tick is not None:
                     longest_gap = max(longest_gap, at - last_tick)
                 final = line
