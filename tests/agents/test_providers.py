@@ -988,3 +988,14 @@ def test_non_finite_numbers_make_tool_arguments_unparsable(raw):
     assert ToolCallRequest(id="c", name="t", arguments={"a": 1.5}, arguments_raw="").arguments == {
         "a": 1.5
     }
+
+
+def test_non_finite_token_counts_read_as_zero():
+    from agents.providers import _http
+
+    assert [_http.as_int(v) for v in (float("nan"), float("inf"), -float("inf"), 7.9)] == [
+        0,
+        0,
+        0,
+        7,
+    ]
