@@ -148,6 +148,8 @@ ACTHELM_DEFAULT_TOOLS = env_list(
     ["update_plan", "list_files", "read_file", "search_files", "analyze_csv", "write_artifact"],
 )
 ACTHELM_FETCH_ALLOW_PRIVATE = env_bool("ACTHELM_FETCH_ALLOW_PRIVATE", False)
+# How many follow-up tasks one task may create with propose_task.
+ACTHELM_MAX_PROPOSALS_PER_TASK = env_int("ACTHELM_MAX_PROPOSALS_PER_TASK", 20)
 ACTHELM_AUTO_CLOSE_GOAL_NO_WORK = env_bool("ACTHELM_AUTO_CLOSE_GOAL_NO_WORK", False)
 ACTHELM_MEMORY_BUDGET_CHARS = env_int("ACTHELM_MEMORY_BUDGET_CHARS", 8_000)
 

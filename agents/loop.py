@@ -783,29 +783,15 @@ class AgentLoop:
                 Conversation.objects.filter(task_id=task.pk).update(
                     plan=result.data, plan_updated_at=timezone.now()
                 )
-                text = result.text
-            else:  # propose_task
-                from tasks.services import follow_up_create
+                text, error = result.text, ""
+            else:  # propose_task: a follow-up with at most this task's permissions
+                from tasks.services import propose_follow_up
 
-                deps = list(Task.objects.filter(spawned_by=task, title__in=args.depends_on_titles))
-                missing = set(args.depends_on_titles) - {d.title for d in deps}
-                if missing:
-                    text = (
-                        f"Error (unknown_dependency): no proposed task titled "
-                        f"{sorted(missing)[0]!r}; propose it first"
-                    )
-                else:
-                    child = follow_up_create(
-                        actor=self.actor,
-                        parent=task,
-                        title=args.title,
-                        instruction=args.instruction,
-                        depends_on=deps,
-                    )
-                    text = f"{result.text} (task #{child.pk}, {child.status})"
+                text, error = propose_follow_up(actor=self.actor, parent=task, proposal=args)
             set_call_status(
                 call.pk,
-                ToolCallStatus.SUCCEEDED,
+                ToolCallStatus.FAILED if error else ToolCallStatus.SUCCEEDED,
+                error_code=error,
                 result=text,
                 result_for_model=text,
                 finished_at=timezone.now(),
@@ -815,7 +801,12 @@ class AgentLoop:
                 actor=self.actor,
                 kind=EventKind.TOOL_RESULT,
                 run=self.run_row,
-                data={"tool": tool.name, "tool_call_id": call.pk, "ok": True},
+                data={
+                    "tool": tool.name,
+                    "tool_call_id": call.pk,
+                    "ok": not error,
+                    "error": error or None,
+                },
             )
 
     # -- checkpoint --------------------------------------------------------------------------------

@@ -1,9 +1,10 @@
 """Opt-in policies that may move a task without a person. There is exactly one.
 
 `AUTO_CLOSE_GOAL_NO_WORK` (setting ACTHELM_AUTO_CLOSE_GOAL_NO_WORK, off by default): a planning task
-that the reconciler created, whose run the supervisor approved and that produced at least one
-linked follow-up task, goes from `review` to `done` with an event naming the policy. Every other
-task waits in `review` for a person. This is the only path to `done` that no person takes.
+that the reconciler created, whose run the supervisor approved, that produced at least one linked
+follow-up task and ran nothing but the planning tools and read-only tools, goes from `review` to
+`done` with an event naming the policy. Every other task waits in `review` for a person. This is
+the only path to `done` that no person takes.
 """
 
 import logging
@@ -11,6 +12,7 @@ import logging
 from django.conf import settings
 from django.db import connection
 
+from agents.models import ToolCall
 from agents.states import Verdict
 from tasks.actors import Actor
 from tasks.models import Task
@@ -39,6 +41,15 @@ def auto_close_if_allowed(task: Task, run, *, actor: Actor) -> bool:
         and run.task_id == task.pk
         and run.verdict == Verdict.APPROVED
     ):
+        return False
+    # Low-risk and internal: it planned, proposed and read. A planning task holds the default
+    # tools its follow-ups may inherit; one that used them to write or fetch waits for a person.
+    acted = (
+        ToolCall.objects.filter(task_id=task.pk, run_count__gt=0)
+        .exclude(tool__in=("update_plan", "propose_task"))
+        .exclude(recovery_class="read_only")
+    )
+    if acted.exists():
         return False
     follow_ups = list(
         Task.objects.filter(spawned_by=task).order_by("id").values_list("id", flat=True)

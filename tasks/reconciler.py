@@ -4,7 +4,8 @@
     dependants in the same transaction; this pass is the safety net that makes a missed promotion
     impossible.
 (b) Gives every active goal without open work one low-risk internal planning task (tools
-    `update_plan` and `propose_task`), whose follow-ups become the goal's next work.
+    `update_plan` and `propose_task`, plus the default tools its follow-ups may inherit), whose
+    follow-ups become the goal's next work.
 
 Safe to run from many processes at once: a promotion locks the task and re-checks it, and the
 planning task is created under the goal's row lock after re-checking that the goal is still idle,
@@ -14,6 +15,7 @@ so concurrent passes create at most one planning task per goal.
 import logging
 from dataclasses import asdict, dataclass, field
 
+from django.conf import settings
 from django.db import transaction
 from django.db.models import Exists, OuterRef
 
@@ -28,6 +30,17 @@ from tasks.transitions import set_status
 log = logging.getLogger("acthelm.reconciler")
 
 PLANNING_TOOLS = ["update_plan", "propose_task"]
+
+
+def planning_tools() -> list[str]:
+    """A planning task's tools: the planning tools plus the server's default tools.
+
+    A follow-up gets at most its planning task's tools (see `follow_up_permissions`), so the
+    planning task holds the defaults it may hand on, as any task a person creates would.
+    """
+    return list(dict.fromkeys([*PLANNING_TOOLS, *settings.ACTHELM_DEFAULT_TOOLS]))
+
+
 # How many of the goal's latest tasks the planning instruction lists, so the planner sees what
 # was done already.
 RECENT_TASKS_SHOWN = 10
@@ -223,7 +236,7 @@ def _plan_goal(goal_id: int, *, actor: Actor, report: ReconcileReport) -> None:
             goal=goal,
             kind=TaskKind.PLANNING,
             origin=TaskOrigin.RECONCILER,
-            tools=list(PLANNING_TOOLS),
+            tools=planning_tools(),
             connection=model.connection,
             model=model,
         )

@@ -432,6 +432,54 @@ def task_delete(*, actor: Actor, task_id: int) -> None:
     log.info("task.deleted", extra={"task_id": task_id, "actor": actor.label})
 
 
+# Tools a follow-up never inherits: proposing is a planning task's work, and a proposed task is
+# a work task (so proposals cannot chain without bound).
+NOT_INHERITED_TOOLS = frozenset({"propose_task"})
+# Per-call caps copied from the parent as they are; the cumulative limits give what remains.
+_COPIED_LIMITS = ("limit_output_tokens", "limit_tool_output_chars", "limit_artifact_bytes")
+
+
+def follow_up_permissions(parent: Task, tools: list[str] | None = None) -> dict:
+    """What a follow-up of ``parent`` gets: never more than the parent has.
+
+    Tools: the parent's (without ``propose_task``), or the subset asked for; the parent's
+    policies for those tools; its allowed domains; and what remains of each of its cumulative
+    limits (turns, runtime, token budget, network requests) with its per-call caps. Raises
+    InvalidInput (``tool_not_allowed``, ``limit_exhausted``) when that cannot be met.
+    """
+    from agents.limits import CUMULATIVE_LIMITS, remaining, task_usage
+
+    own = [t for t in parent.tools if t not in NOT_INHERITED_TOOLS]
+    if tools is None:
+        child_tools = own
+    else:
+        extra = [t for t in dict.fromkeys(tools) if t not in own]
+        if extra:
+            raise InvalidInput(
+                f"a follow-up can only get tools this task has ({', '.join(own) or 'none'}), "
+                f"not {', '.join(extra)}",
+                code="tool_not_allowed",
+            )
+        child_tools = [t for t in own if t in tools]
+    left = remaining(parent, task_usage(parent.pk))
+    limits = {}
+    for code, (field, _counter) in CUMULATIVE_LIMITS.items():
+        if left[code] < 1:
+            raise InvalidInput(
+                f"this task has used up its {field.removeprefix('limit_').replace('_', ' ')}; "
+                "a follow-up cannot be given more than remains",
+                code="limit_exhausted",
+            )
+        limits[field] = int(left[code])
+    limits.update({field: getattr(parent, field) for field in _COPIED_LIMITS})
+    return {
+        "tools": child_tools,
+        "tool_policies": {t: p for t, p in parent.tool_policies.items() if t in child_tools},
+        "allowed_domains": list(parent.allowed_domains),
+        "limits": limits,
+    }
+
+
 def follow_up_create(
     *,
     actor: Actor,
@@ -439,17 +487,21 @@ def follow_up_create(
     title: str,
     instruction: str,
     depends_on: list[Task] | tuple = (),
+    tools: list[str] | None = None,
 ) -> Task:
     """A planning task's `propose_task`: a linked work task for the parent's goal, on the parent's
-    connection and model with the default tools, `blocked` or `ready` by its dependencies.
+    connection and model, `blocked` or `ready` by its dependencies, with at most the parent's
+    permissions (`follow_up_permissions`); at most ACTHELM_MAX_PROPOSALS_PER_TASK per parent.
 
     Proposing the same title twice from one parent returns the first follow-up: the tool is
     replayed after a crash, and the loop names dependencies by title, so titles stay unique.
+    Refusals raise InvalidInput with the codes ``proposal_limit``, ``tool_not_allowed`` and
+    ``limit_exhausted``.
     """
     title = (title or "").strip()
     with transaction.atomic():
         # Serialises two proposals from one parent (the worker already holds this lock).
-        lock_task(parent.pk)
+        parent = lock_task(parent.pk)
         existing = Task.objects.filter(spawned_by=parent, title=title).order_by("id").first()
         if existing is not None:
             log.info(
@@ -457,6 +509,14 @@ def follow_up_create(
                 extra={"task_id": existing.pk, "parent_id": parent.pk, "actor": actor.label},
             )
             return existing
+        cap = int(settings.ACTHELM_MAX_PROPOSALS_PER_TASK)
+        if Task.objects.filter(spawned_by=parent).count() >= cap:
+            raise InvalidInput(
+                f"this task has proposed {cap} follow-up tasks, the most one task may "
+                "propose (ACTHELM_MAX_PROPOSALS_PER_TASK); propose no more",
+                code="proposal_limit",
+            )
+        inherited = follow_up_permissions(parent, tools)
         task = task_create(
             actor=actor,
             title=title,
@@ -468,6 +528,7 @@ def follow_up_create(
             depends_on=depends_on,
             connection=parent.connection,
             model=parent.model,
+            **inherited,
         )
     log.info(
         "task.follow_up_created",
@@ -513,3 +574,29 @@ def goal_deactivate(*, actor: Actor, goal_id: int) -> Goal:
         goal.save(update_fields=["active"])
     log.info("goal.deactivated", extra={"goal_id": goal_id, "actor": actor.label})
     return goal
+
+
+def propose_follow_up(*, actor: Actor, parent: Task, proposal) -> tuple[str, str]:
+    """The agent loop's `propose_task` (``proposal``: its parsed arguments), inside the worker's
+    fenced transaction. Returns (text for the model, error code or "")."""
+    titles = list(proposal.depends_on_titles)
+    deps = list(Task.objects.filter(spawned_by=parent, title__in=titles))
+    missing = set(titles) - {d.title for d in deps}
+    if missing:
+        code = "unknown_dependency"
+        return (
+            f"Error ({code}): no proposed task titled {sorted(missing)[0]!r}; propose it first",
+            code,
+        )
+    try:
+        child = follow_up_create(
+            actor=actor,
+            parent=parent,
+            title=proposal.title,
+            instruction=proposal.instruction,
+            depends_on=deps,
+            tools=proposal.tools,
+        )
+    except InvalidInput as exc:
+        return f"Error ({exc.code}): {exc.message}", exc.code
+    return f"Follow-up task proposed: {child.title} (task #{child.pk}, {child.status})", ""

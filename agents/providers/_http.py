@@ -13,6 +13,7 @@ import concurrent.futures
 import email.utils
 import functools
 import json
+import math
 import re
 import ssl
 import threading
@@ -339,5 +340,5 @@ def as_int(value: Any) -> int:
     if isinstance(value, int):
         return max(0, value)
     if isinstance(value, float):
-        return max(0, int(value))
+        return max(0, int(value)) if math.isfinite(value) else 0
     return 0

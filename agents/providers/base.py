@@ -7,10 +7,11 @@ to the provider constructor as plain arguments.
 from __future__ import annotations
 
 import abc
+import math
 import threading
 from typing import Any, ClassVar, Literal
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, field_validator
 
 # --------------------------------------------------------------------------------------
 # Stable error codes
@@ -127,6 +128,20 @@ class ToolSpec(BaseModel):
     parameters: dict = Field(default_factory=_empty_object_schema)
 
 
+def non_finite_path(value: Any) -> str | None:
+    """Where ``value`` (parsed JSON) holds NaN or ±Infinity, as ``a.b[2]``; None if nowhere."""
+    stack: list[tuple[str, Any]] = [("", value)]
+    while stack:
+        path, item = stack.pop()
+        if isinstance(item, float) and not math.isfinite(item):
+            return path or "(arguments)"
+        if isinstance(item, dict):
+            stack.extend((f"{path}.{k}" if path else str(k), v) for k, v in item.items())
+        elif isinstance(item, (list, tuple)):
+            stack.extend((f"{path}[{i}]", v) for i, v in enumerate(item))
+    return None
+
+
 class ToolCallRequest(BaseModel):
     """A tool call requested by the model.
 
@@ -140,6 +155,16 @@ class ToolCallRequest(BaseModel):
     name: str
     arguments: dict | None
     arguments_raw: str
+
+    @field_validator("arguments", mode="before")
+    @classmethod
+    def _finite_numbers_only(cls, value: Any) -> Any:
+        """JSON has no NaN or Infinity, though Python's parser accepts them: arguments holding
+        one are not valid JSON, so they count as unparsable (the loop refuses the call as
+        ``invalid_arguments``) and no non-finite number ever reaches a jsonb column."""
+        if value is not None and non_finite_path(value) is not None:
+            return None
+        return value
 
 
 class Message(BaseModel):

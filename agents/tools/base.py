@@ -19,6 +19,7 @@ from __future__ import annotations
 import enum
 import hashlib
 import json
+import math
 import threading
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -67,6 +68,7 @@ ERROR_CODES: frozenset[str] = frozenset(
         "response_too_large",
         "fetch_failed",
         "fetch_timeout",
+        "response_charset_invalid",
     }
 )
 
@@ -161,9 +163,25 @@ class ToolResult:
 
 
 class ToolArgs(BaseModel):
-    """Base for every tool's ``Args`` model: unknown keys are refused."""
+    """Base for every tool's ``Args`` model: unknown keys and non-finite numbers are refused."""
 
-    model_config = ConfigDict(extra="forbid")
+    # Unknown keys are refused; so are NaN and ±Infinity, even as strings ("NaN") for float
+    # fields: JSON has no such numbers, and they cannot be hashed or stored as jsonb.
+    model_config = ConfigDict(extra="forbid", allow_inf_nan=False)
+
+
+def _non_finite_path(value: Any) -> str | None:
+    """Where ``value`` holds NaN or ±Infinity, as ``a.b[2]``; None if nowhere."""
+    stack: list[tuple[str, Any]] = [("", value)]
+    while stack:
+        path, item = stack.pop()
+        if isinstance(item, float) and not math.isfinite(item):
+            return path or "(arguments)"
+        if isinstance(item, dict):
+            stack.extend((f"{path}.{k}" if path else str(k), v) for k, v in item.items())
+        elif isinstance(item, (list, tuple)):
+            stack.extend((f"{path}[{i}]", v) for i, v in enumerate(item))
+    return None
 
 
 def _format_loc(loc: tuple[Any, ...]) -> str:
@@ -227,15 +245,26 @@ class Tool:
     def parse(self, arguments: dict[str, Any] | None) -> BaseModel:
         """Validate raw arguments from the model; apply defaults.  ToolError on failure."""
         if arguments is None:
+            # Providers give None when the model's argument text is not a JSON object: not
+            # JSON at all, another JSON value, or numbers JSON does not have (NaN, Infinity).
             raise ToolError(
                 "invalid_arguments",
-                f"Tool '{self.name}' needs a JSON object of arguments; none were given.",
+                f"Tool '{self.name}' needs a JSON object of arguments, and the arguments sent "
+                "were not one. Send a single valid JSON object; numbers must be finite (JSON "
+                "has no NaN or Infinity).",
             )
         if not isinstance(arguments, dict):
             raise ToolError(
                 "invalid_arguments",
                 f"Tool '{self.name}' needs a JSON object of arguments, "
                 f"got {type(arguments).__name__}.",
+            )
+        where = _non_finite_path(arguments)
+        if where is not None:
+            raise ToolError(
+                "invalid_arguments",
+                f"Invalid arguments for tool '{self.name}':\n- {where}: numbers must be finite "
+                "(JSON has no NaN or Infinity)",
             )
         try:
             return self.Args.model_validate(arguments)

@@ -46,6 +46,7 @@ import re
 import socket
 import threading
 import time
+import unicodedata
 import zlib
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -63,6 +64,7 @@ MAX_REDIRECTS = 5
 USER_AGENT = "Acthelm-agent/1.0 (+fetch_url)"
 REDIRECT_STATUSES = frozenset({301, 302, 303, 307, 308})
 BINARY_PREVIEW_BYTES = 32
+GUARD_POLL_SECONDS = 0.1  # how often the watchdog looks at the cancel event
 
 _HOSTNAME_RE = re.compile(r"[a-z0-9_](?:[a-z0-9_-]{0,62})(?:\.[a-z0-9_](?:[a-z0-9_-]{0,62}))*\.?")
 _TEXT_MIME_EXACT = frozenset(
@@ -86,6 +88,11 @@ _TEXT_MIME_EXACT = frozenset(
 IPAddress = ipaddress.IPv4Address | ipaddress.IPv6Address
 
 _NAT64 = ipaddress.ip_network("64:ff9b::/96")
+
+# Refused anywhere in a URL: format characters (Cf: bidi overrides and isolates, zero-width
+# spaces and joiners, soft hyphens, BOM) and non-ASCII separators. They are invisible or
+# reorder what a person reads on the approval card.
+_INVISIBLE_CATEGORIES = frozenset({"Cf", "Zs", "Zl", "Zp"})
 
 
 class FetchUrlArgs(ToolArgs):
@@ -116,6 +123,15 @@ def parse_url(raw: str) -> httpx.URL:
         raise _refuse("url_invalid", f"The URL is longer than {MAX_URL_CHARS} characters.")
     if re.search(r"[\x00-\x20\x7f]", raw):
         raise _refuse("url_invalid", "The URL contains spaces or control characters.")
+    for ch in raw:
+        if not ch.isascii() and unicodedata.category(ch) in _INVISIBLE_CATEGORIES:
+            name = unicodedata.name(ch, "unnamed character")
+            raise _refuse(
+                "url_invalid",
+                f"The URL contains an invisible formatting or bidirectional character "
+                f"(U+{ord(ch):04X} {name}), which can make a URL read differently from where it "
+                "goes; remove it.",
+            )
     scheme_match = re.match(r"([A-Za-z][A-Za-z0-9+.-]*):", raw)
     if not scheme_match:
         raise _refuse(
@@ -150,6 +166,27 @@ def parse_url(raw: str) -> httpx.URL:
     elif not _HOSTNAME_RE.fullmatch(host) or len(host) > 253:
         raise _refuse("url_invalid", f"Invalid host name in URL: {host!r}.")
     return url
+
+
+def request_target(url: httpx.URL) -> str:
+    """``scheme://ascii-host:port/path?query`` exactly as the request will use it."""
+    host = normalize_host(url)
+    if ":" in host:
+        host = f"[{host}]"
+    port = url.port or (443 if url.scheme == "https" else 80)
+    path = url.raw_path.decode("ascii", "replace") or "/"
+    return f"{url.scheme}://{host}:{port}{path}"
+
+
+def urlsplit_host(raw: str) -> str:
+    """The host part of a URL as the model typed it (for showing), or ''."""
+    match = re.match(r"\s*[A-Za-z][A-Za-z0-9+.-]*://([^/?#]*)", raw)
+    if not match:
+        return ""
+    host = match.group(1).rsplit("@", 1)[-1]
+    if host.startswith("["):
+        return host.split("]", 1)[0] + "]"
+    return host.split(":", 1)[0]
 
 
 def normalize_host(url: httpx.URL) -> str:
@@ -313,15 +350,160 @@ def check_addresses(url: httpx.URL, ctx: ToolContext, deadline: float | None = N
     return candidates
 
 
+# --------------------------------------------------------------------------- deadline guard
+
+
+class _Guard:
+    """One fetch's deadline and cancel, enforced from the first byte.
+
+    A per-read timeout is not enough: a server that sends ``102 Processing`` every 0.5 s, or
+    trickles its headers a byte at a time, resets it for ever. So every socket operation gets
+    at most the time left, and a watchdog thread shuts the connection's socket down the moment
+    the deadline passes or the task is cancelled, which ends any blocked read, write or TLS
+    handshake at once. ``check`` then turns the interruption into ``fetch_timeout`` or
+    ``cancelled``.
+    """
+
+    def __init__(self, deadline: float, cancel_event: threading.Event | None) -> None:
+        self.deadline = deadline
+        self.cancel_event = cancel_event
+        self.fired = ""  # "", "timeout" or "cancelled"
+        self._fds: dict[int, Any] = {}  # fd -> the peer address it was connected to
+        self._lock = threading.Lock()
+        self._done = threading.Event()
+        self._thread = threading.Thread(target=self._watch, name="fetch-url-guard", daemon=True)
+        self._thread.start()
+
+    def _watch(self) -> None:
+        while not self._done.is_set():
+            if self.cancel_event is not None and self.cancel_event.is_set():
+                self._fire("cancelled")
+                return
+            remaining = self.deadline - time.monotonic()
+            if remaining <= 0:
+                self._fire("timeout")
+                return
+            self._done.wait(min(remaining, GUARD_POLL_SECONDS))
+
+    def _fire(self, reason: str) -> None:
+        with self._lock:
+            if self._done.is_set():
+                return
+            self.fired = reason
+            for fd, peer in self._fds.items():
+                _shutdown_fd(fd, peer)
+
+    def stop(self) -> None:
+        with self._lock:
+            self._done.set()
+        self._thread.join(1)
+
+    def register(self, fd: int, peer: Any) -> None:
+        with self._lock:
+            self._fds[fd] = peer
+            if self.fired:
+                _shutdown_fd(fd, peer)
+
+    def unregister(self, fd: int) -> None:
+        """Called before the socket is closed, so a late watchdog never touches a reused fd."""
+        with self._lock:
+            self._fds.pop(fd, None)
+
+    def check(self, url: str = "") -> None:
+        reason = self.fired
+        if not reason:
+            if self.cancel_event is not None and self.cancel_event.is_set():
+                reason = "cancelled"
+            elif time.monotonic() >= self.deadline:
+                reason = "timeout"
+        if reason == "cancelled":
+            raise ToolError("cancelled", "The task was cancelled while this tool was running.")
+        if reason == "timeout":
+            raise httpcore.ReadTimeout(f"the overall deadline passed{' for ' + url if url else ''}")
+
+    def timeout(self, timeout: float | None) -> float:
+        """The time one socket operation may take: what is left, never more."""
+        remaining = max(0.01, self.deadline - time.monotonic())
+        return remaining if timeout is None else max(0.01, min(timeout, remaining))
+
+
+def _shutdown_fd(fd: int, peer: Any) -> None:
+    """Shut down the socket on ``fd`` (not close: its owner still closes it), but only if it is
+    still the connection to ``peer``: a descriptor closed behind our back may have been reused."""
+    try:
+        sock = socket.socket(fileno=fd)
+    except OSError:
+        return
+    try:
+        if sock.getpeername() == peer:
+            sock.shutdown(socket.SHUT_RDWR)
+    except OSError:
+        pass
+    finally:
+        sock.detach()
+
+
+class _GuardedStream(httpcore.NetworkStream):
+    """A network stream whose every operation is bounded by the guard's deadline and cancel."""
+
+    def __init__(self, stream: httpcore.NetworkStream, guard: _Guard, fd: int) -> None:
+        self._stream = stream
+        self._guard = guard
+        self._fd = fd
+
+    def read(self, max_bytes: int, timeout: float | None = None) -> bytes:
+        self._guard.check()
+        try:
+            data = self._stream.read(max_bytes, self._guard.timeout(timeout))
+        except httpcore.NetworkError:
+            self._guard.check()
+            raise
+        if not data:
+            self._guard.check()
+        return data
+
+    def write(self, buffer: bytes, timeout: float | None = None) -> None:
+        self._guard.check()
+        try:
+            self._stream.write(buffer, self._guard.timeout(timeout))
+        except httpcore.NetworkError:
+            self._guard.check()
+            raise
+
+    def close(self) -> None:
+        self._guard.unregister(self._fd)
+        self._stream.close()
+
+    def start_tls(
+        self, ssl_context: Any, server_hostname: str | None = None, timeout: float | None = None
+    ) -> httpcore.NetworkStream:
+        self._guard.check()
+        try:
+            inner = self._stream.start_tls(
+                ssl_context, server_hostname, self._guard.timeout(timeout)
+            )
+        except BaseException:
+            # A failed handshake closes the socket itself: forget its descriptor first.
+            self._guard.unregister(self._fd)
+            self._guard.check()
+            raise
+        # The TLS socket keeps the same file descriptor.
+        return _GuardedStream(inner, self._guard, self._fd)
+
+    def get_extra_info(self, info: str) -> Any:
+        return self._stream.get_extra_info(info)
+
+
 # --------------------------------------------------------------------------- pinned transport
 
 
 class _PinnedBackend(httpcore.SyncBackend):
     """Connects to the pre-checked IPs for one host name, never resolving it again."""
 
-    def __init__(self, host: str, addresses: list[str]) -> None:
+    def __init__(self, host: str, addresses: list[str], guard: _Guard | None = None) -> None:
         self._host = host
         self._addresses = list(addresses)
+        self._guard = guard
 
     def connect_tcp(
         self,
@@ -335,10 +517,27 @@ class _PinnedBackend(httpcore.SyncBackend):
             raise httpcore.ConnectError(f"refusing to connect to unexpected host {host!r}")
         last: Exception | None = None
         for ip in self._addresses:
+            if self._guard is not None:
+                self._guard.check()
+                timeout = self._guard.timeout(timeout)
             try:
-                return super().connect_tcp(ip, port, timeout, local_address, socket_options)
-            except httpcore.ConnectError as exc:
+                stream = super().connect_tcp(ip, port, timeout, local_address, socket_options)
+            except (httpcore.ConnectError, httpcore.ConnectTimeout) as exc:
                 last = exc
+                continue
+            if self._guard is None:
+                return stream
+            sock = stream.get_extra_info("socket")
+            fd = sock.fileno()
+            try:
+                peer = sock.getpeername()
+            except OSError:
+                stream.close()
+                raise httpcore.ConnectError("the connection closed at once") from None
+            self._guard.register(fd, peer)
+            return _GuardedStream(stream, self._guard, fd)
+        if self._guard is not None:
+            self._guard.check()
         raise last or httpcore.ConnectError("no address to connect to")
 
     def connect_unix_socket(self, *args: Any, **kwargs: Any) -> httpcore.NetworkStream:
@@ -402,7 +601,7 @@ def _ssl_context() -> Any:
 class PinnedTransport(httpx.BaseTransport):
     """An httpx transport whose sockets go only to ``addresses`` for ``host``."""
 
-    def __init__(self, host: str, addresses: list[str]) -> None:
+    def __init__(self, host: str, addresses: list[str], guard: _Guard | None = None) -> None:
         self._pool = httpcore.ConnectionPool(
             ssl_context=_ssl_context(),
             max_connections=1,
@@ -410,7 +609,7 @@ class PinnedTransport(httpx.BaseTransport):
             http1=True,
             http2=False,
             retries=0,
-            network_backend=_PinnedBackend(host, addresses),
+            network_backend=_PinnedBackend(host, addresses, guard),
         )
 
     def handle_request(self, request: httpx.Request) -> httpx.Response:
@@ -525,13 +724,30 @@ class FetchUrl(Tool):
     Args = FetchUrlArgs
 
     def target(self, args: FetchUrlArgs) -> str:
-        return args.url
+        """The URL the request really goes to: the host as sent (IDNA/punycode, lower case, no
+        trailing dot) and the port spelled out, so a look-alike host cannot pass as another."""
+        try:
+            return request_target(parse_url(args.url))
+        except ToolError:
+            return args.url.strip()
 
     def describe_effect(self, args: FetchUrlArgs) -> str:
-        return (
-            f"Sends an HTTP GET request to {args.url.strip()} "
-            f"(following up to {MAX_REDIRECTS} redirects)"
+        try:
+            url = parse_url(args.url)
+        except ToolError:
+            return f"Sends an HTTP GET request to {args.url.strip()!r} (an invalid URL)"
+        host, port = normalize_host(url), url.port or (443 if url.scheme == "https" else 80)
+        effect = (
+            f"Sends an HTTP GET request to {request_target(url)} (host {host}, port {port}; "
+            f"following up to {MAX_REDIRECTS} redirects)"
         )
+        typed = urlsplit_host(args.url)
+        if typed and not typed.isascii():
+            effect += (
+                f". The model wrote the host as {typed!r}, which has non-ASCII characters: "
+                f"it may imitate another name, and the request goes to {host}"
+            )
+        return effect
 
     def preflight(self, args: FetchUrlArgs, ctx: ToolContext) -> None:
         """Shape checks and IP-literal checks, without DNS or network."""
@@ -572,9 +788,24 @@ class FetchUrl(Tool):
         deadline = time.monotonic() + ctx.fetch_timeout
         cap = min(args.max_bytes or ctx.max_response_bytes, ctx.max_response_bytes)
         url = parse_url(args.url)
+        guard = _Guard(deadline, ctx.cancel_event)
+        try:
+            return self._hops(args, ctx, counter, url, cap, deadline, guard)
+        finally:
+            guard.stop()
+
+    def _hops(
+        self,
+        args: FetchUrlArgs,
+        ctx: ToolContext,
+        counter: _Counter,
+        url: httpx.URL,
+        cap: int,
+        deadline: float,
+        guard: _Guard,
+    ) -> ToolResult:
         first_host = normalize_host(url)
         hops: list[dict[str, Any]] = []
-
         for hop in range(MAX_REDIRECTS + 1):
             ctx.check_cancelled()
             if hop:
@@ -594,7 +825,7 @@ class FetchUrl(Tool):
                     details={"redirects": hops},
                 )
             addresses = check_addresses(url, ctx, deadline)
-            with self._client(url, addresses, deadline) as client:
+            with self._client(url, addresses, deadline, guard) as client:
                 counter.made += 1
                 response = self._send(client, url, deadline)
                 try:
@@ -623,10 +854,12 @@ class FetchUrl(Tool):
         raise AssertionError("unreachable")  # pragma: no cover
 
     @staticmethod
-    def _client(url: httpx.URL, addresses: list[str], deadline: float) -> httpx.Client:
+    def _client(
+        url: httpx.URL, addresses: list[str], deadline: float, guard: _Guard
+    ) -> httpx.Client:
         remaining = max(0.05, deadline - time.monotonic())
         return httpx.Client(
-            transport=PinnedTransport(normalize_host(url), addresses),
+            transport=PinnedTransport(normalize_host(url), addresses, guard),
             follow_redirects=False,
             trust_env=False,
             timeout=httpx.Timeout(remaining),
@@ -725,7 +958,17 @@ class FetchUrl(Tool):
         text_body = ""
         if is_text:
             charset = _charset(content_type)
-            text_body = body.decode(charset, "replace")
+            try:
+                text_body = body.decode(charset, "replace")
+            except (LookupError, UnicodeError, ValueError, TypeError):
+                # base64, hex, rot13, zlib, idna…: codecs Python knows, but not text encodings.
+                raise ToolError(
+                    "response_charset_invalid",
+                    f"The response from {str(url)!r} declares charset {charset!r} "
+                    f"(Content-Type: {content_type}), which is not a text encoding; its "
+                    f"{len(body)} bytes (sha256 {digest}) were not decoded.",
+                    details={"status": response.status_code, "content_type": content_type},
+                ) from None
             if mime == "" and text_body.count("\ufffd") > max(16, len(text_body) // 100):
                 is_text = False
                 text_body = ""

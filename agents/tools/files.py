@@ -28,6 +28,7 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any, BinaryIO
 
+import re2
 from pydantic import Field
 
 from .base import RecoveryClass, Tool, ToolArgs, ToolContext, ToolError, ToolResult
@@ -46,7 +47,8 @@ READ_COUNT_TOTAL_MAX_SIZE = 64 << 20  # count total lines only for files up to t
 SEARCH_MAX_FILE_BYTES = 20 << 20
 SEARCH_MAX_LINE_CHARS = 4000  # only this much of each line is examined
 SEARCH_SHOW_CHARS = 300
-SEARCH_TIME_BUDGET = 20.0
+SEARCH_TIME_BUDGET = 20.0  # seconds; checked after every line
+RE2_MAX_MEM = 32 << 20  # bytes RE2 may use for one compiled pattern
 SEARCH_MAX_FILES = 20_000
 WALK_MAX_DEPTH = 32
 
@@ -497,72 +499,54 @@ class ReadFile(Tool):
 class SearchFilesArgs(ToolArgs):
     pattern: str = Field(..., min_length=1, max_length=1000, description="Text or regex to find.")
     path: str = Field(".", description="Folder or file to search, relative to the workspace.")
-    regex: bool = Field(False, description="Treat pattern as a Python regular expression.")
+    regex: bool = Field(
+        False,
+        description=(
+            "Treat pattern as a regular expression (Python syntax, run by a linear-time "
+            "engine: no lookarounds or backreferences)."
+        ),
+    )
     case_sensitive: bool = Field(False, description="Match case exactly.")
     max_matches: int = Field(100, ge=1, le=1000, description="Stop after this many matches.")
 
 
-def _sub_patterns(av: Any) -> Iterator[Any]:
-    import re._parser as sre_parse  # noqa: PLC0415  (private, only for a safety lint)
-
-    if isinstance(av, sre_parse.SubPattern):
-        yield av
-    elif isinstance(av, (tuple, list)):
-        for item in av:
-            yield from _sub_patterns(item)
+def _re2_error_text(exc: Exception) -> str:
+    detail = exc.args[0] if exc.args else exc
+    if isinstance(detail, bytes):
+        detail = detail.decode("utf-8", "replace")
+    return str(detail)
 
 
-def _has_nested_unbounded_repeat(pattern: str, flags: int) -> bool:
-    """True for patterns like ``(a+)+`` or ``(\\w*\\s?)*`` (catastrophic backtracking)."""
+def compile_search_pattern(pattern: str, regex: bool, case_sensitive: bool) -> Any:
+    """The pattern compiled for RE2, a regex engine that never backtracks.
+
+    RE2 searches in time linear in the line's length whatever the pattern (``(a|a)*b`` or
+    ``(.*a){8}x`` cost what ``ab`` costs), and it releases the GIL while it searches, so the
+    worker's heartbeat thread keeps running. The Python dialect is checked first (so the
+    model gets Python's error messages for Python syntax); lookarounds and backreferences,
+    which need backtracking, are refused with ``regex_invalid``.
+    """
+    if regex:
+        try:
+            re.compile(pattern, 0 if case_sensitive else re.IGNORECASE)
+        except (re.error, OverflowError, RecursionError) as exc:
+            raise ToolError(
+                "regex_invalid", f"Invalid regular expression {pattern!r}: {exc}."
+            ) from None
+    options = re2.Options()
+    options.log_errors = False
+    options.case_sensitive = case_sensitive
+    options.literal = not regex
+    options.max_mem = RE2_MAX_MEM
     try:
-        import re._constants as c  # noqa: PLC0415
-        import re._parser as sre_parse  # noqa: PLC0415
-    except ImportError:  # pragma: no cover - other Python versions: skip the lint
-        return False
-    repeats = {c.MAX_REPEAT, c.MIN_REPEAT, getattr(c, "POSSESSIVE_REPEAT", c.MAX_REPEAT)}
-
-    def contains_repeat(sub: Any) -> bool:
-        for op, av in sub:
-            if op in repeats and av[1] > 1:
-                return True
-            for child in _sub_patterns(av):
-                if contains_repeat(child):
-                    return True
-        return False
-
-    def walk(sub: Any) -> bool:
-        for op, av in sub:
-            if op in repeats:
-                hi, body = av[1], av[2]
-                if hi == c.MAXREPEAT and contains_repeat(body):
-                    return True
-            for child in _sub_patterns(av):
-                if walk(child):
-                    return True
-        return False
-
-    try:
-        return walk(sre_parse.parse(pattern, flags))
-    except (re.error, RecursionError, ValueError, TypeError):  # pragma: no cover
-        return False
-
-
-def compile_search_pattern(pattern: str, regex: bool, case_sensitive: bool) -> re.Pattern[str]:
-    flags = 0 if case_sensitive else re.IGNORECASE
-    source = pattern if regex else re.escape(pattern)
-    try:
-        compiled = re.compile(source, flags)
-    except (re.error, OverflowError, RecursionError) as exc:
-        raise ToolError(
-            "regex_invalid", f"Invalid regular expression {pattern!r}: {exc}."
-        ) from None
-    if regex and _has_nested_unbounded_repeat(source, flags):
+        return re2.compile(pattern, options)
+    except re2.error as exc:
         raise ToolError(
             "regex_invalid",
-            f"The regular expression {pattern!r} nests repetitions (like '(a+)+'), which can "
-            "take exponential time; rewrite it without a repeated group that itself repeats.",
-        )
-    return compiled
+            f"The regular expression {pattern!r} cannot be used: {_re2_error_text(exc)}. "
+            "Searches use a linear-time engine: lookarounds ((?=, (?!, (?<=), "
+            "backreferences (\\1) and repetition counts above 1000 are not supported.",
+        ) from None
 
 
 @register
@@ -573,7 +557,8 @@ class SearchFiles(Tool):
         "regex=true). Returns matching lines as path:line: text. Symlinks are not followed; "
         "binary files and files "
         f"over {SEARCH_MAX_FILE_BYTES >> 20} MiB are skipped; only the first "
-        f"{SEARCH_MAX_LINE_CHARS} characters of each line are examined."
+        f"{SEARCH_MAX_LINE_CHARS} characters of each line are examined; a search stops after "
+        f"{SEARCH_TIME_BUDGET:.0f} s with partial results."
     )
     effect = "Searches workspace files under {target}"
     recovery_class = RecoveryClass.READ_ONLY
@@ -641,11 +626,13 @@ class SearchFiles(Tool):
                         if len(matches) >= args.max_matches:
                             truncated = bool(f.read(1)) or truncated
                             break
-                    if line_no % 5000 == 0:
+                    # One line costs at most a linear-time search of a bounded line, so the
+                    # budget holds whatever the pattern and input.
+                    if time.monotonic() > deadline:
+                        timed_out = True
+                        break
+                    if line_no % 1000 == 0:
                         ctx.check_cancelled()
-                        if time.monotonic() > deadline:
-                            timed_out = True
-                            break
                 if timed_out:
                     break
 

@@ -47,6 +47,14 @@ class ProposeTaskArgs(ToolArgs):
     title: str = Field(min_length=1, max_length=200)
     instruction: str = Field(min_length=1, max_length=20_000)
     depends_on_titles: list[str] = Field(default_factory=list, max_length=20)
+    tools: list[str] | None = Field(
+        default=None,
+        max_length=50,
+        description=(
+            "The tools the follow-up needs, from your own tools (never propose_task). Omit to "
+            "give it all of yours."
+        ),
+    )
 
 
 @register
@@ -54,7 +62,9 @@ class ProposeTask(Tool):
     name = "propose_task"
     description = (
         "Create a follow-up task for this goal. It runs after the tasks named in "
-        "depends_on_titles (titles of tasks you proposed earlier in this run) are done."
+        "depends_on_titles (titles of tasks you proposed earlier in this run) are done. It "
+        "gets at most your tools, your allowed domains and what remains of your limits; a task "
+        "may propose only a limited number of follow-ups."
     )
     effect = "Creates a follow-up task: {target}"
     recovery_class = RecoveryClass.IDEMPOTENT

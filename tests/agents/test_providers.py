@@ -975,3 +975,27 @@ def test_cli_probe(tmp_path):
 def test_cli_rejects_shell_string():
     with pytest.raises(ValueError):
         build_provider("cli", command=[])
+
+
+@pytest.mark.parametrize("raw", ['{"a": NaN}', '{"a": [1, Infinity]}', '{"a": {"b": -Infinity}}'])
+def test_non_finite_numbers_make_tool_arguments_unparsable(raw):
+    from agents.providers.base import ToolCallRequest
+    from agents.providers.openai_compat import parse_arguments
+
+    arguments, text = parse_arguments(raw)
+    call = ToolCallRequest(id="c", name="t", arguments=arguments, arguments_raw=text)
+    assert call.arguments is None and call.arguments_raw == raw
+    assert ToolCallRequest(id="c", name="t", arguments={"a": 1.5}, arguments_raw="").arguments == {
+        "a": 1.5
+    }
+
+
+def test_non_finite_token_counts_read_as_zero():
+    from agents.providers import _http
+
+    assert [_http.as_int(v) for v in (float("nan"), float("inf"), -float("inf"), 7.9)] == [
+        0,
+        0,
+        0,
+        7,
+    ]

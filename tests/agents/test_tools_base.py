@@ -129,9 +129,9 @@ def test_target_and_effect_name_the_exact_thing():
     assert "docs/a.txt" in read.describe_effect(read.parse({"path": "docs/a.txt"}))
     fetch = get_tool("fetch_url")
     args = fetch.parse({"url": "https://example.com/x?y=1"})
-    assert fetch.target(args) == "https://example.com/x?y=1"
+    assert fetch.target(args) == "https://example.com:443/x?y=1"  # the port it will use
     assert fetch.describe_effect(args).startswith(
-        "Sends an HTTP GET request to https://example.com/x?y=1"
+        "Sends an HTTP GET request to https://example.com:443/x?y=1 (host example.com, port 443"
     )
     art = get_tool("write_artifact")
     a = art.parse({"name": "r.md", "content": "héllo", "content_type": "text/markdown"})
@@ -219,3 +219,41 @@ def test_every_raised_error_code_is_declared():
     raised = set(re.findall(r'(?:ToolError|_refuse)\(\s*"([a-z_]+)"', source))
     assert len(raised) > 20
     assert raised <= ERROR_CODES, raised - ERROR_CODES
+
+
+@pytest.mark.parametrize(
+    ("arguments", "where"),
+    [
+        (
+            {"path": "d.csv", "filter": {"column": "a", "op": "eq", "value": float("nan")}},
+            "filter.value",
+        ),
+        ({"path": "d.csv", "preview_rows": float("inf")}, "preview_rows"),
+        ({"path": "d.csv", "columns": ["a", float("-inf")]}, "columns[1]"),
+    ],
+)
+def test_non_finite_numbers_are_invalid_arguments_and_never_hashed(arguments, where):
+    tool = get_tool("analyze_csv")
+    with pytest.raises(ToolError) as exc:
+        tool.parse(arguments)
+    assert exc.value.code == "invalid_arguments"
+    assert f"- {where}: numbers must be finite" in exc.value.message
+    with pytest.raises(ToolError) as exc:
+        operation_hash("analyze_csv", arguments)
+    assert exc.value.code == "invalid_arguments"
+
+
+def test_nan_spelled_as_a_string_is_not_a_float():
+    # A float-only field would turn "NaN"/"Infinity" into a non-finite number.
+    class FloatArgs(ToolArgs):
+        x: float
+
+    class FloatTool(Tool):
+        name = "float_tool_for_test"
+        Args = FloatArgs
+
+    for text in ("NaN", "Infinity", "-inf"):
+        with pytest.raises(ToolError) as exc:
+            FloatTool().parse({"x": text})
+        assert exc.value.code == "invalid_arguments" and "finite" in exc.value.message
+    assert FloatTool().parse({"x": "1.5"}).x == 1.5

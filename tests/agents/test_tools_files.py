@@ -345,9 +345,17 @@ def test_invalid_regex(ws, ctx, pattern):
 
 
 @pytest.mark.parametrize("pattern", [r"(a+)+$", r"(a*)*b", r"(\w+\s?)+$", r"((ab)*c+)*"])
-def test_catastrophic_regex_is_refused(ws, ctx, pattern):
+def test_nested_repetition_is_searched_in_linear_time(ws, ctx, pattern):
+    # A backtracking engine needs exponential time here; the search engine does not backtrack.
+    (ws / "long.txt").write_text("a" * 3000 + "!\n")
+    r = call("search_files", {"pattern": pattern, "regex": True, "path": "long.txt"}, ctx)
+    assert r.data["timed_out"] is False
+
+
+@pytest.mark.parametrize("pattern", [r"a(?=b)", r"(?<!x)a", r"(a)\1", r"a{1001}"])
+def test_regex_features_that_need_backtracking_are_refused(ws, ctx, pattern):
     err = refused("search_files", {"pattern": pattern, "regex": True}, ctx)
-    assert err.code == "regex_invalid" and "nests repetitions" in err.message
+    assert err.code == "regex_invalid" and "linear-time engine" in err.message
 
 
 def test_search_caps_matches(ws, ctx):

@@ -245,7 +245,14 @@ TOOL_CASES = [
     ),
     LoopCase(
         "tool-catastrophic-regex",
+        # Exponential for a backtracking engine; the search engine is linear-time: it just runs.
         _calls_then_done("search_files", {"pattern": "(a+)+$", "regex": True}),
+        files={"a.txt": "a" * 40 + "!"},
+        call=("search_files", "succeeded", ""),
+    ),
+    LoopCase(
+        "tool-regex-needing-backtracking",
+        _calls_then_done("search_files", {"pattern": "(a)\\1(?=!)", "regex": True}),
         files={"a.txt": "a" * 40 + "!"},
         call=("search_files", "failed", "regex_invalid"),
     ),

@@ -3,6 +3,7 @@ as the close that finished the last one, cycles refused, stuck dependencies expl
 
 import pytest
 from django.db import transaction
+from django.utils import timezone
 
 from agents.states import RunStatus, Verdict
 from tasks import services
@@ -225,7 +226,7 @@ def test_follow_ups_are_linked_and_gated_by_their_dependencies(planning_task, se
             planning_task.connection_id,
             planning_task.model_id,
         )
-        assert task.tools == settings.ACTHELM_DEFAULT_TOOLS
+        assert task.tools == ["update_plan"]  # the parent's, without propose_task
         assert task.created_by is None
     assert list(second.dependency_links.values_list("depends_on_id", flat=True)) == [first.pk]
     assert TaskEvent.objects.get(task=second, kind=EventKind.CREATED).actor_label == "w-test"
@@ -240,3 +241,63 @@ def test_proposing_the_same_title_twice_returns_the_first(planning_task):
     )
     assert again.pk == first.pk
     assert Task.objects.filter(spawned_by=planning_task).count() == 1
+
+
+def test_a_follow_up_gets_no_more_than_remains_of_the_parent(planning_task, settings):
+    from tasks.exceptions import InvalidInput
+
+    planning_task.limit_turns, planning_task.limit_network_requests = 5, 4
+    planning_task.save(update_fields=["limit_turns", "limit_network_requests"])
+    AgentRunFactory(
+        task=planning_task,
+        model_turns=3,
+        network_requests=1,
+        active_seconds=10,
+        status=RunStatus.CANCELLED,
+        finished_at=timezone.now(),
+    )
+    child = services.follow_up_create(
+        actor=WORKER, parent=planning_task, title="Next", instruction="Do it."
+    )
+    assert (child.limit_turns, child.limit_network_requests) == (2, 3)
+    assert child.limit_runtime_seconds == planning_task.limit_runtime_seconds - 10
+    AgentRunFactory(
+        task=planning_task, model_turns=2, status=RunStatus.CANCELLED, finished_at=timezone.now()
+    )
+    with pytest.raises(InvalidInput) as exc:
+        services.follow_up_create(
+            actor=WORKER, parent=planning_task, title="Later", instruction="Do it."
+        )
+    assert exc.value.code == "limit_exhausted"
+
+
+def test_proposals_per_task_are_capped(planning_task, settings):
+    from tasks.exceptions import InvalidInput
+
+    settings.ACTHELM_MAX_PROPOSALS_PER_TASK = 2
+    for title in ("One", "Two", "One"):  # the replay of "One" is not a new proposal
+        services.follow_up_create(actor=WORKER, parent=planning_task, title=title, instruction="x")
+    with pytest.raises(InvalidInput) as exc:
+        services.follow_up_create(
+            actor=WORKER, parent=planning_task, title="Three", instruction="x"
+        )
+    assert exc.value.code == "proposal_limit"
+    assert Task.objects.filter(spawned_by=planning_task).count() == 2
+
+
+def test_a_follow_up_may_ask_for_fewer_tools_never_more(planning_task):
+    from tasks.exceptions import InvalidInput
+
+    planning_task.tools = ["update_plan", "propose_task", "read_file", "fetch_url"]
+    planning_task.tool_policies = {"fetch_url": "ask"}
+    planning_task.save(update_fields=["tools", "tool_policies"])
+    child = services.follow_up_create(
+        actor=WORKER, parent=planning_task, title="Read", instruction="x", tools=["read_file"]
+    )
+    assert (child.tools, child.tool_policies) == (["read_file"], {})
+    for tools in (["write_artifact"], ["propose_task"], ["read_file", "list_files"]):
+        with pytest.raises(InvalidInput) as exc:
+            services.follow_up_create(
+                actor=WORKER, parent=planning_task, title=f"t{tools}", instruction="x", tools=tools
+            )
+        assert exc.value.code == "tool_not_allowed"

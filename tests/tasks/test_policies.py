@@ -96,3 +96,30 @@ def test_only_a_task_in_review_is_closed(policy_on):
     Task.objects.filter(pk=task.pk).update(status=TaskStatus.READY)
     assert apply(task, run) is False
     assert Task.objects.get(pk=task.pk).status == TaskStatus.READY
+
+
+@pytest.mark.parametrize(
+    ("tool", "recovery_class", "closes"),
+    [
+        ("read_file", "read_only", True),  # reading the workspace changes nothing
+        ("propose_task", "idempotent", True),  # what a planning task is for
+        ("write_artifact", "idempotent", False),  # it produced something a person must see
+        ("fetch_url", "external", False),  # it acted outside
+    ],
+)
+def test_a_planning_task_that_acted_is_left_for_a_person(policy_on, tool, recovery_class, closes):
+    # A reconciler planning task holds the default tools its follow-ups may inherit; the policy
+    # closes it only while all it did was plan, propose and read.
+    from tests.factories import ToolCallFactory
+
+    task, run, _ = planning_in_review()
+    ToolCallFactory(
+        turn__run=run,
+        tool=tool,
+        recovery_class=recovery_class,
+        status="succeeded",
+        run_count=1,
+        arguments={},
+    )
+    assert apply(task, run) is closes
+    assert Task.objects.get(pk=task.pk).status == ("done" if closes else "review")

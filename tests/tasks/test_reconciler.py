@@ -6,6 +6,7 @@ import subprocess
 import sys
 
 import pytest
+from django.conf import settings
 
 from agents.states import CostTier, ModelTestStatus
 from tasks.models import Task, TaskDependency, TaskEvent
@@ -34,7 +35,9 @@ def test_an_idle_goal_gets_one_planning_task(free_model):
     assert report.planned == [{"goal_id": goal.pk, "task_id": task.pk}]
     assert task.status == TaskStatus.READY
     assert task.origin == TaskOrigin.RECONCILER
-    assert task.tools == PLANNING_TOOLS
+    # The planning tools, and the default tools its follow-ups may inherit (never more).
+    assert task.tools[:2] == PLANNING_TOOLS
+    assert set(task.tools) == set(PLANNING_TOOLS) | set(settings.ACTHELM_DEFAULT_TOOLS)
     assert task.instruction.startswith("Plan the next work for this goal: Grow the newsletter")
     assert "Reach 1,000 readers by June." in task.instruction
     assert "propose_task" in task.instruction
