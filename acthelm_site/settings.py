@@ -174,6 +174,28 @@ LOGGING = {
     "loggers": {"pgserver": {"level": "WARNING"}},
 }
 
+# Connections: the names a credential_env may take (prefixes; DJANGO_*, DATABASE_URL, POSTGRES_*,
+# PG* and ACTHELM_METRICS* are refused even when listed), and the executables a model CLI may
+# start (empty: any).
+ACTHELM_CREDENTIAL_PREFIXES = env_list(
+    "ACTHELM_CREDENTIAL_PREFIXES",
+    [
+        "ACTHELM_KEY_",
+        "OPENAI_API_KEY",
+        "ANTHROPIC_API_KEY",
+        "OPENROUTER_API_KEY",
+        "GEMINI_API_KEY",
+        "GOOGLE_API_KEY",
+        "MISTRAL_API_KEY",
+        "GROQ_API_KEY",
+        "DEEPSEEK_API_KEY",
+        "TOGETHER_API_KEY",
+        "FIREWORKS_API_KEY",
+        "XAI_API_KEY",
+    ],
+)
+ACTHELM_CLI_EXECUTABLES = env_list("ACTHELM_CLI_EXECUTABLES", [])
+
 # An optional model supervisor on a connection of its own (empty: rule checks only).
 ACTHELM_SUPERVISOR_CONNECTION = os.environ.get("ACTHELM_SUPERVISOR_CONNECTION", "")
 ACTHELM_SUPERVISOR_MODEL = os.environ.get("ACTHELM_SUPERVISOR_MODEL", "")

@@ -54,6 +54,32 @@ class Connection(models.Model):
     def __str__(self) -> str:
         return self.name
 
+    def clean(self) -> None:
+        """The services' validator, so that the admin refuses what the console and CLI refuse."""
+        from django.core.exceptions import ValidationError
+
+        from agents.services import validate_connection
+        from tasks.exceptions import InvalidInput
+
+        try:
+            validate_connection(
+                kind=self.kind,
+                base_url=self.base_url,
+                command=self.command,
+                credential_env=self.credential_env,
+                cost_tier=self.cost_tier,
+                priority=self.priority,
+                timeout_seconds=self.timeout_seconds,
+            )
+        except InvalidInput as exc:
+            field = {
+                "credential_not_allowed": "credential_env",
+                "executable_not_allowed": "command",
+                "invalid_number": None,
+                "number_out_of_range": None,
+            }.get(exc.code)
+            raise ValidationError({field: exc.message} if field else exc.message) from None
+
 
 class Model(models.Model):
     connection = models.ForeignKey(Connection, on_delete=models.CASCADE, related_name="models")

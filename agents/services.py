@@ -1,13 +1,16 @@
 """Connections and models: adding them, testing them, and checking a model for a task."""
 
+import math
 from dataclasses import asdict, dataclass, field
 
+from django.conf import settings
 from django.db import transaction
 
 from agents.models import Connection, Model, Turn
 from agents.states import ConnectionKind, CostTier, ModelTestStatus
 from tasks.actors import Actor
 from tasks.exceptions import InvalidInput, ModelCheckFailed
+from tasks.numbers import INT32_MAX, finite_number, whole_number
 
 # A rough, provider-independent estimate: about four characters per token.
 CHARS_PER_TOKEN = 4
@@ -73,6 +76,62 @@ def model_check_for_task(*, task, model: Model) -> ModelCheck:
     return check
 
 
+MAX_TIMEOUT_SECONDS = 24 * 3600
+MAX_CONTEXT_WINDOW = INT32_MAX
+
+
+def credential_problem(name: str) -> str | None:
+    """Why ``name`` may not be a connection's credential (see ACTHELM_CREDENTIAL_PREFIXES)."""
+    from agents.providers import credential_name_refusal
+
+    if not name:
+        return None
+    return credential_name_refusal(name, list(settings.ACTHELM_CREDENTIAL_PREFIXES))
+
+
+def executable_problem(command: list[str]) -> str | None:
+    from agents.providers.cli import executable_refusal
+
+    return executable_refusal(list(command or []), list(settings.ACTHELM_CLI_EXECUTABLES))
+
+
+def validate_connection(
+    *,
+    kind: str,
+    base_url: str = "",
+    command: list[str] | None = None,
+    credential_env: str = "",
+    cost_tier: str = CostTier.PAID,
+    priority: int = 0,
+    timeout_seconds: float = 120,
+) -> dict:
+    """Check a connection's settings; return the bounded numbers. The one validator behind the
+    console, the CLI, the admin and Connection.clean()."""
+    if kind not in ConnectionKind.values:
+        raise InvalidInput(f"kind must be one of {', '.join(ConnectionKind.values)}")
+    if cost_tier not in CostTier.values:
+        raise InvalidInput(f"cost tier must be one of {', '.join(CostTier.values)}")
+    if kind == ConnectionKind.CLI:
+        if not command or not isinstance(command, list):
+            raise InvalidInput("a cli connection needs a command (an argument list)")
+        if not all(isinstance(arg, str) and arg for arg in command):
+            raise InvalidInput("a cli command is a list of non-empty strings")
+        problem = executable_problem(command)
+        if problem:
+            raise InvalidInput(problem, code="executable_not_allowed")
+    elif not base_url:
+        raise InvalidInput(f"a {kind} connection needs a base URL")
+    problem = credential_problem(credential_env)
+    if problem:
+        raise InvalidInput(problem, code="credential_not_allowed")
+    return {
+        "priority": whole_number(priority, name="priority"),
+        "timeout_seconds": finite_number(
+            timeout_seconds, name="timeout", minimum=1, maximum=MAX_TIMEOUT_SECONDS
+        ),
+    }
+
+
 def connection_add(
     *,
     actor: Actor,
@@ -89,19 +148,24 @@ def connection_add(
 ) -> Connection:
     """Add a connection and its models. The credential is an environment variable's name."""
     actor.require("agents.manage_connections")
-    if kind not in ConnectionKind.values:
-        raise InvalidInput(f"kind must be one of {', '.join(ConnectionKind.values)}")
-    if cost_tier not in CostTier.values:
-        raise InvalidInput(f"cost tier must be one of {', '.join(CostTier.values)}")
-    if kind == ConnectionKind.CLI and not command:
-        raise InvalidInput("a cli connection needs a command (an argument list)")
-    if kind != ConnectionKind.CLI and not base_url:
-        raise InvalidInput(f"a {kind} connection needs a base URL")
-    if credential_env and not credential_env.replace("_", "").isalnum():
-        raise InvalidInput(
-            "credential_env is the NAME of an environment variable (letters, digits, _), "
-            "never the key itself"
-        )
+    numbers = validate_connection(
+        kind=kind,
+        base_url=base_url,
+        command=command,
+        credential_env=credential_env,
+        cost_tier=cost_tier,
+        priority=priority,
+        timeout_seconds=timeout_seconds,
+    )
+    priority, timeout_seconds = numbers["priority"], numbers["timeout_seconds"]
+    for spec in models or []:
+        if spec.get("context_window") is not None:
+            whole_number(
+                spec["context_window"],
+                name="context window",
+                minimum=1,
+                maximum=MAX_CONTEXT_WINDOW,
+            )
     if Connection.objects.filter(name=name).exists():
         raise InvalidInput(f"a connection named {name!r} exists already")
     with transaction.atomic():
@@ -127,15 +191,30 @@ def connection_add(
 
 
 def provider_for(conn: Connection):
-    """Build the provider of a connection; the key is read from its environment variable now."""
+    """Build the provider of a connection; the key is read from its environment variable now.
+
+    The credential's name is checked again here, at use time: a row written before the rules
+    (or around them) gets a provider that refuses every request (``provider_config``) and never
+    reads the variable."""
     import os
 
     from agents.providers import build_provider
 
-    api_key = os.environ.get(conn.credential_env) if conn.credential_env else None
-    kwargs = {"timeout": conn.timeout_seconds, "api_key": api_key}
+    refusal = credential_problem(conn.credential_env)
+    api_key = None
+    if conn.credential_env and not refusal:
+        api_key = os.environ.get(conn.credential_env)
+    timeout = conn.timeout_seconds
+    if not (isinstance(timeout, int | float) and math.isfinite(timeout) and timeout > 0):
+        refusal = refusal or f"the timeout {timeout!r} is not a positive, finite number"
+        timeout = 120
+    kwargs = {"timeout": timeout, "api_key": api_key, "config_error": refusal}
     if conn.kind == ConnectionKind.CLI:
-        kwargs |= {"command": list(conn.command), "answer_field": conn.answer_field}
+        kwargs |= {
+            "command": list(conn.command),
+            "answer_field": conn.answer_field,
+            "allowed_executables": list(settings.ACTHELM_CLI_EXECUTABLES),
+        }
         if conn.credential_env:
             kwargs["api_key_env"] = conn.credential_env
     else:

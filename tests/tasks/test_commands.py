@@ -93,12 +93,12 @@ def test_connection_add_and_list(manage, admin_user):
         "--cost-tier",
         "zero_cost",
         "--credential-env",
-        "OLLAMA_KEY",
+        "ACTHELM_KEY_OLLAMA",
         check=True,
     )
     assert json.loads(result.stdout)["models"][0]["test_status"] == "untested"
     listed = json.loads(manage("acthelm_connection", "--json", "list", check=True).stdout)
-    assert listed[0]["credential_env"] == "OLLAMA_KEY"
+    assert listed[0]["credential_env"] == "ACTHELM_KEY_OLLAMA"
     bad = manage("acthelm_connection", "add", "x", "--kind", "cli", "--command", "not json")
     assert bad.returncode != 0 and "JSON list" in bad.stderr
     secret = manage(
