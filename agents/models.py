@@ -1,5 +1,6 @@
 """Connections to model providers, models, runs (attempts) and the task's saved conversation."""
 
+from django.conf import settings
 from django.db import models
 from django.db.models import Q
 
@@ -93,6 +94,15 @@ class Model(models.Model):
     )
     tested_at = models.DateTimeField(null=True, blank=True)
     test_message = models.TextField(blank=True)
+    # A person's explicit word that the model may call tools although the probe saw no call.
+    tools_override_by = models.ForeignKey(
+        settings.AUTH_USER_MODEL,
+        null=True,
+        blank=True,
+        on_delete=models.SET_NULL,
+        related_name="+",
+    )
+    tools_override_at = models.DateTimeField(null=True, blank=True)
     price_input_per_mtok = models.DecimalField(
         max_digits=10, decimal_places=4, null=True, blank=True
     )

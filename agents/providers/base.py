@@ -212,6 +212,23 @@ class ProbeResult(BaseModel):
     supports_tools: bool | None = None
     #: The ProviderError code when the probe failed because of a provider error.
     error_code: str | None = None
+    #: True when the request with the probe tool was accepted but the model did not call it.
+    tool_ignored: bool = False
+
+
+#: The message a probe gives for a model that accepted the tool but never called it.
+TOOL_IGNORED_MESSAGE = (
+    "the model did not call the probe tool: recorded as NOT tool-capable "
+    "(a person may override: acthelm_connection test --override-tools, or the admin action)"
+)
+
+
+def probe_answer_problem(answer: Completion) -> str | None:
+    """Why a probe's plain answer fails the test (an empty answer proves nothing), or None."""
+    if not answer.text.strip():
+        reason = answer.raw_stop_reason or answer.stop_reason
+        return f"the model answered with empty text (stop reason {reason})"
+    return None
 
 
 # --------------------------------------------------------------------------------------
