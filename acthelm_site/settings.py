@@ -7,6 +7,8 @@ DATABASE_URL selects the PostgreSQL server; when it is unset an embedded server 
 import os
 from pathlib import Path
 
+from django.core.exceptions import ImproperlyConfigured
+
 from acthelm_site.dburl import parse_database_url
 
 BASE_DIR = Path(__file__).resolve().parent.parent
@@ -36,8 +38,18 @@ def env_list(name: str, default: list[str]) -> list[str]:
     return [item.strip() for item in value.split(",") if item.strip()]
 
 
-DEBUG = env_bool("DJANGO_DEBUG", True)
-SECRET_KEY = os.environ.get("DJANGO_SECRET_KEY", "acthelm-development-key-not-for-production")
+# Without DJANGO_SECRET_KEY this is a developer's machine (`make run`, the tests): a public
+# development key and DEBUG on. Given a key, DEBUG is off unless DJANGO_DEBUG turns it on. The
+# development key with DEBUG off is refused: that is a server someone forgot to configure.
+DEVELOPMENT_SECRET_KEY = "acthelm-development-key-not-for-production"
+SECRET_KEY = os.environ.get("DJANGO_SECRET_KEY", "").strip() or DEVELOPMENT_SECRET_KEY
+DEBUG = env_bool("DJANGO_DEBUG", SECRET_KEY == DEVELOPMENT_SECRET_KEY)
+if not DEBUG and SECRET_KEY == DEVELOPMENT_SECRET_KEY:
+    raise ImproperlyConfigured(
+        "DEBUG is off but DJANGO_SECRET_KEY is not set (or is the public development key): "
+        "set DJANGO_SECRET_KEY to 50 or more random characters, e.g. "
+        "python -c 'import secrets; print(secrets.token_urlsafe(50))'"
+    )
 ALLOWED_HOSTS = env_list("DJANGO_ALLOWED_HOSTS", ["127.0.0.1", "localhost", "testserver"])
 
 INSTALLED_APPS = [
