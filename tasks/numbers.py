@@ -29,10 +29,12 @@ def whole_number(value, *, name: str, minimum: int = INT32_MIN, maximum: int = I
             f"{name} must be a whole number, not {value!r}", code="invalid_number"
         ) from None
     if not minimum <= number <= maximum:
-        raise InvalidInput(
-            f"{name} must be between {minimum} and {maximum}, not {number}",
-            code="number_out_of_range",
+        bounds = (
+            f"positive and at most {maximum}"
+            if minimum == 1
+            else f"between {minimum} and {maximum}"
         )
+        raise InvalidInput(f"{name} must be {bounds}, not {number}", code="number_out_of_range")
     return number
 
 
