@@ -76,7 +76,7 @@ class Connection(models.Model):
             field = {
                 "credential_not_allowed": "credential_env",
                 "executable_not_allowed": "command",
-                "invalid_number": None,
+                "invalid_input": None,
                 "number_out_of_range": None,
             }.get(exc.code)
             raise ValidationError({field: exc.message} if field else exc.message) from None

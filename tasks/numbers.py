@@ -13,21 +13,18 @@ INT32_MIN = -(2**31)
 
 
 def whole_number(value, *, name: str, minimum: int = INT32_MIN, maximum: int = INT32_MAX) -> int:
-    """``value`` as an int within [minimum, maximum], else InvalidInput (``invalid_number``)."""
+    """``value`` as an int within [minimum, maximum]; else InvalidInput (``invalid_input`` for
+    what is not a whole number, ``number_out_of_range`` for a number outside the bounds)."""
     if isinstance(value, bool):
-        raise InvalidInput(f"{name} must be a whole number, not {value!r}", code="invalid_number")
+        raise InvalidInput(f"{name} must be a whole number, not {value!r}")
     if isinstance(value, float):
         if not math.isfinite(value) or value != int(value):
-            raise InvalidInput(
-                f"{name} must be a whole number, not {value!r}", code="invalid_number"
-            )
+            raise InvalidInput(f"{name} must be a whole number, not {value!r}")
         value = int(value)
     try:
         number = int(str(value).strip()) if not isinstance(value, int) else value
     except (TypeError, ValueError):
-        raise InvalidInput(
-            f"{name} must be a whole number, not {value!r}", code="invalid_number"
-        ) from None
+        raise InvalidInput(f"{name} must be a whole number, not {value!r}") from None
     if not minimum <= number <= maximum:
         bounds = (
             f"positive and at most {maximum}"
@@ -43,11 +40,9 @@ def finite_number(value, *, name: str, minimum: float, maximum: float) -> float:
     try:
         number = float(value)
     except (TypeError, ValueError):
-        raise InvalidInput(
-            f"{name} must be a number, not {value!r}", code="invalid_number"
-        ) from None
+        raise InvalidInput(f"{name} must be a number, not {value!r}") from None
     if not math.isfinite(number):
-        raise InvalidInput(f"{name} must be a finite number, not {value!r}", code="invalid_number")
+        raise InvalidInput(f"{name} must be a finite number, not {value!r}")
     if not minimum <= number <= maximum:
         raise InvalidInput(
             f"{name} must be between {minimum:g} and {maximum:g}, not {number:g}",

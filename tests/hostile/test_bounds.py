@@ -52,7 +52,7 @@ def test_prune_refuses_a_batch_size_out_of_range(size):
         (["--priority", BIG], "number_out_of_range"),
         (["--priority", str(-(2**31) - 1)], "number_out_of_range"),
         (["--limit", f"limit_turns={BIG}"], "number_out_of_range"),
-        (["--limit", "limit_runtime_seconds=nan"], "invalid_number"),
+        (["--limit", "limit_runtime_seconds=nan"], "invalid_input"),
         (["--limit", "limit_turns=0"], "number_out_of_range"),
     ],
 )
@@ -66,7 +66,7 @@ def test_task_create_refuses_numbers_out_of_range(ops, args, code):
 def test_task_limits_refuses_numbers_out_of_range(ops, value):
     task = TaskFactory(status="paused")
     message = _refused("acthelm_task", "limits", str(task.pk), "--limit", f"limit_turns={value}")
-    assert "[number_out_of_range]" in message or "[invalid_number]" in message
+    assert "[number_out_of_range]" in message or "[invalid_input]" in message
     task.refresh_from_db()
     assert task.limit_turns == 24
 
@@ -86,8 +86,8 @@ def test_a_task_id_past_the_column_is_task_not_found(ops):
     [
         (["--timeout", "-5"], "number_out_of_range"),
         (["--timeout", "0"], "number_out_of_range"),
-        (["--timeout", "inf"], "invalid_number"),
-        (["--timeout", "nan"], "invalid_number"),
+        (["--timeout", "inf"], "invalid_input"),
+        (["--timeout", "nan"], "invalid_input"),
         (["--timeout", "1e12"], "number_out_of_range"),
         (["--priority", BIG], "number_out_of_range"),
         (["--context-window", "0"], "number_out_of_range"),

@@ -19,7 +19,7 @@ class Command(BaseCommand):
 
     def handle(self, *args, **opts):
         if not 1 <= opts["concurrency"] <= MAX_CONCURRENCY:
-            raise CommandError(f"--concurrency must be between 1 and {MAX_CONCURRENCY}")
+            raise CommandError(f"--concurrency must be at least 1 and at most {MAX_CONCURRENCY}")
         worker = Worker(
             worker_id=opts["worker_id"], concurrency=opts["concurrency"], burst=opts["burst"]
         )
