@@ -254,5 +254,5 @@ class AnthropicProvider(Provider):
                 supports_tools=False,
                 tool_ignored=True,
             )
-        message += "; tool calling works (the probe tool was called)"
+        message += "; tool calling works (ping was called)"
         return ProbeResult(ok=True, message=message, supports_tools=True)

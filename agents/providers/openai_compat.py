@@ -356,5 +356,5 @@ class OpenAICompatibleProvider(Provider):
                 supports_tools=False,
                 tool_ignored=True,
             )
-        message += "; tool calling works (the probe tool was called)"
+        message += "; tool calling works (ping was called)"
         return ProbeResult(ok=True, message=message, context_window=window, supports_tools=True)

@@ -155,7 +155,7 @@ def test_a_model_that_calls_the_probe_tool_is_tool_capable(model_server, actor, 
     [result] = connection_test(actor=actor, name=f"probe-{flavor}")
     model = Model.objects.get(name="small")
     assert result["ok"] and model.supports_tools is True
-    assert "the probe tool was called" in model.test_message
+    assert "ping was called" in model.test_message
 
 
 def test_the_override_flag_keeps_a_model_tool_capable_and_records_who(
