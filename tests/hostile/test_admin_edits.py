@@ -210,3 +210,14 @@ def test_approvals_and_review_decisions_cannot_be_deleted_in_the_admin(admin_cli
     assert ReviewDecision.objects.filter(pk=decision.pk).exists()
     assert Task.objects.filter(pk=approval.task_id).exists()
     assert Model.objects.count() == 0
+
+
+def test_a_connection_edit_logs_field_names_never_their_values(admin_client, caplog):
+    conn = ConnectionFactory()
+    url = reverse("admin:agents_connection_change", args=[conn.pk])
+    with caplog.at_level("INFO", logger="acthelm.agents"):
+        response = _edit(admin_client, url, base_url="https://user:hunter2@api.example.com/v1")
+    assert response.status_code == 302
+    [record] = [r for r in caplog.records if r.getMessage() == "connection.changed"]
+    assert record.fields == ["base_url"]
+    assert "hunter2" not in caplog.text and "hunter2" not in str(vars(record))
