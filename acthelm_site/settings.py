@@ -7,6 +7,8 @@ DATABASE_URL selects the PostgreSQL server; when it is unset an embedded server 
 import os
 from pathlib import Path
 
+from django.core.exceptions import ImproperlyConfigured
+
 from acthelm_site.dburl import parse_database_url
 
 BASE_DIR = Path(__file__).resolve().parent.parent
@@ -36,8 +38,18 @@ def env_list(name: str, default: list[str]) -> list[str]:
     return [item.strip() for item in value.split(",") if item.strip()]
 
 
-DEBUG = env_bool("DJANGO_DEBUG", True)
-SECRET_KEY = os.environ.get("DJANGO_SECRET_KEY", "acthelm-development-key-not-for-production")
+# Without DJANGO_SECRET_KEY this is a developer's machine (`make run`, the tests): a public
+# development key and DEBUG on. Given a key, DEBUG is off unless DJANGO_DEBUG turns it on. The
+# development key with DEBUG off is refused: that is a server someone forgot to configure.
+DEVELOPMENT_SECRET_KEY = "acthelm-development-key-not-for-production"
+SECRET_KEY = os.environ.get("DJANGO_SECRET_KEY", "").strip() or DEVELOPMENT_SECRET_KEY
+DEBUG = env_bool("DJANGO_DEBUG", SECRET_KEY == DEVELOPMENT_SECRET_KEY)
+if not DEBUG and SECRET_KEY == DEVELOPMENT_SECRET_KEY:
+    raise ImproperlyConfigured(
+        "DEBUG is off but DJANGO_SECRET_KEY is not set (or is the public development key): "
+        "set DJANGO_SECRET_KEY to 50 or more random characters, e.g. "
+        "python -c 'import secrets; print(secrets.token_urlsafe(50))'"
+    )
 ALLOWED_HOSTS = env_list("DJANGO_ALLOWED_HOSTS", ["127.0.0.1", "localhost", "testserver"])
 
 INSTALLED_APPS = [
@@ -179,6 +191,28 @@ LOGGING = {
     # httpx logs every request's full URL at INFO; a webhook URL's path can be its secret.
     "loggers": {"pgserver": {"level": "WARNING"}, "httpx": {"level": "WARNING"}},
 }
+
+# Connections: the names a credential_env may take (prefixes; DJANGO_*, DATABASE_URL, POSTGRES_*,
+# PG* and ACTHELM_METRICS* are refused even when listed), and the executables a model CLI may
+# start (empty: any).
+ACTHELM_CREDENTIAL_PREFIXES = env_list(
+    "ACTHELM_CREDENTIAL_PREFIXES",
+    [
+        "ACTHELM_KEY_",
+        "OPENAI_API_KEY",
+        "ANTHROPIC_API_KEY",
+        "OPENROUTER_API_KEY",
+        "GEMINI_API_KEY",
+        "GOOGLE_API_KEY",
+        "MISTRAL_API_KEY",
+        "GROQ_API_KEY",
+        "DEEPSEEK_API_KEY",
+        "TOGETHER_API_KEY",
+        "FIREWORKS_API_KEY",
+        "XAI_API_KEY",
+    ],
+)
+ACTHELM_CLI_EXECUTABLES = env_list("ACTHELM_CLI_EXECUTABLES", [])
 
 # An optional model supervisor on a connection of its own (empty: rule checks only).
 ACTHELM_SUPERVISOR_CONNECTION = os.environ.get("ACTHELM_SUPERVISOR_CONNECTION", "")

@@ -38,6 +38,8 @@ _SECRET_KEY = _required(
     "python -c 'import secrets; print(secrets.token_urlsafe(50))'",
 )
 _required("DATABASE_URL", "postgresql://user:password@host:5432/dbname")
+if _SECRET_KEY == "acthelm-development-key-not-for-production":
+    raise ImproperlyConfigured("DJANGO_SECRET_KEY is the public development key: set a secret one")
 
 from acthelm_site.settings import *  # noqa: E402, F403
 from acthelm_site.settings import (  # noqa: E402

@@ -1,8 +1,17 @@
-"""Admin for connections, models, runs and the transcript (read-only: workers write it)."""
+"""Admin for connections, models, runs and the transcript (read-only: workers write it).
 
-from django.contrib import admin
+Edits of connections and models go through agents.services (connection_update, model_update):
+the same validators as the console and the CLI, and a model whose test no longer says anything
+(a new URL, command or credential; a new name or tool support) is untested again.
+"""
 
+from django.contrib import admin, messages
+from django.core.exceptions import PermissionDenied
+
+from agents import services
 from agents.models import AgentRun, Artifact, Connection, Conversation, Model, ToolCall, Turn
+from tasks.actors import Actor
+from tasks.exceptions import ActhelmError, NotPermitted
 
 
 class ReadOnlyAdmin(admin.ModelAdmin):
@@ -16,11 +25,34 @@ class ReadOnlyAdmin(admin.ModelAdmin):
         return False
 
 
+def _through_service(func, **kwargs):
+    try:
+        return func(**kwargs)
+    except NotPermitted as exc:
+        raise PermissionDenied(str(exc)) from None
+
+
+def _changes(form, editable) -> dict:
+    return {name: form.cleaned_data[name] for name in form.changed_data if name in editable}
+
+
 class ModelInline(admin.TabularInline):
     model = Model
     extra = 0
     fields = ["name", "context_window", "supports_tools", "test_status", "tested_at"]
     readonly_fields = ["test_status", "tested_at"]
+
+
+@admin.action(description="Override the probe: count as tool-capable (recorded with your name)")
+def override_tools(modeladmin, request, queryset):
+    actor = Actor.person(request.user)
+    for model_id in queryset.values_list("pk", flat=True):
+        try:
+            model = _through_service(services.model_override_tools, actor=actor, model_id=model_id)
+        except ActhelmError as exc:
+            modeladmin.message_user(request, f"{exc} [{exc.code}]", messages.ERROR)
+            continue
+        modeladmin.message_user(request, f"{model}: tool-capable by your override.")
 
 
 @admin.register(Connection)
@@ -38,6 +70,46 @@ class ConnectionAdmin(admin.ModelAdmin):
     readonly_fields = ["cooldown_until", "last_error_code", "last_error_message", "last_error_at"]
     inlines = [ModelInline]
 
+    def save_model(self, request, obj, form, change):
+        if not change:
+            # A new connection: Connection.clean ran the services' validator; its models start
+            # untested.
+            if not request.user.has_perm("agents.manage_connections"):
+                raise PermissionDenied
+            obj.save()
+            return
+        _through_service(
+            services.connection_update,
+            actor=Actor.person(request.user),
+            connection_id=obj.pk,
+            changes=_changes(form, services.CONNECTION_EDITABLE),
+        )
+        obj.refresh_from_db()
+
+    def save_formset(self, request, form, formset, change):
+        if formset.model is not Model:
+            return super().save_formset(request, form, formset, change)
+        actor = Actor.person(request.user)
+        instances = formset.save(commit=False)
+        changed = {obj.pk: fields for obj, fields in formset.changed_objects}
+        for obj in formset.deleted_objects:
+            obj.delete()
+        for obj in instances:
+            if obj.pk is None:
+                obj.save()
+                continue
+            sub = next(f for f in formset.forms if f.instance.pk == obj.pk)
+            _through_service(
+                services.model_update,
+                actor=actor,
+                model_id=obj.pk,
+                changes={
+                    name: sub.cleaned_data[name]
+                    for name in changed.get(obj.pk, [])
+                    if name in services.MODEL_EDITABLE
+                },
+            )
+
 
 @admin.register(Model)
 class ModelAdmin(admin.ModelAdmin):
@@ -51,7 +123,30 @@ class ModelAdmin(admin.ModelAdmin):
     ]
     list_filter = ["test_status", "connection"]
     list_select_related = ["connection"]
-    readonly_fields = ["test_status", "tested_at", "test_message"]
+    readonly_fields = [
+        "test_status",
+        "tested_at",
+        "test_message",
+        "tools_override_by",
+        "tools_override_at",
+    ]
+    actions = [override_tools]
+
+    def save_model(self, request, obj, form, change):
+        if not change:
+            obj.save()
+            return
+        _through_service(
+            services.model_update,
+            actor=Actor.person(request.user),
+            model_id=obj.pk,
+            changes=_changes(form, services.MODEL_EDITABLE),
+        )
+        obj.refresh_from_db()
+
+    def get_readonly_fields(self, request, obj=None):
+        # A model's test belongs to its connection: a model never moves to another one.
+        return [*self.readonly_fields, "connection"] if obj else self.readonly_fields
 
 
 @admin.register(AgentRun)

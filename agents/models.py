@@ -1,5 +1,6 @@
 """Connections to model providers, models, runs (attempts) and the task's saved conversation."""
 
+from django.conf import settings
 from django.db import models
 from django.db.models import Q
 
@@ -54,6 +55,32 @@ class Connection(models.Model):
     def __str__(self) -> str:
         return self.name
 
+    def clean(self) -> None:
+        """The services' validator, so that the admin refuses what the console and CLI refuse."""
+        from django.core.exceptions import ValidationError
+
+        from agents.services import validate_connection
+        from tasks.exceptions import InvalidInput
+
+        try:
+            validate_connection(
+                kind=self.kind,
+                base_url=self.base_url,
+                command=self.command,
+                credential_env=self.credential_env,
+                cost_tier=self.cost_tier,
+                priority=self.priority,
+                timeout_seconds=self.timeout_seconds,
+            )
+        except InvalidInput as exc:
+            field = {
+                "credential_not_allowed": "credential_env",
+                "executable_not_allowed": "command",
+                "invalid_input": None,
+                "number_out_of_range": None,
+            }.get(exc.code)
+            raise ValidationError({field: exc.message} if field else exc.message) from None
+
 
 class Model(models.Model):
     connection = models.ForeignKey(Connection, on_delete=models.CASCADE, related_name="models")
@@ -67,6 +94,15 @@ class Model(models.Model):
     )
     tested_at = models.DateTimeField(null=True, blank=True)
     test_message = models.TextField(blank=True)
+    # A person's explicit word that the model may call tools although the probe saw no call.
+    tools_override_by = models.ForeignKey(
+        settings.AUTH_USER_MODEL,
+        null=True,
+        blank=True,
+        on_delete=models.SET_NULL,
+        related_name="+",
+    )
+    tools_override_at = models.DateTimeField(null=True, blank=True)
     price_input_per_mtok = models.DecimalField(
         max_digits=10, decimal_places=4, null=True, blank=True
     )

@@ -1,13 +1,19 @@
 """Connections and models: adding them, testing them, and checking a model for a task."""
 
+import logging
+import math
 from dataclasses import asdict, dataclass, field
 
+from django.conf import settings
 from django.db import transaction
 
 from agents.models import Connection, Model, Turn
 from agents.states import ConnectionKind, CostTier, ModelTestStatus
 from tasks.actors import Actor
 from tasks.exceptions import InvalidInput, ModelCheckFailed
+from tasks.numbers import INT32_MAX, finite_number, whole_number
+
+log = logging.getLogger("acthelm.agents")
 
 # A rough, provider-independent estimate: about four characters per token.
 CHARS_PER_TOKEN = 4
@@ -73,6 +79,62 @@ def model_check_for_task(*, task, model: Model) -> ModelCheck:
     return check
 
 
+MAX_TIMEOUT_SECONDS = 24 * 3600
+MAX_CONTEXT_WINDOW = INT32_MAX
+
+
+def credential_problem(name: str) -> str | None:
+    """Why ``name`` may not be a connection's credential (see ACTHELM_CREDENTIAL_PREFIXES)."""
+    from agents.providers import credential_name_refusal
+
+    if not name:
+        return None
+    return credential_name_refusal(name, list(settings.ACTHELM_CREDENTIAL_PREFIXES))
+
+
+def executable_problem(command: list[str]) -> str | None:
+    from agents.providers.cli import executable_refusal
+
+    return executable_refusal(list(command or []), list(settings.ACTHELM_CLI_EXECUTABLES))
+
+
+def validate_connection(
+    *,
+    kind: str,
+    base_url: str = "",
+    command: list[str] | None = None,
+    credential_env: str = "",
+    cost_tier: str = CostTier.PAID,
+    priority: int = 0,
+    timeout_seconds: float = 120,
+) -> dict:
+    """Check a connection's settings; return the bounded numbers. The one validator behind the
+    console, the CLI, the admin and Connection.clean()."""
+    if kind not in ConnectionKind.values:
+        raise InvalidInput(f"kind must be one of {', '.join(ConnectionKind.values)}")
+    if cost_tier not in CostTier.values:
+        raise InvalidInput(f"cost tier must be one of {', '.join(CostTier.values)}")
+    if kind == ConnectionKind.CLI:
+        if not command or not isinstance(command, list):
+            raise InvalidInput("a cli connection needs a command (an argument list)")
+        if not all(isinstance(arg, str) and arg for arg in command):
+            raise InvalidInput("a cli command is a list of non-empty strings")
+        problem = executable_problem(command)
+        if problem:
+            raise InvalidInput(problem, code="executable_not_allowed")
+    elif not base_url:
+        raise InvalidInput(f"a {kind} connection needs a base URL")
+    problem = credential_problem(credential_env)
+    if problem:
+        raise InvalidInput(problem, code="credential_not_allowed")
+    return {
+        "priority": whole_number(priority, name="priority"),
+        "timeout_seconds": finite_number(
+            timeout_seconds, name="timeout", minimum=1, maximum=MAX_TIMEOUT_SECONDS
+        ),
+    }
+
+
 def connection_add(
     *,
     actor: Actor,
@@ -89,19 +151,24 @@ def connection_add(
 ) -> Connection:
     """Add a connection and its models. The credential is an environment variable's name."""
     actor.require("agents.manage_connections")
-    if kind not in ConnectionKind.values:
-        raise InvalidInput(f"kind must be one of {', '.join(ConnectionKind.values)}")
-    if cost_tier not in CostTier.values:
-        raise InvalidInput(f"cost tier must be one of {', '.join(CostTier.values)}")
-    if kind == ConnectionKind.CLI and not command:
-        raise InvalidInput("a cli connection needs a command (an argument list)")
-    if kind != ConnectionKind.CLI and not base_url:
-        raise InvalidInput(f"a {kind} connection needs a base URL")
-    if credential_env and not credential_env.replace("_", "").isalnum():
-        raise InvalidInput(
-            "credential_env is the NAME of an environment variable (letters, digits, _), "
-            "never the key itself"
-        )
+    numbers = validate_connection(
+        kind=kind,
+        base_url=base_url,
+        command=command,
+        credential_env=credential_env,
+        cost_tier=cost_tier,
+        priority=priority,
+        timeout_seconds=timeout_seconds,
+    )
+    priority, timeout_seconds = numbers["priority"], numbers["timeout_seconds"]
+    for spec in models or []:
+        if spec.get("context_window") is not None:
+            whole_number(
+                spec["context_window"],
+                name="context window",
+                minimum=1,
+                maximum=MAX_CONTEXT_WINDOW,
+            )
     if Connection.objects.filter(name=name).exists():
         raise InvalidInput(f"a connection named {name!r} exists already")
     with transaction.atomic():
@@ -126,16 +193,151 @@ def connection_add(
     return conn
 
 
+#: What a model's test was made against: changing any of these makes the test say nothing.
+TESTED_AGAINST = ("kind", "base_url", "command", "answer_field", "credential_env")
+CONNECTION_EDITABLE = (
+    "name",
+    *TESTED_AGAINST,
+    "cost_tier",
+    "priority",
+    "timeout_seconds",
+    "enabled",
+)
+MODEL_EDITABLE = (
+    "name",
+    "context_window",
+    "supports_tools",
+    "price_input_per_mtok",
+    "price_output_per_mtok",
+)
+
+
+def _untest(models, *, reason: str, actor: Actor) -> int:
+    """Reset models to untested: what they passed against is gone. A tool override goes too."""
+    return models.exclude(test_status=ModelTestStatus.UNTESTED, tools_override_at=None).update(
+        test_status=ModelTestStatus.UNTESTED,
+        tested_at=None,
+        test_message=f"{reason} (by {actor.label}): test again"[:2000],
+        tools_override_by=None,
+        tools_override_at=None,
+    )
+
+
+def connection_update(*, actor: Actor, connection_id: int, changes: dict) -> Connection:
+    """A person's edit of a connection (the admin): validated like a new one; when what its models
+    were tested against changes (kind, URL, command, answer field, credential), they are untested
+    again and tasks will not run on them until a new test passes."""
+    actor.require("agents.manage_connections")
+    unknown = sorted(set(changes) - set(CONNECTION_EDITABLE))
+    if unknown:
+        raise InvalidInput(f"these fields cannot be edited: {', '.join(unknown)}")
+    with transaction.atomic():
+        conn = Connection.objects.select_for_update().filter(pk=connection_id).first()
+        if conn is None:
+            raise InvalidInput(f"connection {connection_id} does not exist")
+        changed = [k for k, v in changes.items() if getattr(conn, k) != v]
+        for field in changed:
+            setattr(conn, field, changes[field])
+        numbers = validate_connection(
+            kind=conn.kind,
+            base_url=conn.base_url,
+            command=conn.command,
+            credential_env=conn.credential_env,
+            cost_tier=conn.cost_tier,
+            priority=conn.priority,
+            timeout_seconds=conn.timeout_seconds,
+        )
+        conn.priority, conn.timeout_seconds = numbers["priority"], numbers["timeout_seconds"]
+        if (
+            "name" in changed
+            and Connection.objects.filter(name=conn.name).exclude(pk=conn.pk).exists()
+        ):
+            raise InvalidInput(f"a connection named {conn.name!r} exists already")
+        if not changed:
+            return conn
+        conn.save(update_fields=changed)
+        retest = [f for f in changed if f in TESTED_AGAINST]
+        untested = 0
+        if retest:
+            untested = _untest(
+                conn.models.all(),
+                reason=f"the connection's {', '.join(retest)} changed",
+                actor=actor,
+            )
+    # Field names only: a base URL or command could carry a secret by mistake.
+    log.info(
+        "connection.changed",
+        extra={
+            "connection": conn.name,
+            "fields": changed,
+            "models_untested": untested,
+            "actor": actor.label,
+        },
+    )
+    return conn
+
+
+def model_update(*, actor: Actor, model_id: int, changes: dict) -> Model:
+    """A person's edit of a model (the admin). A new name or a change of tool support makes the
+    old test say nothing: the model is untested again (and a tool override is dropped)."""
+    actor.require("agents.manage_connections")
+    unknown = sorted(set(changes) - set(MODEL_EDITABLE))
+    if unknown:
+        raise InvalidInput(f"these fields cannot be edited: {', '.join(unknown)}")
+    if changes.get("context_window") is not None:
+        whole_number(
+            changes["context_window"], name="context window", minimum=1, maximum=MAX_CONTEXT_WINDOW
+        )
+    with transaction.atomic():
+        model = Model.objects.select_for_update().filter(pk=model_id).first()
+        if model is None:
+            raise InvalidInput(f"model {model_id} does not exist")
+        changed = [k for k, v in changes.items() if getattr(model, k) != v]
+        if not changed:
+            return model
+        for field in changed:
+            setattr(model, field, changes[field])
+        model.save(update_fields=changed)
+        retest = [f for f in changed if f in ("name", "supports_tools")]
+        if retest:
+            _untest(
+                Model.objects.filter(pk=model.pk),
+                reason=f"the model's {', '.join(retest)} changed",
+                actor=actor,
+            )
+            model.refresh_from_db()
+    log.info(
+        "model.changed",
+        extra={"model": str(model), "fields": changed, "actor": actor.label},
+    )
+    return model
+
+
 def provider_for(conn: Connection):
-    """Build the provider of a connection; the key is read from its environment variable now."""
+    """Build the provider of a connection; the key is read from its environment variable now.
+
+    The credential's name is checked again here, at use time: a row written before the rules
+    (or around them) gets a provider that refuses every request (``provider_config``) and never
+    reads the variable."""
     import os
 
     from agents.providers import build_provider
 
-    api_key = os.environ.get(conn.credential_env) if conn.credential_env else None
-    kwargs = {"timeout": conn.timeout_seconds, "api_key": api_key}
+    refusal = credential_problem(conn.credential_env)
+    api_key = None
+    if conn.credential_env and not refusal:
+        api_key = os.environ.get(conn.credential_env)
+    timeout = conn.timeout_seconds
+    if not (isinstance(timeout, int | float) and math.isfinite(timeout) and timeout > 0):
+        refusal = refusal or f"the timeout {timeout!r} is not a positive, finite number"
+        timeout = 120
+    kwargs = {"timeout": timeout, "api_key": api_key, "config_error": refusal}
     if conn.kind == ConnectionKind.CLI:
-        kwargs |= {"command": list(conn.command), "answer_field": conn.answer_field}
+        kwargs |= {
+            "command": list(conn.command),
+            "answer_field": conn.answer_field,
+            "allowed_executables": list(settings.ACTHELM_CLI_EXECUTABLES),
+        }
         if conn.credential_env:
             kwargs["api_key_env"] = conn.credential_env
     else:
@@ -143,9 +345,49 @@ def provider_for(conn: Connection):
     return build_provider(conn.kind, **kwargs)
 
 
-def connection_test(*, actor: Actor, name: str, model_name: str | None = None) -> list[dict]:
+def model_override_tools(*, actor: Actor, model_id: int) -> Model:
+    """A person's explicit override: the model counts as tool-capable although the probe saw no
+    tool call. Recorded on the model row (who, when) and in the log."""
+    from django.utils import timezone
+
+    actor.require("agents.manage_connections")
+    if not actor.is_person:
+        raise InvalidInput("only a person can override the tool-calling probe")
+    with transaction.atomic():
+        model = Model.objects.select_for_update().filter(pk=model_id).first()
+        if model is None:
+            raise InvalidInput(f"model {model_id} does not exist")
+        model.supports_tools = True
+        model.tools_override_by = actor.user
+        model.tools_override_at = timezone.now()
+        model.test_message = (
+            f"tool-capable by the explicit override of {actor.label} "
+            f"(the probe did not prove it); {model.test_message}"
+        )[:2000]
+        model.save(
+            update_fields=[
+                "supports_tools",
+                "tools_override_by",
+                "tools_override_at",
+                "test_message",
+            ]
+        )
+    log.info(
+        "model.tools_overridden",
+        extra={"model": str(model), "model_id": model.pk, "actor": actor.label},
+    )
+    return model
+
+
+def connection_test(
+    *, actor: Actor, name: str, model_name: str | None = None, override_tools: bool = False
+) -> list[dict]:
     """A real request per model (and a tool-calling probe when the model claims tools);
-    records pass or fail, the message and the context window when the provider reports it."""
+    records pass or fail, the message and the context window when the provider reports it.
+
+    An empty answer fails. A model that accepts the probe tool but never calls it is recorded as
+    not tool-capable, unless a person overrode that (``override_tools`` records the override now
+    for the models tested; the admin has the same action)."""
     from django.utils import timezone
 
     from agents.providers import ProviderError
@@ -159,14 +401,26 @@ def connection_test(*, actor: Actor, name: str, model_name: str | None = None) -
         models = [m for m in models if m.name == model_name]
     if not models:
         raise InvalidInput(f"connection {name} has no model {model_name or ''}".strip())
+    if override_tools:
+        models = [model_override_tools(actor=actor, model_id=m.pk) for m in models]
     provider = provider_for(conn)
     results = []
     for model in models:
+        overridden = model.tools_override_by_id is not None or model.tools_override_at is not None
         try:
             probe = provider.probe(model=model.name, tools=model.supports_tools)
             ok, message = probe.ok, probe.message
             window = probe.context_window
-            if probe.supports_tools is False and model.supports_tools:
+            if probe.tool_ignored and model.supports_tools:
+                if overridden:
+                    who = model.tools_override_by or "a person"
+                    message += (
+                        f"; kept tool-capable by the explicit override of {who} "
+                        f"on {model.tools_override_at:%Y-%m-%d %H:%M} UTC"
+                    )
+                else:
+                    model.supports_tools = False
+            elif probe.supports_tools is False and model.supports_tools:
                 ok, message = False, f"tool-calling probe failed: {probe.message}"
         except ProviderError as exc:
             ok, message, window = False, f"{exc.code}: {exc.message}", None
@@ -175,13 +429,23 @@ def connection_test(*, actor: Actor, name: str, model_name: str | None = None) -
         model.tested_at = timezone.now()
         if window:
             model.context_window = window
-        model.save(update_fields=["test_status", "test_message", "tested_at", "context_window"])
+        model.save(
+            update_fields=[
+                "test_status",
+                "test_message",
+                "tested_at",
+                "context_window",
+                "supports_tools",
+            ]
+        )
         results.append(
             {
                 "model": model.name,
                 "ok": ok,
                 "message": model.test_message,
                 "context_window": model.context_window,
+                "supports_tools": model.supports_tools,
+                "tools_override_by": str(model.tools_override_by) if overridden else None,
             }
         )
     return results

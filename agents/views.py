@@ -21,7 +21,8 @@ from agents import services
 from agents.models import Connection
 from agents.states import ConnectionKind, CostTier
 from tasks.actors import Actor
-from tasks.exceptions import ActhelmError, NotPermitted
+from tasks.exceptions import ActhelmError, InvalidInput, NotPermitted
+from tasks.numbers import INT32_MAX, INT32_MIN, whole_number
 from tasks.views import error_status, login_required
 
 log = logging.getLogger("acthelm.console")
@@ -46,8 +47,10 @@ class ConnectionForm(forms.Form):
         help_text="The NAME of the environment variable that holds the key, never the key.",
     )
     cost_tier = forms.ChoiceField(choices=CostTier.choices, initial=CostTier.ZERO_COST)
-    priority = forms.IntegerField(initial=0)
-    timeout_seconds = forms.FloatField(initial=120, min_value=1)
+    priority = forms.IntegerField(initial=0, min_value=INT32_MIN, max_value=INT32_MAX)
+    timeout_seconds = forms.FloatField(
+        initial=120, min_value=1, max_value=services.MAX_TIMEOUT_SECONDS
+    )
     models = forms.CharField(
         widget=forms.Textarea(attrs={"rows": 3}),
         help_text="One model per line: name, optionally followed by its context window.",
@@ -80,10 +83,15 @@ class ConnectionForm(forms.Form):
             spec = {"name": parts[0]}
             if len(parts) > 1:
                 try:
-                    spec["context_window"] = int(parts[1].replace("_", "").replace(",", ""))
-                except ValueError:
+                    spec["context_window"] = whole_number(
+                        parts[1].replace("_", "").replace(",", ""),
+                        name="a context window",
+                        minimum=1,
+                        maximum=INT32_MAX,
+                    )
+                except InvalidInput as exc:
                     raise forms.ValidationError(
-                        f"{parts[1]!r} is not a context window (a number of tokens)"
+                        f"{parts[1]!r} is not a context window (a number of tokens): {exc}"
                     ) from None
             specs.append(spec)
         if not specs:

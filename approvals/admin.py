@@ -1,3 +1,5 @@
+"""Approvals and needs_review decisions: read-only records, never added, edited or deleted here."""
+
 from django.contrib import admin
 
 from approvals.models import Approval, ReviewDecision
@@ -17,6 +19,9 @@ class ApprovalAdmin(admin.ModelAdmin):
     def has_change_permission(self, request, obj=None):
         return False
 
+    def has_delete_permission(self, request, obj=None):
+        return False  # the audit of who decided what: never deleted here
+
 
 @admin.register(ReviewDecision)
 class ReviewDecisionAdmin(admin.ModelAdmin):
@@ -29,3 +34,6 @@ class ReviewDecisionAdmin(admin.ModelAdmin):
 
     def has_change_permission(self, request, obj=None):
         return False
+
+    def has_delete_permission(self, request, obj=None):
+        return False  # the audit of who decided what: never deleted here

@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import argparse
 import os
+import secrets
 import statistics
 import sys
 import time
@@ -220,6 +221,8 @@ def main() -> int:
     args = parser.parse_args()
 
     os.environ["DJANGO_DEBUG"] = "false"
+    # DEBUG off needs a secret key of its own (the settings refuse the development key).
+    os.environ.setdefault("DJANGO_SECRET_KEY", secrets.token_urlsafe(50))
     db_url = common.recreate_database(DB)
     common.django_on(db_url)
     from django.contrib.auth import get_user_model

@@ -6,16 +6,14 @@ from django import forms
 from django.contrib import admin, messages
 from django.contrib.admin.options import ActionLocation
 from django.core.exceptions import PermissionDenied
-from django.db import transaction
 from django.db.models import Count, Q
 from django.utils.html import format_html_join
 
 from tasks import services
 from tasks.actors import Actor
-from tasks.exceptions import ActhelmError, InvalidInput
+from tasks.exceptions import ActhelmError, InvalidInput, NotPermitted, TransitionNotAllowed
 from tasks.models import Goal, Task, TaskDependency, TaskEvent
 from tasks.states import TaskStatus
-from tasks.transitions import lock_task
 from tasks.workspace import add_input_file, list_input_files, safe_file_name
 
 BOTH = [ActionLocation.CHANGE_LIST, ActionLocation.CHANGE_FORM]
@@ -105,6 +103,23 @@ class TaskAdminForm(forms.ModelForm):
 
     # No Meta: ModelAdmin.get_form builds the Task form around this class.
 
+    def clean(self):
+        # The service's own check, so a bad edit comes back as a form error (not a 500, and
+        # never saved): unknown tools, a policy such as "ASK", limits out of range, a model of
+        # another connection.
+        data = super().clean()
+        if self.instance.pk:
+            changes = {
+                name: data[name]
+                for name in self.changed_data
+                if name in services.EDITABLE_FIELDS and name in data
+            }
+            try:
+                services.task_edit_check(task=self.instance, changes=changes)
+            except InvalidInput as exc:
+                raise forms.ValidationError(f"{exc.message} [{exc.code}]") from None
+        return data
+
     def clean_input_file(self):
         upload = self.cleaned_data.get("input_file")
         if not upload:
@@ -131,6 +146,7 @@ class TaskAdmin(admin.ModelAdmin):
     show_full_result_count = False
     readonly_fields = [
         "status",
+        "origin",
         "claim_count",
         "lease_owner",
         "lease_expires_at",
@@ -179,13 +195,20 @@ class TaskAdmin(admin.ModelAdmin):
     def save_model(self, request, obj, form, change):
         # Write only what this form changed, and never under a worker: a claim that happened
         # after the page was loaded must not be undone by a Save of the old row.
-        fields = {f.name for f in Task._meta.concrete_fields}
-        changed = [name for name in form.changed_data if name in fields]
-        if changed:
-            with transaction.atomic():
-                if lock_task(obj.pk).is_held:
-                    raise PermissionDenied("a worker holds this task: pause it to edit it")
-                obj.save(update_fields=[*changed, "updated_at"])
+        # tasks.services.task_update checks the edit, refuses it under a worker and writes the
+        # `edited` event.
+        changes = {
+            name: form.cleaned_data[name]
+            for name in form.changed_data
+            if name in services.EDITABLE_FIELDS
+        }
+        if changes:
+            try:
+                services.task_update(
+                    actor=Actor.person(request.user), task_id=obj.pk, changes=changes
+                )
+            except (NotPermitted, TransitionNotAllowed) as exc:
+                raise PermissionDenied(str(exc)) from None
         upload = form.cleaned_data.get("input_file")
         if upload:
             path = add_input_file(obj.pk, name=upload.name, data=upload)

@@ -9,6 +9,7 @@ from django.core.exceptions import ValidationError
 from agents.models import Connection, Model
 from tasks.exceptions import InvalidInput
 from tasks.models import Goal
+from tasks.numbers import INT32_MAX, INT32_MIN
 from tasks.services import LIMIT_FIELDS, default_limits
 from tasks.workspace import safe_file_name
 
@@ -58,7 +59,9 @@ class TaskCreateForm(forms.Form):
     title = forms.CharField(max_length=200)
     instruction = forms.CharField(widget=forms.Textarea(attrs={"rows": 6}))
     goal = forms.ModelChoiceField(queryset=Goal.objects.none(), required=False, empty_label="none")
-    priority = forms.IntegerField(initial=0, help_text="Higher runs first.")
+    priority = forms.IntegerField(
+        initial=0, min_value=INT32_MIN, max_value=INT32_MAX, help_text="Higher runs first."
+    )
     tools = forms.MultipleChoiceField(required=False, widget=forms.CheckboxSelectMultiple)
     ask_tools = forms.MultipleChoiceField(
         required=False,
@@ -90,7 +93,10 @@ class TaskCreateForm(forms.Form):
         self.fields["model"].queryset = model_queryset()
         for field, value in default_limits().items():
             self.fields[field] = forms.IntegerField(
-                min_value=1, initial=value, label=LIMIT_LABELS.get(field, field)
+                min_value=1,
+                max_value=INT32_MAX,
+                initial=value,
+                label=LIMIT_LABELS.get(field, field),
             )
 
     def limit_fields(self):

@@ -20,6 +20,7 @@ from tasks.exceptions import (
     TransitionNotAllowed,
 )
 from tasks.models import Goal, Task, TaskDependency
+from tasks.numbers import INT32_MAX, whole_number
 from tasks.states import (
     DELETABLE,
     EventKind,
@@ -61,6 +62,10 @@ def known_tool_names() -> set[str]:
 
 
 def _validate_tools(tools: list[str], policies: dict[str, str]) -> None:
+    if not isinstance(tools, list | tuple) or not all(isinstance(t, str) for t in tools):
+        raise InvalidInput("tools must be a list of tool names")
+    if not isinstance(policies, dict):
+        raise InvalidInput('tool policies must be an object such as {"fetch_url": "ask"}')
     known = known_tool_names()
     unknown = sorted(set(tools) - known)
     if unknown:
@@ -83,15 +88,7 @@ def _validate_limits(limits: dict) -> dict[str, int]:
     for field, value in limits.items():
         if field not in LIMIT_FIELDS:
             raise InvalidInput(f"unknown limit {field!r}", field="limits")
-        try:
-            number = int(value)
-        except (TypeError, ValueError):
-            raise InvalidInput(
-                f"{field} must be a whole number, not {value!r}", field=field
-            ) from None
-        if number <= 0:
-            raise InvalidInput(f"{field} must be positive", field=field)
-        clean[field] = number
+        clean[field] = whole_number(value, name=field, minimum=1, maximum=INT32_MAX)
     return clean
 
 
@@ -128,6 +125,7 @@ def task_create(
         raise InvalidInput("a title is at most 200 characters", field="title")
     if kind not in TaskKind.values:
         raise InvalidInput(f"kind must be one of {', '.join(TaskKind.values)}", field="kind")
+    priority = whole_number(priority, name="priority")
     tools = list(settings.ACTHELM_DEFAULT_TOOLS if tools is None else tools)
     tool_policies = dict(tool_policies or {})
     _validate_tools(tools, tool_policies)
@@ -411,6 +409,100 @@ def task_set_limits(*, actor: Actor, task_id: int, **limits) -> Task:
             actor=actor,
             kind=EventKind.LIMITS_CHANGED,
             data={"before": before, "after": clean},
+        )
+    return task
+
+
+#: What a person may edit on a task's admin page (status and lease fields are never edited).
+EDITABLE_FIELDS = (
+    "title",
+    "instruction",
+    "goal",
+    "kind",
+    "spawned_by",
+    "tags",
+    "priority",
+    *LIMIT_FIELDS,
+    "tools",
+    "tool_policies",
+    "allowed_domains",
+    "connection",
+    "model",
+)
+
+
+def _normalize_domains(domains) -> list[str]:
+    if not isinstance(domains, list | tuple) or not all(isinstance(d, str) for d in domains):
+        raise InvalidInput("allowed domains must be a list of host names")
+    return sorted({d.strip().lower().rstrip(".") for d in domains if d.strip()})
+
+
+def task_edit_check(*, task: Task, changes: dict) -> dict:
+    """The edit a person asks for, checked as task_create checks a new task; returns it normalized.
+    Raises InvalidInput naming the first problem."""
+    unknown = sorted(set(changes) - set(EDITABLE_FIELDS))
+    if unknown:
+        raise InvalidInput(f"these fields cannot be edited: {', '.join(unknown)}")
+    clean = dict(changes)
+    merged = {name: getattr(task, name) for name in EDITABLE_FIELDS} | clean
+    if "title" in clean:
+        clean["title"] = (clean["title"] or "").strip()
+        if not clean["title"] or len(clean["title"]) > 200:
+            raise InvalidInput("a task needs a title of at most 200 characters")
+    if "instruction" in clean:
+        clean["instruction"] = (clean["instruction"] or "").strip()
+        if not clean["instruction"]:
+            raise InvalidInput("a task needs an instruction")
+    if "kind" in clean and clean["kind"] not in TaskKind.values:
+        raise InvalidInput(f"kind must be one of {', '.join(TaskKind.values)}")
+    if "priority" in clean:
+        clean["priority"] = whole_number(clean["priority"], name="priority")
+    clean |= _validate_limits({k: v for k, v in clean.items() if k in LIMIT_FIELDS})
+    if {"tools", "tool_policies"} & set(clean):
+        _validate_tools(list(merged["tools"] or []), merged["tool_policies"])
+    if "allowed_domains" in clean:
+        clean["allowed_domains"] = _normalize_domains(clean["allowed_domains"])
+    if "tags" in clean:
+        clean["tags"] = sorted({str(t).strip() for t in clean["tags"] or [] if str(t).strip()})
+    if {"connection", "model"} & set(clean):
+        model, conn = merged["model"], merged["connection"]
+        if model is not None and conn is None:
+            clean["connection"] = conn = model.connection
+        if model is not None and model.connection_id != conn.pk:
+            raise InvalidInput(f"model {model} does not belong to connection {conn}")
+    return clean
+
+
+def _event_value(value):
+    if hasattr(value, "pk"):
+        return value.pk
+    return value
+
+
+def task_update(*, actor: Actor, task_id: int, changes: dict) -> Task:
+    """A person's edit of a task's settings (the admin page): checked like a new task, refused
+    while a worker holds the task, written with an `edited` event naming each change."""
+    actor.require("tasks.operate_task")
+    with transaction.atomic():
+        task = lock_task(task_id)
+        if task.is_held:
+            raise TransitionNotAllowed(f"task {task_id} is running; pause it to edit it")
+        clean = task_edit_check(task=task, changes=changes)
+        changed = {k: v for k, v in clean.items() if getattr(task, k) != v}
+        if not changed:
+            return task
+        before = {k: _event_value(getattr(task, k)) for k in changed}
+        for field, value in changed.items():
+            setattr(task, field, value)
+        task.save(update_fields=[*changed, "updated_at"])
+        after = {k: _event_value(v) for k, v in changed.items()}
+        if "instruction" in changed:  # long text: the event says it changed, the task has it
+            before["instruction"] = after["instruction"] = "…"
+        record_event(
+            task,
+            actor=actor,
+            kind=EventKind.EDITED,
+            data={"fields": sorted(changed), "before": before, "after": after},
         )
     return task
 

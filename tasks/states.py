@@ -88,6 +88,7 @@ class EventKind(models.TextChoices):
     RETRIED = "retried", "Retried"
     PROVIDER_COOLDOWN = "provider_cooldown", "Provider cooling down"
     LIMITS_CHANGED = "limits_changed", "Limits changed"
+    EDITED = "edited", "Settings edited"
     UNBLOCK_BLOCKED = "dependency_stuck", "Dependency cancelled or failed"
 
 

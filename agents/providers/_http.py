@@ -83,6 +83,7 @@ def request(
     """Send one request and return the full (capped) response; raise ProviderError on
     transport problems, timeout, cancellation or an oversized body. HTTP error statuses are
     returned, not raised: the caller classifies them with ``raise_for_status``."""
+    provider.check_config()
     coro = _request(
         provider,
         method,

@@ -15,6 +15,8 @@ from typing import Any
 from . import _http
 from .base import (
     PROBE_PROMPT,
+    PROVIDER_BAD_RESPONSE,
+    TOOL_IGNORED_MESSAGE,
     Completion,
     Message,
     ProbeResult,
@@ -22,6 +24,7 @@ from .base import (
     ProviderError,
     ToolCallRequest,
     ToolSpec,
+    probe_answer_problem,
     register,
 )
 from .openai_compat import PING_TOOL
@@ -223,6 +226,9 @@ class AnthropicProvider(Provider):
             )
         except ProviderError as exc:
             return ProbeResult(ok=False, message=str(exc), error_code=exc.code)
+        problem = probe_answer_problem(answer)
+        if problem:
+            return ProbeResult(ok=False, message=problem, error_code=PROVIDER_BAD_RESPONSE)
         message = f"model answered ({answer.stop_reason}): {answer.text.strip()[:80]!r}"
         if not tools:
             return ProbeResult(ok=True, message=message)
@@ -241,7 +247,12 @@ class AnthropicProvider(Provider):
                 error_code=exc.code,
             )
         called = any(call.name == PING_TOOL.name for call in tool_answer.tool_calls)
-        message += "; tool calling works" + (
-            " (ping was called)" if called else " (request accepted, ping not called)"
-        )
+        if not called:
+            return ProbeResult(
+                ok=True,
+                message=f"{message}; {TOOL_IGNORED_MESSAGE}",
+                supports_tools=False,
+                tool_ignored=True,
+            )
+        message += "; tool calling works (ping was called)"
         return ProbeResult(ok=True, message=message, supports_tools=True)

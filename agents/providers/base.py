@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import abc
 import math
+import re
 import threading
 from typing import Any, ClassVar, Literal
 
@@ -28,6 +29,9 @@ PROVIDER_BAD_REQUEST = "provider_bad_request"
 PROVIDER_CANCELLED = "provider_cancelled"
 PROVIDER_CLI_FAILED = "provider_cli_failed"
 PROVIDER_OUTPUT_TOO_LARGE = "provider_output_too_large"
+#: The connection's configuration is refused (a credential name or an executable that is not
+#: allowed): no request was made. A person must fix the connection; retrying cannot help.
+PROVIDER_CONFIG = "provider_config"
 
 ALL_CODES = frozenset(
     {
@@ -42,6 +46,7 @@ ALL_CODES = frozenset(
         PROVIDER_CANCELLED,
         PROVIDER_CLI_FAILED,
         PROVIDER_OUTPUT_TOO_LARGE,
+        PROVIDER_CONFIG,
     }
 )
 
@@ -107,6 +112,32 @@ def _rebuild_provider_error(
     code: str, message: str, status: int | None, retry_after: float | None
 ) -> ProviderError:
     return ProviderError(code, message, status=status, retry_after=retry_after)
+
+
+# --------------------------------------------------------------------------------------
+# Credential names
+# --------------------------------------------------------------------------------------
+
+#: A connection's credential may never name one of these: they hold the server's own secrets.
+#: Checked case-insensitively, and even when a person lists them among the allowed prefixes.
+FORBIDDEN_CREDENTIAL_PREFIXES = ("DJANGO_", "DATABASE_URL", "POSTGRES_", "PG", "ACTHELM_METRICS")
+_ENV_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]{0,99}")
+
+
+def credential_name_refusal(name: str, allowed_prefixes: list[str] | tuple[str, ...]) -> str | None:
+    """Why ``name`` may not be used as a connection's credential, or None when it may."""
+    if not _ENV_NAME.fullmatch(name or ""):
+        return (
+            "the credential is the NAME of an environment variable (letters, digits, _), "
+            "never the key itself"
+        )
+    upper = name.upper()
+    if any(upper.startswith(prefix) for prefix in FORBIDDEN_CREDENTIAL_PREFIXES):
+        return f"{name} holds one of the server's own secrets and can never be a credential"
+    allowed = [p for p in allowed_prefixes if p]
+    if not any(name.startswith(prefix) for prefix in allowed):
+        return f"{name} does not start with an allowed credential prefix ({', '.join(allowed)})"
+    return None
 
 
 # --------------------------------------------------------------------------------------
@@ -205,6 +236,23 @@ class ProbeResult(BaseModel):
     supports_tools: bool | None = None
     #: The ProviderError code when the probe failed because of a provider error.
     error_code: str | None = None
+    #: True when the request with the probe tool was accepted but the model did not call it.
+    tool_ignored: bool = False
+
+
+#: The message a probe gives for a model that accepted the tool but never called it.
+TOOL_IGNORED_MESSAGE = (
+    "the model did not call the probe tool: recorded as NOT tool-capable "
+    "(a person may override: acthelm_connection test --override-tools, or the admin action)"
+)
+
+
+def probe_answer_problem(answer: Completion) -> str | None:
+    """Why a probe's plain answer fails the test (an empty answer proves nothing), or None."""
+    if not answer.text.strip():
+        reason = answer.raw_stop_reason or answer.stop_reason
+        return f"the model answered with empty text (stop reason {reason})"
+    return None
 
 
 # --------------------------------------------------------------------------------------
@@ -237,9 +285,10 @@ class Provider(abc.ABC):
         max_response_bytes: int = DEFAULT_MAX_RESPONSE_BYTES,
         extra_headers: dict | None = None,
         api_key_env: str | None = None,
+        config_error: str | None = None,
     ) -> None:
-        if timeout is None or timeout <= 0:
-            raise ValueError("timeout must be a positive number of seconds")
+        if timeout is None or not math.isfinite(timeout) or timeout <= 0:
+            raise ValueError("timeout must be a positive, finite number of seconds")
         if max_response_bytes <= 0:
             raise ValueError("max_response_bytes must be positive")
         self.base_url = (base_url or "").strip().rstrip("/")
@@ -250,6 +299,12 @@ class Provider(abc.ABC):
         self.max_response_bytes = int(max_response_bytes)
         self.extra_headers = {str(k): str(v) for k, v in (extra_headers or {}).items()}
         self.api_key_env = api_key_env or None
+        # Set when the connection's configuration is refused: no request is ever sent.
+        self.config_error = config_error or None
+        if self.api_key_env and any(
+            self.api_key_env.upper().startswith(prefix) for prefix in FORBIDDEN_CREDENTIAL_PREFIXES
+        ):
+            self.config_error = f"the credential {self.api_key_env} is one of the server's secrets"
 
     def __repr__(self) -> str:  # never show the key
         target = self.base_url or " ".join(self.command)
@@ -270,6 +325,11 @@ class Provider(abc.ABC):
             if secret and len(secret) >= 4:
                 text = text.replace(secret, "[redacted]")
         return text
+
+    def check_config(self) -> None:
+        """Refuse to send anything (a request, a key, a process) for a refused configuration."""
+        if self.config_error:
+            raise ProviderError(PROVIDER_CONFIG, self.config_error)
 
     def error(
         self,

@@ -9,6 +9,11 @@ Tools are not supported (``supports_tools = False``): tool specs passed to ``com
 are ignored and the model can only answer with text. The API key, if any, is passed to the
 child only through the environment variable named by ``api_key_env`` (never on the command
 line); without ``api_key_env`` the key is not passed at all.
+
+The child never inherits the server's environment: it gets ``PATH``, ``HOME``, ``LANG`` and its
+one credential, nothing else, and runs in a scratch working directory removed afterwards. With
+``allowed_executables`` set, only those executables may be started (an entry with a ``/`` must
+equal ``command[0]``; a bare name matches a bare ``command[0]`` looked up on ``PATH``).
 """
 
 from __future__ import annotations
@@ -19,6 +24,7 @@ import os
 import re
 import signal
 import subprocess
+import tempfile
 import threading
 import time
 from typing import IO, Any
@@ -60,6 +66,10 @@ _AUTH_RE = re.compile(
     r"|not logged in|log ?in\b|login|forbidden",
     re.IGNORECASE,
 )
+
+#: The only variables of the server's environment a model CLI child sees (besides its key).
+CHILD_ENV_PASSED = ("PATH", "HOME", "LANG")
+DEFAULT_LANG = "C.UTF-8"
 
 _ROLE_LABELS = {"system": "SYSTEM", "user": "USER", "assistant": "ASSISTANT", "tool": "TOOL"}
 
@@ -152,20 +162,22 @@ class CLIProvider(Provider):
     supports_tools = False
     supports_cancel = True
 
-    def __init__(self, **kwargs: Any) -> None:
+    def __init__(self, *, allowed_executables: list[str] | None = None, **kwargs: Any) -> None:
         super().__init__(**kwargs)
         if not self.command:
             raise ValueError("the cli provider needs a non-empty command list")
         if isinstance(kwargs.get("command"), str):
             raise ValueError("command must be a list of arguments, not a shell string")
+        refusal = executable_refusal(self.command, allowed_executables or [])
+        if refusal and not self.config_error:
+            self.config_error = refusal
 
     def child_env(self) -> dict[str, str]:
-        env = dict(os.environ)
-        if self.api_key_env:
-            if self.api_key:
-                env[self.api_key_env] = self.api_key
-            else:
-                env.pop(self.api_key_env, None)
+        """PATH, HOME, LANG and the one credential: never the server's other variables."""
+        env = {name: os.environ[name] for name in CHILD_ENV_PASSED if os.environ.get(name)}
+        env.setdefault("LANG", DEFAULT_LANG)
+        if self.api_key_env and self.api_key:
+            env[self.api_key_env] = self.api_key
         return env
 
     def complete(
@@ -185,8 +197,13 @@ class CLIProvider(Provider):
 
     def run(self, prompt: str, *, cancel_event: threading.Event | None = None) -> str:
         """Run the command with ``prompt`` on stdin; return stdout (decoded, unstripped)."""
+        self.check_config()
         if cancel_event is not None and cancel_event.is_set():
             raise self.error(PROVIDER_CANCELLED, "cancelled before the command was started")
+        with tempfile.TemporaryDirectory(prefix="acthelm-cli-", ignore_cleanup_errors=True) as cwd:
+            return self._run_in(prompt, cwd, cancel_event)
+
+    def _run_in(self, prompt: str, cwd: str, cancel_event: threading.Event | None) -> str:
         try:
             proc = subprocess.Popen(
                 self.command,
@@ -194,6 +211,7 @@ class CLIProvider(Provider):
                 stdout=subprocess.PIPE,
                 stderr=subprocess.PIPE,
                 env=self.child_env(),
+                cwd=cwd,
                 start_new_session=True,
                 close_fds=True,
             )
@@ -336,6 +354,17 @@ class CLIProvider(Provider):
         if tools:
             message += "; note: the cli provider does not support tool calling"
         return ProbeResult(ok=True, message=message, supports_tools=supports_tools)
+
+
+def executable_refusal(command: list[str], allowed: list[str]) -> str | None:
+    """Why ``command`` may not be started under the allow-list ``allowed`` (empty: any)."""
+    allowed = [a for a in allowed if a]
+    if not allowed or not command:
+        return None
+    program = command[0]
+    if program in allowed:
+        return None
+    return f"the executable {program!r} is not allowed (allowed: {', '.join(allowed)})"
 
 
 def _int(value: Any) -> int:

@@ -18,6 +18,8 @@ from . import _http
 from .base import (
     PROBE_PROMPT,
     PROVIDER_BAD_REQUEST,
+    PROVIDER_BAD_RESPONSE,
+    TOOL_IGNORED_MESSAGE,
     Completion,
     Message,
     ProbeResult,
@@ -25,6 +27,7 @@ from .base import (
     ProviderError,
     ToolCallRequest,
     ToolSpec,
+    probe_answer_problem,
     register,
 )
 
@@ -321,6 +324,11 @@ class OpenAICompatibleProvider(Provider):
             return ProbeResult(
                 ok=False, message=str(exc), context_window=window, error_code=exc.code
             )
+        problem = probe_answer_problem(answer)
+        if problem:
+            return ProbeResult(
+                ok=False, message=problem, context_window=window, error_code=PROVIDER_BAD_RESPONSE
+            )
         message = f"model answered ({answer.stop_reason}): {answer.text.strip()[:80]!r}"
         if not tools:
             return ProbeResult(ok=True, message=message, context_window=window)
@@ -340,7 +348,13 @@ class OpenAICompatibleProvider(Provider):
                 error_code=exc.code,
             )
         called = any(call.name == PING_TOOL.name for call in tool_answer.tool_calls)
-        message += "; tool calling works" + (
-            " (ping was called)" if called else " (request accepted, ping not called)"
-        )
+        if not called:
+            return ProbeResult(
+                ok=True,
+                message=f"{message}; {TOOL_IGNORED_MESSAGE}",
+                context_window=window,
+                supports_tools=False,
+                tool_ignored=True,
+            )
+        message += "; tool calling works (ping was called)"
         return ProbeResult(ok=True, message=message, context_window=window, supports_tools=True)

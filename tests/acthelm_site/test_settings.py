@@ -213,3 +213,68 @@ def test_gunicorn_serves_the_console_with_whitenoise_behind_a_proxy(production_e
     finally:
         proc.terminate()
         proc.wait(timeout=30)
+
+
+# -- issue 13, item 17: no public key with DEBUG off -----------------------------------------------
+
+_SHOW_DEBUG = (
+    "import django; django.setup(); from django.conf import settings; print(settings.DEBUG)"
+)
+
+
+def _plain_env(**extra) -> dict:
+    """This machine's environment without Django's settings, and a database URL that is never
+    dialled (setting up Django does not connect)."""
+    import os
+
+    env = {k: v for k, v in os.environ.items() if not k.startswith("DJANGO_")}
+    env.update(
+        PYTHONPATH=str(ROOT),
+        DATABASE_URL="postgresql://acthelm:x@127.0.0.1:1/acthelm",
+        DJANGO_SETTINGS_MODULE="acthelm_site.settings",
+    )
+    env.update(extra)
+    return env
+
+
+def _python(env, code):
+    return subprocess.run(
+        [sys.executable, "-c", code], env=env, cwd=ROOT, capture_output=True, text=True, timeout=60
+    )
+
+
+def test_the_base_settings_refuse_the_development_key_with_debug_off():
+    result = _python(_plain_env(DJANGO_DEBUG="0"), _SHOW_DEBUG)
+    assert result.returncode != 0
+    assert "ImproperlyConfigured" in result.stderr and "DJANGO_SECRET_KEY" in result.stderr
+
+
+def test_a_real_key_turns_debug_off_unless_asked():
+    key = secrets.token_urlsafe(50)
+    assert _python(_plain_env(DJANGO_SECRET_KEY=key), _SHOW_DEBUG).stdout.strip() == "False"
+    on = _python(_plain_env(DJANGO_SECRET_KEY=key, DJANGO_DEBUG="1"), _SHOW_DEBUG)
+    assert on.stdout.strip() == "True"
+
+
+def test_a_developer_machine_without_a_key_still_runs_with_debug_on():
+    """`make run` and the test settings: no key, no DJANGO_DEBUG."""
+    assert _python(_plain_env(), _SHOW_DEBUG).stdout.strip() == "True"
+
+
+def test_wsgi_uses_the_production_settings_and_refuses_to_start_without_a_key():
+    env = _plain_env()
+    del env["DJANGO_SETTINGS_MODULE"]
+    result = _python(env, "import acthelm_site.wsgi")
+    assert result.returncode != 0
+    assert (
+        "ImproperlyConfigured" in result.stderr and "DJANGO_SECRET_KEY is not set" in result.stderr
+    )
+
+
+def test_production_refuses_the_public_development_key():
+    env = _plain_env(
+        DJANGO_SETTINGS_MODULE=PRODUCTION,
+        DJANGO_SECRET_KEY="acthelm-development-key-not-for-production",
+    )
+    result = _python(env, _SHOW_DEBUG)
+    assert result.returncode != 0 and "public development key" in result.stderr

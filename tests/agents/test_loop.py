@@ -261,9 +261,9 @@ def test_anthropic_flavor_runs_the_same_loop(
 def test_the_api_key_is_read_from_the_environment_and_never_stored(
     model_server, http_model, loop_task, fast_worker_settings, monkeypatch
 ):
-    monkeypatch.setenv("SCRIPTED_KEY", "sk-test-secret-123")
+    monkeypatch.setenv("ACTHELM_KEY_SCRIPTED", "sk-test-secret-123")
     server = model_server([reply_error(401, {"error": {"message": "bad key sk-test-secret-123"}})])
-    task = loop_task(http_model(server, credential_env="SCRIPTED_KEY"), tools=[])
+    task = loop_task(http_model(server, credential_env="ACTHELM_KEY_SCRIPTED"), tools=[])
     run_burst()
     assert server.completion_requests[0].headers["authorization"] == "Bearer sk-test-secret-123"
     run = AgentRun.objects.get(task=task)

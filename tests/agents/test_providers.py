@@ -765,8 +765,13 @@ def test_openai_probe_failures(oai):
 def test_anthropic_probe(ant):
     ant.enqueue(reply_text("OK"), reply_text("no tool for you"))
     result = make(ant).probe(model=MODEL, tools=True)
-    assert result.ok and result.supports_tools is True and result.context_window is None
+    # The model answered but never called ping: it is not shown to call tools.
+    assert result.ok and result.supports_tools is False and result.tool_ignored
+    assert result.context_window is None and "did not call the probe tool" in result.message
     assert ant.completion_requests[-1].json["tools"][0]["name"] == "ping"
+    ant.enqueue(reply_text("OK"), reply_tool_calls([("ping", {})]))
+    result = make(ant).probe(model=MODEL, tools=True)
+    assert result.ok and result.supports_tools is True and "ping was called" in result.message
 
 
 def test_probe_unreachable():

@@ -102,3 +102,99 @@ def test_the_command_exits_non_zero_when_a_model_fails(manage, transactional_db,
     result = manage("acthelm_connection", "--json", "test", "srv")
     assert result.returncode == 1
     assert json.loads(result.stdout)[0]["ok"] is False
+
+
+# -- issue 13, item 18: the test proves what it claims ---------------------------------------------
+
+
+def _probe_connection(actor, server, flavor):
+    kind = "openai_compatible" if flavor == "openai" else "anthropic"
+    url = server.url if flavor == "openai" else server.root_url
+    return connection_add(
+        actor=actor, name=f"probe-{flavor}", kind=kind, base_url=url, models=[{"name": "small"}]
+    )
+
+
+@pytest.mark.parametrize("flavor", ["openai", "anthropic"])
+def test_an_empty_answer_fails_the_test(model_server, actor, flavor):
+    server = model_server([reply_text(""), reply_tool_calls([("ping", {})])], flavor=flavor)
+    _probe_connection(actor, server, flavor)
+    [result] = connection_test(actor=actor, name=f"probe-{flavor}")
+    model = Model.objects.get(name="small")
+    assert not result["ok"] and model.test_status == "failed"
+    assert "empty text" in model.test_message
+
+
+@pytest.mark.parametrize("flavor", ["openai", "anthropic"])
+def test_a_model_that_ignores_the_probe_tool_is_recorded_as_not_tool_capable(
+    model_server, actor, flavor
+):
+    server = model_server([reply_text("OK"), reply_text("I would rather not.")], flavor=flavor)
+    _probe_connection(actor, server, flavor)
+    [result] = connection_test(actor=actor, name=f"probe-{flavor}")
+    model = Model.objects.get(name="small")
+    assert any(r.json.get("tools") for r in server.completion_requests)
+    assert result["ok"] and model.test_status == "passed"
+    assert model.supports_tools is False and result["supports_tools"] is False
+    assert "did not call the probe tool" in model.test_message
+    assert "NOT tool-capable" in model.test_message
+    assert "tool calling works" not in model.test_message
+    assert model.tools_override_by is None
+    # A task with tools is then refused on this model.
+    from agents.services import model_check_for_task
+    from tests.factories import TaskFactory
+
+    check = model_check_for_task(task=TaskFactory(tools=["read_file"]), model=model)
+    assert not check.ok and "does not support tool calling" in check.problems[0]
+
+
+@pytest.mark.parametrize("flavor", ["openai", "anthropic"])
+def test_a_model_that_calls_the_probe_tool_is_tool_capable(model_server, actor, flavor):
+    server = model_server([reply_text("OK"), reply_tool_calls([("ping", {})])], flavor=flavor)
+    _probe_connection(actor, server, flavor)
+    [result] = connection_test(actor=actor, name=f"probe-{flavor}")
+    model = Model.objects.get(name="small")
+    assert result["ok"] and model.supports_tools is True
+    assert "ping was called" in model.test_message
+
+
+def test_the_override_flag_keeps_a_model_tool_capable_and_records_who(
+    manage, transactional_db, model_server
+):
+    from tests.factories import UserFactory
+
+    ops = UserFactory(username="ops", is_superuser=True)
+    server = model_server([reply_text("OK"), reply_text("no tools for me")] * 2)
+    manage(
+        "acthelm_connection", "add", "llama", "--kind", "openai_compatible",
+        "--base-url", server.url, "--model", "small", check=True,
+    )  # fmt: skip
+    result = manage("acthelm_connection", "--json", "test", "llama", "--override-tools")
+    assert result.returncode == 0, result.stderr
+    [row] = json.loads(result.stdout)
+    model = Model.objects.get(name="small")
+    assert model.supports_tools is True and row["supports_tools"] is True
+    assert model.tools_override_by == ops and model.tools_override_at is not None
+    assert row["tools_override_by"] == "ops" and "explicit override of ops" in row["message"]
+    # Without the flag, a second test keeps the person's override (it is on the row).
+    again = json.loads(manage("acthelm_connection", "--json", "test", "llama").stdout)
+    assert again[0]["supports_tools"] is True and "explicit override" in again[0]["message"]
+
+
+def test_the_admin_action_overrides_the_probe_with_who_did_it(model_server, actor, admin_client):
+    from django.urls import reverse
+
+    server = model_server([reply_text("OK"), reply_text("nope")] * 2)
+    _probe_connection(actor, server, "openai")
+    connection_test(actor=actor, name="probe-openai")
+    model = Model.objects.get(name="small")
+    assert model.supports_tools is False
+    admin_client.post(
+        reverse("admin:agents_model_changelist"),
+        {"action": "override_tools", "_selected_action": [model.pk]},
+        follow=True,
+    )
+    model.refresh_from_db()
+    assert model.supports_tools is True and model.tools_override_by.username == "admin"
+    [result] = connection_test(actor=actor, name="probe-openai")
+    assert result["supports_tools"] is True and "explicit override of admin" in result["message"]

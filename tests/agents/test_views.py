@@ -59,10 +59,10 @@ def test_connections_show_health_and_model_tests(manager):
 
 
 def test_credentials_are_never_rendered(manager, monkeypatch):
-    monkeypatch.setenv("ACTHELM_TEST_KEY", SECRET)
+    monkeypatch.setenv("ACTHELM_KEY_TEST", SECRET)
     ConnectionFactory(
         name="paid",
-        credential_env="ACTHELM_TEST_KEY",
+        credential_env="ACTHELM_KEY_TEST",
         base_url="https://user:hunter2@api.example.com/v1?key=abc",
     )
     ConnectionFactory(
@@ -72,7 +72,7 @@ def test_credentials_are_never_rendered(manager, monkeypatch):
         command=["claude", "--api-key", SECRET],
     )
     page = manager.get(PAGE).content.decode()
-    assert "ACTHELM_TEST_KEY" in page
+    assert "ACTHELM_KEY_TEST" in page
     assert SECRET not in page and "hunter2" not in page and "key=abc" not in page
     assert "api.example.com/v1" in page and "claude" in page
 
@@ -84,7 +84,7 @@ def test_add_a_connection(manager):
             "name": "local-vllm",
             "kind": ConnectionKind.OPENAI_COMPATIBLE,
             "base_url": "http://127.0.0.1:8001/v1",
-            "credential_env": "VLLM_KEY",
+            "credential_env": "ACTHELM_KEY_VLLM",
             "cost_tier": "zero_cost",
             "priority": "5",
             "timeout_seconds": "60",
@@ -93,7 +93,7 @@ def test_add_a_connection(manager):
     )
     assert response.status_code == 302
     conn = Connection.objects.get(name="local-vllm")
-    assert conn.credential_env == "VLLM_KEY" and conn.priority == 5
+    assert conn.credential_env == "ACTHELM_KEY_VLLM" and conn.priority == 5
     models = {m.name: m for m in conn.models.all()}
     assert models["qwen-32b"].context_window == 32768 and models["llama-8b"].context_window is None
     assert all(m.test_status == ModelTestStatus.UNTESTED for m in models.values())
@@ -163,11 +163,11 @@ def test_add_and_test_need_the_manage_permission(client):
 
 
 def test_the_test_button_makes_a_real_request_and_shows_the_result(manager, monkeypatch):
-    monkeypatch.setenv("ACTHELM_TEST_KEY", SECRET)
+    monkeypatch.setenv("ACTHELM_KEY_TEST", SECRET)
     with ScriptedModelServer(flavor="openai", context_length=65536) as server:
         server.enqueue(reply_text("OK"))
         conn = ConnectionFactory(
-            name="fake-openai", base_url=server.url, credential_env="ACTHELM_TEST_KEY"
+            name="fake-openai", base_url=server.url, credential_env="ACTHELM_KEY_TEST"
         )
         model = ModelFactory(
             connection=conn,
@@ -186,10 +186,10 @@ def test_the_test_button_makes_a_real_request_and_shows_the_result(manager, monk
 
 
 def test_a_failed_test_is_shown_without_the_key(manager, monkeypatch):
-    monkeypatch.setenv("ACTHELM_TEST_KEY", SECRET)
+    monkeypatch.setenv("ACTHELM_KEY_TEST", SECRET)
     with ScriptedModelServer(flavor="openai") as server:
         server.enqueue(reply_error(401, {"error": {"message": "bad key"}}))
-        conn = ConnectionFactory(base_url=server.url, credential_env="ACTHELM_TEST_KEY")
+        conn = ConnectionFactory(base_url=server.url, credential_env="ACTHELM_KEY_TEST")
         model = ModelFactory(connection=conn, name="test-model", supports_tools=False)
         response = manager.post(reverse("agents:connection_test", args=[conn.pk]), follow=True)
     page = response.content.decode()

@@ -93,12 +93,12 @@ def test_connection_add_and_list(manage, admin_user):
         "--cost-tier",
         "zero_cost",
         "--credential-env",
-        "OLLAMA_KEY",
+        "ACTHELM_KEY_OLLAMA",
         check=True,
     )
     assert json.loads(result.stdout)["models"][0]["test_status"] == "untested"
     listed = json.loads(manage("acthelm_connection", "--json", "list", check=True).stdout)
-    assert listed[0]["credential_env"] == "OLLAMA_KEY"
+    assert listed[0]["credential_env"] == "ACTHELM_KEY_OLLAMA"
     bad = manage("acthelm_connection", "add", "x", "--kind", "cli", "--command", "not json")
     assert bad.returncode != 0 and "JSON list" in bad.stderr
     secret = manage(
@@ -120,3 +120,84 @@ def test_demo_is_idempotent(manage, transactional_db):
     assert "founder / pw12345" in first.stdout
     manage("acthelm_demo", check=True)
     assert Task.objects.count() == 1
+
+
+# -- issue 13, item 19: a CLI user can decide an operation --------------------------------------
+
+
+def _open_operations():
+    from agents.states import ToolCallStatus
+    from tests.factories import ApprovalFactory, ReviewDecisionFactory, TaskFactory, ToolCallFactory
+
+    waiting = TaskFactory(status=TaskStatus.AWAITING_APPROVAL, title="Fetch the report")
+    call = ToolCallFactory(
+        turn__run__task=waiting,
+        status=ToolCallStatus.AWAITING_APPROVAL,
+        arguments={"url": "https://example.com/report"},
+    )
+    approval = ApprovalFactory(tool_call=call, target="https://example.com/report")
+    unsure = TaskFactory(status=TaskStatus.NEEDS_REVIEW, title="Post the summary")
+    decision = ReviewDecisionFactory(
+        tool_call=ToolCallFactory(
+            turn__run__task=unsure,
+            status=ToolCallStatus.UNKNOWN,
+            arguments={"url": "https://example.com/hook"},
+        )
+    )
+    # Not open: a decided approval, and a pending one of a task that is no longer waiting.
+    ApprovalFactory(status="approved", decided_at="2026-01-01T00:00:00Z")
+    ApprovalFactory(tool_call__turn__run__task=TaskFactory(status=TaskStatus.CANCELLED))
+    return approval, decision
+
+
+def test_show_lists_a_tasks_open_operations_with_ids_targets_arguments_and_hashes(
+    manage, admin_user
+):
+    approval, decision = _open_operations()
+    shown = json.loads(
+        manage("acthelm_task", "--json", "show", str(approval.task_id), check=True).stdout
+    )
+    [op] = shown["open_operations"]
+    assert op["kind"] == "approval" and op["id"] == approval.pk
+    assert op["target"] == "https://example.com/report"
+    assert op["arguments"] == {"url": "https://example.com/report"}
+    assert op["arguments_hash"] == approval.arguments_hash
+    text = manage("acthelm_task", "show", str(decision.task_id), check=True).stdout
+    assert f"review {decision.pk}" in text and decision.tool_call.arguments_hash in text
+    assert "https://example.com/hook" in text
+
+
+def test_pending_lists_every_open_operation_across_tasks(manage, admin_user):
+    approval, decision = _open_operations()
+    rows = json.loads(manage("acthelm_task", "--json", "pending", check=True).stdout)
+    assert [(r["kind"], r["id"]) for r in rows] == [
+        ("approval", approval.pk),
+        ("review", decision.pk),
+    ]
+    text = manage("acthelm_task", "pending", check=True).stdout
+    assert f"approval {approval.pk}" in text and f"review {decision.pk}" in text
+    assert text.count("decide: ") == 4
+    one = json.loads(manage("acthelm_task", "--json", "pending", "--limit", "1").stdout)
+    assert [(r["kind"], r["id"]) for r in one] == [("approval", approval.pk)]
+
+
+@pytest.mark.parametrize(("first", "second"), [("approve", "run-again"), ("deny", "skip")])
+def test_the_printed_commands_decide_the_operations_end_to_end(manage, admin_user, first, second):
+    """Copy the decide line that `pending` printed, run it, and the operation is decided."""
+    from approvals.models import Approval, ReviewDecision
+
+    approval, decision = _open_operations()
+    text = manage("acthelm_task", "pending", check=True).stdout
+    lines = [
+        line.split("decide: manage.py ", 1)[1] for line in text.splitlines() if "decide:" in line
+    ]
+    [chosen] = [c for c in lines if c.startswith(f"acthelm_task {first} ")]
+    [review] = [c for c in lines if c.startswith(f"acthelm_task {second} ")]
+    manage(*chosen.split(), check=True)
+    manage(*review.split(), check=True)
+    approval = Approval.objects.get(pk=approval.pk)
+    assert approval.status == ("approved" if first == "approve" else "denied")
+    assert ReviewDecision.objects.get(pk=decision.pk).choice == second.replace("-", "_")
+    assert Task.objects.get(pk=approval.task_id).status == TaskStatus.READY
+    assert Task.objects.get(pk=decision.task_id).status == TaskStatus.READY
+    assert json.loads(manage("acthelm_task", "--json", "pending", check=True).stdout) == []

@@ -30,6 +30,10 @@ def connection_as_dict(conn: Connection) -> dict:
                 "supports_tools": m.supports_tools,
                 "test_status": m.test_status,
                 "test_message": m.test_message or None,
+                "tools_override_by": str(m.tools_override_by) if m.tools_override_by_id else None,
+                "tools_override_at": (
+                    m.tools_override_at.isoformat() if m.tools_override_at else None
+                ),
             }
             for m in conn.models.all()
         ],
@@ -67,6 +71,12 @@ class Command(BaseCommand):
         test = sub.add_parser("test", help="make a real request; record pass or fail")
         test.add_argument("name")
         test.add_argument("--model", dest="model_name")
+        test.add_argument(
+            "--override-tools",
+            action="store_true",
+            help="count the model(s) as tool-capable even if the probe tool is not called "
+            "(recorded with who overrode it)",
+        )
 
     def handle(self, *args, **opts):
         try:
@@ -125,7 +135,10 @@ class Command(BaseCommand):
         from agents.services import connection_test
 
         results = connection_test(
-            actor=person_actor(opts["user"]), name=opts["name"], model_name=opts["model_name"]
+            actor=person_actor(opts["user"]),
+            name=opts["name"],
+            model_name=opts["model_name"],
+            override_tools=opts["override_tools"],
         )
         failed = [r for r in results if not r["ok"]]
         emit(

@@ -4,6 +4,10 @@ from django.core.management.base import BaseCommand, CommandError
 
 from agents.worker import Worker
 
+# Each slot is a thread with its own database connection: far more than PostgreSQL's default
+# max_connections is a typo, not a plan.
+MAX_CONCURRENCY = 256
+
 
 class Command(BaseCommand):
     help = "Run workers that claim and run tasks (SIGTERM hands running tasks back, then exits)."
@@ -14,8 +18,8 @@ class Command(BaseCommand):
         parser.add_argument("--worker-id", default=None, help="default: host:pid")
 
     def handle(self, *args, **opts):
-        if opts["concurrency"] < 1:
-            raise CommandError("--concurrency must be at least 1")
+        if not 1 <= opts["concurrency"] <= MAX_CONCURRENCY:
+            raise CommandError(f"--concurrency must be at least 1 and at most {MAX_CONCURRENCY}")
         worker = Worker(
             worker_id=opts["worker_id"], concurrency=opts["concurrency"], burst=opts["burst"]
         )

@@ -1,6 +1,10 @@
-"""acthelm_task create|show|list|pause|withdraw-pause|resume|cancel|approve|deny|run-again|skip|
-close|reopen|retry|limits|delete|stats — every console action, scriptable, with --json output."""
+"""acthelm_task create|show|list|pending|pause|withdraw-pause|resume|cancel|approve|deny|run-again|
+skip|close|reopen|retry|limits|delete|stats — every console action, scriptable, with --json output.
 
+`show` and `pending` list the open operations with the id and hash that approve/deny/run-again/skip
+take."""
+
+from argparse import ArgumentTypeError
 from pathlib import Path
 
 from django.core.management.base import BaseCommand, CommandError
@@ -8,6 +12,7 @@ from django.db import transaction
 
 from agents.models import Connection, Model
 from approvals import services as approval_services
+from approvals.selectors import open_operations, operations_as_text
 from tasks import services
 from tasks.cli import emit, fail, person_actor
 from tasks.exceptions import ActhelmError, InvalidInput
@@ -25,6 +30,17 @@ def _pairs(values: list[str], what: str) -> dict[str, str]:
             raise InvalidInput(f"{what} must look like name=value, not {item!r}")
         result[key.strip()] = value.strip()
     return result
+
+
+def _count(value: str) -> int:
+    """A --limit: a whole number from 1 to 10000 (argparse reports anything else)."""
+    try:
+        number = int(value)
+    except ValueError:
+        raise ArgumentTypeError(f"a whole number, not {value!r}") from None
+    if not 1 <= number <= 10_000:
+        raise ArgumentTypeError("must be between 1 and 10000")
+    return number
 
 
 class Command(BaseCommand):
@@ -52,10 +68,15 @@ class Command(BaseCommand):
 
         lst = sub.add_parser("list", help="list tasks")
         lst.add_argument("--status", choices=TaskStatus.values)
-        lst.add_argument("--limit", type=int, default=50)
+        lst.add_argument("--limit", type=_count, default=50)
         lst.add_argument(
             "--evaluation", action="store_true", help="list the evaluation suite's tasks instead"
         )
+
+        pending = sub.add_parser(
+            "pending", help="every operation a person can decide now, across tasks"
+        )
+        pending.add_argument("--limit", type=_count, default=200)
 
         stats = sub.add_parser("stats", help="the model scorecard for a period")
         stats.add_argument("--period", choices=["day", "week", "month"], default="week")
@@ -114,7 +135,17 @@ class Command(BaseCommand):
             return emit(self, rows, as_json=as_json, text=text or "no tasks")
         if action == "show":
             task = self._task(opts["task"])
-            return emit(self, task_as_dict(task, with_events=True), as_json=as_json)
+            data = task_as_dict(task, with_events=True)
+            data["open_operations"] = open_operations(task_id=task.pk)
+            lines = [f"#{task.pk} {task.status} {task.title}"]
+            if task.failure_code:
+                lines.append(f"failure: {task.failure_code}: {task.failure_message}")
+            lines += ["open operations:", operations_as_text(data["open_operations"])]
+            text = "\n".join(lines)
+            return emit(self, data, as_json=as_json, text=text)
+        if action == "pending":
+            rows = open_operations(limit=opts["limit"])
+            return emit(self, rows, as_json=as_json, text=operations_as_text(rows))
         if action == "stats":
             return self._stats(opts, as_json)
 
