@@ -24,7 +24,7 @@ from django.utils import timezone
 
 from agents.limits import Usage, remaining, task_usage
 from agents.models import AgentRun, Conversation, ToolCall, Turn
-from agents.outcomes import Outcome, OutcomeKind
+from agents.outcomes import Outcome, OutcomeKind, apply_outcome
 from agents.prompting import DISCARDED_NOTE, History, result_for_model, system_prompt
 from agents.providers import Completion, ProviderError, ToolSpec
 from agents.providers.base import PROVIDER_BAD_REQUEST
@@ -121,8 +121,6 @@ class AgentLoop:
         if outcome.kind == OutcomeKind.LOST:
             return None
         if self.recorder is None:  # the run never loaded its task
-            from agents.outcomes import apply_outcome
-
             return apply_outcome(
                 task_id=self.task_id,
                 run_id=self.run_id,

@@ -65,15 +65,24 @@ def test_1_a_slot_survives_a_running_task_cancelled_and_deleted(loop_settings, a
 # --- 2. A permanent provider error does not cycle forever ---------------------------------------
 
 
-def test_2_a_task_on_a_cooling_connection_is_not_claimed(loop_settings):
+def test_2_a_task_on_a_cooling_connection_is_not_claimed(loop_settings, person):
+    from django.test import Client
+
     with ScriptedModelServer([]) as server:
         task = tool_task(server, [])
         Connection.objects.filter(pk=task.connection_id).update(
-            cooldown_until=timezone.now() + timedelta(minutes=30)
+            cooldown_until=timezone.now() + timedelta(minutes=30),
+            last_error_code="provider_quota",
+            last_error_message="HTTP 429: insufficient_quota",
         )
         assert claim_next(worker_id="w") is None
         assert status_of(task) == TaskStatus.READY
         assert not AgentRun.objects.filter(task=task).exists()
+    # The task page says why it waits.
+    client = Client()
+    client.force_login(person)
+    page = client.get(f"/tasks/{task.pk}/").content.decode()
+    assert "cools down until" in page and "insufficient_quota" in page
 
 
 def test_2_a_repeated_authentication_error_fails_the_task(loop_settings):
@@ -305,3 +314,32 @@ def test_9_an_approved_call_whose_tool_was_removed_is_refused(loop_settings, act
     call = ToolCall.objects.get(task=task)
     assert (call.status, call.error_code, call.run_count) == ("refused", "tool_not_allowed", 0)
     assert status_of(task) == TaskStatus.REVIEW
+
+
+# --- A fenced-out run cannot replace a newer run's artifact (issue 12, item 4) -------------------
+
+
+def test_write_artifact_of_an_older_run_cannot_replace_a_newer_runs_file(tmp_path):
+    from agents.tools import ToolContext, ToolError, get_tool
+    from agents.tools.artifacts import stamp_fence
+
+    tool = get_tool("write_artifact")
+    folder = tmp_path / "task" / "artifacts"
+
+    def write(token, content):
+        ctx = ToolContext(workspace=tmp_path, artifacts_dir=folder, fence_token=token)
+        return tool.run(tool.parse({"name": "report.md", "content": content}), ctx)
+
+    write(1, "first run")  # the first run writes
+    assert (folder / "report.md").read_text() == "first run"
+    write(2, "second run")  # a newer run (claim 2) replaces it
+    with pytest.raises(ToolError) as lost:
+        write(1, "late write of the first run")  # the first run, fenced out, comes back
+    assert lost.value.code == "cancelled"
+    assert (folder / "report.md").read_text() == "second run"
+    # A newer run that has not written yet is protected from the moment it starts.
+    stamp_fence(folder, 3)
+    with pytest.raises(ToolError):
+        write(2, "late write of the second run")
+    assert (folder / "report.md").read_text() == "second run"
+    assert [p.name for p in folder.iterdir()] == ["report.md"]  # no temporary file left
