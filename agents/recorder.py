@@ -220,9 +220,8 @@ class Recorder:
                 system_prompt_sha256=hashlib.sha256(step.system_prompt.encode()).hexdigest(),
             )
         self._insert_turns(step.turns, now)
-        for call, args in step.proposals:
-            step.results.append(self._propose(task, call, args))
-        self._move_calls(step.results, now)
+        proposed = [self._propose(task, call, args) for call, args in step.proposals]
+        self._move_calls([*step.results, *proposed], now)
         if step.artifacts:
             Artifact.objects.bulk_create(
                 [
