@@ -19,28 +19,23 @@ import time
 from dataclasses import dataclass, field
 
 from django.conf import settings
-from django.db.models import Prefetch
 from django.utils import timezone
 
-from agents.limits import Usage, remaining, task_usage
-from agents.models import AgentRun, Conversation, ToolCall, Turn
+from agents.limits import Usage, remaining
 from agents.outcomes import Outcome, OutcomeKind, apply_outcome
 from agents.prompting import DISCARDED_NOTE, History, result_for_model, system_prompt
 from agents.providers import Completion, ProviderError, ToolSpec
 from agents.providers.base import PROVIDER_BAD_REQUEST
-from agents.recorder import CallState, NewCall, NewTurn, Recorder, Result, Step
+from agents.recorder import CallState, NewCall, NewTurn, Recorder, Result, Step, load_state
 from agents.services import provider_for
 from agents.states import TOOL_CALL_DONE, ModelTestStatus, RecoveryClass, Role
 from agents.states import ToolCallStatus as TC
 from agents.tools import ToolContext, ToolError, get_tool, operation_hash, tool_names
-from approvals.models import Approval, ReviewDecision
-from approvals.states import ApprovalReason, ApprovalStatus, ReviewChoice
+from approvals.states import ApprovalReason
 from memory import services as memory_services
 from tasks.actors import Actor
 from tasks.exceptions import AttemptLost
-from tasks.models import Task
 from tasks.states import EventKind, TaskStatus, ToolPolicy
-from tasks.transitions import renew_lease
 from tasks.workspace import artifacts_dir, workspace_dir
 
 __all__ = ["AgentLoop", "Outcome", "RunSignals"]
@@ -141,42 +136,30 @@ class AgentLoop:
     # -- the saved state, read once ---------------------------------------------------------------
 
     def _load(self) -> None:
-        task = Task.objects.select_related("connection", "model").filter(pk=self.task_id).first()
-        run = AgentRun.objects.filter(pk=self.run_id).first()
-        if task is None or run is None:
-            raise AttemptLost(f"task {self.task_id} or run {self.run_id} no longer exists")
-        self.task, self.claim_count = task, run.claim_count
+        saved = load_state(self.task_id, self.run_id)
+        self.task, self.claim_count = saved.task, saved.claim_count
         self.recorder = Recorder(
             task_id=self.task_id,
             run_id=self.run_id,
             actor=self.actor,
-            connection_id=run.connection_id or task.connection_id,
+            connection_id=saved.connection_id,
         )
-        self.conversation = Conversation.objects.filter(task_id=self.task_id).first()
+        self.conversation = saved.conversation
         self.plan_exists = bool(self.conversation and self.conversation.plan is not None)
-        turns = list(
-            Turn.objects.filter(task_id=self.task_id)
-            .order_by("index")
-            .prefetch_related(
-                Prefetch(
-                    "tool_calls", queryset=ToolCall.objects.defer("result").order_by("position")
-                )
-            )
-        )
-        self.next_index = turns[-1].index + 1 if turns else 0
+        self.next_index = saved.next_index
         self.history = History(self.conversation.system_prompt if self.conversation else "")
         self.calls: list[CallState] = []
         self.last: tuple[str, str, list[CallState]] | None = None  # role, content, calls
-        for turn in turns:
-            calls = [CallState.from_row(c) for c in turn.tool_calls.all()]
+        for role, content, discarded, calls in saved.turns:
             self.calls += calls
-            if turn.discarded:
+            if discarded:
                 continue
-            self.history.add_turn(turn.role, turn.content, calls)
-            self.last = (turn.role, turn.content, calls)
+            self.history.add_turn(role, content, calls)
+            self.last = (role, content, calls)
+        self.approvals, self.run_again = saved.approvals, saved.run_again
+        self.memory_from_run = saved.memory_from_run
         # Usage of the earlier runs, read once; this run's own is counted here as it goes.
-        self.base = task_usage(self.task_id)
-        self.mine = Usage()
+        self.base, self.mine = saved.usage, Usage()
 
     # -- 1. validate ------------------------------------------------------------------------------
 
@@ -235,16 +218,8 @@ class AgentLoop:
             step.system_prompt = prompt
             self.history = History(prompt)
             self._user_turn(f"## Task\n{self.task.instruction}")
-        else:
-            first = (
-                AgentRun.objects.filter(task_id=self.task_id, memory__isnull=False)
-                .exclude(pk=self.run_id)
-                .order_by("number")
-                .values_list("id", flat=True)
-                .first()
-            )
-            if first:
-                step.selection = ("copy", first)
+        elif self.memory_from_run:
+            step.selection = ("copy", self.memory_from_run)
         if self.task.feedback:
             self._user_turn(f"Feedback on your previous attempt:\n{self.task.feedback}")
             step.clear_feedback = True
@@ -322,7 +297,7 @@ class AgentLoop:
             raise _Stop(Outcome(Outcome.HANDED_BACK))
         if self.signals.pause.is_set():
             # The heartbeat saw a pause request; it may have been withdrawn since.
-            if renew_lease(task_id=self.task_id, run_id=self.run_id) == TaskStatus.PAUSE_REQUESTED:
+            if self.recorder.status() == TaskStatus.PAUSE_REQUESTED:
                 raise _Stop(Outcome(Outcome.PAUSED))
             self.signals.pause.clear()
 
@@ -531,13 +506,9 @@ class AgentLoop:
 
     def _bound(self, call: CallState, digest: str) -> bool:
         """A person approved this exact operation, or chose "run again" for it."""
-        approval = Approval.objects.filter(tool_call_id=call.pk).first()
-        if approval and approval.status == ApprovalStatus.APPROVED:
-            return approval.arguments_hash == digest
-        decision = ReviewDecision.objects.filter(tool_call_id=call.pk).first()
-        return bool(
-            decision and decision.choice == ReviewChoice.RUN_AGAIN and call.arguments_hash == digest
-        )
+        if call.pk in self.approvals:
+            return self.approvals[call.pk] == digest
+        return call.pk in self.run_again and call.arguments_hash == digest
 
     def _approval(self, d: Decision) -> dict:
         return {

@@ -20,18 +20,19 @@ from typing import TYPE_CHECKING, Any
 
 from django.db import InterfaceError, OperationalError, transaction
 from django.db import connection as db
-from django.db.models import F
+from django.db.models import F, Prefetch
 from django.utils import timezone
 
+from agents.limits import Usage, task_usage
 from agents.models import AgentRun, Artifact, CompactionDecision, Conversation, ToolCall, Turn
 from agents.states import RunStatus, ToolCallStatus
 from agents.transitions import CallUpdate, set_calls_status
 from approvals.models import Approval, ReviewDecision
-from approvals.states import ReviewChoice
+from approvals.states import ApprovalStatus, ReviewChoice
 from tasks.actors import Actor
 from tasks.exceptions import AttemptLost
 from tasks.models import Task, TaskEvent
-from tasks.transitions import fence, record_events
+from tasks.transitions import fence, record_events, renew_lease
 
 if TYPE_CHECKING:
     from agents.outcomes import Outcome
@@ -146,6 +147,77 @@ class Step:
         self.events.append(Event(kind, data, call))
 
 
+@dataclass
+class SavedState:
+    """What a run resumes from, read once when it starts."""
+
+    task: Task
+    claim_count: int
+    connection_id: int | None
+    conversation: Conversation | None
+    turns: list[tuple[str, str, bool, list[CallState]]]  # role, content, discarded, calls
+    next_index: int
+    approvals: dict[int, str]  # approved call -> the hash a person approved
+    run_again: set[int]  # calls a person chose to run again
+    usage: Usage
+    memory_from_run: int | None  # the earlier run whose memory selection this run repeats
+
+
+def load_state(task_id: int, run_id: int) -> SavedState:
+    """The task's saved state: the conversation, every turn with its calls, what people decided
+    for calls they let run, and the usage of earlier runs. AttemptLost when it is gone."""
+    task = Task.objects.select_related("connection", "model").filter(pk=task_id).first()
+    run = AgentRun.objects.filter(pk=run_id).first()
+    if task is None or run is None:
+        raise AttemptLost(f"task {task_id} or run {run_id} no longer exists")
+    conversation = Conversation.objects.filter(task_id=task_id).first()
+    rows = list(
+        Turn.objects.filter(task_id=task_id)
+        .order_by("index")
+        .prefetch_related(
+            Prefetch("tool_calls", queryset=ToolCall.objects.defer("result").order_by("position"))
+        )
+    )
+    turns = [
+        (t.role, t.content, t.discarded, [CallState.from_row(c) for c in t.tool_calls.all()])
+        for t in rows
+    ]
+    approved = [c.pk for *_, calls in turns for c in calls if c.status == ToolCallStatus.APPROVED]
+    approvals, run_again = {}, set()
+    if approved:
+        approvals = dict(
+            Approval.objects.filter(
+                tool_call_id__in=approved, status=ApprovalStatus.APPROVED
+            ).values_list("tool_call_id", "arguments_hash")
+        )
+        run_again = set(
+            ReviewDecision.objects.filter(
+                tool_call_id__in=approved, choice=ReviewChoice.RUN_AGAIN
+            ).values_list("tool_call_id", flat=True)
+        )
+    memory_from_run = None
+    if conversation is not None:
+        memory_from_run = (
+            AgentRun.objects.filter(task_id=task_id, memory__isnull=False)
+            .exclude(pk=run_id)
+            .order_by("number")
+            .values_list("id", flat=True)
+            .first()
+        )
+    return SavedState(
+        task=task,
+        claim_count=run.claim_count,
+        connection_id=run.connection_id or task.connection_id,
+        conversation=conversation,
+        turns=turns,
+        next_index=rows[-1].index + 1 if rows else 0,
+        approvals=approvals,
+        run_again=run_again,
+        usage=task_usage(task_id),
+        memory_from_run=memory_from_run,
+    )
+
+
 class Recorder:
     """Writes a run's steps. `checkpoint` is called inside each transaction, after the step's
     rows exist, for what remains of each limit and which operations are pending."""
@@ -155,7 +227,10 @@ class Recorder:
         self.run_id = run_id
         self.actor = actor
         self.run = AgentRun(pk=run_id, task_id=task_id, connection_id=connection_id)
-        self.commits = 0
+
+    def status(self) -> str:
+        """The task's status, through the fence (one statement; AttemptLost when lost)."""
+        return renew_lease(task_id=self.task_id, run_id=self.run_id)
 
     def commit(
         self,
@@ -196,7 +271,6 @@ class Recorder:
                     verdict=verdict,
                     now=held.now,
                 )
-        self.commits += 1
         return status
 
     # -- the writes, in the order their foreign keys need -----------------------------------------
