@@ -640,8 +640,6 @@ class AgentLoop:
         # propose_task: the new task's id is part of the result the model gets, so the proposal
         # is written now (follow_up_create; proposing the same title again returns the first).
         self.step.proposals.append((call, args))
-        self.step.event(EventKind.TOOL_RESULT, {"tool": tool.name, "ok": True}, call=call)
-        call.status = TC.SUCCEEDED
         self.commit()
 
     def _result(self, call: CallState, to: str, *, text="", error=None, runs: int) -> None:

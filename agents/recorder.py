@@ -32,6 +32,7 @@ from approvals.states import ApprovalStatus, ReviewChoice
 from tasks.actors import Actor
 from tasks.exceptions import AttemptLost
 from tasks.models import Task, TaskEvent
+from tasks.states import EventKind
 from tasks.transitions import fence, record_events, renew_lease
 
 if TYPE_CHECKING:
@@ -296,6 +297,16 @@ class Recorder:
         self._insert_turns(step.turns, now)
         proposed = [self._propose(task, call, args) for call, args in step.proposals]
         self._move_calls([*step.results, *proposed], now)
+        events = [*step.events]
+        for result in proposed:  # its event says how it went, which is known only now
+            error = result.error_code or None
+            events.append(
+                Event(
+                    EventKind.TOOL_RESULT,
+                    {"tool": result.call.tool, "ok": not error, "error": error},
+                    result.call,
+                )
+            )
         if step.artifacts:
             Artifact.objects.bulk_create(
                 [
@@ -342,7 +353,7 @@ class Recorder:
                     actor_label=self.actor.label,
                     data={**e.data, "tool_call_id": e.call.pk} if e.call else e.data,
                 )
-                for e in step.events
+                for e in events
             ]
         )
         answer = {}
@@ -457,24 +468,12 @@ class Recorder:
 
     def _propose(self, task: Task | None, call: CallState, args) -> Result:
         """propose_task: a linked follow-up task, created in this transaction."""
-        from tasks.services import follow_up_create
+        from tasks.services import propose_follow_up
 
         parent = task or Task.objects.get(pk=self.task_id)
-        deps = list(Task.objects.filter(spawned_by=parent, title__in=args.depends_on_titles))
-        missing = set(args.depends_on_titles) - {d.title for d in deps}
-        if missing:
-            text = (
-                f"Error (unknown_dependency): no proposed task titled "
-                f"{sorted(missing)[0]!r}; propose it first"
-            )
-        else:
-            child = follow_up_create(
-                actor=self.actor,
-                parent=parent,
-                title=args.title,
-                instruction=args.instruction,
-                depends_on=deps,
-            )
-            text = f"Follow-up task proposed: {args.title} (task #{child.pk}, {child.status})"
-        call.result_for_model = text
-        return Result(call, ToolCallStatus.SUCCEEDED, result=text, result_for_model=text, runs=1)
+        text, error = propose_follow_up(actor=self.actor, parent=parent, proposal=args)
+        call.result_for_model, call.error_code = text, error
+        call.status = ToolCallStatus.FAILED if error else ToolCallStatus.SUCCEEDED
+        return Result(
+            call, call.status, result=text, result_for_model=text, error_code=error, runs=1
+        )

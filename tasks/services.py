@@ -418,3 +418,25 @@ def follow_up_create(
         },
     )
     return task
+
+
+def propose_follow_up(*, actor: Actor, parent: Task, proposal) -> tuple[str, str]:
+    """The agent loop's `propose_task` (``proposal``: its parsed arguments), inside the worker's
+    fenced transaction. Returns (text for the model, error code or "")."""
+    titles = list(proposal.depends_on_titles)
+    deps = list(Task.objects.filter(spawned_by=parent, title__in=titles))
+    missing = set(titles) - {d.title for d in deps}
+    if missing:
+        code = "unknown_dependency"
+        return (
+            f"Error ({code}): no proposed task titled {sorted(missing)[0]!r}; propose it first",
+            code,
+        )
+    child = follow_up_create(
+        actor=actor,
+        parent=parent,
+        title=proposal.title,
+        instruction=proposal.instruction,
+        depends_on=deps,
+    )
+    return f"Follow-up task proposed: {child.title} (task #{child.pk}, {child.status})", ""
