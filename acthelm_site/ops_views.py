@@ -9,7 +9,7 @@ through their partial index); no row is looped over in Python.
 import hmac
 import logging
 from dataclasses import dataclass
-from datetime import datetime
+from datetime import datetime, timedelta
 
 from django.conf import settings
 from django.contrib.admin.views.decorators import staff_member_required
@@ -295,6 +295,7 @@ def live_workers() -> list[WorkerRow]:
             tasks_held=Count("id"),
             stale_tasks=Count("id", filter=Q(lease_expires_at__lt=Now())),
             task_ids=ArrayAgg("id", order_by="id"),
+            lease_latest=Max("lease_expires_at"),  # before the name below shadows the field
             lease_expires_at=Min("lease_expires_at"),
         )
     }
@@ -303,7 +304,11 @@ def live_workers() -> list[WorkerRow]:
         for row in AgentRun.objects.order_by()
         .filter(status=RunStatus.STARTED)
         .values("worker_id")
-        .annotate(runs_started=Count("id"), last_heartbeat=Max("heartbeat_at"))
+        .annotate(
+            runs_started=Count("id"),
+            last_heartbeat=Max("heartbeat_at"),
+            newest_start=Max("started_at"),
+        )
     }
     rows = []
     for worker_id in sorted(set(leases) | set(runs)):
@@ -318,10 +323,23 @@ def live_workers() -> list[WorkerRow]:
                 stale_tasks=lease.get("stale_tasks", 0),
                 lease_expires_at=lease.get("lease_expires_at"),
                 runs_started=run.get("runs_started", 0),
-                last_heartbeat=run.get("last_heartbeat"),
+                last_heartbeat=_last_heartbeat(lease, run),
             )
         )
     return sorted(rows, key=lambda r: (not r.stale, r.host, r.worker_id))
+
+
+def _last_heartbeat(lease: dict, run: dict) -> datetime | None:
+    """Every heartbeat (and every step a worker records) renews the lease, and only the lease:
+    its newest renewal is the worker's last sign of life — unless it is still the lease its
+    newest claim set (no heartbeat yet). Runs of older versions carry `heartbeat_at`."""
+    seen = [run.get("last_heartbeat")]
+    if lease.get("lease_latest"):
+        renewed = lease["lease_latest"] - timedelta(seconds=settings.ACTHELM_LEASE_SECONDS)
+        if run.get("newest_start") is None or renewed > run["newest_start"]:
+            seen.append(renewed)
+    seen = [t for t in seen if t is not None]
+    return max(seen) if seen else None
 
 
 @staff_member_required

@@ -1,28 +1,65 @@
 """What happens to a task after a run: review, retry, back-off, loop, cooldown, hand-back, and
-recovery of runs whose worker died. The status changes themselves go through tasks.transitions;
-every write a live worker makes here is fenced."""
+recovery of runs whose worker died.
 
+A run ends with an `Outcome`; `HANDLERS` maps each `OutcomeKind` to one small function that moves
+the run and the task. They run inside the fenced transaction that records the run's last step
+(`agents.recorder`), or inside `apply_outcome`'s own fence. The status changes themselves go
+through tasks.transitions.
+"""
+
+import enum
 import logging
 import re
+from collections.abc import Callable
+from dataclasses import dataclass
 from datetime import timedelta
 
 from django.conf import settings
-from django.db import transaction
+from django.db import connection, transaction
 from django.db.models import Q
-from django.db.models.functions import Now
 from django.utils import timezone
 
-from agents.loop import Outcome
 from agents.models import AgentRun, Connection, Model
 from agents.states import CostTier, ModelTestStatus, RunStatus, Verdict
-from agents.supervisor import SupervisorVerdict
 from agents.transitions import finish_run
 from tasks.actors import Actor
 from tasks.models import Task
 from tasks.states import HELD, EventKind, TaskStatus
-from tasks.transitions import fenced, record_event, set_status
+from tasks.transitions import record_event, set_status
 
 log = logging.getLogger("acthelm.worker")
+
+
+class OutcomeKind(enum.StrEnum):
+    FINAL = "final"
+    PAUSED = "paused"
+    HANDED_BACK = "handed_back"
+    AWAITING_APPROVAL = "awaiting_approval"
+    NEEDS_REVIEW = "needs_review"
+    FAILED = "failed"
+    LOST = "lost"
+
+
+@dataclass(frozen=True)
+class Outcome:
+    """How a run ended. `retryable` says whether the same attempt may succeed later; `health`
+    that the error is about the connection (auth, quota, rate limit), not the task."""
+
+    kind: OutcomeKind
+    answer: str = ""
+    code: str = ""
+    message: str = ""
+    health: bool = False
+    retryable: bool = False
+
+    FINAL = OutcomeKind.FINAL
+    PAUSED = OutcomeKind.PAUSED
+    HANDED_BACK = OutcomeKind.HANDED_BACK
+    AWAITING_APPROVAL = OutcomeKind.AWAITING_APPROVAL
+    NEEDS_REVIEW = OutcomeKind.NEEDS_REVIEW
+    FAILED = OutcomeKind.FAILED
+    LOST = OutcomeKind.LOST
+
 
 # Failures that retrying cannot fix: the task fails at once.
 FINAL_CODES = frozenset({"connection_missing", "connection_disabled", "model_untested"})
@@ -36,8 +73,6 @@ NOT_ATTEMPTS = frozenset(
         "needs_review",
         "cancelled",
         "provider_auth",
-        "provider_rate_limited",
-        "provider_quota",
         "provider_cooling_down",
     }
 )
@@ -67,10 +102,8 @@ def _requeue(task: Task, *, actor: Actor, kind: str, run=None, data=None, **fiel
 
 
 def _note_stuck(task: Task, actor: Actor) -> None:
-    try:
-        from tasks.services import note_stuck_dependants
-    except ImportError:  # arrives with the reconciler work
-        return
+    from tasks.services import note_stuck_dependants
+
     note_stuck_dependants(task, actor=actor)
 
 
@@ -89,111 +122,173 @@ def _fail_task(task, run, *, actor, code: str, message: str, **fields) -> None:
     _note_stuck(task, actor)
 
 
+@dataclass
+class Ending:
+    """Everything a handler needs: the locked task, the run, who acts, the database's clock."""
+
+    task: Task
+    run: AgentRun
+    actor: Actor
+    outcome: Outcome
+    verdict: object
+    now: object
+
+
+def _on_final(e: Ending) -> None:
+    verdict = e.verdict
+    if verdict is not None and verdict.approved:
+        finish_run(
+            e.run,
+            RunStatus.SUCCEEDED,
+            verdict=Verdict.APPROVED,
+            verdict_reason=verdict.reason,
+            answer=e.outcome.answer,
+        )
+        set_status(
+            e.task,
+            TaskStatus.REVIEW,
+            actor=e.actor,
+            kind=EventKind.SUBMITTED,
+            run=e.run,
+            data={"verdict": Verdict.APPROVED, "reason": verdict.reason},
+            failure_code="",
+            failure_message="",
+        )
+        _auto_close(e.task, e.run, e.actor)
+        return
+    reason = verdict.reason if verdict else "no verdict"
+    finish_run(
+        e.run,
+        RunStatus.FAILED,
+        verdict=Verdict.REJECTED,
+        verdict_reason=reason,
+        error_code="supervisor_rejected",
+        error_message=reason,
+    )
+    record_event(e.task, actor=e.actor, kind=EventKind.REJECTED, run=e.run, data={"reason": reason})
+    _retry_or_fail(
+        e.task,
+        e.run,
+        actor=e.actor,
+        code="supervisor_rejected",
+        message=reason,
+        now=e.now,
+        feedback=reason,
+    )
+
+
+def _on_paused(e: Ending) -> None:
+    finish_run(e.run, RunStatus.CANCELLED, error_code="paused")
+    if e.task.status != TaskStatus.PAUSE_REQUESTED:
+        # The pause was withdrawn after the run stopped for it: the task goes on, on any worker.
+        set_status(
+            e.task,
+            TaskStatus.READY,
+            actor=e.actor,
+            kind=EventKind.HANDED_BACK,
+            run=e.run,
+            data={"reason": "pause withdrawn"},
+        )
+        return
+    set_status(e.task, TaskStatus.PAUSED, actor=e.actor, kind=EventKind.PAUSED, run=e.run)
+
+
+def _on_handed_back(e: Ending) -> None:
+    finish_run(e.run, RunStatus.CANCELLED, error_code="handed_back")
+    _requeue(
+        e.task,
+        actor=e.actor,
+        kind=EventKind.HANDED_BACK,
+        run=e.run,
+        data={"reason": e.outcome.message or "worker shutting down"},
+    )
+
+
+def _on_awaiting_approval(e: Ending) -> None:
+    finish_run(e.run, RunStatus.CANCELLED, error_code="awaiting_approval")
+    set_status(
+        e.task,
+        TaskStatus.AWAITING_APPROVAL,
+        actor=e.actor,
+        kind=EventKind.APPROVAL_REQUESTED,
+        run=e.run,
+    )
+
+
+def _on_needs_review(e: Ending) -> None:
+    finish_run(e.run, RunStatus.CANCELLED, error_code="needs_review")
+    set_status(
+        e.task, TaskStatus.NEEDS_REVIEW, actor=e.actor, kind=EventKind.NEEDS_REVIEW, run=e.run
+    )
+
+
+def _on_failed(e: Ending) -> None:
+    outcome = e.outcome
+    finish_run(
+        e.run,
+        RunStatus.FAILED,
+        error_code=outcome.code,
+        error_message=outcome.message[:10_000],
+    )
+    if outcome.health:
+        _cool_down_and_move(
+            e.task, e.run, actor=e.actor, code=outcome.code, message=outcome.message, now=e.now
+        )
+    elif outcome.code.startswith("limit_") or outcome.code in FINAL_CODES or not outcome.retryable:
+        _fail_task(e.task, e.run, actor=e.actor, code=outcome.code, message=outcome.message)
+    else:
+        _retry_or_fail(
+            e.task, e.run, actor=e.actor, code=outcome.code, message=outcome.message, now=e.now
+        )
+
+
+HANDLERS: dict[OutcomeKind, Callable[[Ending], None]] = {
+    OutcomeKind.FINAL: _on_final,
+    OutcomeKind.PAUSED: _on_paused,
+    OutcomeKind.HANDED_BACK: _on_handed_back,
+    OutcomeKind.AWAITING_APPROVAL: _on_awaiting_approval,
+    OutcomeKind.NEEDS_REVIEW: _on_needs_review,
+    OutcomeKind.FAILED: _on_failed,
+}
+
+
+def handle(
+    task: Task, run: AgentRun, *, actor: Actor, outcome: Outcome, verdict=None, now=None
+) -> str:
+    """Apply `outcome` to a task the caller holds (inside its fenced transaction)."""
+    handler = HANDLERS.get(OutcomeKind(outcome.kind))
+    if handler is None:
+        raise ValueError(f"outcome {outcome.kind!r} writes nothing")
+    handler(Ending(task, run, actor, outcome, verdict, now or timezone.now()))
+    return task.status
+
+
 def apply_outcome(
     *,
     task_id: int,
     run_id: int,
     worker_id: str,
     outcome: Outcome,
-    verdict: SupervisorVerdict | None = None,
+    verdict=None,
     now=None,
 ) -> str | None:
     """Write the run's result and move the task, fenced. Returns the task's new status, or None
     when the run had already lost its task (nothing written)."""
-    actor = Actor.worker(worker_id)
-    now = now or timezone.now()
     if outcome.kind == Outcome.LOST:
         return None
-    with fenced(run_id, task_id) as task:
+    from tasks.transitions import fence
+
+    with transaction.atomic():
+        held = fence(run_id, task_id, full=True)
         run = AgentRun.objects.get(pk=run_id)
-        kind = outcome.kind
-        if kind == Outcome.FINAL and verdict is not None and verdict.approved:
-            finish_run(
-                run,
-                RunStatus.SUCCEEDED,
-                verdict=Verdict.APPROVED,
-                verdict_reason=verdict.reason,
-                answer=outcome.answer,
-            )
-            set_status(
-                task,
-                TaskStatus.REVIEW,
-                actor=actor,
-                kind=EventKind.SUBMITTED,
-                run=run,
-                data={"verdict": Verdict.APPROVED, "reason": verdict.reason},
-                failure_code="",
-                failure_message="",
-            )
-            _auto_close(task, run, actor)
-        elif kind == Outcome.FINAL:
-            reason = verdict.reason if verdict else "no verdict"
-            finish_run(
-                run,
-                RunStatus.FAILED,
-                verdict=Verdict.REJECTED,
-                verdict_reason=reason,
-                error_code="supervisor_rejected",
-                error_message=reason,
-            )
-            record_event(
-                task, actor=actor, kind=EventKind.REJECTED, run=run, data={"reason": reason}
-            )
-            _retry_or_fail(
-                task,
-                run,
-                actor=actor,
-                code="supervisor_rejected",
-                message=reason,
-                now=now,
-                feedback=reason,
-            )
-        elif kind == Outcome.PAUSED:
-            finish_run(run, RunStatus.CANCELLED, error_code="paused")
-            set_status(task, TaskStatus.PAUSED, actor=actor, kind=EventKind.PAUSED, run=run)
-        elif kind == Outcome.HANDED_BACK:
-            finish_run(run, RunStatus.CANCELLED, error_code="handed_back")
-            _requeue(
-                task,
-                actor=actor,
-                kind=EventKind.HANDED_BACK,
-                run=run,
-                data={"reason": "worker shutting down"},
-            )
-        elif kind == Outcome.AWAITING_APPROVAL:
-            finish_run(run, RunStatus.CANCELLED, error_code="awaiting_approval")
-            set_status(
-                task,
-                TaskStatus.AWAITING_APPROVAL,
-                actor=actor,
-                kind=EventKind.APPROVAL_REQUESTED,
-                run=run,
-            )
-        elif kind == Outcome.NEEDS_REVIEW:
-            finish_run(run, RunStatus.CANCELLED, error_code="needs_review")
-            set_status(
-                task, TaskStatus.NEEDS_REVIEW, actor=actor, kind=EventKind.NEEDS_REVIEW, run=run
-            )
-        elif kind == Outcome.FAILED:
-            finish_run(
-                run,
-                RunStatus.FAILED,
-                error_code=outcome.code,
-                error_message=outcome.message[:10_000],
-            )
-            if outcome.health:
-                _cool_down_and_move(
-                    task, run, actor=actor, code=outcome.code, message=outcome.message, now=now
-                )
-            elif outcome.code.startswith("limit_") or outcome.code in FINAL_CODES:
-                _fail_task(task, run, actor=actor, code=outcome.code, message=outcome.message)
-            else:
-                _retry_or_fail(
-                    task, run, actor=actor, code=outcome.code, message=outcome.message, now=now
-                )
-        else:
-            raise ValueError(f"unknown outcome {kind!r}")
-        return task.status
+        return handle(
+            held.task,
+            run,
+            actor=Actor.worker(worker_id),
+            outcome=outcome,
+            verdict=verdict,
+            now=now or held.now,
+        )
 
 
 def _auto_close(task, run, actor) -> None:
@@ -205,16 +300,20 @@ def _auto_close(task, run, actor) -> None:
 
 
 def _retry_or_fail(task, run, *, actor, code, message, now, feedback: str = "") -> None:
+    """A failed attempt. The first run is not a retry: after the n-th failed attempt the task
+    waits ACTHELM_RETRY_DELAYS[n-1] and runs again, so with the defaults (3 retries; 1, 5, 30
+    minutes) every delay is used, and the failure after the third retry fails the task — as
+    `error_loop` when every attempt failed with the same error."""
     attempts = task.failed_attempts + 1
-    if attempts >= settings.ACTHELM_MAX_ATTEMPTS:
+    if attempts > settings.ACTHELM_MAX_ATTEMPTS:
         recent = list(
             AgentRun.objects.filter(task=task, status=RunStatus.FAILED)
             .exclude(error_code__in=NOT_ATTEMPTS)
             .order_by("-number")
-            .values_list("error_code", "error_message")[: settings.ACTHELM_MAX_ATTEMPTS]
+            .values_list("error_code", "error_message")[:attempts]
         )
         signatures = {error_signature(c, m) for c, m in recent}
-        if len(recent) >= settings.ACTHELM_MAX_ATTEMPTS and len(signatures) == 1:
+        if len(recent) >= attempts and len(signatures) == 1:
             loop_message = (
                 f"a loop: all {len(recent)} attempts failed with the same error "
                 f"({code}: {message[:500]})"
@@ -293,6 +392,27 @@ def _cool_down_and_move(task, run, *, actor, code, message, now) -> None:
     log.warning(
         "provider.cooldown", extra={"connection": conn.name, "code": code, "task_id": task.pk}
     )
+    if code == "provider_auth" and (
+        AgentRun.objects.filter(task=task, error_code="provider_auth").exclude(pk=run.pk).exists()
+    ):
+        # The key was refused again after a whole cooldown cycle: a wrong key does not heal.
+        _fail_task(
+            task,
+            run,
+            actor=actor,
+            code=code,
+            message=f"the connection {conn.name} refused the credential again after its "
+            f"cooldown: {message}",
+        )
+        return
+    fields = {}
+    if code in ("provider_quota", "provider_rate_limited"):
+        # Quota and rate limits count against the attempts like other errors: they end.
+        attempts = task.failed_attempts + 1
+        if attempts > settings.ACTHELM_MAX_ATTEMPTS:
+            _fail_task(task, run, actor=actor, code=code, message=message, failed_attempts=attempts)
+            return
+        fields["failed_attempts"] = attempts
     model = fallback_model(task, exclude_connection_id=conn.pk, now=now)
     if model is not None:
         _requeue(
@@ -304,6 +424,7 @@ def _cool_down_and_move(task, run, *, actor, code, message, now) -> None:
             connection=model.connection,
             model=model,
             not_before=None,
+            **fields,
         )
         return
     # No zero-cost connection is available: wait for the earliest cooldown to end, not fail.
@@ -321,19 +442,36 @@ def _cool_down_and_move(task, run, *, actor, code, message, now) -> None:
         run=run,
         data={"waiting_for_cooldown": wait_until.isoformat(), "code": code},
         not_before=wait_until,
+        **fields,
     )
 
 
 # --- Recovery of lost runs ---------------------------------------------------------------------
 
 
-def _stale_filter() -> Q:
-    """Lease expired, or started longer ago than the run timeout + 5 minutes — both judged by the
-    database's clock, so the clocks of worker hosts do not matter."""
-    overdue = Now() - timedelta(seconds=settings.ACTHELM_RUN_TIMEOUT_SECONDS + 300)
-    return Q(lease_expires_at__lt=Now()) | Q(
-        runs__status=RunStatus.STARTED, runs__started_at__lt=overdue
-    )
+_STALE_SQL = """
+SELECT t.id FROM tasks_task t
+WHERE t.status IN ('in_progress', 'pause_requested') {only}
+  AND (t.lease_expires_at < now()
+       OR EXISTS (SELECT 1 FROM agents_agentrun r
+                  WHERE r.task_id = t.id AND r.status = 'started'
+                    AND r.started_at < now() - make_interval(
+                        secs => greatest(t.limit_runtime_seconds, %(timeout)s) + 300)))
+ORDER BY t.id LIMIT 500
+"""
+
+
+def _stale_ids(task_id: int | None = None) -> list[int]:
+    """Held tasks whose lease expired, or whose run started longer ago than it may last + 5
+    minutes: the larger of the global run timeout and the task's own runtime limit. Judged by
+    the database's clock, like the run's start, so the clocks of worker hosts do not matter."""
+    params = {"timeout": settings.ACTHELM_RUN_TIMEOUT_SECONDS}
+    only = ""
+    if task_id is not None:
+        only, params["task"] = "AND t.id = %(task)s", task_id
+    with connection.cursor() as cursor:
+        cursor.execute(_STALE_SQL.format(only=only), params)
+        return [row[0] for row in cursor.fetchall()]
 
 
 def recover_stale(*, actor: Actor | None = None) -> list[int]:
@@ -341,18 +479,13 @@ def recover_stale(*, actor: Actor | None = None) -> list[int]:
     task once (the next run resumes from the checkpoint); a second loss fails it (worker_lost)."""
     actor = actor or Actor.system("recover_stale")
     recovered = []
-    candidates = list(
-        Task.objects.filter(status__in=HELD)
-        .filter(_stale_filter())
-        .values_list("pk", flat=True)
-        .distinct()[:500]
-    )
+    candidates = _stale_ids()
     for task_id in candidates:
         with transaction.atomic():
             task = Task.objects.select_for_update(skip_locked=True).filter(pk=task_id).first()
             if task is None or task.status not in HELD:
                 continue
-            if not Task.objects.filter(_stale_filter(), pk=task_id).exists():
+            if not _stale_ids(task_id):
                 continue  # renewed meanwhile
             run = AgentRun.objects.filter(task=task, status=RunStatus.STARTED).first()
             if run is not None:

@@ -81,9 +81,11 @@ TOOL_CALL_DONE = frozenset(
 TC = ToolCallStatus
 # Where a tool call may go from each state; agents.transitions.set_call_status enforces it.
 TOOL_CALL_TRANSITIONS: dict[str, frozenset[str]] = {
-    TC.PENDING: frozenset({TC.AWAITING_APPROVAL, TC.RUNNING, TC.REFUSED}),
+    # PENDING/APPROVED -> SUCCEEDED/FAILED: a read-only or idempotent call runs without an
+    # intent record; its result is written with the step (recovery runs it again if lost).
+    TC.PENDING: frozenset({TC.AWAITING_APPROVAL, TC.RUNNING, TC.REFUSED, TC.SUCCEEDED, TC.FAILED}),
     TC.AWAITING_APPROVAL: frozenset({TC.APPROVED, TC.DENIED}),
-    TC.APPROVED: frozenset({TC.RUNNING, TC.REFUSED}),
+    TC.APPROVED: frozenset({TC.RUNNING, TC.REFUSED, TC.SUCCEEDED, TC.FAILED}),
     # RUNNING -> RUNNING: a read-only or idempotent call run again after a crash.
     TC.RUNNING: frozenset({TC.SUCCEEDED, TC.FAILED, TC.RUNNING, TC.UNKNOWN, TC.REFUSED}),
     TC.UNKNOWN: frozenset({TC.APPROVED, TC.SKIPPED}),

@@ -33,20 +33,30 @@ class SupervisorVerdict:
     reason: str
 
 
-def rule_checks(task, answer: str) -> list[str]:
+def rule_checks(task, answer: str, *, usage=None, open_operations=None) -> list[str]:
+    """The rule checks. The worker passes the usage and the open operations it keeps in memory;
+    without them they are read from the database."""
     problems = []
     if not answer.strip():
         problems.append("the answer is empty")
-    usage = task_usage(task.pk)
+    usage = usage if usage is not None else task_usage(task.pk)
     if usage.model_turns > task.limit_turns:
         problems.append("the run used more model turns than its limit")
     if usage.tokens > task.limit_token_budget:
         problems.append("the run used more tokens than its budget")
     if usage.network_requests > task.limit_network_requests:
         problems.append("the run made more network requests than its limit")
-    if ToolCall.objects.filter(task=task).exclude(status__in=TOOL_CALL_DONE).exists():
+    if open_operations is None:
+        open_operations = ToolCall.objects.filter(task=task).exclude(status__in=TOOL_CALL_DONE)
+        open_operations = open_operations.exists()
+    if open_operations:
         problems.append("operations are still pending")
     return problems
+
+
+def uses_model() -> bool:
+    """Whether a model is asked as well (a slow external call: the answer is stored first)."""
+    return bool(getattr(settings, "ACTHELM_SUPERVISOR_CONNECTION", ""))
 
 
 def _supervisor_model() -> Model | None:
@@ -62,8 +72,8 @@ def _supervisor_model() -> Model | None:
     return qs.first()
 
 
-def supervise(task, answer: str) -> SupervisorVerdict:
-    problems = rule_checks(task, answer)
+def supervise(task, answer: str, *, usage=None, open_operations=None) -> SupervisorVerdict:
+    problems = rule_checks(task, answer, usage=usage, open_operations=open_operations)
     if problems:
         return SupervisorVerdict(False, "; ".join(problems))
     model = _supervisor_model()

@@ -20,11 +20,11 @@ from django.db import DatabaseError, InterfaceError, OperationalError
 from django.db import connection as db
 from psycopg.conninfo import make_conninfo
 
-from agents.loop import AgentLoop, Outcome, RunSignals
-from agents.outcomes import apply_outcome, recover_stale
+from agents.loop import AgentLoop, RunSignals
+from agents.outcomes import Outcome, apply_outcome, recover_stale
 from agents.supervisor import supervise
+from agents.supervisor import uses_model as supervisor_uses_model
 from tasks.exceptions import AttemptLost
-from tasks.models import Task
 from tasks.notify.delivery import deliver_in_maintenance
 from tasks.states import TaskStatus
 from tasks.transitions import READY_CHANNEL, Claim, claim_next, renew_lease
@@ -54,7 +54,7 @@ class Heartbeat(threading.Thread):
             while not self.done.wait(interval):
                 try:
                     status = renew_lease(task_id=self.claim.task_id, run_id=self.claim.run_id)
-                except AttemptLost:
+                except AttemptLost:  # cancelled, recovered, reset — or deleted
                     if self.done.is_set():
                         return  # the run just ended; its task has moved on
                     log.warning(
@@ -66,6 +66,9 @@ class Heartbeat(threading.Thread):
                 except DB_ERRORS:
                     log.exception("heartbeat.db_error", extra={"task_id": self.claim.task_id})
                     db.close()
+                    continue
+                except Exception:  # a bug must not silence the heartbeat of a running task
+                    log.exception("heartbeat.error", extra={"task_id": self.claim.task_id})
                     continue
                 if status == TaskStatus.PAUSE_REQUESTED:
                     self.signals.pause.set()
@@ -153,6 +156,10 @@ class Worker:
                     db.close()
                     self.stopping.wait(1.0)
                     continue
+                except Exception:  # nothing may end a slot
+                    log.exception("worker.claim_error", extra={"worker": self.worker_id})
+                    self.stopping.wait(1.0)
+                    continue
                 if claim is None:
                     if self.burst:
                         if idle_recovered:
@@ -165,12 +172,15 @@ class Worker:
                             self._cond.wait(settings.ACTHELM_POLL_SECONDS)
                     continue
                 idle_recovered = False
-                self.process(claim)
+                try:
+                    self.process(claim)
+                except Exception:  # nothing may end a slot
+                    log.exception("worker.process_error", extra={"task_id": claim.task_id})
         finally:
             db.close()
 
     def process(self, claim: Claim) -> str | None:
-        """Run one claimed task to an outcome and apply it."""
+        """Run one claimed task to an outcome and record it with the run's last step."""
         signals = RunSignals()
         if self.stopping.is_set():
             signals.stop.set()
@@ -189,20 +199,21 @@ class Worker:
             outcome = loop.run()
             verdict = None
             if outcome.kind == Outcome.FINAL:
-                verdict = supervise(Task.objects.get(pk=claim.task_id), outcome.answer)
-            status = apply_outcome(
-                task_id=claim.task_id,
-                run_id=claim.run_id,
-                worker_id=self.worker_id,
-                outcome=outcome,
-                verdict=verdict,
-            )
+                if supervisor_uses_model():
+                    loop.commit()  # the answer is stored before a slow supervisor call
+                verdict = supervise(
+                    loop.task,
+                    outcome.answer,
+                    usage=loop.usage(),
+                    open_operations=bool(loop.open_operations()),
+                )
+            status = loop.finish(outcome, verdict)
             log.info(
                 "run.finished",
                 extra={
                     "task_id": claim.task_id,
                     "run_id": claim.run_id,
-                    "outcome": outcome.kind,
+                    "outcome": str(outcome.kind),
                     "code": outcome.code,
                     "status": status,
                 },
@@ -210,9 +221,10 @@ class Worker:
         except AttemptLost:
             log.warning("run.fenced_out", extra={"task_id": claim.task_id, "run_id": claim.run_id})
         except DB_ERRORS:
-            # The database went away mid-run: the lease will expire and recovery requeues.
+            # The database went away mid-run: reconnect and hand the task back, rather than let
+            # the lease expire (which recovery would count as a lost worker).
             log.exception("run.db_error", extra={"task_id": claim.task_id})
-            db.close()
+            status = self._hand_back(claim)
         except Exception as exc:  # a bug must not kill the worker; the run fails visibly
             log.exception("run.crashed", extra={"task_id": claim.task_id})
             try:
@@ -229,6 +241,7 @@ class Worker:
                 )
             except (AttemptLost, *DB_ERRORS):
                 log.exception("run.crash_not_recorded", extra={"task_id": claim.task_id})
+                db.close()
         finally:
             heartbeat.done.set()
             heartbeat.join(5)
@@ -236,6 +249,30 @@ class Worker:
                 self._running.pop(claim.run_id, None)
             self.processed += 1
         return status
+
+    def _hand_back(self, claim: Claim) -> str | None:
+        """After a database error: reconnect and hand the task back (retried while the lease
+        lasts); whatever the run recorded before stays, and the next run resumes from it."""
+        deadline = time.monotonic() + settings.ACTHELM_LEASE_SECONDS
+        delay = 0.1
+        while True:
+            db.close()
+            try:
+                return apply_outcome(
+                    task_id=claim.task_id,
+                    run_id=claim.run_id,
+                    worker_id=self.worker_id,
+                    outcome=Outcome(Outcome.HANDED_BACK, message="database connection lost"),
+                )
+            except AttemptLost:
+                return None
+            except DB_ERRORS:
+                if time.monotonic() + delay > deadline:
+                    log.exception("run.hand_back_failed", extra={"task_id": claim.task_id})
+                    db.close()
+                    return None
+                time.sleep(delay)
+                delay = min(delay * 2, 1.0)
 
     # -- helpers -------------------------------------------------------------------------------
 
@@ -247,6 +284,8 @@ class Worker:
         except DB_ERRORS:
             log.exception("worker.recover_failed")
             db.close()
+        except Exception:  # recovery must keep running for the other workers' tasks
+            log.exception("worker.recover_error")
 
     def _maintain(self) -> None:
         """Recovery and reconciliation. Recovery runs when the earliest lease among held tasks
@@ -282,6 +321,9 @@ class Worker:
         except DB_ERRORS:
             db.close()
             return None
+        except Exception:  # the maintenance thread must not end
+            log.exception("worker.expiry_error")
+            return None
         return None if value is None else float(value)
 
     def _reconcile_once(self) -> None:
@@ -294,6 +336,8 @@ class Worker:
         except DB_ERRORS:
             log.exception("worker.reconcile_failed")
             db.close()
+        except Exception:
+            log.exception("worker.reconcile_error")
 
     def _listen(self) -> None:
         """LISTEN on its own connection; any notification wakes the idle slots."""

@@ -166,3 +166,17 @@ def review_skip(*, actor: Actor, decision_id: int, arguments_hash: str) -> Revie
         arguments_hash=arguments_hash,
         choice=ReviewChoice.SKIP,
     )
+
+
+def settle_for_cancelled_task(task) -> dict:
+    """The task was cancelled: its open approvals and needs_review decisions can no longer be
+    decided. Settle them (in the cancel's transaction) so the inbox shows only live ones; the
+    operations stay unrun."""
+    now = timezone.now()
+    approvals = Approval.objects.filter(task=task, status=ApprovalStatus.PENDING).update(
+        status=ApprovalStatus.CANCELLED, decided_at=now
+    )
+    reviews = ReviewDecision.objects.filter(task=task, choice=ReviewChoice.PENDING).update(
+        choice=ReviewChoice.CANCELLED, decided_at=now
+    )
+    return {"approvals_settled": approvals, "reviews_settled": reviews}

@@ -7,6 +7,7 @@ class ApprovalStatus(models.TextChoices):
     PENDING = "pending", "Pending"
     APPROVED = "approved", "Approved"
     DENIED = "denied", "Denied"
+    CANCELLED = "cancelled", "Settled: the task was cancelled"
 
 
 class ApprovalReason(models.TextChoices):
@@ -18,3 +19,4 @@ class ReviewChoice(models.TextChoices):
     PENDING = "pending", "Waiting for a decision"
     RUN_AGAIN = "run_again", "Run again"
     SKIP = "skip", "Skip (the model is told the outcome is unknown)"
+    CANCELLED = "cancelled", "Settled: the task was cancelled"

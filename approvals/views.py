@@ -17,6 +17,7 @@ from approvals.models import Approval, ReviewDecision
 from approvals.states import ApprovalStatus, ReviewChoice
 from tasks.actors import Actor
 from tasks.exceptions import ActhelmError, NotPermitted
+from tasks.states import TaskStatus
 from tasks.views import OUTCOME_UNKNOWN, error_status, login_required, render_task_page
 
 log = logging.getLogger("acthelm.console")
@@ -36,9 +37,14 @@ def _pretty(value) -> str:
 
 
 def pending_approvals():
+    """Only what a person can still decide: the task waits for it."""
     return (
         # Evaluation tasks' approvals are decided by the evaluation runner, not by a person.
-        Approval.objects.filter(status=ApprovalStatus.PENDING, task__is_evaluation=False)
+        Approval.objects.filter(
+            status=ApprovalStatus.PENDING,
+            task__status=TaskStatus.AWAITING_APPROVAL,
+            task__is_evaluation=False,
+        )
         .select_related("task")
         .order_by("created_at", "id")
     )
@@ -46,7 +52,11 @@ def pending_approvals():
 
 def pending_reviews():
     return (
-        ReviewDecision.objects.filter(choice=ReviewChoice.PENDING, task__is_evaluation=False)
+        ReviewDecision.objects.filter(
+            choice=ReviewChoice.PENDING,
+            task__status=TaskStatus.NEEDS_REVIEW,
+            task__is_evaluation=False,
+        )
         .select_related("task", "tool_call")
         .defer("tool_call__result", "tool_call__result_for_model")
         .order_by("created_at", "id")

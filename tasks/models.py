@@ -60,6 +60,10 @@ class Task(models.Model):
     claim_count = models.PositiveIntegerField(default=0, editable=False)
     lease_owner = models.CharField(max_length=200, blank=True, editable=False)
     lease_expires_at = models.DateTimeField(null=True, blank=True, editable=False)
+    # The newest person's event that takes the task from the worker holding it (anything but a
+    # pause request or its withdrawal): the fence compares it with the run's claim event in the
+    # same row it locks (docs/worker.md). No index: person events are rare.
+    last_person_event_id = models.BigIntegerField(null=True, blank=True, editable=False)
     failed_attempts = models.PositiveIntegerField(default=0, editable=False)
     lost_count = models.PositiveIntegerField(default=0, editable=False)
 

@@ -293,13 +293,16 @@ def task_cancel(*, actor: Actor, task_id: int, reason: str = "") -> Task:
     """No further step starts. A running attempt ends now; its worker notices at its heartbeat."""
     with transaction.atomic():
         task = _act(task_id, "cancel", actor)
+        from approvals.services import settle_for_cancelled_task
+
         runs = end_started_runs(task.pk, RunStatus.CANCELLED, error_code="cancelled")
+        settled = settle_for_cancelled_task(task)
         set_status(
             task,
             TaskStatus.CANCELLED,
             actor=actor,
             kind=EventKind.CANCELLED,
-            data={"reason": reason, "runs_cancelled": runs},
+            data={"reason": reason, "runs_cancelled": runs, **settled},
         )
         note_stuck_dependants(task, actor=actor)
     return task

@@ -15,7 +15,6 @@ from django.conf import settings
 from django.db import connection, transaction
 
 from agents.models import AgentRun
-from agents.states import RunStatus
 from tasks.actors import Actor
 from tasks.exceptions import AttemptLost, TaskNotFound, TransitionNotAllowed
 from tasks.models import Task, TaskEvent
@@ -69,8 +68,26 @@ def record_event(
         to_status=to_status,
         data=data or {},
     )
+    if actor.is_person and kind not in COOPERATIVE_EVENTS:
+        # The fence reads this column of the row it locks: a person's action committed while a
+        # worker's fence waited for the lock is seen (a subquery on the events would not see it).
+        Task.objects.filter(pk=task.pk).update(last_person_event_id=event.pk)
+        task.last_person_event_id = event.pk
     enqueue_for_event(event)  # the outbox row commits (or rolls back) with its event
     return event
+
+
+def record_events(events: list[TaskEvent]) -> list[TaskEvent]:
+    """Several events of one worker step in one INSERT (the worker's recorder). Worker events
+    only: a person's action goes through `record_event`, which also marks the task row."""
+    if any(e.actor_kind == ActorKind.PERSON for e in events):
+        raise ValueError("a person's events go through record_event")
+    if not events:
+        return []
+    created = TaskEvent.objects.bulk_create(events)
+    for event in created:
+        enqueue_for_event(event)  # none of a step's events notifies today; kept for the rule
+    return created
 
 
 def notify_ready() -> None:
@@ -154,8 +171,56 @@ class Claim:
     task_id: int
     run_id: int
     claim_count: int
+    claim_event_id: int | None = None
 
 
+def _insert_columns(model, given: dict[str, str], prefix: str) -> tuple[str, str, dict]:
+    """Column list, SELECT expressions and parameters for an INSERT … SELECT of `model` inside
+    the claim statement: `given` maps columns to SQL; every other column gets its model default
+    as a parameter (so a column added later needs no change here)."""
+    columns, values, params = [], [], {}
+    for field in model._meta.concrete_fields:
+        columns.append(field.column)
+        if field.column in given:
+            values.append(given[field.column])
+        else:
+            key = f"{prefix}_{field.column}"
+            values.append(f"%({key})s")
+            params[key] = field.get_db_prep_save(field.get_default(), connection)
+    return ", ".join(columns), ", ".join(values), params
+
+
+_RUN_COLUMNS = {
+    "id": "ids.run_id",
+    "task_id": "c.id",
+    "number": "coalesce(p.number, 0) + 1",
+    "claim_count": "c.claim_count",
+    "claim_event_id": "ids.event_id",
+    "status": "'started'",
+    "worker_id": "%(worker)s",
+    "started_at": "now()",
+    "connection_id": "c.connection_id",
+    "model_id": "c.model_id",
+}
+_EVENT_COLUMNS = {
+    "id": "ids.event_id",
+    "task_id": "c.id",
+    "run_id": "ids.run_id",
+    "kind": "'claimed'",
+    "actor_kind": "'worker'",
+    "actor_user_id": "NULL",
+    "actor_label": "%(worker)s",
+    "from_status": "'ready'",
+    "to_status": "'in_progress'",
+    "data": "jsonb_build_object('run_id', ids.run_id, 'newest_run_id_before', p.id, "
+    "'claim_count', c.claim_count)",
+    "created_at": "now()",
+}
+
+# The claim, the run and the claim event in ONE statement. SKIP LOCKED spreads workers over
+# rows; the `t.status = 'ready'` guard of the UPDATE decides a race (the loser updates nothing,
+# so it inserts nothing). Both ids come from their sequences inside the statement (the foreign
+# keys are checked at commit). A task whose connection cools down is not a candidate.
 _CLAIM_SQL = """
 WITH candidate AS (
     SELECT t.id FROM tasks_task t
@@ -165,127 +230,139 @@ WITH candidate AS (
           SELECT 1 FROM tasks_taskdependency d
           JOIN tasks_task dep ON dep.id = d.depends_on_id
           WHERE d.task_id = t.id AND dep.status <> 'done')
+      AND NOT EXISTS (
+          SELECT 1 FROM agents_connection k
+          WHERE k.id = t.connection_id AND k.cooldown_until > now())
     ORDER BY t.priority DESC, t.id
     LIMIT 1
-    FOR UPDATE SKIP LOCKED
+    FOR UPDATE OF t SKIP LOCKED
+), claimed AS (
+    UPDATE tasks_task t
+    SET status = 'in_progress', claim_count = t.claim_count + 1, lease_owner = %(worker)s,
+        lease_expires_at = now() + make_interval(secs => %(lease)s), not_before = NULL,
+        updated_at = now()
+    FROM candidate WHERE t.id = candidate.id AND t.status = 'ready'
+    RETURNING t.id, t.claim_count, t.connection_id, t.model_id
+), previous AS (
+    SELECT DISTINCT ON (r.task_id) r.task_id, r.id, r.number
+    FROM agents_agentrun r JOIN claimed c ON r.task_id = c.id
+    ORDER BY r.task_id, r.number DESC
+), ids AS (
+    SELECT nextval(pg_get_serial_sequence('agents_agentrun', 'id')) AS run_id,
+           nextval(pg_get_serial_sequence('tasks_taskevent', 'id')) AS event_id
+    FROM claimed
+), run AS (
+    INSERT INTO agents_agentrun ({run_columns})
+    SELECT {run_values}
+    FROM claimed c CROSS JOIN ids LEFT JOIN previous p ON p.task_id = c.id
+    RETURNING id
+), event AS (
+    INSERT INTO tasks_taskevent ({event_columns})
+    SELECT {event_values}
+    FROM claimed c CROSS JOIN ids LEFT JOIN previous p ON p.task_id = c.id
+    RETURNING id
 )
-UPDATE tasks_task t
-SET status = 'in_progress',
-    claim_count = t.claim_count + 1,
-    lease_owner = %s,
-    lease_expires_at = now() + make_interval(secs => %s),
-    not_before = NULL,
-    updated_at = now()
-FROM candidate
-WHERE t.id = candidate.id AND t.status = 'ready'
-RETURNING t.id, t.claim_count, t.connection_id, t.model_id
+SELECT c.id, ids.run_id, c.claim_count, ids.event_id
+FROM claimed c CROSS JOIN ids
+WHERE EXISTS (SELECT 1 FROM run) AND EXISTS (SELECT 1 FROM event)
 """
 
 
 def claim_next(*, worker_id: str, lease_seconds: float | None = None) -> Claim | None:
-    """Claim the next due ready task for `worker_id`, or return None when there is none.
-
-    One conditional UPDATE moves the task to in_progress and bumps its claim counter; the same
-    transaction creates the run and writes the claim event with the newest run id at that moment.
-    """
+    """Claim the next due ready task for `worker_id`, or return None when there is none: ONE
+    statement (`_CLAIM_SQL`), one commit. The run starts at the database's clock."""
     lease = settings.ACTHELM_LEASE_SECONDS if lease_seconds is None else lease_seconds
+    run_columns, run_values, run_params = _insert_columns(AgentRun, _RUN_COLUMNS, "run")
+    event_columns, event_values, event_params = _insert_columns(TaskEvent, _EVENT_COLUMNS, "ev")
+    sql = _CLAIM_SQL.format(
+        run_columns=run_columns,
+        run_values=run_values,
+        event_columns=event_columns,
+        event_values=event_values,
+    )
+    params = {"worker": worker_id, "lease": lease, **run_params, **event_params}
     with transaction.atomic():
         with connection.cursor() as cursor:
-            cursor.execute(_CLAIM_SQL, [worker_id, lease])
+            cursor.execute(sql, params)
             row = cursor.fetchone()
-        if row is None:
-            return None
-        task_id, claim_count, connection_id, model_id = row
-        previous = (
-            AgentRun.objects.filter(task_id=task_id).order_by("-number").values("id", "number")
-        ).first()
-        run = AgentRun.objects.create(
-            task_id=task_id,
-            number=(previous["number"] + 1) if previous else 1,
-            claim_count=claim_count,
-            worker_id=worker_id,
-            connection_id=connection_id,
-            model_id=model_id,
-        )
-        event = TaskEvent.objects.create(
-            task_id=task_id,
-            run=run,
-            kind=EventKind.CLAIMED,
-            actor_kind=ActorKind.WORKER,
-            actor_label=worker_id,
-            from_status=TaskStatus.READY,
-            to_status=TaskStatus.IN_PROGRESS,
-            data={
-                "run_id": run.pk,
-                "newest_run_id_before": previous["id"] if previous else None,
-                "claim_count": claim_count,
-            },
-        )
-        AgentRun.objects.filter(pk=run.pk).update(claim_event=event)
-    log.info("task.claimed", extra={"task_id": task_id, "run_id": run.pk, "worker": worker_id})
-    return Claim(task_id=task_id, run_id=run.pk, claim_count=claim_count)
+    if row is None:
+        return None
+    task_id, run_id, claim_count, event_id = row
+    log.info("task.claimed", extra={"task_id": task_id, "run_id": run_id, "worker": worker_id})
+    return Claim(task_id=task_id, run_id=run_id, claim_count=claim_count, claim_event_id=event_id)
 
 
-_HOLDS_SQL = """
-SELECT r.status,
-       r.claim_count,
-       (SELECT max(n.id) FROM agents_agentrun n WHERE n.task_id = r.task_id),
-       EXISTS (
-           SELECT 1 FROM tasks_taskevent e
-           WHERE e.task_id = r.task_id AND e.id > r.claim_event_id
-             AND e.actor_kind = 'person' AND NOT (e.kind = ANY(%s)))
-FROM agents_agentrun r WHERE r.id = %s
+# The four checks of holds_attempt() in the row the statement locks (docs/worker.md, "The
+# fence"): the task is held; its claim counter is the run's (so the run is the newest claim's,
+# hence the task's newest run); no person's fencing action was recorded after the run's claim
+# event; the run is still started. It renews the lease on the way, and returns the task's status
+# (a pause request) and the transaction's clock.
+_FENCE_SQL = """
+UPDATE tasks_task t SET lease_expires_at = now() + make_interval(secs => %(lease)s)
+FROM agents_agentrun r
+WHERE t.id = %(task)s AND r.id = %(run)s AND r.task_id = t.id
+  AND t.status IN ('in_progress', 'pause_requested')
+  AND t.claim_count = r.claim_count
+  AND r.status = 'started'
+  AND (t.last_person_event_id IS NULL OR t.last_person_event_id < r.claim_event_id)
+RETURNING {columns}, now()
 """
+_FENCE_BRIEF = _FENCE_SQL.format(columns="t.status")
+_FENCE_FULL = _FENCE_SQL.format(columns="t.*").replace("now()\n", "now() AS fence_now\n")
+
+
+@dataclass(frozen=True)
+class Fence:
+    """What the fence statement returned: the task's status, the transaction's clock, and the
+    whole task row when asked for."""
+
+    status: str
+    now: object
+    task: Task | None = None
+
+
+def fence(run_id: int, task_id: int, *, full: bool = False, lease_seconds=None) -> Fence:
+    """Prove, in one statement, that run `run_id` still holds task `task_id`, lock the task row
+    and renew the lease; raise AttemptLost otherwise (also when the task no longer exists)."""
+    lease = settings.ACTHELM_LEASE_SECONDS if lease_seconds is None else lease_seconds
+    params = {"lease": lease, "task": task_id, "run": run_id}
+    if full:  # through the ORM's raw query, so that every column gets its converter
+        rows = list(Task.objects.raw(_FENCE_FULL, params))
+        if rows:
+            return Fence(status=rows[0].status, now=rows[0].fence_now, task=rows[0])
+    else:
+        with connection.cursor() as cursor:
+            cursor.execute(_FENCE_BRIEF, params)
+            row = cursor.fetchone()
+        if row is not None:
+            return Fence(status=row[0], now=row[1])
+    log.warning("run.fenced_out", extra={"task_id": task_id, "run_id": run_id})
+    raise AttemptLost(f"run {run_id} no longer holds task {task_id}")
 
 
 def holds_attempt(task: Task, run_id: int) -> bool:
-    """Does run `run_id` still own `task` (locked by the caller)?
-
-    True only when the claim counter is the one the run got, no person's action (other than a
-    cooperative pause request) was recorded after its claim, the run is still started, and it is
-    the task's newest run.
-    """
+    """Does run `run_id` still own `task`? The four checks as one statement (see `fence`);
+    the caller is inside a transaction."""
     _require_atomic()
-    if task.status not in HELD:
+    try:
+        with transaction.atomic():
+            fence(run_id, task.pk)
+    except AttemptLost:
         return False
-    with connection.cursor() as cursor:
-        cursor.execute(_HOLDS_SQL, [list(COOPERATIVE_EVENTS), run_id])
-        row = cursor.fetchone()
-    if row is None:
-        return False
-    status, claim_count, newest_id, person_acted = row
-    return (
-        status == RunStatus.STARTED
-        and claim_count == task.claim_count
-        and newest_id == run_id
-        and not person_acted
-    )
+    return True
 
 
 @contextmanager
 def fenced(run_id: int, task_id: int) -> Iterator[Task]:
-    """A transaction in which the run provably still holds its task; else AttemptLost, no write."""
+    """A transaction in which the run provably still holds its task; else AttemptLost, no write.
+    Yields the task row, locked."""
     with transaction.atomic():
-        task = lock_task(task_id)
-        if not holds_attempt(task, run_id):
-            log.warning("run.fenced_out", extra={"task_id": task_id, "run_id": run_id})
-            raise AttemptLost(f"run {run_id} no longer holds task {task_id}")
-        yield task
+        yield fence(run_id, task_id, full=True).task
 
 
 def renew_lease(*, task_id: int, run_id: int, lease_seconds: float | None = None) -> str:
-    """Heartbeat: extend the lease if the run still holds the task (else AttemptLost).
-
-    Returns the task's status, so the worker sees a pause request."""
-    lease = settings.ACTHELM_LEASE_SECONDS if lease_seconds is None else lease_seconds
-    with fenced(run_id, task_id) as task:
-        with connection.cursor() as cursor:
-            cursor.execute(
-                "UPDATE tasks_task SET lease_expires_at = now() + make_interval(secs => %s) "
-                "WHERE id = %s",
-                [lease, task_id],
-            )
-            cursor.execute(
-                "UPDATE agents_agentrun SET heartbeat_at = now() WHERE id = %s", [run_id]
-            )
-        return task.status
+    """Heartbeat: ONE statement (the fence, autocommitted) that extends the lease if the run
+    still holds the task, else AttemptLost. Only the task's lease column changes (no index on
+    it: a HOT update); the run row is not touched. Returns the task's status, so the worker
+    sees a pause request."""
+    return fence(run_id, task_id, lease_seconds=lease_seconds).status

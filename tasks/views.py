@@ -17,6 +17,7 @@ from django.http import FileResponse, Http404, HttpResponse
 from django.shortcuts import get_object_or_404, redirect, render
 from django.template.loader import render_to_string
 from django.urls import reverse
+from django.utils import timezone
 from django.views.decorators.http import require_GET, require_http_methods, require_POST
 from django_htmx.http import HttpResponseClientRedirect
 
@@ -391,6 +392,7 @@ def task_page_context(request, pk: int) -> dict:
     verdict_run = next((r for r in reversed(runs) if r.verdict), None)
 
     context = {
+        "now": timezone.now(),  # a cooling connection the task waits for
         "task": task,
         "polling": task.status in POLLING,
         "poll_seconds": POLL_SECONDS,

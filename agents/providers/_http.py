@@ -2,8 +2,11 @@
 
 Every request runs on a private event loop with ``httpx.AsyncClient`` so that it can be
 really aborted: a watcher task polls the caller's ``threading.Event`` and cancels the
-request task, which closes the connection. An overall deadline bounds the whole exchange
-(slow-loris servers), and the body is streamed with a byte cap.
+request task, and the client is closed, which closes the connection. Each thread keeps one
+client per provider endpoint (its loop's), so a worker reuses its connection to the model
+server from turn to turn; a cancelled, timed-out or failed request discards its client. An
+overall deadline bounds the whole exchange (slow-loris servers), and the body is streamed with
+a byte cap.
 """
 
 from __future__ import annotations
@@ -84,15 +87,19 @@ def request(
     transport problems, timeout, cancellation or an oversized body. HTTP error statuses are
     returned, not raised: the caller classifies them with ``raise_for_status``."""
     provider.check_config()
-    coro = _request(
-        provider,
-        method,
-        url,
-        headers=headers,
-        json_body=json_body,
-        cancel_event=cancel_event,
-        timeout=timeout or provider.timeout,
-    )
+
+    def coro(reuse: bool):
+        return _request(
+            provider,
+            method,
+            url,
+            headers=headers,
+            json_body=json_body,
+            cancel_event=cancel_event,
+            timeout=timeout or provider.timeout,
+            reuse=reuse,
+        )
+
     return _run(coro)
 
 
@@ -112,11 +119,39 @@ def _run(coro: Any) -> Any:
     try:
         asyncio.get_running_loop()
     except RuntimeError:
-        return _thread_loop().run_until_complete(coro)
+        return _thread_loop().run_until_complete(coro(True))
     # Called from inside a running event loop (e.g. async code calling the sync API):
     # run on a private loop in a helper thread so we never block or nest loops.
     with concurrent.futures.ThreadPoolExecutor(max_workers=1) as pool:
-        return pool.submit(asyncio.run, coro).result()
+        return pool.submit(asyncio.run, coro(False)).result()
+
+
+def _new_client(timeout: float, *, keep_alive: bool) -> httpx.AsyncClient:
+    return httpx.AsyncClient(
+        verify=_ssl_context(),
+        timeout=httpx.Timeout(timeout),
+        follow_redirects=False,
+        limits=httpx.Limits(max_connections=1, max_keepalive_connections=1 if keep_alive else 0),
+    )
+
+
+def _client(provider: Provider, url: str, timeout: float) -> tuple[tuple, httpx.AsyncClient]:
+    """This thread's client for the endpoint (one per connection: scheme, host, port)."""
+    clients = getattr(_loops, "clients", None)
+    if clients is None:
+        clients = _loops.clients = {}
+    key = (type(provider).__name__, _origin(url), timeout)
+    client = clients.get(key)
+    if client is None or client.is_closed:
+        client = clients[key] = _new_client(timeout, keep_alive=True)
+    return key, client
+
+
+async def _discard(key: tuple | None, client: httpx.AsyncClient) -> None:
+    clients = getattr(_loops, "clients", {})
+    if key is not None and clients.get(key) is client:
+        del clients[key]
+    await client.aclose()
 
 
 async def _request(
@@ -128,6 +163,7 @@ async def _request(
     json_body: Any,
     cancel_event: threading.Event | None,
     timeout: float,
+    reuse: bool = False,
 ) -> HttpResponse:
     if cancel_event is not None and cancel_event.is_set():
         raise provider.error(PROVIDER_CANCELLED, "request cancelled before it was sent")
@@ -135,14 +171,14 @@ async def _request(
     if json_body is not None:
         content = json.dumps(json_body, ensure_ascii=False).encode("utf-8")
         headers = {"content-type": "application/json", **headers}
-    client = httpx.AsyncClient(
-        verify=_ssl_context(),
-        timeout=httpx.Timeout(timeout),
-        follow_redirects=False,
-        limits=httpx.Limits(max_connections=1, max_keepalive_connections=0),
-    )
+    key = None
+    if reuse:
+        key, client = _client(provider, url, timeout)
+    else:
+        client = _new_client(timeout, keep_alive=False)
     watcher: asyncio.Task | None = None
     task: asyncio.Task | None = None
+    ok = False
     try:
         task = asyncio.create_task(_send(provider, client, method, url, headers, content, timeout))
         waiters: set[asyncio.Task] = {task}
@@ -151,7 +187,9 @@ async def _request(
             waiters.add(watcher)
         done, _ = await asyncio.wait(waiters, timeout=timeout, return_when=asyncio.FIRST_COMPLETED)
         if task in done:
-            return task.result()
+            result = task.result()
+            ok = True
+            return result
         await _cancel(task)
         if watcher is not None and watcher in done:
             raise provider.error(PROVIDER_CANCELLED, "request cancelled by the caller")
@@ -163,7 +201,9 @@ async def _request(
             await _cancel(task)
         if watcher is not None:
             await _cancel(watcher)
-        await client.aclose()
+        if not (ok and reuse):
+            # Cancelled, timed out or failed: closing the client closes its connection.
+            await _discard(key, client)
 
 
 @functools.cache

@@ -54,6 +54,9 @@ ALL_CODES = frozenset(
 #: about one particular request.
 HEALTH_CODES = frozenset({PROVIDER_AUTH, PROVIDER_RATE_LIMITED, PROVIDER_QUOTA})
 
+#: Codes that no retry can cure: the request or the connection itself must change first.
+PERMANENT_CODES = frozenset({PROVIDER_BAD_REQUEST, PROVIDER_CONFIG})
+
 #: Codes for which retrying the same request later can reasonably succeed.
 TRANSIENT_CODES = frozenset(
     {PROVIDER_RATE_LIMITED, PROVIDER_SERVER_ERROR, PROVIDER_TIMEOUT, PROVIDER_UNREACHABLE}

@@ -12,10 +12,12 @@ write.
 from __future__ import annotations
 
 import contextlib
+import fcntl
 import hashlib
 import os
 import re
 import tempfile
+import threading
 from pathlib import Path
 
 from pydantic import Field, field_validator
@@ -97,6 +99,62 @@ def _remove_stale_temps(folder: Path, name: str) -> None:
         pass
 
 
+# Beside the artifacts folder (in the task's folder), so that it is never listed as an artifact.
+FENCE_FILE = ".artifacts-fence"
+
+
+class FencedOut(Exception):
+    """A newer attempt of the task stamped the artifacts folder: this one may not write."""
+
+
+@contextlib.contextmanager
+def _fence_lock(folder: Path):
+    fd = os.open(folder.parent / f"{FENCE_FILE}.lock", os.O_RDWR | os.O_CREAT, 0o644)
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX)
+        yield
+    finally:
+        os.close(fd)  # releases the lock
+
+
+def _read_fence(folder: Path) -> int:
+    try:
+        return int((folder.parent / FENCE_FILE).read_text().strip() or 0)
+    except (OSError, ValueError):
+        return 0
+
+
+def _write_fence(folder: Path, token: int) -> None:
+    tmp = folder.parent / f"{FENCE_FILE}.{os.getpid()}.{threading.get_ident()}"
+    tmp.write_text(str(token))
+    os.replace(tmp, folder.parent / FENCE_FILE)
+
+
+def stamp_fence(folder: Path, token: int) -> None:
+    """A run of the task with claim counter `token` started: from now on no run with a lower
+    counter can replace an artifact file (a fencing token kept beside the files)."""
+    folder = Path(folder)
+    folder.mkdir(parents=True, exist_ok=True)
+    with _fence_lock(folder):
+        if _read_fence(folder) < token:
+            _write_fence(folder, token)
+
+
+@contextlib.contextmanager
+def _fenced(folder: Path, token: int | None):
+    """Hold the folder's fence while the file is replaced; refuse when a newer run stamped it."""
+    if token is None:
+        yield
+        return
+    with _fence_lock(folder):
+        current = _read_fence(folder)
+        if current > token:
+            raise FencedOut(f"claim {current} holds the artifacts; this run has claim {token}")
+        if current < token:
+            _write_fence(folder, token)
+        yield
+
+
 @register
 class WriteArtifact(Tool):
     name = "write_artifact"
@@ -161,9 +219,14 @@ class WriteArtifact(Tool):
                 fh.flush()
                 os.fsync(fh.fileno())
             os.chmod(tmp_path, 0o644)
-            os.replace(tmp_path, target)
+            with _fenced(folder, ctx.fence_token):
+                os.replace(tmp_path, target)
             tmp_path = None
             _fsync_dir(target.parent)
+        except FencedOut:
+            raise ToolError(
+                "cancelled", "A newer attempt of the task holds its artifacts; nothing was written."
+            ) from None
         except OSError as exc:
             raise ToolError(
                 "artifact_write_failed", f"Writing artifact {args.name!r} failed: {exc.strerror}."

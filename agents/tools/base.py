@@ -121,6 +121,8 @@ class ToolContext:
     max_response_bytes: int = 2_000_000
     fetch_timeout: float = 20.0
     cancel_event: threading.Event | None = None
+    # The run's claim counter: a file side effect refuses to replace what a newer run wrote.
+    fence_token: int | None = None
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "workspace", Path(self.workspace))

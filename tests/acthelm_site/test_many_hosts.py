@@ -152,12 +152,12 @@ def test_workers_on_many_hosts_survive_a_cut_connection_and_lose_nothing(
         ),
         what="worker b to claim a task",
     )
+    # The heartbeat renews the task's lease (and only that): a later expiry than the claim's.
+    claimed_lease = Task.objects.values_list("lease_expires_at", flat=True).get(pk=cut_task)
     _wait_for(
-        lambda: (
-            AgentRun.objects.filter(task_id=cut_task, status=RunStatus.STARTED)
-            .exclude(heartbeat_at=None)
-            .exists()
-        ),
+        lambda: Task.objects.filter(
+            pk=cut_task, status=TaskStatus.IN_PROGRESS, lease_expires_at__gt=claimed_lease
+        ).exists(),
         what="worker b's first heartbeat",
     )
     # Every connection of worker b: its slot, heartbeat and maintenance connections (labelled

@@ -287,20 +287,28 @@ def test_the_api_key_is_read_from_the_environment_and_never_stored(
 
 
 @pytest.mark.parametrize(
-    ("step", "code", "health"),
+    ("step", "code", "health", "attempts"),
     [
-        (reply_error(401), "provider_auth", True),
+        # An authentication error is not an attempt (a second one after the cooldown fails the
+        # task); quota and rate limits count against the attempts like other errors.
+        (reply_error(401), "provider_auth", True, 0),
         (
             reply_error(429, {"error": {"message": "slow down", "type": "rate_limit"}}),
             "provider_rate_limited",
             True,
+            1,
         ),
-        (reply_error(500), "provider_server_error", False),
-        (reply_raw(200, b"<html>not json</html>", "text/html"), "provider_bad_response", False),
+        (reply_error(500), "provider_server_error", False, 1),
+        (
+            reply_raw(200, b"<html>not json</html>", "text/html"),
+            "provider_bad_response",
+            False,
+            1,
+        ),
     ],
 )
 def test_provider_errors_get_their_codes_and_the_health_rules(
-    model_server, http_model, loop_task, fast_worker_settings, step, code, health
+    model_server, http_model, loop_task, fast_worker_settings, step, code, health, attempts
 ):
     server = model_server([step])
     model = http_model(server)
@@ -311,7 +319,7 @@ def test_provider_errors_get_their_codes_and_the_health_rules(
     assert AgentRun.objects.get(task=task).error_code == code
     assert task.status == TaskStatus.READY  # waits for a cooldown or a back-off, not failed
     assert (model.connection.cooldown_until is not None) == health
-    assert task.failed_attempts == (0 if health else 1)
+    assert task.failed_attempts == attempts
 
 
 def test_cancel_closes_the_held_request_within_a_heartbeat(

@@ -192,8 +192,9 @@ def test_sigkill_during_write_artifact_reruns_it_into_one_artifact(loop_settings
         reply_tool_calls([("write_artifact", {"name": "report.md", "content": content}, "w1")]),
         reply_text("Report written."),
     ]
-    # Hold the worker between writing the file and recording it: recording the artifact waits
-    # for this lock, so the kill lands while the call is running and the file is on disk.
+    # Hold the worker between writing the file and recording it: recording the step (the call's
+    # result, its artifact, the next model turn) waits for this lock, so the kill lands after the
+    # file is on disk and before anything of the step is recorded.
     hold = psycopg.connect(conninfo())
     try:
         hold.execute("LOCK TABLE agents_artifact IN EXCLUSIVE MODE")
@@ -203,7 +204,8 @@ def test_sigkill_during_write_artifact_reruns_it_into_one_artifact(loop_settings
             wait_for(
                 lambda: (
                     [p.name for p in artifact_files(task)] == ["report.md"]
-                    and call_status(task) == ToolCallStatus.RUNNING
+                    and len(server.completion_requests) == 2
+                    and call_status(task) == ToolCallStatus.PENDING
                 ),
                 message="the artifact written but not recorded",
             )
@@ -218,14 +220,19 @@ def test_sigkill_during_write_artifact_reruns_it_into_one_artifact(loop_settings
         hold.close()
 
     [call] = calls_of(task)
-    assert (call.status, call.run_count) == (ToolCallStatus.SUCCEEDED, 2)
+    # Run again after the crash (the first execution was never recorded: run_count counts the
+    # recorded ones); an idempotent call needs no intent record.
+    assert (call.status, call.run_count) == (ToolCallStatus.SUCCEEDED, 1)
     assert not ReviewDecision.objects.filter(task=task).exists()  # no person was asked
     artifact = Artifact.objects.get(task=task)
     [path] = artifact_files(task)  # one file, no temporary leftovers
     assert path.name == "report.md" and path.read_text() == content
     assert artifact.size == len(content.encode()) and artifact.tool_call_id == call.pk
-    assert len(requests) == 2  # the model was not asked again for the call it made
-    assert "Wrote artifact report.md" in tool_result_for(requests[1], "w1")
+    # The model was not asked again for the call it made; the request in flight at the crash
+    # (its answer was never stored) was simply sent again, identical.
+    assert len(requests) == 3
+    assert requests[2].json["messages"] == requests[1].json["messages"]
+    assert "Wrote artifact report.md" in tool_result_for(requests[2], "w1")
     assert status_of(task) == TaskStatus.REVIEW
 
 
@@ -243,13 +250,16 @@ def test_sigkill_during_a_read_only_call_simply_runs_it_again(loop_settings, doo
         rows = "north,12.5,2024-01-01,some text here\n" * 1_000_000
         add_input_file(task.pk, name="data.csv", data="region,amount,day,note\n" + rows)
         worker = doomed()
+        # The turn with the call is recorded just before the call runs (a read-only call has no
+        # intent record); the analysis then takes seconds.
         wait_for(
-            lambda: ToolCall.objects.filter(task=task, status=ToolCallStatus.RUNNING).exists(),
+            lambda: ToolCall.objects.filter(task=task).exists(),
             interval=0.01,
             message="the analysis running",
         )
         worker.kill()
-        assert call_status(task) == ToolCallStatus.RUNNING
+        assert call_status(task) == ToolCallStatus.PENDING
+        assert len(server.completion_requests) == 1
         # The file changes meanwhile: the result must come from a real second run.
         add_input_file(task.pk, name="data.csv", data="region,amount\nnorth,1\nsouth,2\n")
 
@@ -258,7 +268,7 @@ def test_sigkill_during_a_read_only_call_simply_runs_it_again(loop_settings, doo
         requests = server.completion_requests
 
     [call] = calls_of(task)
-    assert (call.status, call.run_count) == (ToolCallStatus.SUCCEEDED, 2)
+    assert (call.status, call.run_count) == (ToolCallStatus.SUCCEEDED, 1)
     assert not ReviewDecision.objects.filter(task=task).exists()  # no person was asked
     assert call.result.startswith("data.csv: 2 rows, 2 columns")
     assert len(requests) == 2  # the model was not asked again for the call it made

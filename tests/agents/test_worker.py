@@ -166,8 +166,9 @@ def test_a_task_is_requeued_once_then_fails_as_worker_lost(cli_model, cli_task):
 
 
 def test_a_run_past_the_timeout_is_recovered_even_with_a_fresh_lease(cli_model, cli_task, settings):
+    # Past both the run timeout and the task's own runtime limit (+ 5 minutes).
     settings.ACTHELM_RUN_TIMEOUT_SECONDS = 10
-    task = cli_task(cli_model("--mode", "echo"))
+    task = cli_task(cli_model("--mode", "echo"), limits={"limit_runtime_seconds": 10})
     claim = claim_next(worker_id="w")
     AgentRun.objects.filter(pk=claim.run_id).update(
         started_at=timezone.now() - timedelta(seconds=400)
@@ -191,17 +192,19 @@ def _failing_attempt(task, message, now):
 
 
 def test_retries_back_off_1_5_30_minutes_then_report_a_loop(cli_model, cli_task):
+    """Three retries by default: after the first, second and third failed attempt the task
+    waits 1, 5 and 30 minutes; the fourth failure ends it (docs/worker.md)."""
     task = cli_task(cli_model("--mode", "echo"))
     now = timezone.now()
     delays = []
-    for attempt in range(3):
+    for attempt in range(4):
         status = _failing_attempt(task, f"exit 1: boom at step {attempt}", now)
         task.refresh_from_db()
-        if attempt < 2:
+        if attempt < 3:
             assert status == TaskStatus.READY
             delays.append((task.not_before - now).total_seconds())
             Task.objects.filter(pk=task.pk).update(not_before=None)  # time passes
-    assert delays == [60, 300]
+    assert delays == [60, 300, 1800]
     assert task.status == TaskStatus.FAILED and task.failure_code == "error_loop"
     assert "loop" in task.failure_message
 
@@ -209,14 +212,19 @@ def test_retries_back_off_1_5_30_minutes_then_report_a_loop(cli_model, cli_task)
 def test_different_errors_are_not_a_loop(cli_model, cli_task):
     task = cli_task(cli_model("--mode", "echo"))
     now = timezone.now()
-    for message in ["exit 1: disk full", "exit 2: bad gateway", "exit 1: segfault"]:
+    for message in [
+        "exit 1: disk full",
+        "exit 2: bad gateway",
+        "exit 1: segfault",
+        "exit 1: disk full",
+    ]:
         _failing_attempt(task, message, now)
         Task.objects.filter(pk=task.pk).update(not_before=None)
     task.refresh_from_db()
     assert task.status == TaskStatus.FAILED and task.failure_code == "provider_cli_failed"
 
 
-def test_three_failing_attempts_end_to_end_are_a_loop(
+def test_failing_attempts_end_to_end_are_a_loop(
     cli_model, cli_task, settings, fast_worker_settings
 ):
     settings.ACTHELM_RETRY_DELAYS = [0, 0, 0]
@@ -225,8 +233,8 @@ def test_three_failing_attempts_end_to_end_are_a_loop(
     Worker(worker_id="w", burst=True).run()
     task.refresh_from_db()
     assert task.status == TaskStatus.FAILED and task.failure_code == "error_loop"
-    assert cli_calls(cli_model.counter) == 3
-    assert kinds(task).count(EventKind.RETRY_SCHEDULED) == 2
+    assert cli_calls(cli_model.counter) == 4  # the first attempt and three retries
+    assert kinds(task).count(EventKind.RETRY_SCHEDULED) == 3
 
 
 def test_rate_limit_cools_down_and_moves_to_the_next_zero_cost_never_paid(
@@ -288,7 +296,7 @@ def test_rate_limit_cools_down_and_moves_to_the_next_zero_cost_never_paid(
     assert limited.connection.cooldown_until > timezone.now()
     assert limited.connection.last_error_code == "provider_rate_limited"
     assert EventKind.PROVIDER_COOLDOWN in kinds(task)
-    assert task.failed_attempts == 0  # provider health is not a failed attempt
+    assert task.failed_attempts == 1  # a rate limit counts against the attempts (issue 13)
 
 
 def test_with_no_zero_cost_connection_left_the_task_waits_instead_of_failing(

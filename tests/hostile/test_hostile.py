@@ -402,7 +402,8 @@ PROVIDER_CASES = [
         "provider-400",
         lambda env: [reply_error(400, {"error": {"message": "bad tools"}})],
         tools=(),
-        task=("ready", ""),
+        # Not retryable: the same request would be refused again (issue 13, item 5).
+        task=("failed", "provider_bad_request"),
         run_error="provider_bad_request",
     ),
     LoopCase(

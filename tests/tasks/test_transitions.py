@@ -1,4 +1,5 @@
 import threading
+import time
 from datetime import timedelta
 from itertools import product
 
@@ -242,3 +243,55 @@ def test_the_database_refuses_a_decreasing_claim_counter():
     claim_next(worker_id="w")
     with pytest.raises(DatabaseError, match="never decreases"), transaction.atomic():
         Task.objects.filter(pk=task.pk).update(claim_count=0)
+
+
+@pytest.mark.django_db(transaction=True)
+@pytest.mark.parametrize("action", ["event", "cancel"])
+def test_the_fence_sees_a_persons_action_committed_while_it_waited_for_the_lock(actor, action):
+    """The one-statement fence re-checks the task row after its lock wait (docs/worker.md): a
+    person's action that commits while the worker's statement waits for the row fences it out —
+    an event that leaves the status alone as well as a cancel."""
+    import psycopg
+
+    from tasks.services import task_cancel
+    from tasks.transitions import record_event
+    from tests.agents.scripted import conninfo
+
+    task = TaskFactory()
+    claim = claim_next(worker_id="w1")
+    holding = threading.Event()
+    errors = []
+
+    def wait_until_the_fence_waits():
+        with psycopg.connect(conninfo(), autocommit=True) as watcher:
+            for _ in range(200):
+                if watcher.execute(
+                    "SELECT count(*) FROM pg_stat_activity "
+                    "WHERE wait_event_type = 'Lock' AND datname = current_database()"
+                ).fetchone()[0]:
+                    return
+                time.sleep(0.05)
+        errors.append("the fence never waited for the lock")
+
+    def person():
+        try:
+            with transaction.atomic():
+                locked = lock_task(task.pk)
+                holding.set()
+                wait_until_the_fence_waits()
+                if action == "event":
+                    record_event(locked, actor=actor, kind=EventKind.LIMITS_CHANGED)
+                else:
+                    task_cancel(actor=actor, task_id=task.pk)
+        except Exception as exc:  # noqa: BLE001 - reported below
+            errors.append(repr(exc))
+        finally:
+            connection.close()
+
+    thread = threading.Thread(target=person)
+    thread.start()
+    assert holding.wait(10)
+    with pytest.raises(AttemptLost):
+        renew_lease(task_id=task.pk, run_id=claim.run_id)
+    thread.join(10)
+    assert not errors, errors

@@ -1,0 +1,188 @@
+"""What a step costs the database, counted (not timed): SQL statements and commits of a real worker
+slot (in this thread) running real tasks against the scripted model server on loopback.
+
+Goals (issue 12): ≤ 8 statements and 1 commit per step whose tools are read-only or idempotent;
+≤ 2 commits per step with an external call; ≤ 2 commits for a one-turn task from claim to review.
+A step's cost is measured as the difference between two tasks that differ only in their number of
+steps, so what a run pays once (loading its state, the claim, the outcome) cancels out.
+"""
+
+import http.server
+import json
+import threading
+from dataclasses import dataclass, field
+
+import pytest
+from django.db import connection
+
+from agents.worker import Worker
+from tasks.states import TaskStatus
+from tasks.transitions import claim_next
+from tasks.workspace import add_input_file
+from tests.agents.scripted import fast_settings, status_of, tool_task
+from tests.fakes.http_target import HttpTarget
+from tests.fakes.model_server import ScriptedModelServer, reply_text, reply_tool_calls
+
+pytestmark = pytest.mark.django_db(transaction=True)
+
+
+@dataclass
+class Counts:
+    statements: int = 0
+    commits: int = 0
+    sql: list[str] = field(default_factory=list)
+
+
+@pytest.fixture
+def count(monkeypatch):
+    """Count this thread's SQL statements (BEGIN/COMMIT are not statements here) and commits:
+    each transaction.atomic() commit, and each write statement run in autocommit mode."""
+    counts = Counts()
+    original_commit = connection.commit
+
+    def commit():
+        counts.commits += 1
+        return original_commit()
+
+    def wrapper(execute, sql, params, many, context):
+        counts.statements += 1
+        counts.sql.append(sql.split(None, 1)[0].upper())
+        if not context["connection"].in_atomic_block and not sql.lstrip().upper().startswith(
+            "SELECT"
+        ):
+            counts.commits += 1
+        return execute(sql, params, many, context)
+
+    monkeypatch.setattr(connection, "commit", commit)
+
+    def measure(fn):
+        before = Counts(counts.statements, counts.commits)
+        with connection.execute_wrapper(wrapper):
+            fn()
+        return Counts(counts.statements - before.statements, counts.commits - before.commits)
+
+    return measure
+
+
+def _run_one(task) -> None:
+    claim = claim_next(worker_id="w")
+    assert claim is not None and claim.task_id == task.pk
+    Worker(worker_id="w").process(claim)
+
+
+def test_a_one_turn_task_takes_two_commits_from_claim_to_review(settings, count):
+    fast_settings(settings)
+    with ScriptedModelServer([reply_text("the answer")]) as server:
+        task = tool_task(server, [])
+        cost = count(lambda: _run_one(task))
+    assert status_of(task) == TaskStatus.REVIEW
+    print(f"\none-turn task, claim to review: {cost.statements} statements, {cost.commits} commits")
+    assert cost.commits <= 2
+
+
+def _read_steps(settings, count, steps: int) -> Counts:
+    script = [reply_tool_calls([("read_file", {"path": "notes.txt"})]) for _ in range(steps)]
+    with ScriptedModelServer([*script, reply_text("done")]) as server:
+        task = tool_task(server, ["read_file"], limits={"limit_turns": 100})
+        add_input_file(task.pk, name="notes.txt", data="alpha\nbeta\n")
+        cost = count(lambda: _run_one(task))
+    assert status_of(task) == TaskStatus.REVIEW
+    return cost
+
+
+def _fetch_steps(settings, count, target, steps: int) -> Counts:
+    script = [
+        reply_tool_calls([("fetch_url", {"url": f"{target.url}/text"})]) for _ in range(steps)
+    ]
+    with ScriptedModelServer([*script, reply_text("done")]) as server:
+        task = tool_task(
+            server,
+            ["fetch_url"],
+            allowed_domains=["127.0.0.1"],
+            limits={"limit_turns": 100, "limit_network_requests": 100},
+        )
+        cost = count(lambda: _run_one(task))
+    assert status_of(task) == TaskStatus.REVIEW
+    return cost
+
+
+def test_a_step_with_a_read_only_tool_costs_at_most_8_statements_and_1_commit(settings, count):
+    fast_settings(settings)
+    short, long = _read_steps(settings, count, 2), _read_steps(settings, count, 6)
+    statements = (long.statements - short.statements) / 4
+    commits = (long.commits - short.commits) / 4
+    print(f"\nread-only step: {statements:g} statements, {commits:g} commits")
+    assert statements <= 8
+    assert commits <= 1
+
+
+def test_a_step_with_an_external_call_costs_at_most_2_commits(settings, count):
+    fast_settings(settings)
+    with HttpTarget() as target:
+        short, long = (
+            _fetch_steps(settings, count, target, 1),
+            _fetch_steps(settings, count, target, 3),
+        )
+    statements = (long.statements - short.statements) / 2
+    commits = (long.commits - short.commits) / 2
+    print(f"\nexternal-call step: {statements:g} statements, {commits:g} commits")
+    assert commits <= 2
+
+
+# --- One HTTP client per connection ----------------------------------------------------------
+
+
+class _KeepAlive(http.server.BaseHTTPRequestHandler):
+    """An OpenAI-compatible endpoint speaking HTTP/1.1 with keep-alive; records client ports."""
+
+    protocol_version = "HTTP/1.1"
+    ports: list[int] = []
+
+    def do_POST(self):  # noqa: N802
+        self.rfile.read(int(self.headers.get("content-length", 0)))
+        self.ports.append(self.client_address[1])
+        body = json.dumps(
+            {
+                "id": "x",
+                "object": "chat.completion",
+                "model": "m",
+                "choices": [
+                    {
+                        "index": 0,
+                        "message": {"role": "assistant", "content": "ok"},
+                        "finish_reason": "stop",
+                    }
+                ],
+                "usage": {"prompt_tokens": 1, "completion_tokens": 1},
+            }
+        ).encode()
+        self.send_response(200)
+        self.send_header("content-type", "application/json")
+        self.send_header("content-length", str(len(body)))
+        self.end_headers()
+        self.wfile.write(body)
+
+    def log_message(self, *args):
+        pass
+
+
+def test_the_worker_keeps_one_http_connection_to_the_model_server():
+    from agents.providers import Message, build_provider
+
+    _KeepAlive.ports = []
+    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), _KeepAlive)
+    thread = threading.Thread(target=server.serve_forever, daemon=True)
+    thread.start()
+    try:
+        url = f"http://127.0.0.1:{server.server_address[1]}/v1"
+        for _ in range(3):  # a new provider object per turn, as the loop builds it per run
+            provider = build_provider("openai_compatible", base_url=url, timeout=5)
+            answer = provider.complete(
+                model="m", messages=[Message(role="user", content="hi")], tools=[], max_tokens=5
+            )
+            assert answer.text == "ok"
+    finally:
+        server.shutdown()
+        server.server_close()
+    assert len(_KeepAlive.ports) == 3
+    assert len(set(_KeepAlive.ports)) == 1  # three requests, one TCP connection
