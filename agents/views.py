@@ -17,12 +17,12 @@ from django.urls import reverse
 from django.utils import timezone
 from django.views.decorators.http import require_GET, require_POST
 
+from acthelm_site.console.shared import error_status, login_required
 from agents import services
 from agents.models import Connection
 from agents.states import ConnectionKind, CostTier
 from tasks.actors import Actor
 from tasks.exceptions import ActhelmError, NotPermitted
-from tasks.views import error_status, login_required
 
 log = logging.getLogger("acthelm.console")
 

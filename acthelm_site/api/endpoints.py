@@ -23,6 +23,8 @@ from pydantic import Field
 from acthelm_site.api import schemas as s
 from acthelm_site.api.selectors import pending_operations, task_detail, task_summary
 from acthelm_site.api.tokens import TokenRefused, token_authenticate
+from acthelm_site.console.actions import ACTION_PERMS
+from acthelm_site.console.shared import ADD_PERM, INBOX_PERMS, OPERATE_PERM, VIEW_PERM
 from agents.models import Connection, ToolCall
 from approvals import services as approval_services
 from approvals.models import Approval, ReviewDecision
@@ -42,12 +44,6 @@ from tasks.states import Action
 
 log = logging.getLogger("acthelm.api")
 
-VIEW_PERM = "tasks.view_task"
-ADD_PERM = "tasks.add_task"
-OPERATE_PERM = "tasks.operate_task"
-CLOSE_PERM = "tasks.close_task"
-DECIDE_PERM = "approvals.decide_approval"
-INBOX_PERMS = (DECIDE_PERM, "approvals.view_approval")
 MANAGE_CONNECTIONS_PERM = "agents.manage_connections"
 VIEW_CONNECTIONS_PERMS = (MANAGE_CONNECTIONS_PERM, "agents.view_connection")
 SCORECARD_PERM = "agents.view_agentrun"
@@ -56,22 +52,7 @@ ADD_GOAL_PERM = "tasks.add_goal"
 CHANGE_GOAL_PERM = "tasks.change_goal"
 
 A = Action
-# The console's table (tasks.views.ACTION_PERMS), restated here so that the API does not import
-# the console's views; tests/api/test_auth.py checks that the two agree.
-ACTION_PERMS = {
-    A.PAUSE: OPERATE_PERM,
-    A.WITHDRAW_PAUSE: OPERATE_PERM,
-    A.RESUME: OPERATE_PERM,
-    A.CANCEL: OPERATE_PERM,
-    A.RETRY: OPERATE_PERM,
-    A.DELETE: OPERATE_PERM,
-    A.CLOSE: CLOSE_PERM,
-    A.REOPEN: CLOSE_PERM,
-    A.APPROVE: DECIDE_PERM,
-    A.DENY: DECIDE_PERM,
-    A.RUN_AGAIN: DECIDE_PERM,
-    A.SKIP: DECIDE_PERM,
-}
+# Each action's permission is the console's (acthelm_site.console.actions.ACTION_PERMS).
 PAGE_SIZE = 50
 MAX_PAGE_SIZE = 200
 GOAL_TASKS = 100
@@ -108,19 +89,6 @@ api = NinjaAPI(
 # --- Errors ---------------------------------------------------------------------------------
 
 
-def error_status(exc: ActhelmError) -> int:
-    """As the console answers (tasks.views.error_status), plus 401 for a refused token."""
-    if isinstance(exc, TokenRefused):
-        return 401
-    if isinstance(exc, NotPermitted):
-        return 403
-    if isinstance(exc, NotFound):
-        return 404
-    if isinstance(exc, InvalidInput):
-        return 400
-    return 409
-
-
 def _error(request, status: int, code: str, message: str, field: str | None = None):
     response = api.create_response(
         request, {"code": code, "message": message, "field": field}, status=status
@@ -132,7 +100,7 @@ def _error(request, status: int, code: str, message: str, field: str | None = No
 
 @api.exception_handler(ActhelmError)
 def _acthelm_error(request, exc: ActhelmError):
-    status = error_status(exc)
+    status = exc.http_status  # 401 for a refused token, as the console's for the rest
     if status != 401:
         log.info(
             "api.refused",
