@@ -18,7 +18,8 @@ BARS = [
 ]
 CHART_HEIGHT = 60
 BAR_WIDTH = 28
-BAR_GAP = 8
+# Wide enough that the labels under neighbouring bars ("approved", "rejected") do not overlap.
+BAR_GAP = 18
 
 
 def chart(score, scale: int) -> dict:

@@ -22,6 +22,8 @@ from __future__ import annotations
 import codecs
 import os
 import re
+import re._constants as sre_constants  # private, only for the catastrophic-pattern lint (3.12+)
+import re._parser as sre_parse
 import stat
 import time
 from collections.abc import Iterator
@@ -503,8 +505,6 @@ class SearchFilesArgs(ToolArgs):
 
 
 def _sub_patterns(av: Any) -> Iterator[Any]:
-    import re._parser as sre_parse  # noqa: PLC0415  (private, only for a safety lint)
-
     if isinstance(av, sre_parse.SubPattern):
         yield av
     elif isinstance(av, (tuple, list)):
@@ -514,11 +514,7 @@ def _sub_patterns(av: Any) -> Iterator[Any]:
 
 def _has_nested_unbounded_repeat(pattern: str, flags: int) -> bool:
     """True for patterns like ``(a+)+`` or ``(\\w*\\s?)*`` (catastrophic backtracking)."""
-    try:
-        import re._constants as c  # noqa: PLC0415
-        import re._parser as sre_parse  # noqa: PLC0415
-    except ImportError:  # pragma: no cover - other Python versions: skip the lint
-        return False
+    c = sre_constants
     repeats = {c.MAX_REPEAT, c.MIN_REPEAT, getattr(c, "POSSESSIVE_REPEAT", c.MAX_REPEAT)}
 
     def contains_repeat(sub: Any) -> bool:
