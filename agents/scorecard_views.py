@@ -45,6 +45,8 @@ def chart(score, scale: int) -> dict:
         "width": len(BARS) * (BAR_WIDTH + BAR_GAP) - BAR_GAP,
         "height": CHART_HEIGHT,
         "bar_width": BAR_WIDTH,
+        # Room on each side for the first and last labels, which are wider than their bars.
+        "pad": BAR_GAP // 2,
     }
 
 

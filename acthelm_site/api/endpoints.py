@@ -23,10 +23,9 @@ from pydantic import Field
 from acthelm_site.api import schemas as s
 from acthelm_site.api.selectors import pending_operations, task_detail, task_summary
 from acthelm_site.api.tokens import TokenRefused, token_authenticate
-from acthelm_site.console.actions import ACTION_PERMS
+from acthelm_site.console.actions import ACTION_PERMS, REGISTRY
 from acthelm_site.console.shared import ADD_PERM, INBOX_PERMS, OPERATE_PERM, VIEW_PERM
 from agents.models import Connection, ToolCall
-from approvals import services as approval_services
 from approvals.models import Approval, ReviewDecision
 from tasks import services
 from tasks.actors import Actor
@@ -382,10 +381,12 @@ def _operation_of(model, op_id: int, task_id: int):
         raise NotFound(f"task {task_id} has no {what} {op_id}")
 
 
-def _decide(request, task_id: int, op_id: int, payload: s.DecisionIn, action: str, decide):
-    actor = _require(request, ACTION_PERMS[action])
-    _operation_of(Approval if action in (A.APPROVE, A.DENY) else ReviewDecision, op_id, task_id)
-    decide(actor=actor, pk=op_id, arguments_hash=payload.arguments_hash)
+def _decide(request, task_id: int, op_id: int, payload: s.DecisionIn, action: str):
+    """A decision on one operation of this task, with the console's permission and service."""
+    entry = REGISTRY[action]
+    actor = _require(request, entry.perm)
+    _operation_of(Approval if entry.target == "approval" else ReviewDecision, op_id, task_id)
+    entry.call(actor=actor, target_id=op_id, arguments_hash=payload.arguments_hash)
     return _done(request, task_id, action)
 
 
@@ -397,16 +398,7 @@ def _decide(request, task_id: int, op_id: int, payload: s.DecisionIn, action: st
 def approve(request, task_id: int, approval_id: int, payload: s.DecisionIn):
     """Let the operation run. A hash that no longer matches changes nothing: 409
     stale_decision."""
-    return _decide(
-        request,
-        task_id,
-        approval_id,
-        payload,
-        A.APPROVE,
-        lambda actor, pk, arguments_hash: approval_services.approval_approve(
-            actor=actor, approval_id=pk, arguments_hash=arguments_hash
-        ),
-    )
+    return _decide(request, task_id, approval_id, payload, A.APPROVE)
 
 
 @api.post(
@@ -415,16 +407,7 @@ def approve(request, task_id: int, approval_id: int, payload: s.DecisionIn):
     tags=["decisions"],
 )
 def deny(request, task_id: int, approval_id: int, payload: s.DecisionIn):
-    return _decide(
-        request,
-        task_id,
-        approval_id,
-        payload,
-        A.DENY,
-        lambda actor, pk, arguments_hash: approval_services.approval_deny(
-            actor=actor, approval_id=pk, arguments_hash=arguments_hash
-        ),
-    )
+    return _decide(request, task_id, approval_id, payload, A.DENY)
 
 
 @api.post(
@@ -434,16 +417,7 @@ def deny(request, task_id: int, approval_id: int, payload: s.DecisionIn):
 )
 def run_again(request, task_id: int, decision_id: int, payload: s.DecisionIn):
     """An operation of unknown outcome runs again (for fetch_url: another GET)."""
-    return _decide(
-        request,
-        task_id,
-        decision_id,
-        payload,
-        A.RUN_AGAIN,
-        lambda actor, pk, arguments_hash: approval_services.review_run_again(
-            actor=actor, decision_id=pk, arguments_hash=arguments_hash
-        ),
-    )
+    return _decide(request, task_id, decision_id, payload, A.RUN_AGAIN)
 
 
 @api.post(
@@ -453,16 +427,7 @@ def run_again(request, task_id: int, decision_id: int, payload: s.DecisionIn):
 )
 def skip(request, task_id: int, decision_id: int, payload: s.DecisionIn):
     """The model is told the outcome is unknown; the operation does not run again."""
-    return _decide(
-        request,
-        task_id,
-        decision_id,
-        payload,
-        A.SKIP,
-        lambda actor, pk, arguments_hash: approval_services.review_skip(
-            actor=actor, decision_id=pk, arguments_hash=arguments_hash
-        ),
-    )
+    return _decide(request, task_id, decision_id, payload, A.SKIP)
 
 
 @api.get("/approvals", response={200: s.PendingOut, **ERRORS}, tags=["decisions"])

@@ -41,8 +41,8 @@ class Input:
 class ConsoleAction:
     name: Action
     perm: str
-    # The service: called with actor=, the target's id (task_id= or the operation's id) and the
-    # inputs by name; decisions also get arguments_hash=.
+    # The service: called with actor=, the target's id (task_id=, approval_id= or decision_id=)
+    # and the inputs by name; decisions also get arguments_hash=.
     service: Callable
     # "task": the task-wide actions; "approval" / "review": a decision on one operation.
     target: str = "task"
@@ -85,10 +85,11 @@ class ConsoleAction:
         return {"confirm": self.confirm.format(pk=task_id), "style": self.style}
 
     def call(self, *, actor, target_id: int, **inputs):
-        if self.target == "task":
-            return self.service(actor=actor, task_id=target_id, **inputs)
-        return self.service(actor, target_id, **inputs)
+        return self.service(actor=actor, **{_TARGET_ID[self.target]: target_id}, **inputs)
 
+
+# The keyword under which each kind of target's id reaches the service.
+_TARGET_ID = {"task": "task_id", "approval": "approval_id", "review": "decision_id"}
 
 A = Action
 MODEL = Input("model", kind="model", help="continue on this model")
@@ -186,9 +187,7 @@ REGISTRY: dict[str, ConsoleAction] = {
         ConsoleAction(
             A.APPROVE,
             DECIDE_PERM,
-            lambda actor, pk, **kw: approval_services.approval_approve(
-                actor=actor, approval_id=pk, **kw
-            ),
+            approval_services.approval_approve,
             target="approval",
             success="Approved",
             style="primary",
@@ -197,9 +196,7 @@ REGISTRY: dict[str, ConsoleAction] = {
         ConsoleAction(
             A.DENY,
             DECIDE_PERM,
-            lambda actor, pk, **kw: approval_services.approval_deny(
-                actor=actor, approval_id=pk, **kw
-            ),
+            approval_services.approval_deny,
             target="approval",
             success="Denied",
             style="danger",
@@ -208,9 +205,7 @@ REGISTRY: dict[str, ConsoleAction] = {
         ConsoleAction(
             A.RUN_AGAIN,
             DECIDE_PERM,
-            lambda actor, pk, **kw: approval_services.review_run_again(
-                actor=actor, decision_id=pk, **kw
-            ),
+            approval_services.review_run_again,
             target="review",
             success="Run again",
             cli_help="run an operation of unknown outcome again",
@@ -218,9 +213,7 @@ REGISTRY: dict[str, ConsoleAction] = {
         ConsoleAction(
             A.SKIP,
             DECIDE_PERM,
-            lambda actor, pk, **kw: approval_services.review_skip(
-                actor=actor, decision_id=pk, **kw
-            ),
+            approval_services.review_skip,
             target="review",
             success="Skipped",
             cli_help="tell the model the outcome is unknown; it does not run again",
