@@ -1,9 +1,9 @@
 """The scorecard page: how each connection/model did over a period, with a small chart per model."""
 
-from django.contrib.auth.decorators import login_required, permission_required
 from django.shortcuts import render
 from django.views.decorators.http import require_GET
 
+from acthelm_site.console.shared import SCORECARD_PERM, console_view
 from agents.scorecard import DEFAULT_PERIOD, PERIODS, model_scorecard, scorecard_window
 from tasks.exceptions import InvalidInput
 
@@ -51,8 +51,7 @@ def chart(score, scale: int) -> dict:
 
 
 @require_GET
-@login_required
-@permission_required("agents.view_agentrun", raise_exception=True)
+@console_view(SCORECARD_PERM)
 def scorecard(request):
     period = request.GET.get("period") or DEFAULT_PERIOD
     since = (request.GET.get("since") or "").strip()

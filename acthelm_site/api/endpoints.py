@@ -24,7 +24,15 @@ from acthelm_site.api import schemas as s
 from acthelm_site.api.selectors import pending_operations, task_detail, task_summary
 from acthelm_site.api.tokens import TokenRefused, token_authenticate
 from acthelm_site.console.actions import ACTION_PERMS, REGISTRY
-from acthelm_site.console.shared import ADD_PERM, INBOX_PERMS, OPERATE_PERM, VIEW_PERM
+from acthelm_site.console.shared import (
+    ADD_PERM,
+    INBOX_PERMS,
+    MANAGE_CONNECTIONS_PERM,
+    OPERATE_PERM,
+    SCORECARD_PERM,
+    VIEW_CONNECTIONS_PERMS,
+    VIEW_PERM,
+)
 from agents.models import Connection, ToolCall
 from approvals.models import Approval, ReviewDecision
 from tasks import services
@@ -43,9 +51,6 @@ from tasks.states import Action
 
 log = logging.getLogger("acthelm.api")
 
-MANAGE_CONNECTIONS_PERM = "agents.manage_connections"
-VIEW_CONNECTIONS_PERMS = (MANAGE_CONNECTIONS_PERM, "agents.view_connection")
-SCORECARD_PERM = "agents.view_agentrun"
 VIEW_GOAL_PERM = "tasks.view_goal"
 ADD_GOAL_PERM = "tasks.add_goal"
 CHANGE_GOAL_PERM = "tasks.change_goal"

@@ -1,5 +1,6 @@
 """What the console's pages share: the permissions they check, the login and permission
-decorators, the HTTP status of a refused action, and small formatting helpers."""
+decorators, and small parsing and formatting helpers. (A refused action's HTTP status is the
+error's own: `ActhelmError.http_status`.)"""
 
 import json
 from functools import wraps
@@ -8,13 +9,16 @@ from django.contrib.auth.views import redirect_to_login
 from django.core.exceptions import PermissionDenied
 from django_htmx.http import HttpResponseClientRedirect
 
-from tasks.exceptions import ActhelmError
-
 VIEW_PERM = "tasks.view_task"
 ADD_PERM = "tasks.add_task"
 OPERATE_PERM = "tasks.operate_task"
 CLOSE_PERM = "tasks.close_task"
 DECIDE_PERM = "approvals.decide_approval"
+MANAGE_CONNECTIONS_PERM = "agents.manage_connections"
+# Who may see the connections: who manages them, and who only looks.
+VIEW_CONNECTIONS_PERMS = (MANAGE_CONNECTIONS_PERM, "agents.view_connection")
+# Who may see the scorecard and the evaluation page (how the models did).
+SCORECARD_PERM = "agents.view_agentrun"
 # Who may see the approvals inbox: who decides, and who only looks.
 INBOX_PERMS = (DECIDE_PERM, "approvals.view_approval")
 
@@ -54,12 +58,6 @@ def console_view(perm: str = VIEW_PERM):
         return login_required(check)
 
     return wrap
-
-
-def error_status(exc: ActhelmError) -> int:
-    """A refused action's HTTP status: the error says it (400 bad input, 403, 404, 409 a conflict
-    with the current state)."""
-    return exc.http_status
 
 
 def positive_int(value) -> int | None:
