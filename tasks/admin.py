@@ -65,7 +65,9 @@ def _admin_action(entry: ConsoleAction):
             except ActhelmError as exc:
                 refused.append(f"#{task_id}: {exc} [{exc.code}]")
         if done:
-            modeladmin.message_user(request, f"{entry.label}: {done} task(s).", messages.SUCCESS)
+            modeladmin.message_user(
+                request, f"{entry.admin_done}: {done} task(s).", messages.SUCCESS
+            )
         for line in refused:
             modeladmin.message_user(request, line, messages.ERROR)
 

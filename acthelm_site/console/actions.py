@@ -55,6 +55,7 @@ class ConsoleAction:
     # The admin's bulk action ("" = none), and whether it is offered only where every row is in a
     # state that allows it (the change list filtered to such a state, or such a task's page).
     admin: str = ""
+    admin_done: str = ""  # its message: "Closed: 3 task(s)."
     admin_in_state_only: bool = False
     cli_help: str = ""
 
@@ -104,6 +105,7 @@ REGISTRY: dict[str, ConsoleAction] = {
             services.task_pause,
             success="Pause requested.",
             admin="Pause",
+            admin_done="Paused",
             cli_help="pause (a running task stops at its next safe point)",
         ),
         ConsoleAction(
@@ -122,6 +124,7 @@ REGISTRY: dict[str, ConsoleAction] = {
             style="primary",
             form="console/actions/_resume.html",
             admin="Resume",
+            admin_done="Resumed",
             cli_help="queue a paused task again",
         ),
         ConsoleAction(
@@ -133,6 +136,7 @@ REGISTRY: dict[str, ConsoleAction] = {
             style="primary",
             form="console/actions/_retry.html",
             admin="Retry from the last checkpoint",
+            admin_done="Queued again",
             cli_help="queue a failed task again from its checkpoint",
         ),
         ConsoleAction(
@@ -142,6 +146,7 @@ REGISTRY: dict[str, ConsoleAction] = {
             success="Task closed: done.",
             style="primary",
             admin="Close (review → done)",
+            admin_done="Closed",
             admin_in_state_only=True,
             cli_help="close a task in review: done",
         ),
@@ -160,6 +165,7 @@ REGISTRY: dict[str, ConsoleAction] = {
             success="Task reopened with your feedback; it is queued again.",
             form="console/actions/_reopen.html",
             admin="Reopen with feedback",
+            admin_done="Reopened",
             admin_in_state_only=True,
             cli_help="send a task in review back with feedback",
         ),
@@ -172,6 +178,7 @@ REGISTRY: dict[str, ConsoleAction] = {
             confirm="Cancel task #{pk}? No further step starts and it cannot be resumed.",
             style="danger",
             admin="Cancel",
+            admin_done="Cancelled",
             cli_help="cancel: no further step starts",
         ),
         ConsoleAction(

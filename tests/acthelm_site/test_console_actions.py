@@ -97,6 +97,7 @@ def test_the_admin_actions_are_the_entries_that_declare_one(client, person):
     task_admin = admin.site._registry[Task]
     names = {getattr(a, "__name__", "") for a in task_admin.actions}
     assert names == {e.admin_name for e in task_actions() if e.admin}
+    assert all(e.admin_done for e in task_actions() if e.admin)
     # Each is offered on a task's page exactly where the registry says.
     client.force_login(person)
     for status in TaskStatus:
