@@ -60,6 +60,7 @@ def test_the_task_page_renders_its_button_in_exactly_its_states(client, entry):
     for status in TaskStatus:
         task = TaskFactory(status=status)
         page = client.get(reverse("tasks:detail", args=[task.pk])).content.decode()
+        assert "{#" not in page and "{%" not in page  # no template comment or tag leaks
         shown = f'data-action="{entry.name}"' in page
         assert shown == (status in entry.states), (entry.name, status)
         if shown:
