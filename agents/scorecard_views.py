@@ -1,9 +1,9 @@
 """The scorecard page: how each connection/model did over a period, with a small chart per model."""
 
-from django.contrib.auth.decorators import login_required, permission_required
 from django.shortcuts import render
 from django.views.decorators.http import require_GET
 
+from acthelm_site.console.shared import SCORECARD_PERM, console_view
 from agents.scorecard import DEFAULT_PERIOD, PERIODS, model_scorecard, scorecard_window
 from tasks.exceptions import InvalidInput
 
@@ -18,7 +18,8 @@ BARS = [
 ]
 CHART_HEIGHT = 60
 BAR_WIDTH = 28
-BAR_GAP = 8
+# Wide enough that the labels under neighbouring bars ("approved", "rejected") do not overlap.
+BAR_GAP = 18
 
 
 def chart(score, scale: int) -> dict:
@@ -44,12 +45,13 @@ def chart(score, scale: int) -> dict:
         "width": len(BARS) * (BAR_WIDTH + BAR_GAP) - BAR_GAP,
         "height": CHART_HEIGHT,
         "bar_width": BAR_WIDTH,
+        # Room on each side for the first and last labels, which are wider than their bars.
+        "pad": BAR_GAP // 2,
     }
 
 
 @require_GET
-@login_required
-@permission_required("agents.view_agentrun", raise_exception=True)
+@console_view(SCORECARD_PERM)
 def scorecard(request):
     period = request.GET.get("period") or DEFAULT_PERIOD
     since = (request.GET.get("since") or "").strip()

@@ -17,18 +17,19 @@ from django.urls import reverse
 from django.utils import timezone
 from django.views.decorators.http import require_GET, require_POST
 
+from acthelm_site.console.shared import (
+    MANAGE_CONNECTIONS_PERM,
+    VIEW_CONNECTIONS_PERMS,
+    login_required,
+)
 from agents import services
 from agents.models import Connection
 from agents.states import ConnectionKind, CostTier
 from tasks.actors import Actor
 from tasks.exceptions import ActhelmError, InvalidInput, NotPermitted
 from tasks.numbers import INT32_MAX, INT32_MIN, whole_number
-from tasks.views import error_status, login_required
 
 log = logging.getLogger("acthelm.console")
-
-MANAGE_PERM = "agents.manage_connections"
-VIEW_PERMS = (MANAGE_PERM, "agents.view_connection")
 
 
 class ConnectionForm(forms.Form):
@@ -134,7 +135,7 @@ def _render(request, *, form=None, error=None, status=200):
         # The executable only: arguments could carry something secret by mistake.
         conn.program = conn.command[0] if conn.command else ""
         conn.extra_args = max(0, len(conn.command) - 1)
-    can_manage = request.user.has_perm(MANAGE_PERM)
+    can_manage = request.user.has_perm(MANAGE_CONNECTIONS_PERM)
     context = {
         "connections": connections,
         "can_manage": can_manage,
@@ -147,7 +148,7 @@ def _render(request, *, form=None, error=None, status=200):
 @require_GET
 @login_required
 def connections(request):
-    if not any(request.user.has_perm(perm) for perm in VIEW_PERMS):
+    if not any(request.user.has_perm(perm) for perm in VIEW_CONNECTIONS_PERMS):
         raise PermissionDenied
     return _render(request)
 
@@ -155,7 +156,7 @@ def connections(request):
 @require_POST
 @login_required
 def connection_add(request):
-    if not request.user.has_perm(MANAGE_PERM):
+    if not request.user.has_perm(MANAGE_CONNECTIONS_PERM):
         raise PermissionDenied
     form = ConnectionForm(request.POST)
     if not form.is_valid():
@@ -166,7 +167,7 @@ def connection_add(request):
         raise PermissionDenied from None
     except ActhelmError as exc:
         form.add_error(None, f"{exc.message} [{exc.code}]")
-        return _render(request, form=form, status=error_status(exc))
+        return _render(request, form=form, status=exc.http_status)
     log.info("console.connection_added", extra={"connection": conn.name})
     messages.success(request, f"Connection {conn.name} added. Test it before tasks use it.")
     return redirect("agents:connections")
@@ -176,7 +177,7 @@ def connection_add(request):
 @login_required
 def connection_test(request, pk: int):
     """A real request per model; no transaction is open while it runs."""
-    if not request.user.has_perm(MANAGE_PERM):
+    if not request.user.has_perm(MANAGE_CONNECTIONS_PERM):
         raise PermissionDenied
     conn = get_object_or_404(Connection, pk=pk)
     try:
@@ -184,7 +185,7 @@ def connection_test(request, pk: int):
     except NotPermitted:
         raise PermissionDenied from None
     except ActhelmError as exc:
-        return _render(request, error=exc, status=error_status(exc))
+        return _render(request, error=exc, status=exc.http_status)
     for result in results:
         window = result["context_window"]
         text = (

@@ -1,13 +1,23 @@
 from django.urls import path
 
+from acthelm_site.console.actions import decision_actions
 from approvals import views
 
 app_name = "approvals"
 
+# approve/deny: /approvals/<id>/approve/; run again/skip: /approvals/review/<id>/run-again/.
+_PREFIX = {"approval": "", "review": "review/"}
+
 urlpatterns = [
     path("", views.inbox, name="inbox"),
-    path("<int:pk>/approve/", views.approve, name="approve"),
-    path("<int:pk>/deny/", views.deny, name="deny"),
-    path("review/<int:pk>/run-again/", views.run_again, name="run_again"),
-    path("review/<int:pk>/skip/", views.skip, name="skip"),
+    *(
+        path(
+            f"{_PREFIX[target]}<int:pk>/{action.slug}/",
+            views.decide,
+            {"action": action.name},
+            name=action.name,
+        )
+        for target in _PREFIX
+        for action in decision_actions(target)
+    ),
 ]

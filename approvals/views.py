@@ -4,7 +4,6 @@ A decision posts back the operation's arguments_hash; approvals.services refuses
 (StaleDecision) and changes nothing, and the page says so.
 """
 
-import json
 import logging
 
 from django.contrib import messages
@@ -12,28 +11,30 @@ from django.core.exceptions import PermissionDenied
 from django.shortcuts import redirect, render
 from django.views.decorators.http import require_GET, require_POST
 
-from approvals import services
+from acthelm_site.console.actions import REGISTRY, decision_buttons
+from acthelm_site.console.shared import (
+    DECIDE_PERM,
+    INBOX_PERMS,
+    OUTCOME_UNKNOWN,
+    VIEW_PERM,
+    login_required,
+    positive_int,
+    pretty_json,
+)
 from approvals.models import Approval, ReviewDecision
 from approvals.states import ApprovalStatus, ReviewChoice
 from tasks.actors import Actor
 from tasks.exceptions import ActhelmError, NotPermitted
 from tasks.states import TaskStatus
-from tasks.views import OUTCOME_UNKNOWN, error_status, login_required, render_task_page
+from tasks.views import render_task_page
 
 log = logging.getLogger("acthelm.console")
 
-DECIDE_PERM = "approvals.decide_approval"
-VIEW_TASK_PERM = "tasks.view_task"
-VIEW_PERMS = (DECIDE_PERM, "approvals.view_approval")
 INBOX_SIZE = 50  # a page a person can work through; the badge counts them all
 
 
 def _may_view(user) -> bool:
-    return any(user.has_perm(perm) for perm in VIEW_PERMS)
-
-
-def _pretty(value) -> str:
-    return json.dumps(value, indent=2, sort_keys=True, ensure_ascii=False, default=str)
+    return any(user.has_perm(perm) for perm in INBOX_PERMS)
 
 
 def pending_approvals():
@@ -76,29 +77,37 @@ def _render_inbox(request, *, error: ActhelmError | None = None, status: int = 2
     approvals = list(pending_approvals()[: INBOX_SIZE + 1])
     reviews = list(pending_reviews()[: INBOX_SIZE + 1])
     for approval in approvals:
-        approval.arguments_pretty = _pretty(approval.arguments)
+        approval.arguments_pretty = pretty_json(approval.arguments)
     for decision in reviews:
-        decision.arguments_pretty = _pretty(decision.tool_call.arguments)
+        decision.arguments_pretty = pretty_json(decision.tool_call.arguments)
     context = {
         "approvals": approvals[:INBOX_SIZE],
         "reviews": reviews[:INBOX_SIZE],
         "more": len(approvals) > INBOX_SIZE or len(reviews) > INBOX_SIZE,
         "can_decide": request.user.has_perm(DECIDE_PERM),
+        "decision_buttons": decision_buttons(),
         "outcome_unknown": OUTCOME_UNKNOWN,
         "error": error,
     }
     return render(request, "console/inbox.html", context, status=status)
 
 
-def _decide(request, *, kind: str, pk: int, decide, verb: str):
-    """Call the service with the posted hash; answer for the page the form was on."""
-    if not request.user.has_perm(DECIDE_PERM):
+@require_POST
+@login_required
+def decide(request, pk: int, action: str):
+    """Every decision on one operation (acthelm_site.console.actions): call its service with the
+    posted hash; answer for the page the form was on."""
+    entry = REGISTRY[action]
+    kind = entry.target
+    if not request.user.has_perm(entry.perm):
         raise PermissionDenied
     arguments_hash = request.POST.get("arguments_hash", "")
     # Decided from a task page: answer with that page (for people who may see it).
-    task_id = _int(request.POST.get("task")) if request.user.has_perm(VIEW_TASK_PERM) else None
+    task_id = positive_int(request.POST.get("task")) if request.user.has_perm(VIEW_PERM) else None
     try:
-        decided = decide(actor=Actor.person(request.user), pk=pk, arguments_hash=arguments_hash)
+        decided = entry.call(
+            actor=Actor.person(request.user), target_id=pk, arguments_hash=arguments_hash
+        )
     except NotPermitted:
         raise PermissionDenied from None
     except ActhelmError as exc:
@@ -106,13 +115,14 @@ def _decide(request, *, kind: str, pk: int, decide, verb: str):
             "console.decision_refused",
             extra={"kind": kind, "id": pk, "code": exc.code, "task_id": task_id},
         )
-        status = error_status(exc)
+        status = exc.http_status
         if task_id:
             return render_task_page(request, task_id, error=exc, status=status)
         if request.htmx:
             context = {"kind": kind, "pk": pk, "error": exc}
             return render(request, "console/_decided.html", context, status=status)
         return _render_inbox(request, error=exc, status=status)
+    verb = entry.success
     log.info(
         "console.decision",
         extra={"kind": kind, "id": pk, "verb": verb, "actor": request.user.get_username()},
@@ -128,66 +138,3 @@ def _decide(request, *, kind: str, pk: int, decide, verb: str):
         return render(request, "console/_decided.html", context)
     messages.success(request, text)
     return redirect("approvals:inbox")
-
-
-def _int(value) -> int | None:
-    try:
-        return int(value)
-    except (TypeError, ValueError):
-        return None
-
-
-@require_POST
-@login_required
-def approve(request, pk: int):
-    return _decide(
-        request,
-        kind="approval",
-        pk=pk,
-        verb="Approved",
-        decide=lambda actor, pk, arguments_hash: services.approval_approve(
-            actor=actor, approval_id=pk, arguments_hash=arguments_hash
-        ),
-    )
-
-
-@require_POST
-@login_required
-def deny(request, pk: int):
-    return _decide(
-        request,
-        kind="approval",
-        pk=pk,
-        verb="Denied",
-        decide=lambda actor, pk, arguments_hash: services.approval_deny(
-            actor=actor, approval_id=pk, arguments_hash=arguments_hash
-        ),
-    )
-
-
-@require_POST
-@login_required
-def run_again(request, pk: int):
-    return _decide(
-        request,
-        kind="review",
-        pk=pk,
-        verb="Run again",
-        decide=lambda actor, pk, arguments_hash: services.review_run_again(
-            actor=actor, decision_id=pk, arguments_hash=arguments_hash
-        ),
-    )
-
-
-@require_POST
-@login_required
-def skip(request, pk: int):
-    return _decide(
-        request,
-        kind="review",
-        pk=pk,
-        verb="Skipped",
-        decide=lambda actor, pk, arguments_hash: services.review_skip(
-            actor=actor, decision_id=pk, arguments_hash=arguments_hash
-        ),
-    )

@@ -9,6 +9,7 @@ from django.core.exceptions import PermissionDenied
 from django.db.models import Count, Q
 from django.utils.html import format_html_join
 
+from acthelm_site.console.actions import ConsoleAction, task_actions
 from tasks import services
 from tasks.actors import Actor
 from tasks.exceptions import ActhelmError, InvalidInput, NotPermitted, TransitionNotAllowed
@@ -45,50 +46,36 @@ class DependencyInline(admin.TabularInline):
     max_num = 0
 
 
-def _run_action(modeladmin, request, queryset, verb: str, func, **kwargs):
-    actor = Actor.person(request.user)
-    done, refused = 0, []
-    for task_id in queryset.values_list("pk", flat=True):
-        try:
-            func(actor=actor, task_id=task_id, **kwargs)
-            done += 1
-        except ActhelmError as exc:
-            refused.append(f"#{task_id}: {exc} [{exc.code}]")
-    if done:
-        modeladmin.message_user(request, f"{verb}: {done} task(s).", messages.SUCCESS)
-    for line in refused:
-        modeladmin.message_user(request, line, messages.ERROR)
+def _admin_action(entry: ConsoleAction):
+    """The admin's bulk action for a registry entry: its service on each selected task."""
+    defaults = {i.name: i.admin_default for i in entry.inputs if i.admin_default is not None}
+
+    def run(modeladmin, request, queryset):
+        actor = Actor.person(request.user)
+        inputs = {
+            name: request.POST.get(name, "").strip() or default
+            for name, default in defaults.items()
+        }
+        done, refused = 0, []
+        for task_id in queryset.values_list("pk", flat=True):
+            try:
+                entry.call(actor=actor, target_id=task_id, **inputs)
+                done += 1
+            except ActhelmError as exc:
+                refused.append(f"#{task_id}: {exc} [{exc.code}]")
+        if done:
+            modeladmin.message_user(
+                request, f"{entry.admin_done}: {done} task(s).", messages.SUCCESS
+            )
+        for line in refused:
+            modeladmin.message_user(request, line, messages.ERROR)
+
+    run.__name__ = entry.admin_name
+    return admin.action(description=entry.admin, location=BOTH)(run)
 
 
-@admin.action(description="Close (review → done)", permissions=["close"], location=BOTH)
-def close_tasks(modeladmin, request, queryset):
-    _run_action(modeladmin, request, queryset, "Closed", services.task_close)
-
-
-@admin.action(description="Reopen with feedback", permissions=["close"], location=BOTH)
-def reopen_tasks(modeladmin, request, queryset):
-    feedback = request.POST.get("feedback", "").strip() or "Reopened from the admin for rework."
-    _run_action(modeladmin, request, queryset, "Reopened", services.task_reopen, feedback=feedback)
-
-
-@admin.action(description="Cancel", permissions=["operate"], location=BOTH)
-def cancel_tasks(modeladmin, request, queryset):
-    _run_action(modeladmin, request, queryset, "Cancelled", services.task_cancel)
-
-
-@admin.action(description="Retry from the last checkpoint", permissions=["operate"], location=BOTH)
-def retry_tasks(modeladmin, request, queryset):
-    _run_action(modeladmin, request, queryset, "Queued again", services.task_retry)
-
-
-@admin.action(description="Pause", permissions=["operate"], location=BOTH)
-def pause_tasks(modeladmin, request, queryset):
-    _run_action(modeladmin, request, queryset, "Paused", services.task_pause)
-
-
-@admin.action(description="Resume", permissions=["operate"], location=BOTH)
-def resume_tasks(modeladmin, request, queryset):
-    _run_action(modeladmin, request, queryset, "Resumed", services.task_resume)
+# One admin action per registry entry that has one (acthelm_site.console.actions).
+ADMIN_ACTIONS = {entry.admin_name: entry for entry in task_actions() if entry.admin}
 
 
 class TaskAdminForm(forms.ModelForm):
@@ -163,20 +150,23 @@ class TaskAdmin(admin.ModelAdmin):
     ]
     raw_id_fields = ["spawned_by"]
     inlines = [DependencyInline, TaskEventInline]
-    actions = [close_tasks, reopen_tasks, cancel_tasks, retry_tasks, pause_tasks, resume_tasks]
+    actions = [_admin_action(entry) for entry in ADMIN_ACTIONS.values()]
 
     def get_actions(self, request, action_location=ActionLocation.CHANGE_LIST):
+        """The registry's actions this person may take. Those marked admin_in_state_only (close,
+        reopen: the review queue's) appear only where the rows are in a state that allows them:
+        the change list filtered to such a state, or the page of such a task."""
         actions = super().get_actions(request, action_location)
-        # Close and reopen exist only for tasks in review: on the review queue, or on the page
-        # of a task in review.
         if action_location == ActionLocation.CHANGE_FORM:
             object_id = request.resolver_match.kwargs.get("object_id")
-            in_review = Task.objects.filter(pk=object_id, status=TaskStatus.REVIEW).exists()
+            status = Task.objects.filter(pk=object_id).values_list("status", flat=True).first()
         else:
-            in_review = request.GET.get("status__exact") == TaskStatus.REVIEW
-        if not in_review:
-            actions.pop("close_tasks", None)
-            actions.pop("reopen_tasks", None)
+            status = request.GET.get("status__exact")
+        for name, entry in ADMIN_ACTIONS.items():
+            if not request.user.has_perm(entry.perm) or (
+                entry.admin_in_state_only and status not in entry.states
+            ):
+                actions.pop(name, None)
         return actions
 
     def get_ordering(self, request):
@@ -216,12 +206,6 @@ class TaskAdmin(admin.ModelAdmin):
                 "admin.input_file_added",
                 extra={"task_id": obj.pk, "file": path.name, "actor": request.user.get_username()},
             )
-
-    def has_close_permission(self, request):
-        return request.user.has_perm("tasks.close_task")
-
-    def has_operate_permission(self, request):
-        return request.user.has_perm("tasks.operate_task")
 
     def has_add_permission(self, request):
         return False  # tasks are created through the console or acthelm_task create

@@ -1,10 +1,13 @@
-"""Errors of Acthelm's services. Each carries a stable code that the console and the CLI show."""
+"""Errors of Acthelm's services. Each carries a stable code that the console and the CLI show, and
+the HTTP status the console and the API answer with (`http_status`, read, never looked up)."""
 
 
 class ActhelmError(Exception):
     """Root of Acthelm's errors; raise a subclass."""
 
     code = "error"
+    # A refusal conflicts with the current state unless a subclass says otherwise.
+    http_status = 409
     # The input field the error is about, when there is one (shown by the API as "field").
     field: str | None = None
 
@@ -26,6 +29,7 @@ class TransitionNotAllowed(ActhelmError, ValueError):
 
 class NotFound(ActhelmError, LookupError):
     code = "not_found"
+    http_status = 404
 
 
 class TaskNotFound(NotFound):
@@ -38,10 +42,12 @@ class GoalNotFound(NotFound):
 
 class NotPermitted(ActhelmError, PermissionError):
     code = "permission_denied"
+    http_status = 403
 
 
 class InvalidInput(ActhelmError, ValueError):
     code = "invalid_input"
+    http_status = 400
 
 
 class DependencyCycle(InvalidInput):

@@ -356,12 +356,36 @@ def task_reopen(*, actor: Actor, task_id: int, feedback: str) -> Task:
     return task
 
 
-def task_retry(*, actor: Actor, task_id: int, model=None, limits: dict | None = None) -> Task:
+def limit_for_failure(code: str) -> str | None:
+    """The task limit a failure code refers to (limit_steps -> limit_turns), if any."""
+    from agents.limits import CUMULATIVE_LIMITS
+
+    if code in CUMULATIVE_LIMITS:
+        return CUMULATIVE_LIMITS[code][0]
+    if code in LIMIT_FIELDS:
+        return code
+    return None
+
+
+def task_retry(
+    *,
+    actor: Actor,
+    task_id: int,
+    model=None,
+    limits: dict | None = None,
+    raised_limit: int | None = None,
+) -> Task:
     """Queue a failed task again from its checkpoint. After a limit, the limit must be raised:
-    `limits` are set first, in the same transaction (all or nothing; unchanged ones are skipped)."""
+    `limits` are set first, in the same transaction (all or nothing; unchanged ones are skipped).
+    `raised_limit` is a new value for the limit the task stopped at, whichever that is."""
     from agents.limits import exhausted_limits
     from agents.services import model_check_for_task
 
+    if raised_limit is not None:
+        code = Task.objects.filter(pk=task_id).values_list("failure_code", flat=True).first()
+        field = limit_for_failure(code or "")
+        if field:
+            limits = {**(limits or {}), field: raised_limit}
     raised = _validate_limits(limits or {})
     with transaction.atomic():
         if raised:

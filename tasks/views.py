@@ -4,12 +4,9 @@ Views parse input and call tasks.services; every state change happens there. Eac
 fixed number of queries, whatever the number of tasks, turns, tool calls or events.
 """
 
-import json
 import logging
-from functools import wraps
 
 from django.contrib import messages
-from django.contrib.auth.views import redirect_to_login
 from django.core.exceptions import PermissionDenied
 from django.db.models import BooleanField, Case, F, Prefetch, Value, When
 from django.db.models.functions import Length
@@ -21,58 +18,39 @@ from django.utils import timezone
 from django.views.decorators.http import require_GET, require_http_methods, require_POST
 from django_htmx.http import HttpResponseClientRedirect
 
-from agents.limits import CUMULATIVE_LIMITS, task_usage
+from acthelm_site.console.actions import (
+    REGISTRY,
+    ConsoleAction,
+    decision_buttons,
+    task_actions,
+)
+from acthelm_site.console.shared import (
+    ADD_PERM,
+    OPERATE_PERM,
+    OUTCOME_UNKNOWN,
+    console_view,
+    positive_int,
+    pretty_json,
+)
+from acthelm_site.console.timeline import event_details
+from agents.limits import task_usage
 from agents.models import Artifact, Model, ToolCall
 from agents.services import model_check_for_task
 from approvals.states import ApprovalStatus, ReviewChoice
 from memory.models import MemorySelection
 from tasks import services
 from tasks.actors import Actor
-from tasks.exceptions import ActhelmError, InvalidInput, NotFound, NotPermitted
+from tasks.exceptions import ActhelmError, InvalidInput, NotPermitted
 from tasks.forms import LIMIT_LABELS, TaskCreateForm, model_queryset
 from tasks.models import Task
 from tasks.notify.selectors import task_notifications
 from tasks.selectors import task_keyset_page
-from tasks.services import LIMIT_FIELDS
+from tasks.services import limit_for_failure
 from tasks.states import Action, TaskStatus, allowed_actions
 from tasks.workspace import artifacts_dir, list_input_files
 
 log = logging.getLogger("acthelm.console")
 
-VIEW_PERM = "tasks.view_task"
-ADD_PERM = "tasks.add_task"
-OPERATE_PERM = "tasks.operate_task"
-CLOSE_PERM = "tasks.close_task"
-DECIDE_PERM = "approvals.decide_approval"
-
-A = Action
-ACTION_PERMS = {
-    A.PAUSE: OPERATE_PERM,
-    A.WITHDRAW_PAUSE: OPERATE_PERM,
-    A.RESUME: OPERATE_PERM,
-    A.CANCEL: OPERATE_PERM,
-    A.RETRY: OPERATE_PERM,
-    A.DELETE: OPERATE_PERM,
-    A.CLOSE: CLOSE_PERM,
-    A.REOPEN: CLOSE_PERM,
-    A.APPROVE: DECIDE_PERM,
-    A.DENY: DECIDE_PERM,
-    A.RUN_AGAIN: DECIDE_PERM,
-    A.SKIP: DECIDE_PERM,
-}
-# The task-wide buttons in the order they appear; approve/deny/run again/skip are per operation.
-TASK_ACTIONS = [
-    A.PAUSE,
-    A.WITHDRAW_PAUSE,
-    A.RESUME,
-    A.RETRY,
-    A.CLOSE,
-    A.REOPEN,
-    A.CANCEL,
-    A.DELETE,
-]
-# Actions that ask for input first (a model, a raised limit, feedback).
-FORM_ACTIONS = frozenset({A.RESUME, A.RETRY, A.REOPEN})
 # While a task is in one of these states something moves it without a person: the page polls.
 POLLING = frozenset(
     {TaskStatus.READY, TaskStatus.IN_PROGRESS, TaskStatus.PAUSE_REQUESTED, TaskStatus.BLOCKED}
@@ -83,64 +61,9 @@ TIMELINE_SIZE = 200
 TRANSCRIPT_SIZE = 100
 EVENT_DATA_CHARS = 300
 POLL_SECONDS = 2
-OUTCOME_UNKNOWN = (
-    "The worker stopped while this operation was in flight; its outcome is unknown. "
-    "Run again repeats it (for fetch_url: another GET); Skip tells the model the outcome is "
-    "unknown."
-)
 
 # Artifact types that a browser could run as a page; they are served as plain text.
 _ACTIVE_TYPES = ("html", "xml", "javascript", "ecmascript", "svg")
-
-
-def login_required(view):
-    """Django's login_required, except that an htmx request (a poll, an htmx action) whose
-    session has ended sends the whole page to the login page instead of swapping it in."""
-
-    @wraps(view)
-    def check(request, *args, **kwargs):
-        if request.user.is_authenticated:
-            return view(request, *args, **kwargs)
-        if request.htmx:
-            page = request.htmx.current_url_abs_path or request.get_full_path()
-            return HttpResponseClientRedirect(redirect_to_login(page).url)
-        return redirect_to_login(request.get_full_path())
-
-    return check
-
-
-def console_view(perm: str = VIEW_PERM):
-    """Login first (anonymous people go to the login page), then the permission (403)."""
-
-    def wrap(view):
-        @wraps(view)
-        def check(request, *args, **kwargs):
-            if not request.user.has_perm(perm):
-                raise PermissionDenied
-            return view(request, *args, **kwargs)
-
-        return login_required(check)
-
-    return wrap
-
-
-def error_status(exc: ActhelmError) -> int:
-    """A refused action: 400 for bad input, 409 for a conflict with the task's current state."""
-    if isinstance(exc, NotPermitted):
-        return 403
-    if isinstance(exc, NotFound):
-        return 404
-    if isinstance(exc, InvalidInput):
-        return 400
-    return 409
-
-
-def _int(value) -> int | None:
-    try:
-        number = int(value)
-    except (TypeError, ValueError):
-        return None
-    return number if number > 0 else None
 
 
 # --- The task list --------------------------------------------------------------------------
@@ -169,7 +92,7 @@ def task_list(request):
     # Evaluation tasks (acthelm_eval) are listed only when asked for: ?evaluation=1.
     evaluation = request.GET.get("evaluation") == "1"
     tasks = tasks.filter(is_evaluation=evaluation)
-    before, after = _int(request.GET.get("before")), _int(request.GET.get("after"))
+    before, after = positive_int(request.GET.get("before")), positive_int(request.GET.get("after"))
     page = task_keyset_page(tasks, before=before, after=after, size=PAGE_SIZE)
     context = {
         "tasks": page.tasks,
@@ -240,28 +163,6 @@ def _tool_rows(form: TaskCreateForm) -> list[dict]:
 # --- The task page --------------------------------------------------------------------------
 
 
-def _limit_for_failure(code: str) -> str | None:
-    """The task limit a failure code refers to (limit_steps -> limit_turns), if any."""
-    if code in CUMULATIVE_LIMITS:
-        return CUMULATIVE_LIMITS[code][0]
-    if code in LIMIT_FIELDS:
-        return code
-    return None
-
-
-def _pretty_json(value) -> str:
-    return json.dumps(value, indent=2, sort_keys=True, ensure_ascii=False, default=str)
-
-
-def _short_json(value) -> str:
-    if not value:
-        return ""
-    text = json.dumps(value, sort_keys=True, ensure_ascii=False, default=str)
-    if len(text) > EVENT_DATA_CHARS:
-        text = text[: EVENT_DATA_CHARS - 1] + "…"
-    return text
-
-
 def _plan_steps(plan) -> tuple[list[dict], str]:
     """A plan recorded by update_plan: {"steps": [{"step", "status"}], "note"}."""
     if isinstance(plan, dict) and isinstance(plan.get("steps"), list):
@@ -316,20 +217,11 @@ def task_page_context(request, pk: int) -> dict:
         Task.objects.select_related("goal", "connection", "model__connection", "conversation"),
         pk=pk,
     )
-    user = request.user
-    perms = {perm: user.has_perm(perm) for perm in (OPERATE_PERM, CLOSE_PERM, DECIDE_PERM)}
-    allowed = allowed_actions(task.status)
     actions = [
-        {
-            "name": str(a),
-            "label": A(a).label,
-            "url": reverse(f"tasks:{a}", args=[task.pk]),
-            "has_form": a in FORM_ACTIONS,
-        }
-        for a in TASK_ACTIONS
-        if a in allowed and perms[ACTION_PERMS[a]]
+        {"entry": entry, "url": reverse(entry.url_name, args=[task.pk])} | entry.page_texts(task.pk)
+        for entry in offered_actions(request.user, task.status)
     ]
-    action_names = {a["name"] for a in actions}
+    action_names = {a["entry"].name for a in actions}
 
     runs = list(task.runs.select_related("model__connection").order_by("number"))
     run_numbers = {run.pk: run.number for run in runs}
@@ -361,12 +253,12 @@ def task_page_context(request, pk: int) -> dict:
         turn.run_number = run_numbers.get(turn.run_id)
         for call in turn.tool_calls.all():
             call.arguments_pretty = (
-                _pretty_json(call.arguments) if call.arguments is not None else call.arguments_raw
+                pretty_json(call.arguments) if call.arguments is not None else call.arguments_raw
             )
             call.arguments_lines = call.arguments_pretty.count("\n") + 1
             approval = getattr(call, "approval", None)
             if approval is not None and approval.status == ApprovalStatus.PENDING:
-                approval.arguments_pretty = _pretty_json(approval.arguments)
+                approval.arguments_pretty = pretty_json(approval.arguments)
                 approvals.append(approval)
             decision = getattr(call, "review_decision", None)
             if decision is not None and decision.choice == ReviewChoice.PENDING:
@@ -382,7 +274,7 @@ def task_page_context(request, pk: int) -> dict:
     more_events = len(events) > TIMELINE_SIZE
     events = events[:TIMELINE_SIZE][::-1]
     for event in events:
-        event.data_text = _short_json(event.data)
+        event.details = event_details(event)
     usage = task_usage(task.pk)
 
     conversation = getattr(task, "conversation", None)
@@ -397,7 +289,8 @@ def task_page_context(request, pk: int) -> dict:
         "polling": task.status in POLLING,
         "poll_seconds": POLL_SECONDS,
         "actions": actions,
-        "can_decide": perms[DECIDE_PERM],
+        "can_decide": request.user.has_perm(REGISTRY[Action.APPROVE].perm),
+        "decision_buttons": decision_buttons(),
         "runs": runs,
         "turns": turns,
         "earlier_turns": earlier_turns,
@@ -414,23 +307,22 @@ def task_page_context(request, pk: int) -> dict:
         "plan": plan,
         "plan_steps": plan_steps,
         "plan_note": plan_note,
-        "plan_raw": _pretty_json(plan) if plan is not None and not plan_steps else "",
+        "plan_raw": pretty_json(plan) if plan is not None and not plan_steps else "",
         "answer_run": answer_run,
         "verdict_run": verdict_run,
         "outcome_unknown": OUTCOME_UNKNOWN,
     }
-    if A.RESUME in action_names or A.RETRY in action_names:
+    if action_names & {Action.RESUME, Action.RETRY}:
         context["models"] = list(model_queryset())
-    if A.RETRY in action_names and task.failure_code.startswith("limit_"):
-        field = _limit_for_failure(task.failure_code)
-        if field:
-            row = next((r for r in context["limits"] if r["field"] == field), None)
-            context["retry_limit"] = {
-                "field": field,
-                "label": LIMIT_LABELS.get(field, field),
-                "current": getattr(task, field),
-                "used": row["used"] if row else None,
-            }
+    field = limit_for_failure(task.failure_code) if Action.RETRY in action_names else None
+    if field:
+        row = next((r for r in context["limits"] if r["field"] == field), None)
+        context["retry_limit"] = {
+            "field": field,
+            "label": LIMIT_LABELS.get(field, field),
+            "current": getattr(task, field),
+            "used": row["used"] if row else None,
+        }
     return context
 
 
@@ -488,15 +380,84 @@ def task_artifact(request, pk: int, artifact_pk: int):
     return response
 
 
-# --- Actions --------------------------------------------------------------------------------
+# --- Actions ---------------------------------------------------------------------------------
 
 
-def _perform(request, pk: int, action: str, call, *, success: str):
-    """Check the permission, call the service, answer with the page or a clear refusal."""
-    if not request.user.has_perm(ACTION_PERMS[action]):
+def offered_actions(user, status: str) -> list[ConsoleAction]:
+    """The task-wide actions this person may take in this state, in the order of their buttons."""
+    allowed = allowed_actions(status)
+    return [e for e in task_actions() if e.name in allowed and user.has_perm(e.perm)]
+
+
+def _chosen_model(request) -> Model | None:
+    model_id = request.POST.get("model") or request.GET.get("model") or ""
+    if not model_id:
+        return None
+    model = model_queryset().filter(pk=positive_int(model_id) or 0).first()
+    if model is None:
+        raise InvalidInput(f"model {model_id!r} does not exist")
+    return model
+
+
+def _raised_limit(request, task_id: int) -> int | None:
+    """The new value of the limit a failed task stopped at, as typed in the retry form."""
+    raw = request.POST.get("limit_value", "").strip()
+    if not raw:
+        return None
+    value = positive_int(raw)
+    if value is None:
+        code = Task.objects.filter(pk=task_id).values_list("failure_code", flat=True).first()
+        field = limit_for_failure(code or "") or "the limit"
+        raise InvalidInput(f"{LIMIT_LABELS.get(field, field)} must be a positive number")
+    return value
+
+
+def _inputs(request, entry: ConsoleAction, task_id: int) -> dict:
+    """The action's inputs from the posted form, by their declared kind."""
+    inputs = {}
+    for item in entry.inputs:
+        if item.kind == "model":
+            inputs[item.name] = _chosen_model(request)
+        elif item.kind == "raised_limit":
+            inputs[item.name] = _raised_limit(request, task_id)
+        elif item.name in request.POST or item.required:
+            inputs[item.name] = request.POST.get(item.name, "").strip()
+    return inputs
+
+
+def _confirm_model(request, task: Task, model: Model, entry: ConsoleAction, extra: dict):
+    check = model_check_for_task(task=task, model=model)
+    context = {
+        "task": task,
+        "model": model,
+        "check": check,
+        "action": entry,
+        "url": reverse(entry.url_name, args=[task.pk]),
+        "extra": extra,
+    }
+    return render(request, "console/task_confirm_model.html", context)
+
+
+@require_POST
+@console_view()
+def task_action(request, pk: int, action: str):
+    """Every task-wide action (acthelm_site.console.actions): check the permission, read its
+    inputs, show a new model's checks before queueing on it, call its service."""
+    entry = REGISTRY[action]
+    if not request.user.has_perm(entry.perm):
         raise PermissionDenied
     try:
-        call(Actor.person(request.user))
+        inputs = _inputs(request, entry, pk)
+    except InvalidInput as exc:
+        return render_task_page(request, pk, error=exc, status=400)
+    model = inputs.get("model")
+    # A model change is queued only after the person has seen its checks.
+    if model is not None and request.POST.get("checked") != str(model.pk):
+        task = get_object_or_404(Task, pk=pk)
+        extra = {k: v for k, v in request.POST.items() if k not in ("model", "csrfmiddlewaretoken")}
+        return _confirm_model(request, task, model, entry, extra)
+    try:
+        task = entry.call(actor=Actor.person(request.user), target_id=pk, **inputs)
     except NotPermitted:
         raise PermissionDenied from None
     except ActhelmError as exc:
@@ -504,167 +465,22 @@ def _perform(request, pk: int, action: str, call, *, success: str):
             "console.action_refused",
             extra={"task_id": pk, "action": str(action), "code": exc.code},
         )
-        return render_task_page(request, pk, error=exc, status=error_status(exc))
+        return render_task_page(request, pk, error=exc, status=exc.http_status)
     log.info(
         "console.action",
         extra={"task_id": pk, "action": str(action), "actor": request.user.get_username()},
     )
-    if action == A.DELETE:
-        messages.success(request, success)
+    success = entry.success.format(pk=pk)
+    if model is not None:
+        success = success.removesuffix(".") + f" on {model}."
+    messages.success(request, success)
+    if task is None:  # the service deleted the task: its page is gone
         if request.htmx:
             return HttpResponseClientRedirect("/")
         return redirect("tasks:list")
-    messages.success(request, success)
     if request.htmx:
         return render_task_page(request, pk)
     return redirect("tasks:detail", pk=pk)
-
-
-@require_POST
-@console_view()
-def task_pause(request, pk: int):
-    return _perform(
-        request,
-        pk,
-        A.PAUSE,
-        lambda actor: services.task_pause(actor=actor, task_id=pk),
-        success="Pause requested.",
-    )
-
-
-@require_POST
-@console_view()
-def task_withdraw_pause(request, pk: int):
-    return _perform(
-        request,
-        pk,
-        A.WITHDRAW_PAUSE,
-        lambda actor: services.task_withdraw_pause(actor=actor, task_id=pk),
-        success="Pause withdrawn: the worker carries on.",
-    )
-
-
-@require_POST
-@console_view()
-def task_cancel(request, pk: int):
-    reason = request.POST.get("reason", "").strip()
-    return _perform(
-        request,
-        pk,
-        A.CANCEL,
-        lambda actor: services.task_cancel(actor=actor, task_id=pk, reason=reason),
-        success="Task cancelled: no further step starts.",
-    )
-
-
-@require_POST
-@console_view()
-def task_close(request, pk: int):
-    return _perform(
-        request,
-        pk,
-        A.CLOSE,
-        lambda actor: services.task_close(actor=actor, task_id=pk),
-        success="Task closed: done.",
-    )
-
-
-@require_POST
-@console_view()
-def task_reopen(request, pk: int):
-    feedback = request.POST.get("feedback", "")
-    return _perform(
-        request,
-        pk,
-        A.REOPEN,
-        lambda actor: services.task_reopen(actor=actor, task_id=pk, feedback=feedback),
-        success="Task reopened with your feedback; it is queued again.",
-    )
-
-
-@require_POST
-@console_view()
-def task_delete(request, pk: int):
-    return _perform(
-        request,
-        pk,
-        A.DELETE,
-        lambda actor: services.task_delete(actor=actor, task_id=pk),
-        success=f"Task #{pk} deleted.",
-    )
-
-
-def _chosen_model(request) -> Model | None:
-    model_id = request.POST.get("model") or request.GET.get("model") or ""
-    if not model_id:
-        return None
-    model = model_queryset().filter(pk=_int(model_id) or 0).first()
-    if model is None:
-        raise InvalidInput(f"model {model_id!r} does not exist")
-    return model
-
-
-def _needs_check_shown(request, model: Model | None) -> bool:
-    """A model change is queued only after the person has seen its checks."""
-    return model is not None and request.POST.get("checked") != str(model.pk)
-
-
-def _confirm_model(request, task: Task, model: Model, action: str, extra: dict):
-    check = model_check_for_task(task=task, model=model)
-    context = {"task": task, "model": model, "check": check, "action": action, "extra": extra}
-    return render(request, "console/task_confirm_model.html", context)
-
-
-@require_POST
-@console_view()
-def task_resume(request, pk: int):
-    if not request.user.has_perm(ACTION_PERMS[A.RESUME]):
-        raise PermissionDenied
-    try:
-        model = _chosen_model(request)
-    except InvalidInput as exc:
-        return render_task_page(request, pk, error=exc, status=400)
-    if _needs_check_shown(request, model):
-        task = get_object_or_404(Task, pk=pk)
-        return _confirm_model(request, task, model, "resume", {})
-    return _perform(
-        request,
-        pk,
-        A.RESUME,
-        lambda actor: services.task_resume(actor=actor, task_id=pk, model=model),
-        success="Task resumed: it is queued" + (f" on {model}." if model else "."),
-    )
-
-
-@require_POST
-@console_view()
-def task_retry(request, pk: int):
-    """Retry from the checkpoint; after a limit, the raised limit is set first (all or nothing)."""
-    if not request.user.has_perm(ACTION_PERMS[A.RETRY]):
-        raise PermissionDenied
-    task = get_object_or_404(Task, pk=pk)
-    field = _limit_for_failure(task.failure_code) if task.failure_code else None
-    raw_limit = request.POST.get("limit_value", "").strip()
-    try:
-        model = _chosen_model(request)
-        new_limit = None
-        if field and raw_limit:
-            new_limit = _int(raw_limit)
-            if new_limit is None:
-                raise InvalidInput(f"{LIMIT_LABELS.get(field, field)} must be a positive number")
-    except InvalidInput as exc:
-        return render_task_page(request, pk, error=exc, status=400)
-    if _needs_check_shown(request, model):
-        return _confirm_model(request, task, model, "retry", {"limit_value": raw_limit})
-
-    limits = {field: new_limit} if new_limit is not None else None
-    return _perform(
-        request,
-        pk,
-        A.RETRY,
-        lambda actor: services.task_retry(actor=actor, task_id=pk, model=model, limits=limits),
-        success="Task queued again from its last checkpoint.",
-    )
 
 
 @require_GET

@@ -23,8 +23,17 @@ from pydantic import Field
 from acthelm_site.api import schemas as s
 from acthelm_site.api.selectors import pending_operations, task_detail, task_summary
 from acthelm_site.api.tokens import TokenRefused, token_authenticate
+from acthelm_site.console.actions import ACTION_PERMS, REGISTRY
+from acthelm_site.console.shared import (
+    ADD_PERM,
+    INBOX_PERMS,
+    MANAGE_CONNECTIONS_PERM,
+    OPERATE_PERM,
+    SCORECARD_PERM,
+    VIEW_CONNECTIONS_PERMS,
+    VIEW_PERM,
+)
 from agents.models import Connection, ToolCall
-from approvals import services as approval_services
 from approvals.models import Approval, ReviewDecision
 from tasks import services
 from tasks.actors import Actor
@@ -42,36 +51,12 @@ from tasks.states import Action
 
 log = logging.getLogger("acthelm.api")
 
-VIEW_PERM = "tasks.view_task"
-ADD_PERM = "tasks.add_task"
-OPERATE_PERM = "tasks.operate_task"
-CLOSE_PERM = "tasks.close_task"
-DECIDE_PERM = "approvals.decide_approval"
-INBOX_PERMS = (DECIDE_PERM, "approvals.view_approval")
-MANAGE_CONNECTIONS_PERM = "agents.manage_connections"
-VIEW_CONNECTIONS_PERMS = (MANAGE_CONNECTIONS_PERM, "agents.view_connection")
-SCORECARD_PERM = "agents.view_agentrun"
 VIEW_GOAL_PERM = "tasks.view_goal"
 ADD_GOAL_PERM = "tasks.add_goal"
 CHANGE_GOAL_PERM = "tasks.change_goal"
 
 A = Action
-# The console's table (tasks.views.ACTION_PERMS), restated here so that the API does not import
-# the console's views; tests/api/test_auth.py checks that the two agree.
-ACTION_PERMS = {
-    A.PAUSE: OPERATE_PERM,
-    A.WITHDRAW_PAUSE: OPERATE_PERM,
-    A.RESUME: OPERATE_PERM,
-    A.CANCEL: OPERATE_PERM,
-    A.RETRY: OPERATE_PERM,
-    A.DELETE: OPERATE_PERM,
-    A.CLOSE: CLOSE_PERM,
-    A.REOPEN: CLOSE_PERM,
-    A.APPROVE: DECIDE_PERM,
-    A.DENY: DECIDE_PERM,
-    A.RUN_AGAIN: DECIDE_PERM,
-    A.SKIP: DECIDE_PERM,
-}
+# Each action's permission is the console's (acthelm_site.console.actions.ACTION_PERMS).
 PAGE_SIZE = 50
 MAX_PAGE_SIZE = 200
 GOAL_TASKS = 100
@@ -108,19 +93,6 @@ api = NinjaAPI(
 # --- Errors ---------------------------------------------------------------------------------
 
 
-def error_status(exc: ActhelmError) -> int:
-    """As the console answers (tasks.views.error_status), plus 401 for a refused token."""
-    if isinstance(exc, TokenRefused):
-        return 401
-    if isinstance(exc, NotPermitted):
-        return 403
-    if isinstance(exc, NotFound):
-        return 404
-    if isinstance(exc, InvalidInput):
-        return 400
-    return 409
-
-
 def _error(request, status: int, code: str, message: str, field: str | None = None):
     response = api.create_response(
         request, {"code": code, "message": message, "field": field}, status=status
@@ -132,7 +104,7 @@ def _error(request, status: int, code: str, message: str, field: str | None = No
 
 @api.exception_handler(ActhelmError)
 def _acthelm_error(request, exc: ActhelmError):
-    status = error_status(exc)
+    status = exc.http_status  # 401 for a refused token, as the console's for the rest
     if status != 401:
         log.info(
             "api.refused",
@@ -414,10 +386,12 @@ def _operation_of(model, op_id: int, task_id: int):
         raise NotFound(f"task {task_id} has no {what} {op_id}")
 
 
-def _decide(request, task_id: int, op_id: int, payload: s.DecisionIn, action: str, decide):
-    actor = _require(request, ACTION_PERMS[action])
-    _operation_of(Approval if action in (A.APPROVE, A.DENY) else ReviewDecision, op_id, task_id)
-    decide(actor=actor, pk=op_id, arguments_hash=payload.arguments_hash)
+def _decide(request, task_id: int, op_id: int, payload: s.DecisionIn, action: str):
+    """A decision on one operation of this task, with the console's permission and service."""
+    entry = REGISTRY[action]
+    actor = _require(request, entry.perm)
+    _operation_of(Approval if entry.target == "approval" else ReviewDecision, op_id, task_id)
+    entry.call(actor=actor, target_id=op_id, arguments_hash=payload.arguments_hash)
     return _done(request, task_id, action)
 
 
@@ -429,16 +403,7 @@ def _decide(request, task_id: int, op_id: int, payload: s.DecisionIn, action: st
 def approve(request, task_id: int, approval_id: int, payload: s.DecisionIn):
     """Let the operation run. A hash that no longer matches changes nothing: 409
     stale_decision."""
-    return _decide(
-        request,
-        task_id,
-        approval_id,
-        payload,
-        A.APPROVE,
-        lambda actor, pk, arguments_hash: approval_services.approval_approve(
-            actor=actor, approval_id=pk, arguments_hash=arguments_hash
-        ),
-    )
+    return _decide(request, task_id, approval_id, payload, A.APPROVE)
 
 
 @api.post(
@@ -447,16 +412,7 @@ def approve(request, task_id: int, approval_id: int, payload: s.DecisionIn):
     tags=["decisions"],
 )
 def deny(request, task_id: int, approval_id: int, payload: s.DecisionIn):
-    return _decide(
-        request,
-        task_id,
-        approval_id,
-        payload,
-        A.DENY,
-        lambda actor, pk, arguments_hash: approval_services.approval_deny(
-            actor=actor, approval_id=pk, arguments_hash=arguments_hash
-        ),
-    )
+    return _decide(request, task_id, approval_id, payload, A.DENY)
 
 
 @api.post(
@@ -466,16 +422,7 @@ def deny(request, task_id: int, approval_id: int, payload: s.DecisionIn):
 )
 def run_again(request, task_id: int, decision_id: int, payload: s.DecisionIn):
     """An operation of unknown outcome runs again (for fetch_url: another GET)."""
-    return _decide(
-        request,
-        task_id,
-        decision_id,
-        payload,
-        A.RUN_AGAIN,
-        lambda actor, pk, arguments_hash: approval_services.review_run_again(
-            actor=actor, decision_id=pk, arguments_hash=arguments_hash
-        ),
-    )
+    return _decide(request, task_id, decision_id, payload, A.RUN_AGAIN)
 
 
 @api.post(
@@ -485,16 +432,7 @@ def run_again(request, task_id: int, decision_id: int, payload: s.DecisionIn):
 )
 def skip(request, task_id: int, decision_id: int, payload: s.DecisionIn):
     """The model is told the outcome is unknown; the operation does not run again."""
-    return _decide(
-        request,
-        task_id,
-        decision_id,
-        payload,
-        A.SKIP,
-        lambda actor, pk, arguments_hash: approval_services.review_skip(
-            actor=actor, decision_id=pk, arguments_hash=arguments_hash
-        ),
-    )
+    return _decide(request, task_id, decision_id, payload, A.SKIP)
 
 
 @api.get("/approvals", response={200: s.PendingOut, **ERRORS}, tags=["decisions"])

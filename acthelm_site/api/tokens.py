@@ -30,6 +30,7 @@ class TokenRefused(ActhelmError):
     """The request carries no token, a malformed or unknown one, or a revoked one (HTTP 401)."""
 
     code = "token_invalid"
+    http_status = 401
 
 
 class TokenNotFound(NotFound):

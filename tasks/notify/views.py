@@ -3,8 +3,8 @@
 from django.shortcuts import render
 from django.views.decorators.http import require_GET
 
+from acthelm_site.console.shared import console_view
 from tasks.notify.selectors import deliveries_page
-from tasks.views import console_view
 
 VIEW_PERM = "tasks.view_notification"
 

@@ -158,13 +158,13 @@ def test_the_schema_and_docs_are_for_signed_in_staff_only(client):
 
 def test_each_action_needs_the_same_permission_as_in_the_console():
     from acthelm_site.api import endpoints
+    from acthelm_site.console import actions, shared
     from approvals import views as approval_views
-    from tasks import views as task_views
 
-    assert endpoints.ACTION_PERMS == task_views.ACTION_PERMS
-    assert endpoints.DECIDE_PERM == approval_views.DECIDE_PERM
-    assert endpoints.INBOX_PERMS == approval_views.VIEW_PERMS
-    assert (endpoints.VIEW_PERM, endpoints.ADD_PERM) == (task_views.VIEW_PERM, task_views.ADD_PERM)
+    assert endpoints.ACTION_PERMS == {n: e.perm for n, e in actions.REGISTRY.items()}
+    assert set(endpoints.ACTION_PERMS) == set(endpoints.A)
+    assert endpoints.INBOX_PERMS == approval_views.INBOX_PERMS == shared.INBOX_PERMS
+    assert (endpoints.VIEW_PERM, endpoints.ADD_PERM) == (shared.VIEW_PERM, shared.ADD_PERM)
 
 
 @pytest.mark.parametrize(

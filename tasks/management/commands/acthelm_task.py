@@ -10,8 +10,9 @@ from pathlib import Path
 from django.core.management.base import BaseCommand, CommandError
 from django.db import transaction
 
+from acthelm_site.console.actions import REGISTRY, by_slug
 from agents.models import Connection, Model
-from approvals import services as approval_services
+from approvals.models import Approval, ReviewDecision
 from approvals.selectors import open_operations, operations_as_text
 from tasks import services
 from tasks.cli import emit, fail, person_actor
@@ -82,25 +83,28 @@ class Command(BaseCommand):
         stats.add_argument("--period", choices=["day", "week", "month"], default="week")
         stats.add_argument("--since", help="a date (YYYY-MM-DD); overrides --period")
 
-        for name in ("show", "pause", "withdraw-pause", "cancel", "close", "delete"):
-            p = sub.add_parser(name)
-            p.add_argument("task", type=int)
-        for name in ("resume", "retry"):
-            p = sub.add_parser(name)
-            p.add_argument("task", type=int)
-            p.add_argument("--connection")
-            p.add_argument("--model")
-        reopen = sub.add_parser("reopen")
-        reopen.add_argument("task", type=int)
-        reopen.add_argument("--feedback", required=True)
+        show = sub.add_parser("show")
+        show.add_argument("task", type=int)
         limits = sub.add_parser("limits", help="change a task's limits")
         limits.add_argument("task", type=int)
         limits.add_argument("--limit", action="append", required=True, help="limit_turns=40 …")
-        for name in ("approve", "deny", "run-again", "skip"):
-            p = sub.add_parser(name, help="decide one operation, bound to its hash")
+        # One subcommand per console action (acthelm_site.console.actions).
+        for entry in REGISTRY.values():
+            p = sub.add_parser(entry.slug, help=entry.cli_help)
             p.add_argument("task", type=int)
-            p.add_argument("op", type=int, help="approval id (approve/deny) or decision id")
-            p.add_argument("--hash", required=True, dest="op_hash")
+            if entry.target != "task":
+                p.add_argument("op", type=int, help=f"the {entry.target}'s id")
+                p.add_argument("--hash", required=True, dest="op_hash")
+            for item in entry.inputs:
+                if item.kind == "model":
+                    p.add_argument("--connection", help="the model's connection name")
+                    p.add_argument("--model", help=item.help)
+                elif item.kind == "raised_limit":
+                    p.add_argument(
+                        "--raised-limit", type=int, help="a new value for the limit it stopped at"
+                    )
+                else:
+                    p.add_argument(f"--{item.name}", required=item.required, help=item.help)
 
     def handle(self, *args, **opts):
         as_json = opts["json"]
@@ -152,36 +156,19 @@ class Command(BaseCommand):
         actor = person_actor(opts["user"])
         if action == "create":
             task = self._create(actor, opts)
-        elif action == "pause":
-            task = services.task_pause(actor=actor, task_id=opts["task"])
-        elif action == "withdraw-pause":
-            task = services.task_withdraw_pause(actor=actor, task_id=opts["task"])
-        elif action == "resume":
-            task = services.task_resume(actor=actor, task_id=opts["task"], model=self._model(opts))
-        elif action == "retry":
-            task = services.task_retry(actor=actor, task_id=opts["task"], model=self._model(opts))
-        elif action == "cancel":
-            task = services.task_cancel(actor=actor, task_id=opts["task"])
-        elif action == "close":
-            task = services.task_close(actor=actor, task_id=opts["task"])
-        elif action == "reopen":
-            task = services.task_reopen(
-                actor=actor, task_id=opts["task"], feedback=opts["feedback"]
-            )
         elif action == "limits":
             task = services.task_set_limits(
                 actor=actor, task_id=opts["task"], **_pairs(opts["limit"], "--limit")
             )
-        elif action == "delete":
-            services.task_delete(actor=actor, task_id=opts["task"])
-            return emit(
-                self,
-                {"ok": True, "deleted": opts["task"]},
-                as_json=as_json,
-                text=f"task {opts['task']} deleted",
-            )
         else:
-            task = self._decide(actor, action, opts)
+            task = self._act(actor, by_slug(action), opts)
+            if task is None:  # deleted
+                return emit(
+                    self,
+                    {"ok": True, "deleted": opts["task"]},
+                    as_json=as_json,
+                    text=f"task {opts['task']} deleted",
+                )
         task = self._task(task.pk)
         return emit(
             self, task_as_dict(task), as_json=as_json, text=f"task {task.pk}: {task.status}"
@@ -246,28 +233,21 @@ class Command(BaseCommand):
                 add_input_file(task.pk, name=f.name, source=f)
         return task
 
-    def _decide(self, actor, action, opts):
-        from approvals.models import Approval, ReviewDecision
-
-        op, op_hash = opts["op"], opts["op_hash"]
-        model = Approval if action in ("approve", "deny") else ReviewDecision
+    def _act(self, actor, entry, opts) -> Task | None:
+        """A console action: its inputs from the options, then its service."""
+        inputs = {}
+        for item in entry.inputs:
+            if item.kind == "model":
+                inputs[item.name] = self._model(opts)
+            elif opts.get(item.name) is not None:
+                inputs[item.name] = opts[item.name]
+        if entry.target == "task":
+            return entry.call(actor=actor, target_id=opts["task"], **inputs)
+        op = opts["op"]
+        model = Approval if entry.target == "approval" else ReviewDecision
         owner = model.objects.filter(pk=op).values_list("task_id", flat=True).first()
         if owner is None:
             raise InvalidInput(f"operation {op} does not exist")
         if owner != opts["task"]:
             raise InvalidInput(f"operation {op} belongs to task {owner}, not {opts['task']}")
-        func = {
-            "approve": lambda: approval_services.approval_approve(
-                actor=actor, approval_id=op, arguments_hash=op_hash
-            ),
-            "deny": lambda: approval_services.approval_deny(
-                actor=actor, approval_id=op, arguments_hash=op_hash
-            ),
-            "run-again": lambda: approval_services.review_run_again(
-                actor=actor, decision_id=op, arguments_hash=op_hash
-            ),
-            "skip": lambda: approval_services.review_skip(
-                actor=actor, decision_id=op, arguments_hash=op_hash
-            ),
-        }[action]
-        return func().task
+        return entry.call(actor=actor, target_id=op, arguments_hash=opts["op_hash"]).task

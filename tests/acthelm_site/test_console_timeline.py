@@ -1,0 +1,71 @@
+"""The timeline's details are written for a person: a line per fact, never the raw JSON."""
+
+from types import SimpleNamespace
+
+import pytest
+
+from acthelm_site.console.timeline import VALUE_CHARS, event_details
+from tasks.states import EventKind
+
+
+def event(kind, data):
+    return SimpleNamespace(kind=kind, data=data)
+
+
+@pytest.mark.parametrize(
+    ("kind", "data", "lines"),
+    [
+        (
+            EventKind.CANCELLED,
+            {"reason": "wrong goal", "runs_cancelled": 1},
+            ["Reason: wrong goal", "1 running attempt ended"],
+        ),
+        (EventKind.CANCELLED, {"reason": "", "runs_cancelled": 0}, []),
+        (
+            EventKind.LIMITS_CHANGED,
+            {"before": {"limit_turns": 10}, "after": {"limit_turns": 40}},
+            ["limit_turns: 10 → 40"],
+        ),
+        (EventKind.RETRIED, {"previous_failure": "limit_steps"}, ["After: limit_steps"]),
+        (
+            EventKind.RESUMED,
+            {"model_id": 3, "model": "alpha/m", "check": {"ok": True}},
+            ["On alpha/m"],
+        ),
+        (EventKind.REOPENED, {"feedback": "Cite the notes."}, ["Feedback: Cite the notes."]),
+        (
+            EventKind.TOOL_RESULT,
+            {"tool": "fetch_url", "tool_call_id": 9, "ok": False, "error": "fetch_blocked"},
+            ["fetch_url failed (fetch_blocked)"],
+        ),
+        (
+            EventKind.FAILED,
+            {"code": "limit_steps", "message": "24 turns"},
+            ["limit_steps: 24 turns"],
+        ),
+        (
+            EventKind.UNBLOCK_BLOCKED,
+            {"dependency": 4, "dependency_status": "cancelled"},
+            ["Task #4 is cancelled"],
+        ),
+        # Any other kind: one "key: value" line per field.
+        (
+            EventKind.CLAIMED,
+            {"worker": "w-1", "run_id": 5, "attempt": 2},
+            ["worker: w-1", "attempt: 2"],
+        ),
+        (EventKind.CREATED, {}, []),
+    ],
+)
+def test_each_kind_reads_as_sentences(kind, data, lines):
+    assert event_details(event(kind, data)) == lines
+
+
+def test_data_of_an_unexpected_shape_falls_back_to_fields():
+    assert event_details(event(EventKind.LIMITS_CHANGED, {"after": [1, 2]})) == ["after: [1, 2]"]
+    assert event_details(event(EventKind.MODEL_TURN, ["not", "a dict"])) == ['["not", "a dict"]']
+
+
+def test_a_long_value_is_cut():
+    (line,) = event_details(event(EventKind.PAUSED, {"note": "x" * 5000}))
+    assert len(line) == len("note: ") + VALUE_CHARS and line.endswith("…")
