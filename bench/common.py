@@ -679,3 +679,58 @@ def sum_intervals(intervals: list[dict]) -> dict:
             else:
                 out[key] = out.get(key, 0) + value
     return out
+
+
+# --- statements, at the server -----------------------------------------------------------------
+
+_LOGGED = re.compile(r"\] LOG:  (?:statement|execute [^:]*):\s*(\w+)")
+_TX_CONTROL = {"BEGIN", "COMMIT", "ROLLBACK", "START", "END"}
+
+
+class StatementLog:
+    """Counts the SQL statements the server runs for the scratch database while open: sets
+    `log_statement = 'all'` on that database only (new sessions pick it up, so start the processes
+    to measure inside the block) and counts the statements logged meanwhile, transaction control
+    (BEGIN/COMMIT/ROLLBACK, which psycopg sends itself) left out; SAVEPOINT/RELEASE count. Reads
+    the server's log file, so only where it is on this machine: the embedded server logs to
+    `<data_directory>/log` (else `count` stays None). Not for timed runs: logging costs time."""
+
+    def __init__(self, dbname: str):
+        if not re.fullmatch(r"[a-z0-9_]+", dbname):
+            raise ValueError(dbname)
+        self.dbname = dbname
+        self.count: int | None = None
+        self.by_kind: dict[str, int] = {}
+        self._path: Path | None = None
+        self._offset = 0
+
+    def __enter__(self):
+        with _admin_conn() as conn:
+            datadir = conn.execute("SHOW data_directory").fetchone()[0]
+            conn.execute(f"ALTER DATABASE {self.dbname} SET log_statement = 'all'")
+        path = Path(datadir) / "log"
+        try:
+            if path.is_file():
+                self._path, self._offset = path, path.stat().st_size
+        except OSError:
+            self._path = None
+        return self
+
+    def __exit__(self, *exc):
+        with _admin_conn() as conn:
+            conn.execute(f"ALTER DATABASE {self.dbname} RESET log_statement")
+        if self._path is None:
+            return
+        try:
+            with self._path.open("rb") as fh:
+                fh.seek(self._offset)
+                text = fh.read().decode("utf-8", "replace")
+        except OSError:
+            return
+        kinds: dict[str, int] = {}
+        for match in _LOGGED.finditer(text):
+            kind = match.group(1).upper()
+            if kind not in _TX_CONTROL:
+                kinds[kind] = kinds.get(kind, 0) + 1
+        self.by_kind = kinds
+        self.count = sum(kinds.values())

@@ -2,8 +2,8 @@
 conversation lengths 10, 50 and 200, against LangGraph with PostgresSaver on the same database,
 both driven by the same scripted OpenAI-compatible model server; and the capacity that follows.
 
-    .venv/bin/python bench/steps.py [--lengths 10,50,200] [--external-lengths 10,50]
-                                    [--profile-steps 50]
+    .venv/bin/python bench/steps.py [--lengths 10,50,200] [--count-lengths 10,50]
+                                    [--external-lengths 10,50] [--profile-steps 50]
 
 A step is one model turn that calls one tool plus that tool's result; a conversation of length L
 is L such steps and then a final answer. The model (`bench/model_server.py steps`, its own
@@ -24,10 +24,12 @@ Counted at the server for the real worker process (common.server_snapshot: nothi
 the scratch database): transactions (xact_commit), commits (COMMIT records in the WAL: the
 transactions that wrote), WAL bytes, rows written, server CPU. Per step = the difference between
 the longest and the shortest conversation divided by the difference in steps (so the claim, the
-set-up and the final answer, paid once per task, drop out). Statements are counted in an
-in-process measuring slot (bench/inline.py: the same worker slot, in one process with an
-execute_wrapper; the embedded server has no pg_stat_statements), which also splits a step's time
-into SQL, HTTP (the provider's model call) and Python.
+set-up and the final answer, paid once per task, drop out). Statements are counted by the server
+too, in separate untimed runs (--count-lengths, and the fetch_url runs): the embedded server has no
+pg_stat_statements, so common.StatementLog logs every statement of the scratch database and counts
+the lines. And they are counted in an in-process measuring slot (bench/inline.py: the same worker
+slot in one process, with an execute_wrapper), which also splits a step's time into SQL, HTTP (the
+provider's model call) and Python, step by step.
 """
 
 from __future__ import annotations
@@ -132,26 +134,38 @@ def worker_env(media: str, **extra) -> dict:
     return {"ACTHELM_MEDIA_ROOT": media, "ACTHELM_FETCH_ALLOW_PRIVATE": "true", **extra}
 
 
-def run_acthelm(db_url: str, model_url: str, length: int, media: str, target=None) -> dict:
-    from agents.models import AgentRun, Turn
+def run_acthelm(
+    db_url: str, model_url: str, length: int, media: str, target=None, *, statements=False
+) -> dict:
+    """One real worker process runs a task of `length` steps; with `statements`, the server logs
+    and counts its statements too (common.StatementLog: not for the timed runs)."""
+    from contextlib import nullcontext
+
+    from agents.models import AgentRun, ToolCall, Turn
 
     common.truncate_acthelm()
     task = create_task(model_url, length, target=target)
     size0 = table_bytes(ACTHELM_TABLES)
     common.settle_stats()
     before = common.server_snapshot(DB)
-    worker = common.spawn_worker(db_url, f"steps-{length}", "--burst", env=worker_env(media))
-    with common.ConnectionSampler(DB) as sampler:
-        _, err = worker.communicate(timeout=1800)
+    with common.StatementLog(DB) if statements else nullcontext() as log:
+        worker = common.spawn_worker(db_url, f"steps-{length}", "--burst", env=worker_env(media))
+        with common.ConnectionSampler(DB) as sampler:
+            _, err = worker.communicate(timeout=1800)
     if worker.returncode != 0:
         raise RuntimeError(f"worker failed: {err[-2000:]}")
     common.settle_stats()
     after = common.server_snapshot(DB)
     server = common.server_delta(before, after)
+    server["statements"] = log.count if log is not None else None
+    server["statements_by_kind"] = log.by_kind if log is not None else None
     size1 = table_bytes(ACTHELM_TABLES)
     run = AgentRun.objects.get(task=task)
     if run.status != "succeeded":
         raise RuntimeError(f"the run ended {run.status} {run.error_code}: {run.error_message}")
+    failed = ToolCall.objects.filter(task=task).exclude(status="succeeded").count()
+    if failed:
+        raise RuntimeError(f"{failed} tool calls did not succeed")
     times = list(
         Turn.objects.filter(task=task, role="assistant")
         .order_by("index")
@@ -388,11 +402,13 @@ def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--lengths", default="10,50,200")
     parser.add_argument("--external-lengths", default="10,50")
+    parser.add_argument("--count-lengths", default="10,50")
     parser.add_argument("--profile-steps", type=int, default=50)
     parser.add_argument("--connection-agents", type=int, default=4)
     args = parser.parse_args()
     lengths = [int(x) for x in args.lengths.split(",")]
     ext_lengths = [int(x) for x in args.external_lengths.split(",")]
+    count_lengths = [int(x) for x in args.count_lengths.split(",")]
     lo, hi = min(lengths), max(lengths)
 
     media = tempfile.mkdtemp(prefix="acthelm-bench-steps-")
@@ -401,7 +417,7 @@ def main() -> int:
     common.django_on(db_url)
     from tests.fakes.http_target import HttpTarget
 
-    acthelm, external, lg_http, lg_fake = {}, {}, {}, {}
+    acthelm, counted, external, lg_http, lg_fake = {}, {}, {}, {}, {}
     workspace = Path(media) / "langgraph"
     workspace.mkdir()
     for name in ("a.txt", "b.txt", "c.csv"):
@@ -415,9 +431,14 @@ def main() -> int:
             lg_http[length] = run_langgraph(db_url, length, workspace, model_url)
             print(f"… LangGraph, in-process model, {length} steps", flush=True)
             lg_fake[length] = run_langgraph(db_url, length, workspace, None)
+        for length in count_lengths:
+            print(f"… Acthelm, {length} steps, statements logged by the server", flush=True)
+            counted[length] = run_acthelm(db_url, model_url, length, media, statements=True)
         for length in ext_lengths:
-            print(f"… Acthelm, {length} steps calling fetch_url", flush=True)
-            external[length] = run_acthelm(db_url, model_url, length, media, target=page)
+            print(f"… Acthelm, {length} steps calling fetch_url (statements logged)", flush=True)
+            external[length] = run_acthelm(
+                db_url, model_url, length, media, target=page, statements=True
+            )
         print(f"… profile: {args.profile_steps} steps in the in-process slot", flush=True)
         profile = profile_steps(db_url, model_url, args.profile_steps, media)
         profile_ext = profile_steps(db_url, model_url, args.profile_steps, media, target=page)
@@ -497,40 +518,44 @@ def main() -> int:
     m_tx, m_commits = marginal(acthelm, "transactions"), marginal(acthelm, "commits")
     m_wal, m_cpu = marginal(acthelm, "wal_bytes"), marginal(acthelm, "server_cpu_ms")
     m_tuples = marginal(acthelm, "tuples")
+    s_stmt = marginal(counted, "statements")
     e_tx, e_commits = marginal(external, "transactions"), marginal(external, "commits")
-    e_wal = marginal(external, "wal_bytes")
+    e_wal, e_stmt = marginal(external, "wal_bytes"), marginal(external, "statements")
     pm, pe = profile["median"], profile_ext["median"]
     count_rows = [
         [
             "list_files (read-only)",
+            fmt(s_stmt, ".1f"),
             f"{pm['statements']:.0f} (max {pm['max_statements']})",
-            f"{pm['transactions']:.0f}",
-            f"{pm['write_commits']:.0f}",
             fmt(m_tx),
             fmt(m_commits),
+            f"{pm['transactions']:.0f} / {pm['write_commits']:.0f}",
             fmt(m_wal, ",.0f"),
             fmt(m_cpu),
         ],
         [
             "fetch_url (external)",
+            fmt(e_stmt, ".1f"),
             f"{pe['statements']:.0f} (max {pe['max_statements']})",
-            f"{pe['transactions']:.0f}",
-            f"{pe['write_commits']:.0f}",
             fmt(e_tx),
             fmt(e_commits),
+            f"{pe['transactions']:.0f} / {pe['write_commits']:.0f}",
             fmt(e_wal, ",.0f"),
             "",
         ],
     ]
+    c_lo, c_hi, x_lo, x_hi = min(counted), max(counted), min(external), max(external)
     counts = common.print_table(
-        "steps: SQL statements and commits per step, counted",
+        "steps: SQL statements and commits per step, counted (server columns: the difference "
+        f"between {c_lo} and {c_hi} steps for statements, {lo} and {hi} for the rest, "
+        f"{x_lo} and {x_hi} with fetch_url)",
         [
             "step's tool",
+            "statements (server log)",
             "statements (in-process slot, median)",
-            "transactions (in-process)",
-            "write commits (in-process)",
-            f"transactions (server, {lo}→{hi} steps)",
-            "commits (server WAL)",
+            "transactions (server)",
+            "commits (server, WAL)",
+            "transactions / write commits (in-process)",
             "WAL bytes (server)",
             "server CPU ms",
         ],
@@ -570,7 +595,8 @@ def main() -> int:
     # -- capacity inputs and the capacity on paper
     per_agent = max(0.0, (peak_n - peak_1) / max(1, args.connection_agents - 1))
     inputs = {
-        "statements": pm["statements"],
+        "statements": s_stmt if s_stmt is not None else pm["statements"],
+        "statements_source": "server log" if s_stmt is not None else "in-process",
         "transactions": m_tx,
         "commits": m_commits if m_commits is not None else pm["write_commits"],
         "commits_source": "server WAL" if m_commits is not None else "in-process",
@@ -584,7 +610,10 @@ def main() -> int:
         "external_commits": e_commits if e_commits is not None else pe["write_commits"],
     }
     in_rows = [
-        ["SQL statements per step (read-only tool)", f"{inputs['statements']:.0f}"],
+        [
+            f"SQL statements per step, read-only tool ({inputs['statements_source']})",
+            f"{inputs['statements']:.1f}",
+        ],
         ["transactions per step (all, read-only included)", fmt(inputs["transactions"])],
         [f"commits per step ({inputs['commits_source']})", fmt(inputs["commits"])],
         ["commits per step with an external call", fmt(inputs["external_commits"])],
@@ -643,8 +672,12 @@ def main() -> int:
     goal_rows = [
         [
             f"≤ {GOAL_STATEMENTS} SQL statements per step (read-only tool)",
-            f"{pm['statements']:.0f} (max {pm['max_statements']})",
-            common.verdict(pm["max_statements"] <= GOAL_STATEMENTS),
+            f"{inputs['statements']:.1f} ({inputs['statements_source']}; in-process "
+            f"{pm['statements']:.0f}, max {pm['max_statements']})",
+            common.verdict(
+                round(inputs["statements"], 1) <= GOAL_STATEMENTS
+                and pm["max_statements"] <= GOAL_STATEMENTS
+            ),
         ],
         [
             f"{GOAL_COMMITS} commit per step (read-only tool)",
@@ -688,8 +721,9 @@ def main() -> int:
         ],
     )
     command = (
-        f"`.venv/bin/python bench/steps.py --lengths {args.lengths} --external-lengths "
-        f"{args.external_lengths} --profile-steps {args.profile_steps}`"
+        f"`.venv/bin/python bench/steps.py --lengths {args.lengths} --count-lengths "
+        f"{args.count_lengths} --external-lengths {args.external_lengths} --profile-steps "
+        f"{args.profile_steps}`"
     )
     section = (
         f"### steps\n\n{command}\n\n{common.facts_line(facts, vers)}\n\n{table}\n\n{goals}\n\n"
@@ -703,6 +737,7 @@ def main() -> int:
             "versions": vers,
             "acthelm": acthelm,
             "acthelm_external": external,
+            "acthelm_statements_logged": counted,
             "langgraph_http": lg_http,
             "langgraph_in_process": lg_fake,
             "profile": profile,
