@@ -122,7 +122,12 @@ def create_task(model_url: str, length: int, *, target: str | None = None, name:
         instruction=instruction,
         tools=tools,
         allowed_domains=domains,
-        limits={"limit_turns": length + 5, "limit_token_budget": 100_000_000},
+        limits={
+            "limit_turns": length + 5,
+            "limit_token_budget": 100_000_000,
+            "limit_network_requests": length + 5,
+            "limit_runtime_seconds": 3600,
+        },
         model=model,
     )
     for fname in ("a.txt", "b.txt", "c.csv"):
@@ -380,6 +385,9 @@ def capacity(inputs: dict) -> list[dict]:
         usable = SERVER["max_connections"] - SERVER["reserved_connections"]
         limits["connections"] = usable / per_agent
         carried = min(limits.values())
+        # Workers through a transaction-mode pooler (LISTEN on a direct connection): a connection
+        # is then held per transaction in flight, not per running agent.
+        pooled = {k: v for k, v in limits.items() if k != "connections"}
         rows.append(
             {
                 "latency_s": latency,
@@ -387,6 +395,8 @@ def capacity(inputs: dict) -> list[dict]:
                 "limits": limits,
                 "agents": carried,
                 "limited_by": min(limits, key=limits.get),
+                "agents_pooled": min(pooled.values()) if pooled else None,
+                "pooled_limited_by": min(pooled, key=pooled.get) if pooled else "",
                 "steps_per_s": carried * rate,
                 "commits_per_s": carried * rate * (inputs.get("commits") or 0),
                 "statements_per_s": carried * rate * inputs["statements"],
@@ -637,6 +647,7 @@ def main() -> int:
             *(fmt(c["limits"].get(k), ",.0f") for k in ("CPU", "commits/s", "WAL", "connections")),
             f"**{c['agents']:,.0f}**",
             c["limited_by"],
+            f"{fmt(c['agents_pooled'], ',.0f')} ({c['pooled_limited_by']})",
             f"{c['steps_per_s']:,.0f}",
             f"{c['commits_per_s']:,.0f}",
         ]
@@ -658,6 +669,7 @@ def main() -> int:
             "by connections",
             "agents carried",
             "limited by",
+            "agents carried, workers behind a transaction pooler (limited by)",
             "steps/s",
             "commits/s",
         ],
