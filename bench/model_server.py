@@ -5,9 +5,10 @@ neither the worker being measured nor the peer shares a CPU thread or the GIL wi
 
 PROGRAM `done`: every request is answered with the text "done" (dispatch).
 PROGRAM `steps`: the conversation's first user message says `steps:N` (and optionally
-`fetch:URL`); the model calls list_files (or fetch_url on URL) until the conversation holds N tool
-results, then answers. Acthelm (openai_compatible connection) and LangGraph (ChatOpenAI) get the
-same answers from the same server.
+`fetch:URL`, or `hold:S`); the model calls list_files (or fetch_url on URL) until the conversation
+holds N tool results, then answers (with `hold:S`: answers after S seconds). Acthelm
+(openai_compatible connection) and LangGraph (ChatOpenAI) get the same answers from the same
+server.
 """
 
 from __future__ import annotations
@@ -39,6 +40,8 @@ def steps_program(request_json):
     text = _first_user_text(messages)
     length = int(text.split("steps:")[1].split()[0]) if text else 0
     done = sum(1 for m in messages if m.get("role") == "tool")
+    if "hold:" in text:  # answer after that many seconds (the run only heartbeats meanwhile)
+        return reply_text("held", delay=float(text.split("hold:")[1].split()[0]))
     if done >= length:
         return reply_text(f"done after {done} steps")
     if "fetch:" in text:

@@ -56,6 +56,7 @@ GOAL_STATEMENTS = 8
 GOAL_COMMITS = 1
 GOAL_COMMITS_EXTERNAL = 2
 TAIL = 9
+HEARTBEAT_PROBE = 0.25  # s, the heartbeat interval while its cost is measured
 
 # The server the capacity table is worked out for (docs/operations.md, "Past one machine, on
 # paper"): stated assumptions, not measurements. Server CPU per step is measured on this machine
@@ -217,6 +218,43 @@ def run_connections(db_url: str, model_url: str, media: str, agents: int, length
     return sampler.peak
 
 
+def run_heartbeats(db_url: str, model_url: str, media: str, holds=(1.0, 6.0)) -> dict:
+    """What one heartbeat costs the server: a one-turn task whose model answers after `hold`
+    seconds, the heartbeat every HEARTBEAT_PROBE s; the difference between the two holds divided
+    by the heartbeats in the difference (the worker's maintenance queries, once per ≤ 5 s per
+    process, are included)."""
+    out = {}
+    for hold in holds:
+        common.truncate_acthelm()
+        task = create_task(model_url, 0, name=f"hold-{hold:g}")
+        from tasks.models import Task
+
+        Task.objects.filter(pk=task.pk).update(instruction=f"Wait. steps:0 hold:{hold:g}")
+        table_bytes(ACTHELM_TABLES)  # closes this session: its statistics are published
+        common.settle_stats()
+        before = common.server_snapshot(DB)
+        with common.StatementLog(DB) as log:
+            worker = common.spawn_worker(
+                db_url,
+                f"hold-{hold:g}",
+                "--burst",
+                env=worker_env(media, ACTHELM_HEARTBEAT_SECONDS=str(HEARTBEAT_PROBE)),
+            )
+            _, err = worker.communicate(timeout=600)
+        if worker.returncode != 0:
+            raise RuntimeError(f"worker failed: {err[-2000:]}")
+        common.settle_stats()
+        server = common.server_delta(before, common.server_snapshot(DB))
+        server["statements"] = log.count
+        out[hold] = server
+    a, b = out[min(holds)], out[max(holds)]
+    beats = (max(holds) - min(holds)) / HEARTBEAT_PROBE
+    per = {}
+    for key in ("statements", "transactions", "commits", "wal_bytes", "server_cpu_ms"):
+        per[key] = None if a[key] is None or b[key] is None else (b[key] - a[key]) / beats
+    return {"runs": out, "per_heartbeat": per, "probe_interval_s": HEARTBEAT_PROBE}
+
+
 def profile_steps(db_url: str, model_url: str, length: int, media: str, target=None) -> dict:
     """One task of `length` steps in the in-process measuring slot: per step (model call k up to
     model call k+1) statements, transactions, write commits and ms in SQL / HTTP / Python."""
@@ -367,18 +405,30 @@ def fmt(value, spec: str = ".2f", none: str = "n/a") -> str:
 
 
 def capacity(inputs: dict) -> list[dict]:
-    """Concurrently running agents one PostgreSQL carries, per limit (see docs/operations.md)."""
+    """Concurrently running agents one PostgreSQL carries, per limit (see docs/operations.md).
+
+    One running agent asks the server, per second, for `rate` steps (rate = 1 / (model latency +
+    the engine's own time per step)) plus one heartbeat every `heartbeat_s`; each limit divides
+    the server's capacity by that load."""
     rows = []
+    hb, every = inputs["per_heartbeat"], inputs["heartbeat_s"]
+
+    def load(key: str, rate: float) -> float | None:
+        step = inputs.get(key)
+        if not step:
+            return None
+        return rate * step + (hb.get(key) or 0) / every
+
     for latency in LATENCIES:
         rate = 1 / (latency + inputs["step_ms"] / 1000)  # steps/s of one running agent
         limits = {}
-        if inputs.get("server_cpu_ms"):
-            cpu = SERVER["cores"] * SERVER["cpu_budget"] * 1000 / inputs["server_cpu_ms"]
-            limits["CPU"] = cpu / rate
-        if inputs.get("commits"):
-            limits["commits/s"] = SERVER["commits_per_s"] / inputs["commits"] / rate
-        if inputs.get("wal_bytes"):
-            limits["WAL"] = SERVER["wal_mb_per_s"] * 1e6 / inputs["wal_bytes"] / rate
+        cpu, commits, wal = (load(k, rate) for k in ("server_cpu_ms", "commits", "wal_bytes"))
+        if cpu:
+            limits["CPU"] = SERVER["cores"] * SERVER["cpu_budget"] * 1000 / cpu
+        if commits:
+            limits["commits/s"] = SERVER["commits_per_s"] / commits
+        if wal:
+            limits["WAL"] = SERVER["wal_mb_per_s"] * 1e6 / wal
         per_agent = inputs["connections_per_agent"] + (
             inputs["connections_per_process"] / SERVER["agents_per_process"]
         )
@@ -398,8 +448,8 @@ def capacity(inputs: dict) -> list[dict]:
                 "agents_pooled": min(pooled.values()) if pooled else None,
                 "pooled_limited_by": min(pooled, key=pooled.get) if pooled else "",
                 "steps_per_s": carried * rate,
-                "commits_per_s": carried * rate * (inputs.get("commits") or 0),
-                "statements_per_s": carried * rate * inputs["statements"],
+                "commits_per_s": carried * (commits or 0),
+                "statements_per_s": carried * (load("statements", rate) or 0),
             }
         )
     return rows
@@ -452,11 +502,16 @@ def main() -> int:
         print(f"… profile: {args.profile_steps} steps in the in-process slot", flush=True)
         profile = profile_steps(db_url, model_url, args.profile_steps, media)
         profile_ext = profile_steps(db_url, model_url, args.profile_steps, media, target=page)
+        print("… what a heartbeat costs", flush=True)
+        heartbeat = run_heartbeats(db_url, model_url, media)
         print("… connections of one worker process", flush=True)
         peak_1 = run_connections(db_url, model_url, media, 1, 60)
         peak_n = run_connections(db_url, model_url, media, args.connection_agents, 60)
     subprocess.run(["rm", "-rf", media], check=False)
 
+    from django.conf import settings
+
+    heartbeat_s = settings.ACTHELM_HEARTBEAT_SECONDS
     facts = common.machine()
     vers = common.versions(
         "langgraph", "langgraph-checkpoint-postgres", "langchain-core", "langchain-openai"
@@ -618,6 +673,8 @@ def main() -> int:
         "connections_per_agent": per_agent,
         "connections_per_process": max(0.0, peak_1 - per_agent),
         "external_commits": e_commits if e_commits is not None else pe["write_commits"],
+        "per_heartbeat": heartbeat["per_heartbeat"],
+        "heartbeat_s": heartbeat_s,
     }
     in_rows = [
         [
@@ -637,6 +694,16 @@ def main() -> int:
             f"{per_agent:.2f}",
         ],
     ]
+    hbp = heartbeat["per_heartbeat"]
+    in_rows.append(
+        [
+            f"one heartbeat (every {heartbeat_s:g} s per running agent): statements / transactions "
+            "/ commits / WAL bytes / server CPU ms",
+            f"{fmt(hbp['statements'], '.1f')} / {fmt(hbp['transactions'])} / "
+            f"{fmt(hbp['commits'])} / {fmt(hbp['wal_bytes'], ',.0f')} / "
+            f"{fmt(hbp['server_cpu_ms'])}",
+        ]
+    )
     in_table = common.print_table(
         "steps: capacity inputs (docs/operations.md)", ["measure", "value"], in_rows
     )
@@ -698,7 +765,8 @@ def main() -> int:
         ],
         [
             f"≤ {GOAL_COMMITS_EXTERNAL} commits per step with an external call",
-            f"{inputs['external_commits']:.2f} (in-process {pe['write_commits']:.0f})",
+            f"{inputs['external_commits']:.2f} ({inputs['commits_source']}; in-process "
+            f"{pe['write_commits']:.0f})",
             common.verdict(round(inputs["external_commits"], 1) <= GOAL_COMMITS_EXTERNAL),
         ],
         [
@@ -754,6 +822,7 @@ def main() -> int:
             "langgraph_in_process": lg_fake,
             "profile": profile,
             "profile_external": profile_ext,
+            "heartbeat": heartbeat,
             "capacity_inputs": inputs,
             "capacity_server": SERVER,
             "capacity": cap,
