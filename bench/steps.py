@@ -3,7 +3,7 @@ conversation lengths 10, 50 and 200, against LangGraph with PostgresSaver on the
 both driven by the same scripted OpenAI-compatible model server; and the capacity that follows.
 
     .venv/bin/python bench/steps.py [--lengths 10,50,200] [--count-lengths 10,50]
-                                    [--external-lengths 10,50] [--profile-steps 50]
+                                    [--external-lengths 10,50] [--profile-steps 50] [--repeat 3]
 
 A step is one model turn that calls one tool plus that tool's result; a conversation of length L
 is L such steps and then a final answer. The model (`bench/model_server.py steps`, its own
@@ -18,7 +18,9 @@ results; in the external runs it calls fetch_url on a loopback page instead.
   server. *In-process row*: the model is a small BaseChatModel in this process (no HTTP).
 
 Step cost at length L: the median time of the last 9 steps of the conversation of length L (the
-cost of one more step when the conversation is that long); steps/s: L over the whole run.
+cost of one more step when the conversation is that long); steps/s: L over the whole run. The
+timed runs are repeated in --repeat interleaved rounds; each row is the round with the median
+steps/s, and the step cost the median over the rounds.
 
 Counted at the server for the real worker process (common.server_snapshot: nothing else runs on
 the scratch database): transactions (xact_commit), commits (COMMIT records in the WAL: the
@@ -400,6 +402,15 @@ def marginal(by_length: dict[int, dict], key: str) -> float | None:
     return (b - a) / (hi - lo)
 
 
+def median_run(runs: list[dict]) -> dict:
+    """The run with the median steps/s; its step cost is the median over the runs too."""
+    chosen = dict(sorted(runs, key=lambda r: r["steps_per_s"])[len(runs) // 2])
+    chosen["step_ms_at_length"] = statistics.median(r["step_ms_at_length"] for r in runs)
+    chosen["all_steps_per_s"] = [round(r["steps_per_s"], 2) for r in runs]
+    chosen["all_step_ms_at_length"] = [round(r["step_ms_at_length"], 1) for r in runs]
+    return chosen
+
+
 def fmt(value, spec: str = ".2f", none: str = "n/a") -> str:
     return none if value is None else format(value, spec)
 
@@ -465,6 +476,9 @@ def main() -> int:
     parser.add_argument("--count-lengths", default="10,50")
     parser.add_argument("--profile-steps", type=int, default=50)
     parser.add_argument("--connection-agents", type=int, default=4)
+    parser.add_argument(
+        "--repeat", type=int, default=3, help="interleaved rounds of the timed runs (median)"
+    )
     args = parser.parse_args()
     lengths = [int(x) for x in args.lengths.split(",")]
     ext_lengths = [int(x) for x in args.external_lengths.split(",")]
@@ -484,13 +498,22 @@ def main() -> int:
         (workspace / name).write_text(f"{name}\n")
     with ModelServerProcess("steps") as model_url, HttpTarget() as target:
         page = f"{target.url}/text"
+        runs: dict[str, dict[int, list[dict]]] = {"a": {}, "h": {}, "g": {}}
+        for r in range(args.repeat):  # interleaved, so that a burst of load hits all three
+            for length in lengths:
+                print(f"… round {r + 1}: Acthelm, {length} steps", flush=True)
+                a = run_acthelm(db_url, model_url, length, media)
+                runs["a"].setdefault(length, []).append(a)
+                print(f"… round {r + 1}: LangGraph + ChatOpenAI over HTTP, {length} steps")
+                h = run_langgraph(db_url, length, workspace, model_url)
+                runs["h"].setdefault(length, []).append(h)
+                print(f"… round {r + 1}: LangGraph, in-process model, {length} steps", flush=True)
+                g = run_langgraph(db_url, length, workspace, None)
+                runs["g"].setdefault(length, []).append(g)
         for length in lengths:
-            print(f"… Acthelm, {length} steps", flush=True)
-            acthelm[length] = run_acthelm(db_url, model_url, length, media)
-            print(f"… LangGraph + ChatOpenAI over HTTP, {length} steps", flush=True)
-            lg_http[length] = run_langgraph(db_url, length, workspace, model_url)
-            print(f"… LangGraph, in-process model, {length} steps", flush=True)
-            lg_fake[length] = run_langgraph(db_url, length, workspace, None)
+            acthelm[length] = median_run(runs["a"][length])
+            lg_http[length] = median_run(runs["h"][length])
+            lg_fake[length] = median_run(runs["g"][length])
         for length in count_lengths:
             print(f"… Acthelm, {length} steps, statements logged by the server", flush=True)
             counted[length] = run_acthelm(db_url, model_url, length, media, statements=True)
@@ -531,6 +554,10 @@ def main() -> int:
                 a["step_ms_at_length"],
                 h["step_ms_at_length"],
                 g["step_ms_at_length"],
+                " / ".join(
+                    f"{x['steps_per_s'] / y['steps_per_s']:.2f}×"
+                    for x, y in zip(runs["a"][length], runs["h"][length], strict=True)
+                ),
             ]
         )
     table = common.print_table(
@@ -545,6 +572,7 @@ def main() -> int:
             "Acthelm ms/step at this length",
             "LangGraph HTTP ms/step at this length",
             "LangGraph in-process ms/step at this length",
+            "fair row, round by round",
         ],
         rows,
     )
@@ -803,7 +831,7 @@ def main() -> int:
     command = (
         f"`.venv/bin/python bench/steps.py --lengths {args.lengths} --count-lengths "
         f"{args.count_lengths} --external-lengths {args.external_lengths} --profile-steps "
-        f"{args.profile_steps}`"
+        f"{args.profile_steps} --repeat {args.repeat}`"
     )
     section = (
         f"### steps\n\n{command}\n\n{common.facts_line(facts, vers)}\n\n{table}\n\n{goals}\n\n"
