@@ -472,25 +472,37 @@ def postgres_cpu_seconds(datadir: str) -> float | None:
 
 
 class ConnectionSampler:
-    """Samples, in a thread, how many server connections the scratch database has (from the
-    `postgres` database, so that sampling adds nothing to the scratch database's counters)."""
+    """Samples, in a thread, the server connections to the scratch database (from the `postgres`
+    database, so that sampling adds nothing to the scratch database's counters): the most at one
+    sample (`peak`) and every backend seen (`distinct`: the connections the processes opened;
+    a worker's threads keep theirs for their lifetime, so this is what they hold together)."""
 
-    def __init__(self, dbname: str, interval: float = 0.1):
+    def __init__(self, dbname: str, interval: float = 0.1, exclude: tuple[int, ...] = ()):
         import threading
 
         self.dbname = dbname
         self.interval = interval
         self.peak = 0
+        self.pids: set[int] = set()
+        self.exclude = set(exclude)
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._run, daemon=True)
+
+    @property
+    def distinct(self) -> int:
+        return len(self.pids)
 
     def _run(self) -> None:
         with _admin_conn() as conn:
             while not self._stop.wait(self.interval):
-                n = conn.execute(
-                    "SELECT count(*) FROM pg_stat_activity WHERE datname = %s", [self.dbname]
-                ).fetchone()[0]
-                self.peak = max(self.peak, n)
+                pids = {
+                    row[0]
+                    for row in conn.execute(
+                        "SELECT pid FROM pg_stat_activity WHERE datname = %s", [self.dbname]
+                    ).fetchall()
+                } - self.exclude
+                self.peak = max(self.peak, len(pids))
+                self.pids |= pids
 
     def __enter__(self):
         self._thread.start()

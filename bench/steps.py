@@ -199,8 +199,9 @@ def run_acthelm(
 
 
 def run_connections(db_url: str, model_url: str, media: str, agents: int, length: int) -> int:
-    """Peak server connections of ONE worker process running `agents` tasks at once (the
-    heartbeat every 0.5 s, so that every connection a running agent uses is open)."""
+    """Server connections ONE worker process running `agents` tasks at once opens (the heartbeat
+    every 0.5 s, so that every connection a running agent uses is open; each thread keeps its
+    connection while it lives, so they are held together)."""
     common.truncate_acthelm()
     for i in range(agents):
         create_task(model_url, length, name=f"conn-{agents}-{i}")
@@ -220,7 +221,7 @@ def run_connections(db_url: str, model_url: str, media: str, agents: int, length
         _, err = worker.communicate(timeout=1800)
     if worker.returncode != 0:
         raise RuntimeError(f"worker failed: {err[-2000:]}")
-    return sampler.peak
+    return sampler.distinct
 
 
 def run_heartbeats(db_url: str, model_url: str, media: str, holds=(1.0, 6.0)) -> dict:
@@ -545,8 +546,8 @@ def main() -> int:
         print("… what a heartbeat costs", flush=True)
         heartbeat = run_heartbeats(db_url, model_url, media)
         print("… connections of one worker process", flush=True)
-        peak_1 = run_connections(db_url, model_url, media, 1, 60)
-        peak_n = run_connections(db_url, model_url, media, args.connection_agents, 60)
+        peak_1 = run_connections(db_url, model_url, media, 1, 100)
+        peak_n = run_connections(db_url, model_url, media, args.connection_agents, 100)
     subprocess.run(["rm", "-rf", media], check=False)
 
     from django.conf import settings
