@@ -187,10 +187,11 @@ def status_counts(ids) -> Counter:
 
 
 def restart_postgres() -> float:
-    from acthelm_site.embedded_pg import pg_ctl
+    from acthelm_site.embedded_pg import pg_ctl, pgdata_path
 
     started = time.monotonic()
-    pg_ctl("-w", "-m", "fast", "restart")
+    # -l: the restarted server keeps logging to the file pgserver set up (the benches read it).
+    pg_ctl("-w", "-m", "fast", "-l", str(pgdata_path() / "log"), "restart")
     connection.close()
     return time.monotonic() - started
 
