@@ -6,6 +6,7 @@ fixed number of queries, whatever the number of tasks, turns, tool calls or even
 
 import json
 import logging
+from decimal import Decimal
 from functools import wraps
 
 from django.contrib import messages
@@ -31,7 +32,7 @@ from tasks.actors import Actor
 from tasks.exceptions import ActhelmError, InvalidInput, NotPermitted, TaskNotFound
 from tasks.forms import LIMIT_LABELS, TaskCreateForm, model_queryset
 from tasks.models import Task
-from tasks.services import LIMIT_FIELDS
+from tasks.services import LIMIT_FIELDS, OPTIONAL_DECIMAL_LIMITS
 from tasks.states import Action, TaskStatus, allowed_actions
 from tasks.workspace import add_input_file, artifacts_dir, list_input_files, remove_task_files
 
@@ -285,6 +286,16 @@ def _number(value) -> str:
     return f"{value:,}" if isinstance(value, int) else f"{value:,.1f}"
 
 
+def money(value) -> str:
+    """US dollars for people: at least two decimals, more for sub-cent amounts."""
+    if value is None:
+        return "—"
+    value = Decimal(value)
+    if value and abs(value) < Decimal("0.01"):
+        return f"${value:,.4f}"
+    return f"${value:,.2f}"
+
+
 def _limit_rows(task: Task, usage) -> list[dict]:
     """Used vs granted for the limits counted across runs; the per-item limits as granted."""
     rows = []
@@ -293,17 +304,24 @@ def _limit_rows(task: Task, usage) -> list[dict]:
         "limit_token_budget": ("Tokens", usage.tokens),
         "limit_runtime_seconds": ("Runtime (s)", usage.active_seconds),
         "limit_network_requests": ("Network requests", usage.network_requests),
+        "limit_mcp_calls": ("MCP tool calls", usage.mcp_calls),
+        "limit_cost": ("Cost", usage.cost),
     }
     for field, (label, used) in counted.items():
         granted = getattr(task, field)
-        percent = min(100, round(100 * used / granted)) if granted else 100
+        show = money if field == "limit_cost" else _number
+        if granted is None:  # no money budget: show what was spent
+            text, percent = f"{show(used)} (no budget)", 0
+        else:
+            text = f"{show(used)} / {show(granted)}"
+            percent = min(100, round(100 * used / granted)) if granted else 100
         rows.append(
             {
                 "field": field,
                 "label": label,
                 "used": used,
                 "granted": granted,
-                "text": f"{_number(used)} / {_number(granted)}",
+                "text": text,
                 "percent": percent,
             }
         )
@@ -662,7 +680,9 @@ def task_retry(request, pk: int):
     try:
         model = _chosen_model(request)
         new_limit = None
-        if field and raw_limit:
+        if field in OPTIONAL_DECIMAL_LIMITS and raw_limit:
+            new_limit = services.decimal_limit(field, raw_limit)
+        elif field and raw_limit:
             new_limit = _int(raw_limit)
             if new_limit is None:
                 raise InvalidInput(f"{LIMIT_LABELS.get(field, field)} must be a positive number")
