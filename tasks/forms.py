@@ -102,8 +102,9 @@ class TaskCreateForm(forms.Form):
                     label=LIMIT_LABELS.get(field, field),
                 )
                 continue
+            # Empty means the default (service_kwargs leaves it out).
             self.fields[field] = forms.IntegerField(
-                min_value=1, initial=value, label=LIMIT_LABELS.get(field, field)
+                min_value=1, initial=value, required=False, label=LIMIT_LABELS.get(field, field)
             )
 
     def limit_fields(self):

@@ -194,13 +194,23 @@ class OpenAICompatibleProvider(Provider):
             text = text or refusal
 
         usage = data.get("usage") if isinstance(data.get("usage"), dict) else {}
+        input_tokens = _http.as_int(usage.get("prompt_tokens"))
+        details = usage.get("prompt_tokens_details")
+        details = details if isinstance(details, dict) else {}
+        # OpenAI / OpenRouter: prompt_tokens_details.cached_tokens; DeepSeek:
+        # prompt_cache_hit_tokens. Both are part of prompt_tokens.
+        cached = _http.as_int(details.get("cached_tokens")) or _http.as_int(
+            usage.get("prompt_cache_hit_tokens")
+        )
         return Completion(
             text=text,
             tool_calls=tool_calls,
             stop_reason=stop_reason,
             raw_stop_reason=raw_finish,
-            input_tokens=_http.as_int(usage.get("prompt_tokens")),
+            input_tokens=input_tokens,
+            cached_input_tokens=min(cached, input_tokens),
             output_tokens=_http.as_int(usage.get("completion_tokens")),
+            reported_cost=_http.as_cost(usage.get("cost")),
             model=data.get("model") if isinstance(data.get("model"), str) else model,
         )
 

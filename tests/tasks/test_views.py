@@ -276,7 +276,7 @@ def test_create_reports_the_service_refusal(boss):
 def _default_limits():
     from tasks.services import default_limits
 
-    return {k: str(v) for k, v in default_limits().items()}
+    return {k: "" if v is None else str(v) for k, v in default_limits().items()}
 
 
 # --- The task page --------------------------------------------------------------------------
