@@ -95,8 +95,11 @@ def remaining(task, usage: Usage) -> dict:
         granted = getattr(task, limit_field)
         if granted is None:
             continue
-        left = max(0, granted - getattr(usage, counter))
-        result[code] = str(left) if isinstance(left, Decimal) else left
+        left = granted - getattr(usage, counter)
+        if isinstance(left, Decimal):
+            result[code] = str(max(Decimal(0), left).quantize(Decimal("0.0001")))
+        else:
+            result[code] = max(0, left)
     return result
 
 

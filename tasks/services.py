@@ -381,6 +381,10 @@ def task_retry(*, actor: Actor, task_id: int, model=None) -> Task:
     return task
 
 
+def _jsonable(value):
+    return str(value) if isinstance(value, Decimal) else value
+
+
 def task_set_limits(*, actor: Actor, task_id: int, **limits) -> Task:
     """Raise or lower a task's limits while no worker holds it."""
     clean = _validate_limits(limits)
@@ -389,7 +393,7 @@ def task_set_limits(*, actor: Actor, task_id: int, **limits) -> Task:
         task = lock_task(task_id)
         if task.is_held:
             raise TransitionNotAllowed(f"task {task_id} is running; pause it to change its limits")
-        before = {field: getattr(task, field) for field in clean}
+        before = {field: _jsonable(getattr(task, field)) for field in clean}
         for field, value in clean.items():
             setattr(task, field, value)
         task.save(update_fields=[*clean, "updated_at"])
@@ -397,7 +401,7 @@ def task_set_limits(*, actor: Actor, task_id: int, **limits) -> Task:
             task,
             actor=actor,
             kind=EventKind.LIMITS_CHANGED,
-            data={"before": before, "after": clean},
+            data={"before": before, "after": {k: _jsonable(v) for k, v in clean.items()}},
         )
     return task
 

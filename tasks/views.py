@@ -32,6 +32,7 @@ from tasks.actors import Actor
 from tasks.exceptions import ActhelmError, InvalidInput, NotPermitted, TaskNotFound
 from tasks.forms import LIMIT_LABELS, TaskCreateForm, model_queryset
 from tasks.models import Task
+from tasks.selectors import task_cost_subquery
 from tasks.services import LIMIT_FIELDS, OPTIONAL_DECIMAL_LIMITS
 from tasks.states import Action, TaskStatus, allowed_actions
 from tasks.workspace import add_input_file, artifacts_dir, list_input_files, remove_task_files
@@ -152,16 +153,20 @@ def task_list(request):
     status = request.GET.get("status", "")
     if status not in TaskStatus.values:
         status = ""
-    tasks = Task.objects.select_related("model", "connection").only(
-        "id",
-        "title",
-        "status",
-        "priority",
-        "failure_code",
-        "updated_at",
-        "created_at",
-        "model__name",
-        "connection__name",
+    tasks = (
+        Task.objects.select_related("model", "connection")
+        .only(
+            "id",
+            "title",
+            "status",
+            "priority",
+            "failure_code",
+            "updated_at",
+            "created_at",
+            "model__name",
+            "connection__name",
+        )
+        .annotate(cost_total=task_cost_subquery())
     )
     if status:
         tasks = tasks.filter(status=status)
@@ -178,6 +183,8 @@ def task_list(request):
         has_older = len(rows) > PAGE_SIZE
         rows = rows[:PAGE_SIZE]
         has_newer = bool(before)
+    for row in rows:
+        row.cost_text = money(row.cost_total) if row.cost_total is not None else ""
     context = {
         "tasks": rows,
         "status": status,
