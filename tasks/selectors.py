@@ -3,6 +3,7 @@
 from django.db.models import DecimalField, OuterRef, Subquery, Sum
 
 from tasks.models import Task, TaskEvent
+from tasks.states import TaskStatus, allowed_actions
 
 
 def task_cost_subquery() -> Subquery:
@@ -19,9 +20,6 @@ def task_cost_subquery() -> Subquery:
         .values("total")
     )
     return Subquery(total, output_field=DecimalField(max_digits=16, decimal_places=8))
-
-
-from tasks.states import TaskStatus, allowed_actions
 
 
 def task_as_dict(task: Task, *, with_events: bool = False) -> dict:
