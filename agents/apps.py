@@ -10,3 +10,8 @@ class AgentsConfig(AppConfig):
         from agents.toolservers import install_resolver
 
         install_resolver()
+
+        # Traces, only when OTEL_EXPORTER_OTLP_ENDPOINT (or the like) is set.
+        from acthelm_site import telemetry
+
+        telemetry.setup()

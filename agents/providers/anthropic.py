@@ -209,16 +209,23 @@ class AnthropicProvider(Provider):
         max_tokens: int,
         cancel_event: threading.Event | None = None,
     ) -> Completion:
-        resp = _http.request(
-            self,
-            "POST",
-            f"{self.base_url}/v1/messages",
-            headers=self.headers(),
-            json_body=self.payload(model, messages, tools, max_tokens),
-            cancel_event=cancel_event,
-        )
-        _http.raise_for_status(self, resp)
-        return self.parse_completion(resp.json(self), model, resp.status)
+        from acthelm_site import telemetry
+
+        with telemetry.chat(
+            provider_kind=self.kind, model=model, max_tokens=max_tokens, server=self.base_url
+        ) as span:
+            resp = _http.request(
+                self,
+                "POST",
+                f"{self.base_url}/v1/messages",
+                headers=self.headers(),
+                json_body=self.payload(model, messages, tools, max_tokens),
+                cancel_event=cancel_event,
+            )
+            _http.raise_for_status(self, resp)
+            completion = self.parse_completion(resp.json(self), model, resp.status)
+            span.completed(completion)
+            return completion
 
     def probe(self, *, model: str, tools: bool) -> ProbeResult:
         try:

@@ -268,15 +268,22 @@ class OpenAICompatibleProvider(Provider):
         max_tokens: int,
         cancel_event: threading.Event | None = None,
     ) -> Completion:
+        from acthelm_site import telemetry
+
         body = self.payload(model, messages, tools, max_tokens)
-        try:
-            return self._post(body, model, cancel_event)
-        except ProviderError as exc:
-            # Newer OpenAI models reject max_tokens and ask for max_completion_tokens.
-            if exc.code == PROVIDER_BAD_REQUEST and "max_completion_tokens" in exc.message:
+        with telemetry.chat(
+            provider_kind=self.kind, model=model, max_tokens=max_tokens, server=self.base_url
+        ) as span:
+            try:
+                completion = self._post(body, model, cancel_event)
+            except ProviderError as exc:
+                # Newer OpenAI models reject max_tokens and ask for max_completion_tokens.
+                if exc.code != PROVIDER_BAD_REQUEST or "max_completion_tokens" not in exc.message:
+                    raise
                 body["max_completion_tokens"] = body.pop("max_tokens")
-                return self._post(body, model, cancel_event)
-            raise
+                completion = self._post(body, model, cancel_event)
+            span.completed(completion)
+            return completion
 
     def _post(self, body: dict, model: str, cancel_event: threading.Event | None) -> Completion:
         resp = _http.request(
