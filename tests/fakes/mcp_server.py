@@ -9,6 +9,7 @@ Tools:
 * ``echo(text, times=1)``   the text repeated; ``readOnlyHint`` + ``idempotentHint``
 * ``big(size)``             ``size`` characters of ``x``
 * ``add_item(name)``        an external effect: appends the name to the count file
+* ``slow_add(name)``        like add_item, but answers only once ``--release-file`` exists
 * ``hang(seconds=3600)``    sleeps; answers only if it lives that long
 * ``die()``                 the server process exits at once (``os._exit``)
 * ``garbage()``             (stdio) writes a line that is not JSON-RPC to stdout, then hangs
@@ -33,6 +34,7 @@ from mcp.server.fastmcp import Context, FastMCP
 from mcp.types import ToolAnnotations
 
 COUNT_FILE: Path | None = None
+RELEASE_FILE: Path | None = None
 EXPECTED_TOKEN = "s3cret-token"
 
 server = FastMCP("acthelm-test", log_level="WARNING")
@@ -68,6 +70,16 @@ def big(size: int) -> str:
 def add_item(name: str) -> str:
     _count("add_item")
     return f"added {name}"
+
+
+@server.tool(
+    description="Add an item, slowly: waits until the release file exists (an external effect).",
+)
+async def slow_add(name: str) -> str:
+    _count("slow_add")
+    while RELEASE_FILE is not None and not RELEASE_FILE.exists():
+        await anyio.sleep(0.05)
+    return f"added {name} at last"
 
 
 @server.tool(description="Sleep.")
@@ -110,14 +122,16 @@ def whoami(ctx: Context) -> str:
 
 
 def main(argv: list[str] | None = None) -> int:
-    global COUNT_FILE
+    global COUNT_FILE, RELEASE_FILE
     parser = argparse.ArgumentParser()
     parser.add_argument("--transport", choices=["stdio", "http"], default="stdio")
     parser.add_argument("--port", type=int, default=0)
     parser.add_argument("--ready-file")
     parser.add_argument("--count-file")
+    parser.add_argument("--release-file", help="slow_add answers once this file exists")
     opts = parser.parse_args(argv)
     COUNT_FILE = Path(opts.count_file) if opts.count_file else None
+    RELEASE_FILE = Path(opts.release_file) if opts.release_file else None
     if opts.transport == "stdio":
         server.run("stdio")
         return 0
