@@ -465,6 +465,8 @@ def task_page_context(request, pk: int) -> dict:
                 "current": getattr(task, field),
                 "used": row["used"] if row else None,
             }
+            if field in OPTIONAL_DECIMAL_LIMITS:  # a money amount, not a count
+                context["retry_limit"] |= {"min": "0.0001", "step": "0.0001"}
     return context
 
 

@@ -800,3 +800,19 @@ def test_the_task_page_shows_cost_and_the_money_budget(boss):
     assert "$1.50 / $2.00" in page
     Task.objects.filter(pk=task.pk).update(limit_cost=None)
     assert "$1.50 (no budget)" in boss.get(detail(task)).content.decode()
+
+
+def test_retry_after_the_money_budget_raises_it_with_a_decimal(boss):
+    from decimal import Decimal
+
+    task = _costed_task(Decimal("1.5"))
+    Task.objects.filter(pk=task.pk).update(
+        status=TaskStatus.FAILED, failure_code="limit_cost", limit_cost=Decimal("1.5")
+    )
+    page = boss.get(detail(task)).content.decode()
+    assert 'step="0.0001"' in page
+    response = boss.post(action("retry", task), {"limit_value": "1.5"})
+    assert response.status_code == 409 and "raise that limit" in response.content.decode()
+    response = boss.post(action("retry", task), {"limit_value": "2.25"})
+    task.refresh_from_db()
+    assert task.status == TaskStatus.READY and task.limit_cost == Decimal("2.25")
