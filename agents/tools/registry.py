@@ -56,7 +56,9 @@ class UnknownTool(ToolError, KeyError):
     """Raised by ``get_tool`` for a name nobody registered (code ``tool_unknown``)."""
 
     def __init__(self, name: str) -> None:
-        known = ", ".join(tool_names()) or "none"
+        # Built-in names only: this message must not need the database (MCP tools are listed by
+        # tool_names(), and the task's list says what the model may call).
+        known = ", ".join(sorted(_REGISTRY)) or "none"
         super().__init__("tool_unknown", f"There is no tool named {name!r}. Known tools: {known}.")
         self.tool_name = name
 
