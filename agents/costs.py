@@ -70,6 +70,18 @@ def turn_cost(model: Model | None, usage: TokenUsage) -> Decimal | None:
     return total.quantize(COST_PLACES)
 
 
+def turn_usage_fields(model: Model | None, usage: TokenUsage) -> dict[str, Any]:
+    """The ``Turn`` fields of a model turn's usage and cost: ``Turn(..., **turn_usage_fields(
+    task.model, completion))`` in the transaction that stores the turn."""
+    return {
+        "input_tokens": usage.input_tokens,
+        "cached_input_tokens": getattr(usage, "cached_input_tokens", 0) or 0,
+        "cache_write_tokens": getattr(usage, "cache_write_tokens", 0) or 0,
+        "output_tokens": usage.output_tokens,
+        "cost": turn_cost(model, usage),
+    }
+
+
 # -- prices from the maintained table ----------------------------------------------------------
 
 

@@ -142,3 +142,16 @@ def test_fill_prices_for_an_unknown_model_changes_nothing(db, actor):
     assert model_fill_prices(actor=actor, model_id=model.pk).message == "not in the price table"
     model.refresh_from_db()
     assert model.price_input_per_mtok is None and model.prices_source == ""
+
+
+def test_turn_usage_fields_fit_a_turn(priced):
+    from agents.costs import turn_usage_fields
+    from tests.factories import TurnFactory
+
+    u = usage(input_tokens=1000, cached_input_tokens=900, output_tokens=10)
+    fields = turn_usage_fields(priced, u)
+    turn = TurnFactory(**fields)
+    turn.refresh_from_db()
+    assert (turn.input_tokens, turn.cached_input_tokens, turn.output_tokens) == (1000, 900, 10)
+    # 100 plain x 3 + 900 cached x 0.3 + 10 out x 15, per million
+    assert turn.cost == turn_cost(priced, u) == Decimal("0.00072")

@@ -124,3 +124,21 @@ def test_sigkill_during_an_mcp_call_needs_review_then_run_again_or_skip(
         assert mcp("slow_add") == 1  # none
         assert (call.status, call.run_count) == (ToolCallStatus.SKIPPED, 1)
     assert status_of(task) == TaskStatus.REVIEW
+
+
+def test_a_long_mcp_result_is_cut_for_the_model_and_stored_whole(loop_settings, mcp):
+    script = [reply_tool_calls([("local__big", {"size": 5000}, "b1")]), reply_text("Done.")]
+    with ScriptedModelServer(script) as server:
+        task = tool_task(
+            server,
+            ["local__big"],
+            tool_policies={"local__big": "allow"},
+            limits={"limit_tool_output_chars": 1000},
+        )
+        work()
+        told = tool_result_for(server.completion_requests[1], "b1")
+    [call] = calls_of(task)
+    assert call.status == ToolCallStatus.SUCCEEDED and call.recovery_class == "external"
+    assert call.result == "x" * 5000
+    assert told.startswith("x" * 1000) and len(told) < 1200
+    assert status_of(task) == TaskStatus.REVIEW
