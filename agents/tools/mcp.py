@@ -143,7 +143,7 @@ class _Garbage(Exception):
     """The server sent bytes that are not a JSON-RPC message."""
 
 
-def _transport(spec: ServerSpec):
+def _transport(spec: ServerSpec, on_dropped=None):
     if spec.transport == "stdio":
         from mcp.client.stdio import StdioServerParameters, stdio_client
 
@@ -168,9 +168,40 @@ def _transport(spec: ServerSpec):
             headers=headers,
             timeout=httpx.Timeout(spec.timeout, read=spec.timeout),
             follow_redirects=False,
+            transport=_watched_transport(on_dropped),
         )
         return _http_transport(spec.url, client)
     raise ToolError(MCP_UNREACHABLE, f"unknown MCP transport {spec.transport!r}")
+
+
+def _watched_transport(on_dropped):
+    """An httpx transport that reports a connection the server dropped mid-answer: the SDK only
+    logs a response stream that ends without an answer and waits for the deadline."""
+    import httpx
+
+    class Watched(httpx.AsyncByteStream):
+        def __init__(self, inner):
+            self.inner = inner
+
+        async def __aiter__(self):
+            try:
+                async for chunk in self.inner:
+                    yield chunk
+            except httpx.TransportError as exc:
+                if on_dropped is not None:
+                    on_dropped(f"{type(exc).__name__}: {exc}")
+                raise
+
+        async def aclose(self):
+            await self.inner.aclose()
+
+    class Transport(httpx.AsyncHTTPTransport):
+        async def handle_async_request(self, request):
+            response = await super().handle_async_request(request)
+            response.stream = Watched(response.stream)
+            return response
+
+    return Transport()
 
 
 # stderr of a stdio server goes nowhere (it may echo anything, credentials included).
@@ -199,16 +230,23 @@ class _http_transport:  # noqa: N801 - an async context manager used like the SD
             await self.client.__aexit__(None, None, None)
 
 
-async def _with_session(spec: ServerSpec, operation, on_garbage):
+async def _with_session(spec: ServerSpec, operation, on_garbage, on_dropped=None):
     """Open a session, run ``operation(session)``, close.  A line that is not JSON-RPC is
-    reported through ``on_garbage`` (the SDK would only log it and wait for the deadline)."""
+    reported through ``on_garbage``, an HTTP answer cut off through ``on_dropped`` (the SDK
+    would only log them and wait for the deadline)."""
     from mcp import ClientSession
+
+    finished = False
 
     async def on_message(message):
         if isinstance(message, Exception):
             on_garbage(str(message))
 
-    async with _transport(spec) as streams:
+    def dropped(text: str) -> None:
+        if not finished and on_dropped is not None:  # closing our own streams is no error
+            on_dropped(text)
+
+    async with _transport(spec, dropped) as streams:
         read, write = streams[0], streams[1]
         async with ClientSession(
             read,
@@ -217,7 +255,9 @@ async def _with_session(spec: ServerSpec, operation, on_garbage):
             message_handler=on_message,
         ) as session:
             await session.initialize()
-            return await operation(session)
+            result = await operation(session)
+            finished = True
+            return result
 
 
 class _Runner:
@@ -227,6 +267,7 @@ class _Runner:
         self.make_coro = make_coro
         self.done = threading.Event()
         self.garbage: str | None = None
+        self.dropped: str | None = None
         self.loop: asyncio.AbstractEventLoop | None = None
         self.task: asyncio.Task | None = None
         self.result: Any = None
@@ -265,6 +306,8 @@ class _Runner:
                 why = "cancelled"
             elif self.garbage is not None:
                 why = "garbage"
+            elif self.dropped is not None:
+                why = "dropped"
             elif time.monotonic() >= deadline:
                 why = "timeout"
             if why:
@@ -278,6 +321,8 @@ class _Runner:
             raise ToolError(MCP_TIMEOUT, "The MCP server did not answer in time.")
         if why == "garbage":
             raise _Garbage(self.garbage)
+        if why == "dropped":
+            raise ToolError(MCP_CONNECTION_CLOSED, f"the server went away: {self.dropped[:200]}")
         if self.error is not None:
             raise self.error
         return self.result
@@ -353,7 +398,11 @@ def _run(spec: ServerSpec, operation, *, timeout: float, cancel_event=None) -> A
         if runner.garbage is None:
             runner.garbage = text[:300]
 
-    runner = _Runner(lambda: _with_session(spec, operation, on_garbage))
+    def on_dropped(text: str) -> None:
+        if runner.dropped is None:
+            runner.dropped = text
+
+    runner = _Runner(lambda: _with_session(spec, operation, on_garbage, on_dropped))
     try:
         return runner.run(deadline=time.monotonic() + timeout, cancel_event=cancel_event)
     except ToolError as exc:

@@ -283,3 +283,26 @@ def test_cancel_before_the_call_makes_no_call(tmp_path, ctx):
         tool.run(tool.parse({"name": "x"}), ctx)
     assert err.value.code == "cancelled"
     assert calls(count) == []
+
+
+def test_an_http_server_that_dies_mid_call_is_a_clear_error(tmp_path, ctx):
+    """Its own server: this one is killed by the call."""
+    ready = tmp_path / "ready.txt"
+    proc = subprocess.Popen(
+        [*SERVER, "--transport", "http", "--ready-file", str(ready)],
+        cwd=ROOT,
+        stderr=subprocess.DEVNULL,
+    )
+    try:
+        for _ in range(400):
+            if ready.exists() and ready.read_text():
+                break
+            time.sleep(0.05)
+        tool = McpTool(http_spec(ready.read_text(), timeout=60), RemoteTool("die"))
+        with pytest.raises(ToolError) as err:
+            tool.run(tool.parse({}), ctx)
+        # Not the 60 s deadline: the dropped connection ends the call.
+        assert err.value.code == "mcp_connection_closed"
+        assert proc.wait(10) == 3
+    finally:
+        proc.kill()
