@@ -6,6 +6,7 @@ fixed number of queries, whatever the number of tasks, turns, tool calls or even
 
 import json
 import logging
+from decimal import Decimal
 from functools import wraps
 
 from django.contrib import messages
@@ -32,8 +33,8 @@ from tasks.exceptions import ActhelmError, InvalidInput, NotFound, NotPermitted
 from tasks.forms import LIMIT_LABELS, TaskCreateForm, model_queryset
 from tasks.models import Task
 from tasks.notify.selectors import task_notifications
-from tasks.selectors import task_keyset_page
-from tasks.services import LIMIT_FIELDS
+from tasks.selectors import task_cost_subquery, task_keyset_page
+from tasks.services import LIMIT_FIELDS, OPTIONAL_DECIMAL_LIMITS
 from tasks.states import Action, TaskStatus, allowed_actions
 from tasks.workspace import artifacts_dir, list_input_files
 
@@ -153,16 +154,20 @@ def task_list(request):
     status = request.GET.get("status", "")
     if status not in TaskStatus.values:
         status = ""
-    tasks = Task.objects.select_related("model", "connection").only(
-        "id",
-        "title",
-        "status",
-        "priority",
-        "failure_code",
-        "updated_at",
-        "created_at",
-        "model__name",
-        "connection__name",
+    tasks = (
+        Task.objects.select_related("model", "connection")
+        .only(
+            "id",
+            "title",
+            "status",
+            "priority",
+            "failure_code",
+            "updated_at",
+            "created_at",
+            "model__name",
+            "connection__name",
+        )
+        .annotate(cost_total=task_cost_subquery())
     )
     if status:
         tasks = tasks.filter(status=status)
@@ -171,6 +176,8 @@ def task_list(request):
     tasks = tasks.filter(is_evaluation=evaluation)
     before, after = _int(request.GET.get("before")), _int(request.GET.get("after"))
     page = task_keyset_page(tasks, before=before, after=after, size=PAGE_SIZE)
+    for row in page.tasks:
+        row.cost_text = money(row.cost_total) if row.cost_total is not None else ""
     context = {
         "tasks": page.tasks,
         "status": status,
@@ -274,6 +281,16 @@ def _number(value) -> str:
     return f"{value:,}" if isinstance(value, int) else f"{value:,.1f}"
 
 
+def money(value) -> str:
+    """US dollars for people: at least two decimals, more for sub-cent amounts."""
+    if value is None:
+        return "—"
+    value = Decimal(value)
+    if value and abs(value) < Decimal("0.01"):
+        return f"${value:,.4f}"
+    return f"${value:,.2f}"
+
+
 def _limit_rows(task: Task, usage) -> list[dict]:
     """Used vs granted for the limits counted across runs; the per-item limits as granted."""
     rows = []
@@ -282,17 +299,24 @@ def _limit_rows(task: Task, usage) -> list[dict]:
         "limit_token_budget": ("Tokens", usage.tokens),
         "limit_runtime_seconds": ("Runtime (s)", usage.active_seconds),
         "limit_network_requests": ("Network requests", usage.network_requests),
+        "limit_mcp_calls": ("MCP tool calls", usage.mcp_calls),
+        "limit_cost": ("Cost", usage.cost),
     }
     for field, (label, used) in counted.items():
         granted = getattr(task, field)
-        percent = min(100, round(100 * used / granted)) if granted else 100
+        show = money if field == "limit_cost" else _number
+        if granted is None:  # no money budget: show what was spent
+            text, percent = f"{show(used)} (no budget)", 0
+        else:
+            text = f"{show(used)} / {show(granted)}"
+            percent = min(100, round(100 * used / granted)) if granted else 100
         rows.append(
             {
                 "field": field,
                 "label": label,
                 "used": used,
                 "granted": granted,
-                "text": f"{_number(used)} / {_number(granted)}",
+                "text": text,
                 "percent": percent,
             }
         )
@@ -431,6 +455,8 @@ def task_page_context(request, pk: int) -> dict:
                 "current": getattr(task, field),
                 "used": row["used"] if row else None,
             }
+            if field in OPTIONAL_DECIMAL_LIMITS:  # a money amount, not a count
+                context["retry_limit"] |= {"min": "0.0001", "step": "0.0001"}
     return context
 
 
@@ -648,7 +674,9 @@ def task_retry(request, pk: int):
     try:
         model = _chosen_model(request)
         new_limit = None
-        if field and raw_limit:
+        if field in OPTIONAL_DECIMAL_LIMITS and raw_limit:
+            new_limit = services.decimal_limit(field, raw_limit)
+        elif field and raw_limit:
             new_limit = _int(raw_limit)
             if new_limit is None:
                 raise InvalidInput(f"{LIMIT_LABELS.get(field, field)} must be a positive number")
