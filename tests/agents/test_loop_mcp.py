@@ -142,3 +142,47 @@ def test_a_long_mcp_result_is_cut_for_the_model_and_stored_whole(loop_settings, 
     assert call.result == "x" * 5000
     assert told.startswith("x" * 1000) and len(told) < 1200
     assert status_of(task) == TaskStatus.REVIEW
+
+
+def test_the_mcp_call_limit_stops_before_a_call_and_retry_asks_to_raise_it(
+    loop_settings, mcp, actor
+):
+    from agents.models import AgentRun
+    from tasks.exceptions import LimitNotRaised
+    from tasks.models import Task
+    from tasks.services import task_retry
+
+    script = [
+        reply_tool_calls([("local__add_item", {"name": "a"}, "a1")]),
+        reply_tool_calls([("local__add_item", {"name": "b"}, "a2")]),
+        reply_text("Done."),
+    ]
+    with ScriptedModelServer(script) as server:
+        task = tool_task(
+            server,
+            ["local__add_item"],
+            tool_policies={"local__add_item": "allow"},
+            limits={"limit_mcp_calls": 1},
+        )
+        work()
+        assert status_of(task) == TaskStatus.FAILED
+        assert Task.objects.get(pk=task.pk).failure_code == "limit_mcp"
+        assert mcp("add_item") == 1  # the second call never started
+        first, second = calls_of(task)
+        assert first.status == ToolCallStatus.SUCCEEDED
+        assert (second.status, second.run_count) == (ToolCallStatus.PENDING, 0)
+        assert task_usage(task.pk).mcp_calls == 1
+        run = AgentRun.objects.get(task=task)
+        assert run.error_code == "limit_mcp"
+        assert run.checkpoint["remaining"]["limit_mcp"] == 0
+
+        with pytest.raises(LimitNotRaised):
+            task_retry(actor=actor, task_id=task.pk)
+        task_retry(actor=actor, task_id=task.pk, limits={"limit_mcp_calls": 2})
+        work()
+        assert len(server.completion_requests) == 3
+    assert mcp("add_item") == 2  # the waiting call ran once, after the limit was raised
+    second.refresh_from_db()
+    assert (second.status, second.run_count) == (ToolCallStatus.SUCCEEDED, 1)
+    assert task_usage(task.pk).mcp_calls == 2
+    assert status_of(task) == TaskStatus.REVIEW
