@@ -593,7 +593,8 @@ def follow_up_permissions(parent: Task, tools: list[str] | None = None) -> dict:
 
     Tools: the parent's (without ``propose_task``), or the subset asked for; the parent's
     policies for those tools; its allowed domains; and what remains of each of its cumulative
-    limits (turns, runtime, token budget, network requests) with its per-call caps. Raises
+    limits (turns, runtime, token budget, network requests, MCP calls, and the money budget
+    when it has one) with its per-call caps. Raises
     InvalidInput (``tool_not_allowed``, ``limit_exhausted``) when that cannot be met.
     """
     from agents.limits import CUMULATIVE_LIMITS, remaining, task_usage
@@ -613,13 +614,17 @@ def follow_up_permissions(parent: Task, tools: list[str] | None = None) -> dict:
     left = remaining(parent, task_usage(parent.pk))
     limits = {}
     for code, (field, _counter) in CUMULATIVE_LIMITS.items():
-        if left[code] < 1:
+        if code not in left:  # a limit the parent does not set (no money budget)
+            continue
+        # What remains: a whole number, or an amount of money (a string in `remaining`).
+        rest = Decimal(left[code]) if field in OPTIONAL_DECIMAL_LIMITS else int(left[code])
+        if rest <= 0 or (field not in OPTIONAL_DECIMAL_LIMITS and rest < 1):
             raise InvalidInput(
                 f"this task has used up its {field.removeprefix('limit_').replace('_', ' ')}; "
                 "a follow-up cannot be given more than remains",
                 code="limit_exhausted",
             )
-        limits[field] = int(left[code])
+        limits[field] = rest
     limits.update({field: getattr(parent, field) for field in _COPIED_LIMITS})
     return {
         "tools": child_tools,
