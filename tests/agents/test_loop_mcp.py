@@ -186,3 +186,34 @@ def test_the_mcp_call_limit_stops_before_a_call_and_retry_asks_to_raise_it(
     assert (second.status, second.run_count) == (ToolCallStatus.SUCCEEDED, 1)
     assert task_usage(task.pk).mcp_calls == 2
     assert status_of(task) == TaskStatus.REVIEW
+
+
+def test_cancel_aborts_an_mcp_call_in_flight_and_the_worker_keeps_serving(
+    loop_settings, mcp, person
+):
+    import threading
+
+    from agents.models import AgentRun
+    from tasks.actors import Actor
+    from tasks.services import task_cancel
+
+    script = [reply_tool_calls([("local__hang", {"seconds": 3600}, "h1")]), reply_text("Done.")]
+    with ScriptedModelServer(script) as server:
+        task = tool_task(server, ["local__hang"], tool_policies={"local__hang": "allow"})
+        worker = Worker(worker_id="w", burst=True)
+        thread = threading.Thread(target=worker.run)
+        thread.start()
+        wait_for(
+            lambda: ToolCall.objects.filter(task=task, status=ToolCallStatus.RUNNING).exists(),
+            timeout=60,
+            message="the MCP call in flight",
+        )
+        task_cancel(actor=Actor.person(person), task_id=task.pk)
+        thread.join(30)  # the call sleeps for an hour: only the cancel ends it
+        assert not thread.is_alive()
+        assert len(server.completion_requests) == 1
+    assert status_of(task) == TaskStatus.CANCELLED
+    assert AgentRun.objects.get(task=task).status == "cancelled"
+    # The outcome of the aborted external call is not known: it is never replayed on its own.
+    [call] = calls_of(task)
+    assert (call.status, call.run_count) == (ToolCallStatus.RUNNING, 1)
