@@ -78,3 +78,28 @@ def test_admin_fill_prices_action(admin_client):
     model = Model.objects.get(pk=model.pk)
     assert model.price_input_per_mtok > Decimal(0)
     assert model.prices_source == "genai-prices"
+
+
+def test_a_person_enters_every_price_on_the_model_page_and_the_test_stands(admin_client):
+    from decimal import Decimal
+
+    from django.urls import reverse
+
+    from agents.models import Model
+    from tests.factories import ModelFactory
+    from tests.hostile.test_admin_edits import _edit
+
+    model = ModelFactory(test_status="passed")
+    url = reverse("admin:agents_model_change", args=[model.pk])
+    prices = {
+        "price_input_per_mtok": "3",
+        "price_output_per_mtok": "15",
+        "price_cached_input_per_mtok": "0.3",
+        "price_cache_write_per_mtok": "3.75",
+        "prices_source": "a person",
+    }
+    assert _edit(admin_client, url, **prices).status_code == 302
+    model = Model.objects.get(pk=model.pk)
+    assert model.price_cached_input_per_mtok == Decimal("0.3")
+    assert model.price_cache_write_per_mtok == Decimal("3.75")
+    assert (model.prices_source, model.test_status) == ("a person", "passed")
