@@ -153,6 +153,11 @@ ACTHELM_LIMIT_TOKEN_BUDGET = env_int("ACTHELM_LIMIT_TOKEN_BUDGET", 600_000)
 ACTHELM_LIMIT_TOOL_OUTPUT_CHARS = env_int("ACTHELM_LIMIT_TOOL_OUTPUT_CHARS", 24_000)
 ACTHELM_LIMIT_NETWORK_REQUESTS = env_int("ACTHELM_LIMIT_NETWORK_REQUESTS", 8)
 ACTHELM_LIMIT_ARTIFACT_BYTES = env_int("ACTHELM_LIMIT_ARTIFACT_BYTES", 1_048_576)
+ACTHELM_LIMIT_MCP_CALLS = env_int("ACTHELM_LIMIT_MCP_CALLS", 20)
+# A money budget per task in US dollars; empty = none.
+ACTHELM_LIMIT_COST = os.environ.get("ACTHELM_LIMIT_COST", "").strip() or None
+# OpenTelemetry: spans carry tool arguments only when this is on (they may hold secrets).
+ACTHELM_OTEL_TOOL_ARGUMENTS = env_bool("ACTHELM_OTEL_TOOL_ARGUMENTS", False)
 
 # Tools and policies.
 ACTHELM_DEFAULT_TOOLS = env_list(

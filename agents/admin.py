@@ -9,7 +9,16 @@ from django.contrib import admin, messages
 from django.core.exceptions import PermissionDenied
 
 from agents import services
-from agents.models import AgentRun, Artifact, Connection, Conversation, Model, ToolCall, Turn
+from agents.models import (
+    AgentRun,
+    Artifact,
+    Connection,
+    Conversation,
+    Model,
+    ToolCall,
+    ToolServer,
+    Turn,
+)
 from tasks.actors import Actor
 from tasks.exceptions import ActhelmError, NotPermitted
 
@@ -130,7 +139,7 @@ class ModelAdmin(admin.ModelAdmin):
         "tools_override_by",
         "tools_override_at",
     ]
-    actions = [override_tools]
+    actions = [override_tools, "fill_prices"]
 
     def save_model(self, request, obj, form, change):
         if not change:
@@ -147,6 +156,75 @@ class ModelAdmin(admin.ModelAdmin):
     def get_readonly_fields(self, request, obj=None):
         # A model's test belongs to its connection: a model never moves to another one.
         return [*self.readonly_fields, "connection"] if obj else self.readonly_fields
+
+    @admin.action(description="Fill empty prices from the price table (genai-prices)")
+    def fill_prices(self, request, queryset):
+        from agents.costs import model_fill_prices
+
+        for model in queryset:
+            try:
+                fill = model_fill_prices(actor=Actor.person(request.user), model_id=model.pk)
+            except ActhelmError as exc:
+                self.message_user(request, f"{model}: {exc}", messages.ERROR)
+            else:
+                self.message_user(request, f"{fill.model}: {fill.message}")
+
+
+@admin.register(ToolServer)
+class ToolServerAdmin(admin.ModelAdmin):
+    """Adding and testing go through agents.toolservers (the same checks as the command)."""
+
+    list_display = ["name", "transport", "trusted", "test_status", "tested_at"]
+    list_filter = ["transport", "trusted", "test_status"]
+    readonly_fields = ["tools", "test_status", "tested_at", "test_message"]
+    actions = ["test_servers"]
+
+    def _manages(self, request) -> bool:
+        return request.user.has_perm("agents.manage_toolservers")
+
+    def has_add_permission(self, request):
+        return self._manages(request)
+
+    def has_change_permission(self, request, obj=None):
+        return self._manages(request)
+
+    def has_delete_permission(self, request, obj=None):
+        return self._manages(request)
+
+    def get_form(self, request, obj=None, **kwargs):
+        from django import forms
+
+        from agents.toolservers import validate_credential_env, validate_server_name
+
+        form = super().get_form(request, obj, **kwargs)
+
+        class Checked(form):
+            def clean_name(self):
+                try:
+                    return validate_server_name(self.cleaned_data["name"])
+                except ActhelmError as exc:
+                    raise forms.ValidationError(str(exc)) from None
+
+            def clean_credential_env(self):
+                try:
+                    return validate_credential_env(self.cleaned_data["credential_env"])
+                except ActhelmError as exc:
+                    raise forms.ValidationError(str(exc)) from None
+
+        return Checked
+
+    @admin.action(description="Test: connect, list the tools and record them")
+    def test_servers(self, request, queryset):
+        from agents.toolservers import toolserver_test
+
+        for server in queryset:
+            try:
+                result = toolserver_test(actor=Actor.person(request.user), name=server.name)
+            except ActhelmError as exc:
+                self.message_user(request, f"{server}: {exc}", messages.ERROR)
+                continue
+            level = messages.SUCCESS if result["ok"] else messages.ERROR
+            self.message_user(request, f"{server}: {result['test_message']}", level)
 
 
 @admin.register(AgentRun)

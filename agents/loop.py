@@ -16,12 +16,15 @@ from __future__ import annotations
 import logging
 import threading
 import time
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
+from decimal import Decimal
 
 from django.conf import settings
 from django.utils import timezone
 
-from agents.limits import Usage, remaining
+from acthelm_site import telemetry
+from agents.costs import turn_usage_fields
+from agents.limits import Usage, cost_limit_reached, is_mcp_tool, mcp_limit_reached, remaining
 from agents.outcomes import Outcome, OutcomeKind, apply_outcome
 from agents.prompting import DISCARDED_NOTE, History, result_for_model, system_prompt
 from agents.providers import Completion, ProviderError, ToolSpec
@@ -30,7 +33,7 @@ from agents.recorder import CallState, NewCall, NewTurn, Recorder, Result, Step,
 from agents.services import provider_for
 from agents.states import TOOL_CALL_DONE, ModelTestStatus, RecoveryClass, Role
 from agents.states import ToolCallStatus as TC
-from agents.tools import ToolContext, ToolError, get_tool, operation_hash, tool_names
+from agents.tools import ToolContext, ToolError, all_tools, get_tool, operation_hash, tool_names
 from approvals.states import ApprovalReason
 from memory import services as memory_services
 from tasks.actors import Actor
@@ -97,6 +100,23 @@ class AgentLoop:
     def run(self) -> Outcome:
         try:
             self._load()
+        except AttemptLost:
+            return Outcome(Outcome.LOST)
+        task = self.task
+        with telemetry.invoke_agent(
+            task_id=self.task_id,
+            run_id=self.run_id,
+            model=task.model.name if task.model_id else "",
+            provider_kind=task.connection.kind if task.connection_id else "",
+        ) as span:
+            outcome = self._run()
+            span.set_attribute("acthelm.outcome", str(outcome.kind))
+            if outcome.kind == OutcomeKind.FAILED and outcome.code:
+                span.set_attribute("error.type", outcome.code)
+            return outcome
+
+    def _run(self) -> Outcome:
+        try:
             self._validate()
             self._prepare()
             return self._loop()
@@ -193,9 +213,11 @@ class AgentLoop:
         use_tools = bool(task.tools) and task.model.supports_tools and self.provider.supports_tools
         known = set(tool_names())
         self.offered = [name for name in task.tools if name in known] if use_tools else []
+        # Resolved once: an MCP tool (SERVER__TOOL) is read from its server's recorded list.
+        self.tools = {name: get_tool(name) for name in self.offered}
         self.specs = [
             ToolSpec(name=t.name, description=t.description, parameters=t.json_schema())
-            for t in (get_tool(name) for name in self.offered)
+            for t in self.tools.values()
         ]
         if "write_artifact" in self.offered:
             # From now on, no older run of this task can replace an artifact file.
@@ -247,15 +269,19 @@ class AgentLoop:
             + self.mine_seconds
             + (time.monotonic() - self._clock),
             network_requests=base.network_requests + mine.network_requests,
+            mcp_calls=base.mcp_calls + mine.mcp_calls,
+            cost=base.cost + mine.cost,
         )
 
-    def _book_turn(self, completion: Completion) -> None:
-        """The one place a model turn's usage is booked (in memory and in the step)."""
+    def _book_turn(self, completion: Completion, cost: Decimal | None) -> None:
+        """The one place a model turn's usage is booked (in memory and in the step); its cost
+        is stored on the turn itself (`NewTurn.cost`)."""
         tokens = completion.input_tokens + completion.output_tokens
-        self.mine = Usage(
+        self.mine = replace(
+            self.mine,
             model_turns=self.mine.model_turns + 1,
             tokens=self.mine.tokens + tokens,
-            network_requests=self.mine.network_requests,
+            cost=self.mine.cost + (cost or 0),
         )
         self.step.model_turns += 1
         self.step.input_tokens += completion.input_tokens
@@ -263,12 +289,12 @@ class AgentLoop:
 
     def _book_requests(self, count: int) -> None:
         if count:
-            self.mine = Usage(
-                model_turns=self.mine.model_turns,
-                tokens=self.mine.tokens,
-                network_requests=self.mine.network_requests + count,
-            )
+            self.mine = replace(self.mine, network_requests=self.mine.network_requests + count)
             self.step.network_requests += count
+
+    def _book_mcp_call(self) -> None:
+        """An MCP call starts (its run_count rises in the same commit as its start or result)."""
+        self.mine = replace(self.mine, mcp_calls=self.mine.mcp_calls + 1)
 
     def open_operations(self) -> list[CallState]:
         return [c for c in self.calls if c.status not in TOOL_CALL_DONE]
@@ -332,6 +358,12 @@ class AgentLoop:
                 f"the task ran for its {task.limit_runtime_seconds} s of runtime",
                 retryable=False,
             )
+        if cost_limit_reached(limit=task.limit_cost, used=usage.cost):
+            raise _fail(
+                "limit_cost",
+                f"the task spent its budget of {task.limit_cost} USD (used {usage.cost:.4f})",
+                retryable=False,
+            )
 
     # -- one model turn ---------------------------------------------------------------------------
 
@@ -369,10 +401,11 @@ class AgentLoop:
                 health=exc.health,
                 retryable=exc.code not in PERMANENT_CODES,
             ) from None
-        self._book_turn(completion)
-        self._store_turn(completion)
+        usage = turn_usage_fields(task.model, completion)
+        self._book_turn(completion, usage["cost"])
+        self._store_turn(completion, usage)
 
-    def _store_turn(self, completion: Completion) -> None:
+    def _store_turn(self, completion: Completion, usage: dict) -> None:
         discarded = completion.truncated_or_declined
         turn = NewTurn(
             index=self.next_index,
@@ -380,8 +413,7 @@ class AgentLoop:
             content=completion.text,
             stop_reason=completion.stop_reason,
             discarded=discarded,
-            input_tokens=completion.input_tokens,
-            output_tokens=completion.output_tokens,
+            **usage,
         )
         self.next_index += 1
         self.step.turns.append(turn)
@@ -403,7 +435,7 @@ class AgentLoop:
                 tool=request.name[:100],
                 arguments=jsonb_order(request.arguments),
                 arguments_raw=request.arguments_raw,
-                recovery_class=_recovery_class(request.name),
+                recovery_class=self._recovery_class(request.name),
                 position=position,
             )
             new = NewCall(state)
@@ -433,6 +465,7 @@ class AgentLoop:
         state = new.state
         decision = self._admit(state, plan_exists=plan)
         if decision.verdict == "refuse":
+            _span_outcome(state, "refused", decision.code)
             state.status, state.error_code = TC.REFUSED, decision.code
             new.result = f"{decision.code}: {decision.message}"
             state.result_for_model = f"Error ({decision.code}): {decision.message}"
@@ -444,6 +477,7 @@ class AgentLoop:
             return plan
         state.arguments, state.arguments_hash = decision.canonical, decision.hash
         if decision.verdict == "ask":
+            _span_outcome(state, "awaiting_approval")
             state.status = TC.AWAITING_APPROVAL
             new.approval = self._approval(decision)
             self._approval_event(decision)
@@ -467,7 +501,7 @@ class AgentLoop:
             and not plan_exists
         ):
             return _refuse("plan_required", "call update_plan with your plan first")
-        tool = get_tool(call.tool)
+        tool = self.tools[call.tool]
         try:
             args = tool.parse(call.arguments)
             digest = operation_hash(tool.name, args)
@@ -490,7 +524,12 @@ class AgentLoop:
             return decision
         ctx = self._context()
         reason = None
-        if self.task.tool_policies.get(tool.name) == ToolPolicy.ASK:
+        # The task's policy for the tool, else the tool's own default (an MCP tool of an
+        # untrusted server asks).
+        policy = self.task.tool_policies.get(tool.name) or getattr(
+            tool, "default_policy", ToolPolicy.ALLOW
+        )
+        if policy == ToolPolicy.ASK:
             reason = ApprovalReason.POLICY_ASK
         elif tool.approval_reason(args, ctx):
             reason = ApprovalReason.DOMAIN_NOT_ALLOWED
@@ -566,9 +605,11 @@ class AgentLoop:
     def _handle(self, call: CallState) -> str:
         d = self._admit(call, plan_exists=self.plan_exists)
         if d.verdict == "refuse":
+            _span_outcome(call, "refused", d.code)
             self._result(call, TC.REFUSED, error=(d.code, d.message), runs=0)
             return "done"
         if d.verdict == "ask":
+            _span_outcome(call, "awaiting_approval")
             self.step.results.append(
                 Result(
                     call,
@@ -586,8 +627,30 @@ class AgentLoop:
         return "done"
 
     def _execute(self, call: CallState, d: Decision) -> None:
-        tool, args = d.tool, d.args
+        tool = d.tool
+        mcp = is_mcp_tool(tool.name)
+        if mcp and mcp_limit_reached(limit=self.task.limit_mcp_calls, used=self.usage().mcp_calls):
+            # Checked before the call starts: it stays open (nothing ran) for a run after the
+            # limit is raised.
+            _span_outcome(call, "refused", "limit_mcp")
+            raise _fail(
+                "limit_mcp",
+                f"the task used its {self.task.limit_mcp_calls} MCP tool calls",
+                retryable=False,
+            )
         call.arguments, call.arguments_hash = d.canonical, d.hash
+        with telemetry.execute_tool(
+            tool=tool.name,
+            call_id=call.call_id,
+            arguments=d.canonical,
+            recovery_class=str(tool.recovery_class),
+        ) as span:
+            if mcp:
+                self._book_mcp_call()
+            self._execute_in_span(call, d, span)
+
+    def _execute_in_span(self, call: CallState, d: Decision, span) -> None:
+        tool, args = d.tool, d.args
         counted = 0
         if tool.recovery_class == RecoveryClass.EXTERNAL:
             # The intent commit: recorded running before the request leaves, so that after a
@@ -607,6 +670,7 @@ class AgentLoop:
             self.commit()
         if tool.internal:
             self._execute_internal(call, tool, args, counted)
+            span.outcome("failed" if call.error_code else "succeeded", error_code=call.error_code)
             return
         error = None
         try:
@@ -615,13 +679,16 @@ class AgentLoop:
         except ToolError as exc:
             error, text, requests, artifact = exc, "", exc.network_requests, None
         if error is not None and error.code == "cancelled":
+            span.outcome("cancelled")
             raise AttemptLost("cancelled while a tool ran")
         self._book_requests(requests or 0)
         if artifact is not None:
             self.step.artifacts.append((call, artifact))
         if error is not None:
+            span.outcome("failed", error_code=error.code)
             self._result(call, TC.FAILED, error=(error.code, error.message), runs=1 - counted)
         else:
+            span.outcome("succeeded")
             self._result(call, TC.SUCCEEDED, text=text, runs=1 - counted)
         if error is not None and error.code == "network_limit":
             raise _fail(
@@ -669,12 +736,21 @@ class AgentLoop:
             data["chars"] = len(full)
         self.step.event(EventKind.TOOL_RESULT, data, call=call)
 
+    def _recovery_class(self, name: str) -> str:
+        """Read from the tool object: a tool declares what recovery may do with it. A name the
+        task does not offer is refused before it runs; an unknown MCP name counts as external."""
+        tool = self.tools.get(name) or all_tools().get(name)
+        if tool is not None:
+            return str(tool.recovery_class)
+        return RecoveryClass.EXTERNAL if is_mcp_tool(name) else RecoveryClass.READ_ONLY
+
     def _mark_unknown(self, call: CallState) -> None:
         self.step.results.append(Result(call, TC.UNKNOWN, finished=False, unknown=True))
         call.status = TC.UNKNOWN
         # The request may have reached the server before the crash: it counts against the
-        # task's network limit like any other request.
-        self._book_requests(1)
+        # task's network limit like any other request (an MCP call counts as one when it starts).
+        if not is_mcp_tool(call.tool):
+            self._book_requests(1)
         self.step.event(EventKind.NEEDS_REVIEW, {"tool": call.tool}, call=call)
 
 
@@ -690,9 +766,13 @@ def jsonb_order(value):
     return value
 
 
-def _recovery_class(tool_name: str) -> str:
-    """Read from the tool object: a tool declares what recovery may do with it."""
-    try:
-        return str(get_tool(tool_name).recovery_class)
-    except ToolError:
-        return RecoveryClass.READ_ONLY
+def _span_outcome(call: CallState, outcome: str, error_code: str = "") -> None:
+    """An execute_tool span for a call that does not run now (refused, or waiting for a
+    person); the arguments go to the span only when the setting allows it."""
+    with telemetry.execute_tool(
+        tool=call.tool,
+        call_id=call.call_id,
+        arguments=call.arguments,
+        recovery_class=call.recovery_class,
+    ) as span:
+        span.outcome(outcome, error_code=error_code)

@@ -12,6 +12,7 @@ from agents.states import (
     Role,
     RunStatus,
     ToolCallStatus,
+    ToolServerTransport,
     Verdict,
 )
 
@@ -108,6 +109,16 @@ class Model(models.Model):
     )
     price_output_per_mtok = models.DecimalField(
         max_digits=10, decimal_places=4, null=True, blank=True
+    )
+    # Cached input (a cache hit) and cache writes have their own prices; empty = the input price.
+    price_cached_input_per_mtok = models.DecimalField(
+        max_digits=10, decimal_places=4, null=True, blank=True
+    )
+    price_cache_write_per_mtok = models.DecimalField(
+        max_digits=10, decimal_places=4, null=True, blank=True
+    )
+    prices_source = models.CharField(
+        max_length=100, blank=True, help_text="Who set the prices: a person, or the price table."
     )
 
     class Meta:
@@ -209,8 +220,15 @@ class Turn(models.Model):
     stop_reason = models.CharField(max_length=32, blank=True)
     # A truncated or declined model turn: kept for the record, never sent again, calls not run.
     discarded = models.BooleanField(default=False)
+    # input_tokens counts every input token, cached ones included; these say how many of them
+    # were read from the provider's cache or written to it (priced differently).
     input_tokens = models.PositiveIntegerField(default=0)
+    cached_input_tokens = models.PositiveIntegerField(default=0)
+    cache_write_tokens = models.PositiveIntegerField(default=0)
     output_tokens = models.PositiveIntegerField(default=0)
+    # In US dollars: the provider's reported cost, else tokens x the model's prices; empty when
+    # neither is known.
+    cost = models.DecimalField(max_digits=14, decimal_places=8, null=True, blank=True)
     created_at = models.DateTimeField(auto_now_add=True)
 
     class Meta:
@@ -286,6 +304,65 @@ class Artifact(models.Model):
         ordering = ["task_id", "name"]
         constraints = [
             models.UniqueConstraint(fields=["task", "name"], name="artifact_name_unique"),
+        ]
+
+    def __str__(self) -> str:
+        return self.name
+
+
+class ToolServer(models.Model):
+    """An MCP server whose tools tasks may use as ``SERVER__TOOL``; registered by a person.
+
+    The credential is the *name* of an environment variable, read when a call starts: passed
+    to a stdio server in its environment under that name, sent to an HTTP server as a bearer
+    token. ``tools`` is what the server listed at its last successful test.
+    """
+
+    name = models.CharField(
+        max_length=30,
+        unique=True,
+        help_text="Lower-case letters, digits and single underscores; tools are SERVER__TOOL.",
+    )
+    transport = models.CharField(max_length=8, choices=ToolServerTransport.choices)
+    # For stdio: the argument list (no shell), executable first.
+    command = models.JSONField(default=list, blank=True)
+    url = models.URLField(max_length=500, blank=True, help_text="Streamable-HTTP endpoint.")
+    credential_env = models.CharField(
+        max_length=100,
+        blank=True,
+        help_text="Name of the environment variable holding the credential (never the value).",
+    )
+    trusted = models.BooleanField(
+        default=False,
+        help_text="Rely on the server's readOnlyHint / idempotentHint annotations. "
+        "Untrusted: every tool asks a person first and is never replayed after a crash.",
+    )
+    timeout_seconds = models.FloatField(default=60)
+    tools = models.JSONField(default=list, blank=True, editable=False)
+    test_status = models.CharField(
+        max_length=16,
+        choices=ModelTestStatus.choices,
+        default=ModelTestStatus.UNTESTED,
+        editable=False,
+    )
+    tested_at = models.DateTimeField(null=True, blank=True, editable=False)
+    test_message = models.TextField(blank=True, editable=False)
+    created_at = models.DateTimeField(auto_now_add=True)
+    updated_at = models.DateTimeField(auto_now=True)
+
+    class Meta:
+        ordering = ["name"]
+        permissions = [("manage_toolservers", "Can add, test and remove MCP tool servers")]
+        constraints = [
+            models.CheckConstraint(
+                condition=Q(name__regex=r"^[a-z][a-z0-9]*(_[a-z0-9]+)*$"),
+                name="toolserver_name_safe",
+            ),
+            models.CheckConstraint(
+                condition=(Q(transport=ToolServerTransport.STDIO) & ~Q(command=[]))
+                | (Q(transport=ToolServerTransport.HTTP) & ~Q(url="")),
+                name="toolserver_has_target",
+            ),
         ]
 
     def __str__(self) -> str:

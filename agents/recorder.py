@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import logging
 from dataclasses import dataclass, field
+from decimal import Decimal
 from typing import TYPE_CHECKING, Any
 
 from django.db import InterfaceError, OperationalError, transaction
@@ -96,6 +97,10 @@ class NewTurn:
     discarded: bool = False
     input_tokens: int = 0
     output_tokens: int = 0
+    # agents.costs.turn_usage_fields: cached input, cache writes, cost in US dollars (or None)
+    cached_input_tokens: int = 0
+    cache_write_tokens: int = 0
+    cost: Decimal | None = None
     calls: list[NewCall] = field(default_factory=list)
 
 
@@ -386,6 +391,9 @@ class Recorder:
                     discarded=t.discarded,
                     input_tokens=t.input_tokens,
                     output_tokens=t.output_tokens,
+                    cached_input_tokens=t.cached_input_tokens,
+                    cache_write_tokens=t.cache_write_tokens,
+                    cost=t.cost,
                 )
                 for t in turns
             ]

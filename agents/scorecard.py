@@ -13,8 +13,11 @@ What each number means:
   the task failed with a `limit_*` code; loops likewise with `error_loop`.
 - average turns: model turns per finished run.
 - evaluation tasks (`Task.is_evaluation`, created by `acthelm_eval run`) count nowhere here.
-- cost: input and output tokens times the model's price per million tokens; None when the model
-  has no price for input or output (unknown is not free). Cost per closed task divides the cost
+- cost: the sum of the stored cost of every model turn of the window's runs (the provider's
+  reported cost, else the turn's tokens at the model's prices, cached input at its own price);
+  for runs whose turns carry no cost (recorded before costs were stored), input and output
+  tokens times the model's price per million tokens; None when neither is known (unknown is
+  not free). Cost per closed task divides the cost
   of the window's runs by the tasks closed in it (by a person or the policy).
 """
 
@@ -26,8 +29,8 @@ from django.db.models import Count, Exists, OuterRef, Q, Subquery, Sum
 from django.db.models.functions import Coalesce
 from django.utils import timezone
 
-from agents.models import AgentRun, Model
-from agents.states import RunStatus, Verdict
+from agents.models import AgentRun, Model, Turn
+from agents.states import Role, RunStatus, Verdict
 from tasks.exceptions import InvalidInput
 from tasks.models import TaskEvent
 from tasks.states import EventKind
@@ -95,6 +98,9 @@ class ModelScore:
     price_input_per_mtok: Decimal | None = None
     price_output_per_mtok: Decimal | None = None
     cost: Decimal | None = None
+    # The stored turn costs of the runs, and how many model turns have none.
+    stored_cost: Decimal | None = None
+    unpriced_turns: int = 0
 
     @property
     def label(self) -> str:
@@ -119,7 +125,7 @@ class ModelScore:
 
     def as_dict(self) -> dict:
         data = asdict(self)
-        for key in ("price_input_per_mtok", "price_output_per_mtok", "cost"):
+        for key in ("price_input_per_mtok", "price_output_per_mtok", "cost", "stored_cost"):
             data[key] = _number(data[key])
         data |= {
             "label": self.label,
@@ -210,6 +216,15 @@ def model_scorecard(*, window: Window) -> Scorecard:
     for row in events.values("judged_model").annotate(**_event_aggregates()).order_by():
         rows.setdefault(row.pop("judged_model"), {}).update(row)
 
+    # The stored cost of the window's model turns, per model (one grouped query).
+    turn_rows = (
+        Turn.objects.filter(run__in=runs.values("pk"), role=Role.ASSISTANT)
+        .values("run__model_id")
+        .annotate(stored_cost=Sum("cost"), unpriced_turns=Count("id", filter=Q(cost__isnull=True)))
+        .order_by()
+    )
+    for row in turn_rows:
+        rows.setdefault(row.pop("run__model_id"), {}).update(row)
     models = Model.objects.select_related("connection").in_bulk([k for k in rows if k is not None])
     scores = []
     for model_id, numbers in rows.items():
@@ -225,7 +240,11 @@ def model_scorecard(*, window: Window) -> Scorecard:
                 price_output_per_mtok=model.price_output_per_mtok,
                 **numbers,
             )
-            score.cost = token_cost(model, score.input_tokens, score.output_tokens)
+            stored, unknown = numbers.get("stored_cost"), numbers.get("unpriced_turns")
+            if stored is not None and not unknown:
+                score.cost = stored.quantize(COST_PLACES)
+            else:
+                score.cost = token_cost(model, score.input_tokens, score.output_tokens)
         scores.append(score)
     scores.sort(key=lambda s: (s.model_id is None, s.connection, s.model))
 

@@ -209,6 +209,9 @@ MODEL_EDITABLE = (
     "supports_tools",
     "price_input_per_mtok",
     "price_output_per_mtok",
+    "price_cached_input_per_mtok",
+    "price_cache_write_per_mtok",
+    "prices_source",
 )
 
 

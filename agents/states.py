@@ -35,6 +35,11 @@ class ModelTestStatus(models.TextChoices):
     FAILED = "failed", "Failed"
 
 
+class ToolServerTransport(models.TextChoices):
+    STDIO = "stdio", "Local command (stdio)"
+    HTTP = "http", "Streamable HTTP"
+
+
 class Verdict(models.TextChoices):
     APPROVED = "approved", "Approved"
     REJECTED = "rejected", "Rejected"

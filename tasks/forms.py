@@ -1,6 +1,7 @@
 """Forms of the console's task pages. They only parse input; tasks.services decides."""
 
 import re
+from decimal import Decimal
 
 from django import forms
 from django.conf import settings
@@ -10,7 +11,7 @@ from agents.models import Connection, Model
 from tasks.exceptions import InvalidInput
 from tasks.models import Goal
 from tasks.numbers import INT32_MAX, INT32_MIN
-from tasks.services import LIMIT_FIELDS, default_limits
+from tasks.services import LIMIT_FIELDS, OPTIONAL_DECIMAL_LIMITS, default_limits
 from tasks.workspace import safe_file_name
 
 LIMIT_LABELS = {
@@ -21,6 +22,8 @@ LIMIT_LABELS = {
     "limit_tool_output_chars": "Tool output (characters)",
     "limit_network_requests": "Network requests",
     "limit_artifact_bytes": "Artifact size (bytes)",
+    "limit_mcp_calls": "MCP tool calls",
+    "limit_cost": "Money budget (USD, empty = none)",
 }
 
 _SPLIT = re.compile(r"[\s,]+")
@@ -92,10 +95,22 @@ class TaskCreateForm(forms.Form):
         self.fields["connection"].queryset = Connection.objects.order_by("name")
         self.fields["model"].queryset = model_queryset()
         for field, value in default_limits().items():
+            if field in OPTIONAL_DECIMAL_LIMITS:
+                self.fields[field] = forms.DecimalField(
+                    required=False,
+                    min_value=Decimal("0.0001"),
+                    max_digits=12,
+                    decimal_places=4,
+                    initial=value,
+                    label=LIMIT_LABELS.get(field, field),
+                )
+                continue
+            # Empty means the default (service_kwargs leaves it out).
             self.fields[field] = forms.IntegerField(
                 min_value=1,
                 max_value=INT32_MAX,
                 initial=value,
+                required=False,
                 label=LIMIT_LABELS.get(field, field),
             )
 

@@ -75,8 +75,12 @@ class Task(models.Model):
     limit_tool_output_chars = models.PositiveIntegerField(default=24_000)
     limit_network_requests = models.PositiveIntegerField(default=8)
     limit_artifact_bytes = models.PositiveIntegerField(default=1_048_576)
+    limit_mcp_calls = models.PositiveIntegerField(default=20)
+    # A money budget in US dollars; empty = no budget.
+    limit_cost = models.DecimalField(max_digits=12, decimal_places=4, null=True, blank=True)
 
-    tools = ArrayField(models.CharField(max_length=50), default=default_tools, blank=True)
+    # 64: the longest tool name model APIs accept (MCP tools are SERVER__TOOL).
+    tools = ArrayField(models.CharField(max_length=64), default=default_tools, blank=True)
     # {"tool_name": "allow" | "ask"}; a tool missing here is allowed.
     tool_policies = models.JSONField(default=dict, blank=True)
     allowed_domains = ArrayField(models.CharField(max_length=253), default=list, blank=True)
@@ -133,6 +137,10 @@ class Task(models.Model):
                 & Q(limit_output_tokens__gt=0)
                 & Q(limit_token_budget__gt=0),
                 name="task_limits_positive",
+            ),
+            models.CheckConstraint(
+                condition=Q(limit_cost__isnull=True) | Q(limit_cost__gt=0),
+                name="task_limit_cost_positive",
             ),
         ]
 

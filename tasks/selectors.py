@@ -2,10 +2,26 @@
 
 from dataclasses import dataclass
 
-from django.db.models import Count
+from django.db.models import Count, DecimalField, OuterRef, Subquery, Sum
 
 from tasks.models import Goal, Task, TaskEvent
 from tasks.states import OPEN, TaskStatus, allowed_actions
+
+
+def task_cost_subquery() -> Subquery:
+    """The sum of a task's turn costs, for ``.annotate()`` on a page of tasks: one query for
+    the page, whatever its size (turns are found through the (task, index) unique index).
+    None when no turn has a known cost."""
+    from agents.models import Turn
+
+    total = (
+        Turn.objects.filter(task=OuterRef("pk"), cost__isnull=False)
+        .order_by()
+        .values("task")
+        .annotate(total=Sum("cost"))
+        .values("total")
+    )
+    return Subquery(total, output_field=DecimalField(max_digits=16, decimal_places=8))
 
 
 def task_as_dict(task: Task, *, with_events: bool = False) -> dict:
@@ -33,6 +49,8 @@ def task_as_dict(task: Task, *, with_events: bool = False) -> dict:
             "tool_output_chars": task.limit_tool_output_chars,
             "network_requests": task.limit_network_requests,
             "artifact_bytes": task.limit_artifact_bytes,
+            "mcp_calls": task.limit_mcp_calls,
+            "cost": str(task.limit_cost) if task.limit_cost is not None else None,
         },
         "claim_count": task.claim_count,
         "lease_owner": task.lease_owner or None,
@@ -48,7 +66,14 @@ def task_as_dict(task: Task, *, with_events: bool = False) -> dict:
     }
     if task.failure_code == "error_loop":
         data["loop"] = True
+    if hasattr(task, "cost_total"):
+        data["cost"] = str(task.cost_total) if task.cost_total is not None else None
     if with_events:
+        from agents.limits import task_usage
+
+        usage = task_usage(task.pk)
+        data["cost"] = str(usage.cost)
+        data["usage"] = usage.as_dict()
         data["events"] = [event_as_dict(e) for e in task.events.order_by("id")]
         data["runs"] = [
             {

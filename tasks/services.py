@@ -2,6 +2,7 @@
 and the worker call these; the state changes themselves happen in tasks.transitions."""
 
 import logging
+from decimal import Decimal, InvalidOperation
 from pathlib import Path
 
 from django.conf import settings
@@ -48,11 +49,41 @@ LIMIT_FIELDS = {
     "limit_tool_output_chars": "ACTHELM_LIMIT_TOOL_OUTPUT_CHARS",
     "limit_network_requests": "ACTHELM_LIMIT_NETWORK_REQUESTS",
     "limit_artifact_bytes": "ACTHELM_LIMIT_ARTIFACT_BYTES",
+    "limit_mcp_calls": "ACTHELM_LIMIT_MCP_CALLS",
+    # A money budget (US dollars), a decimal; empty means none.
+    "limit_cost": "ACTHELM_LIMIT_COST",
 }
+#: Limits that may be empty (no limit) and are decimals, not whole numbers.
+OPTIONAL_DECIMAL_LIMITS = frozenset({"limit_cost"})
 
 
-def default_limits() -> dict[str, int]:
-    return {field: int(getattr(settings, name)) for field, name in LIMIT_FIELDS.items()}
+def default_limits() -> dict:
+    out = {}
+    for field, name in LIMIT_FIELDS.items():
+        value = getattr(settings, name)
+        if field in OPTIONAL_DECIMAL_LIMITS:
+            out[field] = decimal_limit(field, value)
+        else:
+            out[field] = int(value)
+    return out
+
+
+def decimal_limit(field: str, value) -> Decimal | None:
+    if value is None or (isinstance(value, str) and not value.strip()):
+        return None
+    try:
+        number = Decimal(str(value).strip())
+    except InvalidOperation:
+        raise InvalidInput(
+            f"{field} must be an amount like 2.50, not {value!r}", field="limits"
+        ) from None
+    if not number.is_finite() or number <= 0:
+        raise InvalidInput(
+            f"{field} must be positive (leave it empty for no limit)", field="limits"
+        )
+    if number >= Decimal("100000000"):
+        raise InvalidInput(f"{field} is too large", field="limits")
+    return number.quantize(Decimal("0.0001"))
 
 
 def known_tool_names() -> set[str]:
@@ -83,11 +114,29 @@ def _validate_tools(tools: list[str], policies: dict[str, str]) -> None:
             )
 
 
-def _validate_limits(limits: dict) -> dict[str, int]:
+def _with_default_policies(tools: list[str], policies: dict[str, str]) -> dict[str, str]:
+    """A tool whose own default is ``ask`` (an MCP tool of an untrusted server) is stored with
+    that policy unless its author set one, so the task shows and keeps what applies."""
+    from agents.tools import find_tool
+
+    out = dict(policies)
+    for name in tools:
+        if name in out:
+            continue
+        tool = find_tool(name)
+        if tool is not None and getattr(tool, "default_policy", "allow") == ToolPolicy.ASK:
+            out[name] = ToolPolicy.ASK
+    return out
+
+
+def _validate_limits(limits: dict) -> dict:
     clean = {}
     for field, value in limits.items():
         if field not in LIMIT_FIELDS:
             raise InvalidInput(f"unknown limit {field!r}", field="limits")
+        if field in OPTIONAL_DECIMAL_LIMITS:
+            clean[field] = decimal_limit(field, value)
+            continue
         clean[field] = whole_number(value, name=field, minimum=1, maximum=INT32_MAX)
     return clean
 
@@ -129,6 +178,7 @@ def task_create(
     tools = list(settings.ACTHELM_DEFAULT_TOOLS if tools is None else tools)
     tool_policies = dict(tool_policies or {})
     _validate_tools(tools, tool_policies)
+    tool_policies = _with_default_policies(tools, tool_policies)
     if model is not None and connection is None:
         connection = model.connection
     if model is not None and model.connection_id != connection.pk:
@@ -419,6 +469,10 @@ def task_retry(
     return task
 
 
+def _jsonable(value):
+    return str(value) if isinstance(value, Decimal) else value
+
+
 def task_set_limits(*, actor: Actor, task_id: int, **limits) -> Task:
     """Raise or lower a task's limits while no worker holds it."""
     clean = _validate_limits(limits)
@@ -427,7 +481,7 @@ def task_set_limits(*, actor: Actor, task_id: int, **limits) -> Task:
         task = lock_task(task_id)
         if task.is_held:
             raise TransitionNotAllowed(f"task {task_id} is running; pause it to change its limits")
-        before = {field: getattr(task, field) for field in clean}
+        before = {field: _jsonable(getattr(task, field)) for field in clean}
         for field, value in clean.items():
             setattr(task, field, value)
         task.save(update_fields=[*clean, "updated_at"])
@@ -435,7 +489,7 @@ def task_set_limits(*, actor: Actor, task_id: int, **limits) -> Task:
             task,
             actor=actor,
             kind=EventKind.LIMITS_CHANGED,
-            data={"before": before, "after": clean},
+            data={"before": before, "after": {k: _jsonable(v) for k, v in clean.items()}},
         )
     return task
 
@@ -563,7 +617,8 @@ def follow_up_permissions(parent: Task, tools: list[str] | None = None) -> dict:
 
     Tools: the parent's (without ``propose_task``), or the subset asked for; the parent's
     policies for those tools; its allowed domains; and what remains of each of its cumulative
-    limits (turns, runtime, token budget, network requests) with its per-call caps. Raises
+    limits (turns, runtime, token budget, network requests, MCP calls, and the money budget
+    when it has one) with its per-call caps. Raises
     InvalidInput (``tool_not_allowed``, ``limit_exhausted``) when that cannot be met.
     """
     from agents.limits import CUMULATIVE_LIMITS, remaining, task_usage
@@ -583,13 +638,17 @@ def follow_up_permissions(parent: Task, tools: list[str] | None = None) -> dict:
     left = remaining(parent, task_usage(parent.pk))
     limits = {}
     for code, (field, _counter) in CUMULATIVE_LIMITS.items():
-        if left[code] < 1:
+        if code not in left:  # a limit the parent does not set (no money budget)
+            continue
+        # What remains: a whole number, or an amount of money (a string in `remaining`).
+        rest = Decimal(left[code]) if field in OPTIONAL_DECIMAL_LIMITS else int(left[code])
+        if rest <= 0 or (field not in OPTIONAL_DECIMAL_LIMITS and rest < 1):
             raise InvalidInput(
                 f"this task has used up its {field.removeprefix('limit_').replace('_', ' ')}; "
                 "a follow-up cannot be given more than remains",
                 code="limit_exhausted",
             )
-        limits[field] = int(left[code])
+        limits[field] = rest
     limits.update({field: getattr(parent, field) for field in _COPIED_LIMITS})
     return {
         "tools": child_tools,

@@ -5,6 +5,7 @@ fixed number of queries, whatever the number of tasks, turns, tool calls or even
 """
 
 import logging
+from decimal import Decimal
 
 from django.contrib import messages
 from django.core.exceptions import PermissionDenied
@@ -44,8 +45,8 @@ from tasks.exceptions import ActhelmError, InvalidInput, NotPermitted
 from tasks.forms import LIMIT_LABELS, TaskCreateForm, model_queryset
 from tasks.models import Task
 from tasks.notify.selectors import task_notifications
-from tasks.selectors import task_keyset_page
-from tasks.services import limit_for_failure
+from tasks.selectors import task_cost_subquery, task_keyset_page
+from tasks.services import OPTIONAL_DECIMAL_LIMITS, limit_for_failure
 from tasks.states import Action, TaskStatus, allowed_actions
 from tasks.workspace import artifacts_dir, list_input_files
 
@@ -76,16 +77,20 @@ def task_list(request):
     status = request.GET.get("status", "")
     if status not in TaskStatus.values:
         status = ""
-    tasks = Task.objects.select_related("model", "connection").only(
-        "id",
-        "title",
-        "status",
-        "priority",
-        "failure_code",
-        "updated_at",
-        "created_at",
-        "model__name",
-        "connection__name",
+    tasks = (
+        Task.objects.select_related("model", "connection")
+        .only(
+            "id",
+            "title",
+            "status",
+            "priority",
+            "failure_code",
+            "updated_at",
+            "created_at",
+            "model__name",
+            "connection__name",
+        )
+        .annotate(cost_total=task_cost_subquery())
     )
     if status:
         tasks = tasks.filter(status=status)
@@ -94,6 +99,8 @@ def task_list(request):
     tasks = tasks.filter(is_evaluation=evaluation)
     before, after = positive_int(request.GET.get("before")), positive_int(request.GET.get("after"))
     page = task_keyset_page(tasks, before=before, after=after, size=PAGE_SIZE)
+    for row in page.tasks:
+        row.cost_text = money(row.cost_total) if row.cost_total is not None else ""
     context = {
         "tasks": page.tasks,
         "status": status,
@@ -175,6 +182,16 @@ def _number(value) -> str:
     return f"{value:,}" if isinstance(value, int) else f"{value:,.1f}"
 
 
+def money(value) -> str:
+    """US dollars for people: at least two decimals, more for sub-cent amounts."""
+    if value is None:
+        return "—"
+    value = Decimal(value)
+    if value and abs(value) < Decimal("0.01"):
+        return f"${value:,.4f}"
+    return f"${value:,.2f}"
+
+
 def _limit_rows(task: Task, usage) -> list[dict]:
     """Used vs granted for the limits counted across runs; the per-item limits as granted."""
     rows = []
@@ -183,17 +200,24 @@ def _limit_rows(task: Task, usage) -> list[dict]:
         "limit_token_budget": ("Tokens", usage.tokens),
         "limit_runtime_seconds": ("Runtime (s)", usage.active_seconds),
         "limit_network_requests": ("Network requests", usage.network_requests),
+        "limit_mcp_calls": ("MCP tool calls", usage.mcp_calls),
+        "limit_cost": ("Cost", usage.cost),
     }
     for field, (label, used) in counted.items():
         granted = getattr(task, field)
-        percent = min(100, round(100 * used / granted)) if granted else 100
+        show = money if field == "limit_cost" else _number
+        if granted is None:  # no money budget: show what was spent
+            text, percent = f"{show(used)} (no budget)", 0
+        else:
+            text = f"{show(used)} / {show(granted)}"
+            percent = min(100, round(100 * used / granted)) if granted else 100
         rows.append(
             {
                 "field": field,
                 "label": label,
                 "used": used,
                 "granted": granted,
-                "text": f"{_number(used)} / {_number(granted)}",
+                "text": text,
                 "percent": percent,
             }
         )
@@ -323,6 +347,8 @@ def task_page_context(request, pk: int) -> dict:
             "current": getattr(task, field),
             "used": row["used"] if row else None,
         }
+        if field in OPTIONAL_DECIMAL_LIMITS:  # a money amount, not a count
+            context["retry_limit"] |= {"min": "0.0001", "step": "0.0001"}
     return context
 
 
@@ -399,16 +425,20 @@ def _chosen_model(request) -> Model | None:
     return model
 
 
-def _raised_limit(request, task_id: int) -> int | None:
-    """The new value of the limit a failed task stopped at, as typed in the retry form."""
+def _raised_limit(request, task_id: int) -> int | Decimal | None:
+    """The new value of the limit a failed task stopped at, as typed in the retry form (an
+    amount of money for the money budget, a whole number for the others)."""
     raw = request.POST.get("limit_value", "").strip()
     if not raw:
         return None
+    code = Task.objects.filter(pk=task_id).values_list("failure_code", flat=True).first()
+    field = limit_for_failure(code or "")
+    if field in OPTIONAL_DECIMAL_LIMITS:
+        return services.decimal_limit(field, raw)
     value = positive_int(raw)
     if value is None:
-        code = Task.objects.filter(pk=task_id).values_list("failure_code", flat=True).first()
-        field = limit_for_failure(code or "") or "the limit"
-        raise InvalidInput(f"{LIMIT_LABELS.get(field, field)} must be a positive number")
+        label = LIMIT_LABELS.get(field, field) if field else "the limit"
+        raise InvalidInput(f"{label} must be a positive number")
     return value
 
 

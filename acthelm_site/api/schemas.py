@@ -1,13 +1,15 @@
 """The API's request and response bodies (pydantic models; the OpenAPI schema derives from them)."""
 
 from datetime import datetime
-from typing import Any, Literal
+from decimal import Decimal
+from typing import Annotated, Any, Literal
 
 from ninja import Schema
 from pydantic import Field, PositiveInt
 
 from tasks.states import TaskKind, TaskStatus
 
+PositiveDecimal = Annotated[Decimal, Field(gt=0)]
 StatusName = Literal[tuple(TaskStatus.values)]  # type: ignore[valid-type]
 KindName = Literal[tuple(TaskKind.values)]  # type: ignore[valid-type]
 
@@ -40,6 +42,10 @@ class TaskCreateIn(Schema):
     limit_tool_output_chars: PositiveInt | None = None
     limit_network_requests: PositiveInt | None = None
     limit_artifact_bytes: PositiveInt | None = None
+    limit_mcp_calls: PositiveInt | None = None
+    limit_cost: PositiveDecimal | None = Field(
+        None, description="Money budget in USD; none: no budget"
+    )
 
 
 class TaskSummaryOut(Schema):
@@ -80,7 +86,9 @@ class TaskOut(Schema):
     allowed_domains: list[str]
     connection: str | None
     model: str | None
-    limits: dict[str, int]
+    limits: dict[str, int | str | None] = Field(
+        description="Whole numbers; `cost` is an amount in USD as a string, null without a budget"
+    )
     claim_count: int
     lease_owner: str | None
     lease_expires_at: datetime | None
@@ -214,8 +222,10 @@ class ResumeIn(Schema):
 
 class RetryIn(Schema):
     model_id: int | None = None
-    limits: dict[str, PositiveInt] = Field(
-        {}, description="Limits to set first, e.g. {'limit_turns': 40}; all or nothing"
+    limits: dict[str, PositiveDecimal] = Field(
+        {},
+        description="Limits to set first, e.g. {'limit_turns': 40} or {'limit_cost': '5.00'}; "
+        "all or nothing",
     )
 
 

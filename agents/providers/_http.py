@@ -383,3 +383,18 @@ def as_int(value: Any) -> int:
     if isinstance(value, float):
         return max(0, int(value)) if math.isfinite(value) else 0
     return 0
+
+
+def as_cost(value: Any):
+    """A reported cost (a JSON number, US dollars) as a Decimal; None when absent or odd."""
+    from decimal import Decimal, InvalidOperation
+
+    if isinstance(value, bool) or not isinstance(value, int | float | str):
+        return None
+    try:
+        number = Decimal(str(value))
+    except (InvalidOperation, ValueError):
+        return None
+    if not number.is_finite() or number < 0 or number > 1_000_000:
+        return None
+    return number

@@ -31,6 +31,8 @@ from .openai_compat import PING_TOOL
 
 DEFAULT_BASE_URL = "https://api.anthropic.com"
 ANTHROPIC_VERSION = "2023-06-01"
+#: Prompt caching of the stable prefix (tools, then the system prompt).
+CACHE_CONTROL = {"type": "ephemeral"}
 
 _STOP_MAP = {
     "end_turn": "end",
@@ -117,20 +119,27 @@ class AnthropicProvider(Provider):
 
     @staticmethod
     def wire_tools(tools: list[ToolSpec]) -> list[dict]:
-        return [
+        wire = [
             {"name": tool.name, "description": tool.description, "input_schema": tool.parameters}
             for tool in tools
         ]
+        if wire:  # the tools are part of the stable prefix: cache up to the last one
+            wire[-1]["cache_control"] = dict(CACHE_CONTROL)
+        return wire
 
     def payload(
         self, model: str, messages: list[Message], tools: list[ToolSpec], max_tokens: int
     ) -> dict:
         system, wire = self.wire_messages(messages)
         body: dict[str, Any] = {"model": model, "max_tokens": max_tokens, "messages": wire}
-        if system:
-            body["system"] = system
         if tools:
             body["tools"] = self.wire_tools(tools)
+        if system:
+            # The system prompt is stored once per task and byte-stable: mark it (tools come
+            # first in Anthropic's cache order, so this breakpoint covers tools + system).
+            body["system"] = [
+                {"type": "text", "text": system, "cache_control": dict(CACHE_CONTROL)}
+            ]
         return body
 
     def parse_completion(self, data: Any, model: str, status: int) -> Completion:
@@ -176,20 +185,18 @@ class AnthropicProvider(Provider):
         stop_reason = _STOP_MAP.get(raw_stop, "other")
 
         usage = data.get("usage") if isinstance(data.get("usage"), dict) else {}
-        input_tokens = sum(
-            _http.as_int(usage.get(key))
-            for key in (
-                "input_tokens",
-                "cache_read_input_tokens",
-                "cache_creation_input_tokens",
-            )
-        )
+        # input_tokens is only the uncached part; the total counts every input token, and the
+        # cache reads and writes are kept apart because they are priced apart.
+        cache_read = _http.as_int(usage.get("cache_read_input_tokens"))
+        cache_write = _http.as_int(usage.get("cache_creation_input_tokens"))
         return Completion(
             text="".join(texts),
             tool_calls=calls,
             stop_reason=stop_reason,
             raw_stop_reason=raw_stop,
-            input_tokens=input_tokens,
+            input_tokens=_http.as_int(usage.get("input_tokens")) + cache_read + cache_write,
+            cached_input_tokens=cache_read,
+            cache_write_tokens=cache_write,
             output_tokens=_http.as_int(usage.get("output_tokens")),
             model=data.get("model") if isinstance(data.get("model"), str) else model,
         )
@@ -205,16 +212,23 @@ class AnthropicProvider(Provider):
         max_tokens: int,
         cancel_event: threading.Event | None = None,
     ) -> Completion:
-        resp = _http.request(
-            self,
-            "POST",
-            f"{self.base_url}/v1/messages",
-            headers=self.headers(),
-            json_body=self.payload(model, messages, tools, max_tokens),
-            cancel_event=cancel_event,
-        )
-        _http.raise_for_status(self, resp)
-        return self.parse_completion(resp.json(self), model, resp.status)
+        from acthelm_site import telemetry
+
+        with telemetry.chat(
+            provider_kind=self.kind, model=model, max_tokens=max_tokens, server=self.base_url
+        ) as span:
+            resp = _http.request(
+                self,
+                "POST",
+                f"{self.base_url}/v1/messages",
+                headers=self.headers(),
+                json_body=self.payload(model, messages, tools, max_tokens),
+                cancel_event=cancel_event,
+            )
+            _http.raise_for_status(self, resp)
+            completion = self.parse_completion(resp.json(self), model, resp.status)
+            span.completed(completion)
+            return completion
 
     def probe(self, *, model: str, tools: bool) -> ProbeResult:
         try:

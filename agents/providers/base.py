@@ -10,6 +10,7 @@ import abc
 import math
 import re
 import threading
+from decimal import Decimal
 from typing import Any, ClassVar, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator
@@ -221,8 +222,15 @@ class Completion(BaseModel):
     tool_calls: list[ToolCallRequest] = Field(default_factory=list)
     stop_reason: StopReason
     raw_stop_reason: str = ""
+    #: Every input token, cached ones included.
     input_tokens: int = 0
+    #: Of ``input_tokens``: read from the provider's prompt cache (a cheaper price) ...
+    cached_input_tokens: int = 0
+    #: ... and written to it (Anthropic's cache_creation_input_tokens; a dearer price).
+    cache_write_tokens: int = 0
     output_tokens: int = 0
+    #: What the provider says the request cost, in US dollars (OpenRouter's usage.cost).
+    reported_cost: Decimal | None = None
     model: str = ""
 
     @property

@@ -197,13 +197,23 @@ class OpenAICompatibleProvider(Provider):
             text = text or refusal
 
         usage = data.get("usage") if isinstance(data.get("usage"), dict) else {}
+        input_tokens = _http.as_int(usage.get("prompt_tokens"))
+        details = usage.get("prompt_tokens_details")
+        details = details if isinstance(details, dict) else {}
+        # OpenAI / OpenRouter: prompt_tokens_details.cached_tokens; DeepSeek:
+        # prompt_cache_hit_tokens. Both are part of prompt_tokens.
+        cached = _http.as_int(details.get("cached_tokens")) or _http.as_int(
+            usage.get("prompt_cache_hit_tokens")
+        )
         return Completion(
             text=text,
             tool_calls=tool_calls,
             stop_reason=stop_reason,
             raw_stop_reason=raw_finish,
-            input_tokens=_http.as_int(usage.get("prompt_tokens")),
+            input_tokens=input_tokens,
+            cached_input_tokens=min(cached, input_tokens),
             output_tokens=_http.as_int(usage.get("completion_tokens")),
+            reported_cost=_http.as_cost(usage.get("cost")),
             model=data.get("model") if isinstance(data.get("model"), str) else model,
         )
 
@@ -261,15 +271,22 @@ class OpenAICompatibleProvider(Provider):
         max_tokens: int,
         cancel_event: threading.Event | None = None,
     ) -> Completion:
+        from acthelm_site import telemetry
+
         body = self.payload(model, messages, tools, max_tokens)
-        try:
-            return self._post(body, model, cancel_event)
-        except ProviderError as exc:
-            # Newer OpenAI models reject max_tokens and ask for max_completion_tokens.
-            if exc.code == PROVIDER_BAD_REQUEST and "max_completion_tokens" in exc.message:
+        with telemetry.chat(
+            provider_kind=self.kind, model=model, max_tokens=max_tokens, server=self.base_url
+        ) as span:
+            try:
+                completion = self._post(body, model, cancel_event)
+            except ProviderError as exc:
+                # Newer OpenAI models reject max_tokens and ask for max_completion_tokens.
+                if exc.code != PROVIDER_BAD_REQUEST or "max_completion_tokens" not in exc.message:
+                    raise
                 body["max_completion_tokens"] = body.pop("max_tokens")
-                return self._post(body, model, cancel_event)
-            raise
+                completion = self._post(body, model, cancel_event)
+            span.completed(completion)
+            return completion
 
     def _post(self, body: dict, model: str, cancel_event: threading.Event | None) -> Completion:
         resp = _http.request(

@@ -20,7 +20,17 @@ from .base import (
 )
 from .fetch import host_allowed
 from .files import resolve_in_workspace
-from .registry import UnknownTool, all_tools, get_tool, register, tool_names
+from .registry import (
+    Resolver,
+    UnknownTool,
+    add_resolver,
+    all_tools,
+    find_tool,
+    get_tool,
+    register,
+    remove_resolver,
+    tool_names,
+)
 
 try:  # loop-internal tools (update_plan, propose_task), maintained beside the loop
     from . import plan  # noqa: F401
@@ -31,6 +41,7 @@ except ModuleNotFoundError as exc:  # pragma: no cover - only while that module 
 __all__ = [
     "ERROR_CODES",
     "ArtifactWritten",
+    "Resolver",
     "RecoveryClass",
     "Tool",
     "ToolArgs",
@@ -38,12 +49,15 @@ __all__ = [
     "ToolError",
     "ToolResult",
     "UnknownTool",
+    "add_resolver",
     "all_tools",
+    "find_tool",
     "canonical_arguments",
     "get_tool",
     "host_allowed",
     "operation_hash",
     "register",
+    "remove_resolver",
     "resolve_in_workspace",
     "tool_names",
 ]

@@ -69,6 +69,14 @@ ERROR_CODES: frozenset[str] = frozenset(
         "fetch_failed",
         "fetch_timeout",
         "response_charset_invalid",
+        # MCP tools (agents.tools.mcp)
+        "mcp_unreachable",
+        "mcp_connection_closed",
+        "mcp_timeout",
+        "mcp_bad_response",
+        "mcp_tool_error",
+        "mcp_protocol_error",
+        "mcp_server_missing",
     }
 )
 
@@ -241,6 +249,8 @@ class Tool:
     description: ClassVar[str] = ""
     effect: ClassVar[str] = "Runs {target}"  # template; {target} is replaced
     recovery_class: ClassVar[RecoveryClass] = RecoveryClass.READ_ONLY
+    # The policy ("allow" | "ask") a task gets for this tool when its author sets none.
+    default_policy: ClassVar[str] = "allow"
     internal: ClassVar[bool] = False  # loop-internal tools (update_plan, propose_task)
     Args: ClassVar[type[BaseModel]] = ToolArgs
 
@@ -333,9 +343,9 @@ def operation_hash(tool_name: str, args: BaseModel | dict[str, Any]) -> str:
     arguments raise ToolError("invalid_arguments").
     """
     if isinstance(args, dict):
-        from .registry import _REGISTRY  # local import: avoid a cycle
+        from .registry import find_tool  # local import: avoid a cycle
 
-        tool = _REGISTRY.get(tool_name)
+        tool = find_tool(tool_name)
         if tool is not None:
             args = tool.parse(args)
     payload = tool_name + "\n" + canonical_arguments(args)

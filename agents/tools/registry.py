@@ -7,15 +7,57 @@ created once and shared; tools keep no per-call state).  Loop-internal tools
 
 from __future__ import annotations
 
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass
+
 from .base import Tool, ToolError
 
 _REGISTRY: dict[str, Tool] = {}
+
+
+@dataclass(frozen=True)
+class Resolver:
+    """Tools that exist outside this process's code, e.g. an MCP server's (``SERVER__TOOL``).
+
+    ``find(name)`` returns a Tool or None; ``names()`` lists every name it can resolve now.
+    Installed by the app that knows where such tools are recorded (``agents.toolservers``).
+    """
+
+    find: Callable[[str], Tool | None]
+    names: Callable[[], Iterable[str]]
+
+
+_RESOLVERS: dict[str, Resolver] = {}
+
+
+def add_resolver(key: str, resolver: Resolver) -> None:
+    _RESOLVERS[key] = resolver
+
+
+def remove_resolver(key: str) -> None:
+    _RESOLVERS.pop(key, None)
+
+
+def find_tool(name: str) -> Tool | None:
+    """The tool registered or resolvable under ``name``, or None."""
+    if not isinstance(name, str):
+        return None
+    tool = _REGISTRY.get(name)
+    if tool is not None:
+        return tool
+    for resolver in _RESOLVERS.values():
+        tool = resolver.find(name)
+        if tool is not None:
+            return tool
+    return None
 
 
 class UnknownTool(ToolError, KeyError):
     """Raised by ``get_tool`` for a name nobody registered (code ``tool_unknown``)."""
 
     def __init__(self, name: str) -> None:
+        # Built-in names only: this message must not need the database (MCP tools are listed by
+        # tool_names(), and the task's list says what the model may call).
         known = ", ".join(sorted(_REGISTRY)) or "none"
         super().__init__("tool_unknown", f"There is no tool named {name!r}. Known tools: {known}.")
         self.tool_name = name
@@ -43,10 +85,10 @@ def register[T: type[Tool]](cls: T) -> T:
 
 
 def get_tool(name: str) -> Tool:
-    try:
-        return _REGISTRY[name]
-    except (KeyError, TypeError):
-        raise UnknownTool(str(name)) from None
+    tool = find_tool(name)
+    if tool is None:
+        raise UnknownTool(str(name))
+    return tool
 
 
 def all_tools() -> dict[str, Tool]:
@@ -54,4 +96,8 @@ def all_tools() -> dict[str, Tool]:
 
 
 def tool_names() -> list[str]:
-    return sorted(_REGISTRY)
+    """Every usable tool name: the built-in ones and those the resolvers know now."""
+    names = set(_REGISTRY)
+    for resolver in _RESOLVERS.values():
+        names.update(resolver.names())
+    return sorted(names)

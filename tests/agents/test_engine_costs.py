@@ -186,3 +186,46 @@ def test_the_worker_keeps_one_http_connection_to_the_model_server():
         server.server_close()
     assert len(_KeepAlive.ports) == 3
     assert len(set(_KeepAlive.ports)) == 1  # three requests, one TCP connection
+
+
+def _mcp_steps(settings, count, steps: int) -> Counts:
+    import sys
+
+    from agents.models import ToolServer
+    from agents.toolservers import toolserver_test
+    from tasks.actors import Actor
+    from tests.agents.conftest import ROOT
+    from tests.factories import UserFactory
+
+    server_name = f"costs{steps}"
+    ToolServer.objects.create(
+        name=server_name,
+        transport="stdio",
+        command=[sys.executable, str(ROOT / "tests" / "fakes" / "mcp_server.py")],
+    )
+    person = UserFactory(perms=["agents.manage_toolservers"])
+    assert toolserver_test(actor=Actor.person(person), name=server_name)["ok"]
+    tool = f"{server_name}__add_item"
+    script = [reply_tool_calls([(tool, {"name": f"n{i}"})]) for i in range(steps)]
+    with ScriptedModelServer([*script, reply_text("done")]) as server:
+        task = tool_task(server, [tool], tool_policies={tool: "allow"}, limits={"limit_turns": 100})
+        cost = count(lambda: _run_one(task))
+    assert status_of(task) == TaskStatus.REVIEW
+    return cost
+
+
+def test_a_step_with_an_external_mcp_call_costs_what_a_fetch_step_costs(settings, count):
+    """The MCP count and the turn's cost ride in the step's existing statements."""
+    fast_settings(settings)
+    short, long = _mcp_steps(settings, count, 1), _mcp_steps(settings, count, 3)
+    statements = (long.statements - short.statements) / 2
+    commits = (long.commits - short.commits) / 2
+    with HttpTarget() as target:
+        f_short, f_long = (
+            _fetch_steps(settings, count, target, 1),
+            _fetch_steps(settings, count, target, 3),
+        )
+    fetch = (f_long.statements - f_short.statements) / 2
+    print(f"\nexternal MCP step: {statements:g} statements, {commits:g} commits (fetch: {fetch:g})")
+    assert commits <= 2
+    assert statements <= fetch

@@ -249,7 +249,7 @@ def test_anthropic_flavor_runs_the_same_loop(
     run_burst()
     assert status_of(task) == TaskStatus.REVIEW
     body = server.completion_requests[-1].json
-    assert body["system"].startswith("You are an agent")
+    assert body["system"][0]["text"].startswith("You are an agent")
     assert any(
         b.get("type") == "tool_result"
         for m in body["messages"]

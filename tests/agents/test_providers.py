@@ -554,7 +554,7 @@ def test_anthropic_text_answer_and_request_shape(ant):
     assert req.json == {
         "model": MODEL,
         "max_tokens": 100,
-        "system": "S1\n\nS2",
+        "system": [{"type": "text", "text": "S1\n\nS2", "cache_control": {"type": "ephemeral"}}],
         "messages": [{"role": "user", "content": [{"type": "text", "text": "hi"}]}],
     }
 
@@ -579,14 +579,19 @@ def test_anthropic_tool_use_parsed(ant):
     assert json.loads(good.arguments_raw) == {"path": "a"}
     assert bad.arguments is None and json.loads(bad.arguments_raw) == "not json"
     assert ant.completion_requests[-1].json["tools"] == [
-        {"name": "read_file", "description": "Read a file", "input_schema": READ_TOOL.parameters}
+        {
+            "name": "read_file",
+            "description": "Read a file",
+            "input_schema": READ_TOOL.parameters,
+            "cache_control": {"type": "ephemeral"},
+        }
     ]
 
 
 def test_anthropic_message_mapping_round_trip(ant):
     ask(make(ant), messages=conversation(), tools=[READ_TOOL])
     body = ant.completion_requests[-1].json
-    assert body["system"] == "You are terse.\n\nUse tools."
+    assert body["system"][0]["text"] == "You are terse.\n\nUse tools."
     assert "thinking" not in body
     assert body["messages"] == [
         {"role": "user", "content": [{"type": "text", "text": "Read a and b"}]},

@@ -213,7 +213,7 @@ def test_totals_have_a_cost_when_every_model_is_priced():
 def test_aggregation_is_a_fixed_number_of_queries(outcomes, django_assert_max_num_queries):
     for i in range(30):
         run(TaskFactory(), outcomes[0], 1, tokens=(i, i))
-    with django_assert_max_num_queries(5):
+    with django_assert_max_num_queries(6):  # runs, events, turn costs, models, 2 totals
         model_scorecard(window=scorecard_window(period="week"))
 
 
@@ -297,3 +297,21 @@ def test_the_page_explains_a_bad_date(client, viewer):
     response = client.get("/scorecard/?since=yesterday")
     assert response.status_code == 400
     assert "since must be a date" in response.content.decode()
+
+
+def test_stored_turn_costs_are_the_cost_when_every_turn_has_one():
+    from tests.factories import TurnFactory
+
+    model = ModelFactory(price_input_per_mtok=Decimal("1"), price_output_per_mtok=Decimal("3"))
+    task = TaskFactory()
+    r = run(task, model, 1, tokens=(500_000, 100_000))
+    TurnFactory(task=task, run=r, index=1, role="assistant", cost=Decimal("0.25"))
+    TurnFactory(task=task, run=r, index=2, role="assistant", cost=Decimal("0.05"))
+    TurnFactory(task=task, run=r, index=3, role="user")  # no cost: not a model turn
+    card = model_scorecard(window=scorecard_window(period="day"))
+    assert card.models[0].cost == Decimal("0.300000")  # not 0.8 from the tokens
+    assert card.totals.cost == Decimal("0.300000")
+    # One model turn without a cost: the tokens at the prices again (unknown is not free).
+    TurnFactory(task=task, run=r, index=4, role="assistant")
+    card = model_scorecard(window=scorecard_window(period="day"))
+    assert card.models[0].cost == Decimal("0.800000")

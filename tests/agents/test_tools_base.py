@@ -34,7 +34,7 @@ BUILT_IN = {
 }
 
 
-def test_tools_register_with_recovery_classes():
+def test_tools_register_with_recovery_classes(db):  # tool_names() also lists MCP tools
     names = set(tool_names())
     assert set(BUILT_IN) <= names
     for name, recovery in BUILT_IN.items():

@@ -282,6 +282,30 @@ def test_retry_after_a_limit_raises_it_in_the_same_call(api):
     assert kinds[-2:] == [EventKind.LIMITS_CHANGED, EventKind.RETRIED]
 
 
+def test_the_mcp_call_limit_and_the_money_budget_are_set_shown_and_raised(api):
+    from decimal import Decimal
+
+    from tests.factories import TurnFactory
+
+    response = api.post_form(
+        "/api/tasks",
+        {"title": "Budget", "instruction": "Do it", "limit_mcp_calls": 5, "limit_cost": "0.01"},
+    )
+    assert response.status_code == 201, response.content
+    assert response.json()["limits"]["mcp_calls"] == 5
+    assert response.json()["limits"]["cost"] == "0.0100"
+    bad = api.post_form("/api/tasks", {"title": "B", "instruction": "I", "limit_cost": "-1"})
+    assert_error(bad, 400, "invalid_input", "limit_cost")
+    task = Task.objects.get(pk=response.json()["id"])
+    run = run_for(task)
+    TurnFactory(task=task, run=run, index=1, cost=Decimal("0.02"))
+    Task.objects.filter(pk=task.pk).update(status=TaskStatus.FAILED, failure_code="limit_cost")
+    assert_error(api.post(f"/api/tasks/{task.pk}/retry"), 409, "limit_not_raised")
+    raised = api.post(f"/api/tasks/{task.pk}/retry", {"limits": {"limit_cost": "0.5"}})
+    assert raised.status_code == 200, raised.content
+    assert raised.json()["limits"]["cost"] == "0.5000" and raised.json()["status"] == "ready"
+
+
 def test_a_refused_retry_leaves_the_limit_unchanged(api):
     task = TaskFactory(status=TaskStatus.FAILED, failure_code="limit_steps", limit_turns=4)
     run_for(task, model_turns=4)

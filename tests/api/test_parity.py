@@ -120,9 +120,11 @@ def test_creating_a_task_writes_the_same_events(api, console):
     form = {"title": "Same", "instruction": "Do it", "priority": 0, "tools": ["read_file"]}
     from tasks.services import default_limits
 
+    # The form's limit fields as the console fills them (no money budget: an empty field).
+    limits = {field: "" if value is None else value for field, value in default_limits().items()}
     page = console.post(
         reverse("tasks:create"),
-        {**form, **default_limits(), "files": SimpleUploadedFile("a.txt", b"x")},
+        {**form, **limits, "files": SimpleUploadedFile("a.txt", b"x")},
     )
     assert page.status_code == 302, page.content
     response = api.post_form("/api/tasks", {**form, "files": SimpleUploadedFile("a.txt", b"x")})

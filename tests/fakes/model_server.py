@@ -66,7 +66,7 @@ class Step:
     content_length: bool = True
     reasoning: str | None = None
     refusal: str | None = None
-    usage: dict[str, int] | None = None
+    usage: dict[str, Any] | None = None
     model: str | None = None
     delay: float = 0.0
     then: Step | None = None
@@ -81,7 +81,7 @@ def reply_text(
     *,
     reasoning: str | None = None,
     refusal: str | None = None,
-    usage: dict[str, int] | None = None,
+    usage: dict[str, Any] | None = None,
     model: str | None = None,
     delay: float = 0.0,
 ) -> Step:
@@ -89,7 +89,9 @@ def reply_text(
     ``end_turn`` for anthropic). ``reasoning`` adds ``reasoning_content``/``reasoning``
     (openai) or a ``thinking`` + ``redacted_thinking`` block (anthropic). ``refusal`` sets
     the openai ``message.refusal`` field. ``usage`` overrides token counts, using the
-    flavor's key names (e.g. ``{"prompt_tokens": 7}`` or ``{"cache_read_input_tokens": 3}``).
+    flavor's key names (e.g. ``{"prompt_tokens": 7}`` or ``{"cache_read_input_tokens": 3}``),
+    nested ones too: ``{"prompt_tokens_details": {"cached_tokens": 6}, "cost": 0.0012}``
+    (OpenAI cached input, OpenRouter's reported cost).
     ``delay`` holds the request that many seconds first (aborts are detected)."""
     return Step(
         "text",
@@ -109,7 +111,7 @@ def reply_tool_calls(
     *,
     text: str = "",
     reasoning: str | None = None,
-    usage: dict[str, int] | None = None,
+    usage: dict[str, Any] | None = None,
     model: str | None = None,
     delay: float = 0.0,
 ) -> Step:
@@ -234,6 +236,25 @@ def _default_error_body(flavor: str, status: int) -> dict:
     return {"error": {"message": f"fake error {status}", "type": kind, "code": kind}}
 
 
+def _prompt_cache_usage(request_json: Any, defaults: dict[str, Any]) -> dict[str, int]:
+    """Anthropic prompt caching, emulated: the prefix up to the last ``cache_control`` mark
+    (tools, then system) is written to the cache the first time and read from it after."""
+    if not isinstance(request_json, dict):
+        return {}
+    system = request_json.get("system")
+    blocks = [*(request_json.get("tools") or []), *(system if isinstance(system, list) else [])]
+    marked = [i for i, b in enumerate(blocks) if isinstance(b, dict) and b.get("cache_control")]
+    if not marked:
+        return {}
+    prefix = json.dumps(blocks[: marked[-1] + 1], sort_keys=True)
+    tokens = max(1, len(prefix) // 4)
+    seen = defaults.setdefault("cache_seen", set())
+    if prefix in seen:
+        return {"cache_read_input_tokens": tokens, "cache_creation_input_tokens": 0}
+    seen.add(prefix)
+    return {"cache_read_input_tokens": 0, "cache_creation_input_tokens": tokens}
+
+
 def render_reply(step: Step, flavor: str, request_json: Any, defaults: dict[str, Any]) -> dict:
     """The JSON body for a text/tool_calls step in the given flavor."""
     model = (
@@ -259,6 +280,8 @@ def render_reply(step: Step, flavor: str, request_json: Any, defaults: dict[str,
             "input_tokens": defaults["prompt_tokens"],
             "output_tokens": defaults["completion_tokens"],
         }
+        if defaults.get("prompt_cache"):
+            usage.update(_prompt_cache_usage(request_json, defaults))
         usage.update(step.usage or {})
         return {
             "id": f"msg_{uuid.uuid4().hex[:12]}",
@@ -540,6 +563,7 @@ class ScriptedModelServer:
         prompt_tokens: int = 10,
         completion_tokens: int = 5,
         record_path: str | os.PathLike | None = None,
+        prompt_cache: bool = False,
     ) -> None:
         if flavor not in FLAVORS:
             raise ValueError(f"flavor must be one of {FLAVORS}")
@@ -551,7 +575,12 @@ class ScriptedModelServer:
         self.context_length = context_length
         self.model_ids = list(model_ids)
         self.models = models
-        self.defaults = {"prompt_tokens": prompt_tokens, "completion_tokens": completion_tokens}
+        # prompt_cache (anthropic): report cache writes/reads for the cache_control prefix.
+        self.defaults = {
+            "prompt_tokens": prompt_tokens,
+            "completion_tokens": completion_tokens,
+            "prompt_cache": prompt_cache,
+        }
         self.record_path = os.fspath(record_path) if record_path else None
         self.requests: list[RecordedRequest] = []
         self.aborted = threading.Event()

@@ -201,3 +201,23 @@ def test_the_printed_commands_decide_the_operations_end_to_end(manage, admin_use
     assert Task.objects.get(pk=approval.task_id).status == TaskStatus.READY
     assert Task.objects.get(pk=decision.task_id).status == TaskStatus.READY
     assert json.loads(manage("acthelm_task", "--json", "pending", check=True).stdout) == []
+
+
+def test_show_and_list_print_the_cost_and_the_money_budget(manage, admin_user):
+    from decimal import Decimal
+
+    from tests.factories import AgentRunFactory, TurnFactory
+
+    task = TaskFactory(limit_cost=Decimal("2"))
+    run = AgentRunFactory(task=task, number=1)
+    TurnFactory(task=task, run=run, index=1, cost=Decimal("0.125"), cached_input_tokens=80)
+    TurnFactory(task=task, run=run, index=2, cost=Decimal("0.25"))
+    shown = json.loads(manage("acthelm_task", "--json", "show", str(task.pk), check=True).stdout)
+    assert Decimal(shown["cost"]) == Decimal("0.375")
+    assert shown["limits"]["cost"] == "2.0000" and shown["limits"]["mcp_calls"] == 20
+    listed = json.loads(manage("acthelm_task", "--json", "list", check=True).stdout)
+    assert Decimal(listed[0]["cost"]) == Decimal("0.375")
+    raised = manage(
+        "acthelm_task", "--json", "limits", str(task.pk), "--limit", "limit_cost=3.5", check=True
+    )
+    assert json.loads(raised.stdout)["limits"]["cost"] == "3.5000"

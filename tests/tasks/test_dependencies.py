@@ -271,6 +271,35 @@ def test_a_follow_up_gets_no_more_than_remains_of_the_parent(planning_task, sett
     assert exc.value.code == "limit_exhausted"
 
 
+def test_a_follow_up_gets_what_remains_of_the_money_budget_and_the_mcp_calls(planning_task):
+    from decimal import Decimal
+
+    from tasks.exceptions import InvalidInput
+    from tests.factories import TurnFactory
+
+    no_budget = services.follow_up_create(
+        actor=WORKER, parent=planning_task, title="Free", instruction="Do it."
+    )
+    assert no_budget.limit_cost is None  # the parent has none: nor does the child
+    assert no_budget.limit_mcp_calls == planning_task.limit_mcp_calls
+    planning_task.limit_cost, planning_task.limit_mcp_calls = Decimal("1"), 5
+    planning_task.save(update_fields=["limit_cost", "limit_mcp_calls"])
+    run = AgentRunFactory(
+        task=planning_task, status=RunStatus.CANCELLED, finished_at=timezone.now()
+    )
+    TurnFactory(task=planning_task, run=run, index=1, cost=Decimal("0.25"))
+    child = services.follow_up_create(
+        actor=WORKER, parent=planning_task, title="Next", instruction="Do it."
+    )
+    assert (child.limit_cost, child.limit_mcp_calls) == (Decimal("0.75"), 5)
+    TurnFactory(task=planning_task, run=run, index=2, cost=Decimal("0.75"))
+    with pytest.raises(InvalidInput) as exc:
+        services.follow_up_create(
+            actor=WORKER, parent=planning_task, title="Later", instruction="Do it."
+        )
+    assert exc.value.code == "limit_exhausted"
+
+
 def test_proposals_per_task_are_capped(planning_task, settings):
     from tasks.exceptions import InvalidInput
 

@@ -277,7 +277,7 @@ def test_create_reports_the_service_refusal(boss):
 def _default_limits():
     from tasks.services import default_limits
 
-    return {k: str(v) for k, v in default_limits().items()}
+    return {k: "" if v is None else str(v) for k, v in default_limits().items()}
 
 
 # --- The task page --------------------------------------------------------------------------
@@ -765,3 +765,55 @@ def test_a_long_transcript_shows_the_newest_turns_and_links_to_the_rest(client):
     assert "turn-content-004" not in page and "Show the whole transcript" in page
     whole = client.get(reverse("tasks:detail", args=[run.task_id]), {"turns": "all"})
     assert "turn-content-000" in whole.content.decode()
+
+
+def _costed_task(*costs):
+    from tests.factories import AgentRunFactory, TurnFactory
+
+    task = TaskFactory()
+    run = AgentRunFactory(task=task, number=1)
+    for index, cost in enumerate(costs, start=1):
+        TurnFactory(task=task, run=run, index=index, cost=cost)
+    return task
+
+
+def test_the_list_shows_each_tasks_cost_in_a_flat_number_of_queries(boss):
+    from decimal import Decimal
+
+    _costed_task(Decimal("0.25"), Decimal("0.05"), None)
+    with CaptureQueriesContext(connection) as one:
+        response = boss.get("/")
+    assert "$0.30" in response.content.decode()
+    for _ in range(10):
+        _costed_task(Decimal("0.001"), Decimal("0.002"))
+    with CaptureQueriesContext(connection) as many:
+        response = boss.get("/")
+    assert "$0.0030" in response.content.decode()
+    assert len(many) == len(one)
+
+
+def test_the_task_page_shows_cost_and_the_money_budget(boss):
+    from decimal import Decimal
+
+    task = _costed_task(Decimal("1.5"))
+    Task.objects.filter(pk=task.pk).update(limit_cost=Decimal("2"))
+    page = boss.get(detail(task)).content.decode()
+    assert "$1.50 / $2.00" in page
+    Task.objects.filter(pk=task.pk).update(limit_cost=None)
+    assert "$1.50 (no budget)" in boss.get(detail(task)).content.decode()
+
+
+def test_retry_after_the_money_budget_raises_it_with_a_decimal(boss):
+    from decimal import Decimal
+
+    task = _costed_task(Decimal("1.5"))
+    Task.objects.filter(pk=task.pk).update(
+        status=TaskStatus.FAILED, failure_code="limit_cost", limit_cost=Decimal("1.5")
+    )
+    page = boss.get(detail(task)).content.decode()
+    assert 'step="0.0001"' in page
+    response = boss.post(action("retry", task), {"limit_value": "1.5"})
+    assert response.status_code == 409 and "raise that limit" in response.content.decode()
+    response = boss.post(action("retry", task), {"limit_value": "2.25"})
+    task.refresh_from_db()
+    assert task.status == TaskStatus.READY and task.limit_cost == Decimal("2.25")

@@ -18,7 +18,7 @@ from tasks import services
 from tasks.cli import emit, fail, person_actor
 from tasks.exceptions import ActhelmError, InvalidInput
 from tasks.models import Goal, Task
-from tasks.selectors import task_as_dict
+from tasks.selectors import task_as_dict, task_cost_subquery
 from tasks.states import TaskStatus
 from tasks.workspace import add_input_file
 
@@ -101,7 +101,8 @@ class Command(BaseCommand):
                     p.add_argument("--model", help=item.help)
                 elif item.kind == "raised_limit":
                     p.add_argument(
-                        "--raised-limit", type=int, help="a new value for the limit it stopped at"
+                        "--raised-limit",
+                        help="a new value for the limit it stopped at (an amount for limit_cost)",
                     )
                 else:
                     p.add_argument(f"--{item.name}", required=item.required, help=item.help)
@@ -130,7 +131,11 @@ class Command(BaseCommand):
     def _dispatch(self, opts, as_json):
         action = opts["action"]
         if action == "list":
-            qs = Task.objects.select_related("connection", "model").order_by("-id")
+            qs = (
+                Task.objects.select_related("connection", "model")
+                .annotate(cost_total=task_cost_subquery())
+                .order_by("-id")
+            )
             if opts["status"]:
                 qs = qs.filter(status=opts["status"])
             qs = qs.filter(is_evaluation=opts["evaluation"])

@@ -1,0 +1,219 @@
+"""An MCP tool driven by the worker: the same checks as a built-in tool, and a SIGKILL of the
+worker during an external MCP call leaves it to a person (never replayed on its own)."""
+
+import sys
+
+import pytest
+
+from agents.limits import task_usage
+from agents.models import ToolCall, ToolServer
+from agents.outcomes import recover_stale
+from agents.states import ToolCallStatus
+from agents.worker import Worker
+from approvals.models import Approval, ReviewDecision
+from approvals.services import review_run_again, review_skip
+from approvals.states import ReviewChoice
+from tasks.states import TaskStatus
+from tests.agents.conftest import ROOT, wait_for
+from tests.agents.scripted import calls_of, fast_settings, status_of, tool_result_for, tool_task
+from tests.fakes.model_server import ScriptedModelServer, reply_text, reply_tool_calls
+
+pytestmark = pytest.mark.django_db(transaction=True)
+
+
+@pytest.fixture
+def loop_settings(settings):
+    return fast_settings(settings)
+
+
+@pytest.fixture
+def mcp(tmp_path):
+    """A registered stdio MCP server whose tools were recorded by a test."""
+    from agents.toolservers import toolserver_test
+    from tasks.actors import Actor
+    from tests.factories import UserFactory
+
+    count, release = tmp_path / "mcp-calls.txt", tmp_path / "release"
+    ToolServer.objects.create(
+        name="local",
+        transport="stdio",
+        command=[
+            sys.executable,
+            str(ROOT / "tests" / "fakes" / "mcp_server.py"),
+            "--count-file",
+            str(count),
+            "--release-file",
+            str(release),
+        ],
+        timeout_seconds=60,
+    )
+    ops = Actor.person(UserFactory(username="mcp-ops", perms=["agents.manage_toolservers"]))
+    assert toolserver_test(actor=ops, name="local")["ok"]
+
+    def calls(tool):
+        return count.read_text().split().count(tool) if count.exists() else 0
+
+    calls.release = release
+    return calls
+
+
+def work() -> None:
+    Worker(worker_id="rescuer", burst=True).run()
+
+
+def test_untrusted_mcp_tool_checks_schema_then_asks_a_person(loop_settings, mcp):
+    script = [
+        reply_tool_calls([("local__echo", {"times": 2}, "e1")]),  # no text: refused
+        reply_tool_calls([("local__echo", {"text": "hi"}, "e2")]),
+        reply_text("Done."),
+    ]
+    with ScriptedModelServer(script) as server:
+        task = tool_task(server, ["local__echo"])
+        assert task.tool_policies == {"local__echo": "ask"}
+        work()
+        requests = server.completion_requests
+        offered = requests[0].json["tools"][0]["function"]
+        assert offered["name"] == "local__echo"
+        assert offered["parameters"]["required"] == ["text"]
+        assert "invalid_arguments" in tool_result_for(requests[1], "e1")
+        assert status_of(task) == TaskStatus.AWAITING_APPROVAL
+        assert mcp("echo") == 0  # nothing ran before a person decided
+        approval = Approval.objects.get(task=task)
+        assert approval.tool == "local__echo"
+
+
+@pytest.mark.parametrize("choice", ["run_again", "skip"])
+def test_sigkill_during_an_mcp_call_needs_review_then_run_again_or_skip(
+    loop_settings, spawn_worker, settings, mcp, actor, choice
+):
+    script = [reply_tool_calls([("local__slow_add", {"name": "x"}, "m1")]), reply_text("Done.")]
+    with ScriptedModelServer(script) as server:
+        # A person allowed the tool on this task: it runs without asking.
+        task = tool_task(server, ["local__slow_add"], tool_policies={"local__slow_add": "allow"})
+        worker = spawn_worker(
+            worker_id="doomed", env={"ACTHELM_MEDIA_ROOT": str(settings.ACTHELM_MEDIA_ROOT)}
+        )
+        wait_for(lambda: mcp("slow_add") == 1, timeout=60, message="the MCP call in flight")
+        call = ToolCall.objects.get(task=task)
+        assert (call.status, call.recovery_class) == (ToolCallStatus.RUNNING, "external")
+        worker.kill()
+        mcp.release.write_text("go")  # a repeat would now answer at once
+
+        wait_for(lambda: task.pk in recover_stale(), timeout=20, message="recovery")
+        work()
+        assert status_of(task) == TaskStatus.NEEDS_REVIEW
+        [call] = calls_of(task)
+        assert (call.status, call.run_count) == (ToolCallStatus.UNKNOWN, 1)
+        assert mcp("slow_add") == 1  # not replayed
+        assert task_usage(task.pk).mcp_calls == 1
+        decision = ReviewDecision.objects.get(task=task)
+        assert decision.choice == ReviewChoice.PENDING
+
+        decide = review_run_again if choice == "run_again" else review_skip
+        decide(actor=actor, decision_id=decision.pk, arguments_hash=call.arguments_hash)
+        work()
+        requests = server.completion_requests
+
+    call.refresh_from_db()
+    if choice == "run_again":
+        assert mcp("slow_add") == 2  # exactly one more call
+        assert (call.status, call.run_count) == (ToolCallStatus.SUCCEEDED, 2)
+        assert "added x at last" in tool_result_for(requests[1], "m1")
+        assert task_usage(task.pk).mcp_calls == 2
+    else:
+        assert mcp("slow_add") == 1  # none
+        assert (call.status, call.run_count) == (ToolCallStatus.SKIPPED, 1)
+    assert status_of(task) == TaskStatus.REVIEW
+
+
+def test_a_long_mcp_result_is_cut_for_the_model_and_stored_whole(loop_settings, mcp):
+    script = [reply_tool_calls([("local__big", {"size": 5000}, "b1")]), reply_text("Done.")]
+    with ScriptedModelServer(script) as server:
+        task = tool_task(
+            server,
+            ["local__big"],
+            tool_policies={"local__big": "allow"},
+            limits={"limit_tool_output_chars": 1000},
+        )
+        work()
+        told = tool_result_for(server.completion_requests[1], "b1")
+    [call] = calls_of(task)
+    assert call.status == ToolCallStatus.SUCCEEDED and call.recovery_class == "external"
+    assert call.result == "x" * 5000
+    assert told.startswith("x" * 1000) and len(told) < 1200
+    assert status_of(task) == TaskStatus.REVIEW
+
+
+def test_the_mcp_call_limit_stops_before_a_call_and_retry_asks_to_raise_it(
+    loop_settings, mcp, actor
+):
+    from agents.models import AgentRun
+    from tasks.exceptions import LimitNotRaised
+    from tasks.models import Task
+    from tasks.services import task_retry
+
+    script = [
+        reply_tool_calls([("local__add_item", {"name": "a"}, "a1")]),
+        reply_tool_calls([("local__add_item", {"name": "b"}, "a2")]),
+        reply_text("Done."),
+    ]
+    with ScriptedModelServer(script) as server:
+        task = tool_task(
+            server,
+            ["local__add_item"],
+            tool_policies={"local__add_item": "allow"},
+            limits={"limit_mcp_calls": 1},
+        )
+        work()
+        assert status_of(task) == TaskStatus.FAILED
+        assert Task.objects.get(pk=task.pk).failure_code == "limit_mcp"
+        assert mcp("add_item") == 1  # the second call never started
+        first, second = calls_of(task)
+        assert first.status == ToolCallStatus.SUCCEEDED
+        assert (second.status, second.run_count) == (ToolCallStatus.PENDING, 0)
+        assert task_usage(task.pk).mcp_calls == 1
+        run = AgentRun.objects.get(task=task)
+        assert run.error_code == "limit_mcp"
+        assert run.checkpoint["remaining"]["limit_mcp"] == 0
+
+        with pytest.raises(LimitNotRaised):
+            task_retry(actor=actor, task_id=task.pk)
+        task_retry(actor=actor, task_id=task.pk, limits={"limit_mcp_calls": 2})
+        work()
+        assert len(server.completion_requests) == 3
+    assert mcp("add_item") == 2  # the waiting call ran once, after the limit was raised
+    second.refresh_from_db()
+    assert (second.status, second.run_count) == (ToolCallStatus.SUCCEEDED, 1)
+    assert task_usage(task.pk).mcp_calls == 2
+    assert status_of(task) == TaskStatus.REVIEW
+
+
+def test_cancel_aborts_an_mcp_call_in_flight_and_the_worker_keeps_serving(
+    loop_settings, mcp, person
+):
+    import threading
+
+    from agents.models import AgentRun
+    from tasks.actors import Actor
+    from tasks.services import task_cancel
+
+    script = [reply_tool_calls([("local__hang", {"seconds": 3600}, "h1")]), reply_text("Done.")]
+    with ScriptedModelServer(script) as server:
+        task = tool_task(server, ["local__hang"], tool_policies={"local__hang": "allow"})
+        worker = Worker(worker_id="w", burst=True)
+        thread = threading.Thread(target=worker.run)
+        thread.start()
+        wait_for(
+            lambda: ToolCall.objects.filter(task=task, status=ToolCallStatus.RUNNING).exists(),
+            timeout=60,
+            message="the MCP call in flight",
+        )
+        task_cancel(actor=Actor.person(person), task_id=task.pk)
+        thread.join(30)  # the call sleeps for an hour: only the cancel ends it
+        assert not thread.is_alive()
+        assert len(server.completion_requests) == 1
+    assert status_of(task) == TaskStatus.CANCELLED
+    assert AgentRun.objects.get(task=task).status == "cancelled"
+    # The outcome of the aborted external call is not known: it is never replayed on its own.
+    [call] = calls_of(task)
+    assert (call.status, call.run_count) == (ToolCallStatus.RUNNING, 1)

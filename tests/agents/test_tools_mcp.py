@@ -1,0 +1,308 @@
+"""The MCP tool adapter against real MCP servers written with the SDK's server side (FastMCP):
+one over stdio as a subprocess, one over streamable HTTP on loopback (a uvicorn subprocess)."""
+
+import socket
+import subprocess
+import sys
+import threading
+import time
+from pathlib import Path
+
+import pytest
+
+from agents.tools import RecoveryClass, ToolContext, ToolError
+from agents.tools.mcp import (
+    McpTool,
+    RemoteTool,
+    ServerSpec,
+    call_tool,
+    list_tools,
+)
+
+ROOT = Path(__file__).resolve().parents[2]
+SERVER = [sys.executable, "-m", "tests.fakes.mcp_server"]
+
+
+def stdio_spec(count_file: Path, *, name="local", trusted=False, timeout=15.0, env=""):
+    return ServerSpec(
+        name=name,
+        transport="stdio",
+        command=(*SERVER, "--count-file", str(count_file)),
+        trusted=trusted,
+        timeout=timeout,
+        cwd=str(ROOT),
+        credential_env=env,
+    )
+
+
+def calls(count_file: Path) -> list[str]:
+    return count_file.read_text().split() if count_file.exists() else []
+
+
+@pytest.fixture(scope="module")
+def http_server(tmp_path_factory):
+    tmp = tmp_path_factory.mktemp("mcp-http")
+    ready, count = tmp / "ready.txt", tmp / "calls.txt"
+    proc = subprocess.Popen(
+        [*SERVER, "--transport", "http", "--ready-file", str(ready), "--count-file", str(count)],
+        cwd=ROOT,
+        stderr=subprocess.DEVNULL,
+    )
+    for _ in range(400):
+        if ready.exists() and ready.read_text():
+            break
+        time.sleep(0.05)
+    yield ready.read_text(), count
+    proc.kill()
+    proc.wait(10)
+
+
+def http_spec(url: str, *, timeout=15.0, env="", name="remote"):
+    return ServerSpec(name=name, transport="http", url=url, timeout=timeout, credential_env=env)
+
+
+@pytest.fixture
+def ctx(tmp_path):
+    (tmp_path / "ws").mkdir()
+    return ToolContext(
+        workspace=tmp_path / "ws", artifacts_dir=tmp_path / "art", cancel_event=threading.Event()
+    )
+
+
+def tool_of(spec: ServerSpec, name: str) -> McpTool:
+    remote = {t.name: t for t in list_tools(spec)}[name]
+    return McpTool(spec, remote)
+
+
+# -- list and record ---------------------------------------------------------------------------
+
+
+def test_stdio_server_lists_tools_with_schemas_and_annotations(tmp_path):
+    tools = {t.name: t for t in list_tools(stdio_spec(tmp_path / "c"))}
+    assert {"echo", "big", "add_item", "hang", "die", "garbage", "fails", "whoami"} <= set(tools)
+    echo = tools["echo"]
+    assert echo.input_schema["required"] == ["text"]
+    assert echo.input_schema["properties"]["times"]["type"] == "integer"
+    assert echo.annotations == {"readOnlyHint": True, "idempotentHint": True}
+    assert RemoteTool.from_dict(echo.as_dict()) == echo
+
+
+def test_http_server_lists_tools(http_server):
+    url, _ = http_server
+    names = {t.name for t in list_tools(http_spec(url))}
+    assert {"echo", "add_item", "hang"} <= names
+
+
+# -- calls -------------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("transport", ["stdio", "http"])
+def test_call_returns_the_servers_answer(transport, tmp_path, http_server, ctx):
+    spec = stdio_spec(tmp_path / "c") if transport == "stdio" else http_spec(http_server[0])
+    tool = tool_of(spec, "echo")
+    result = tool.run(tool.parse({"text": "ab", "times": 3}), ctx)
+    assert result.text == "ababab"
+    assert result.data["tool"] == "echo"
+
+
+def test_credential_reaches_the_server_by_name_only(tmp_path, http_server, ctx, monkeypatch):
+    monkeypatch.setenv("MCP_TEST_TOKEN", "s3cret-token")
+    tool = tool_of(stdio_spec(tmp_path / "c", env="MCP_TEST_TOKEN"), "whoami")
+    assert tool.run(tool.parse({}), ctx).text == "credential ok"
+    tool = tool_of(http_spec(http_server[0], env="MCP_TEST_TOKEN"), "whoami")
+    assert tool.run(tool.parse({}), ctx).text == "credential ok"
+    # Without the variable named, the server gets nothing (stdio gets a minimal environment).
+    tool = tool_of(stdio_spec(tmp_path / "c"), "whoami")
+    assert tool.run(tool.parse({}), ctx).text == "no credential"
+
+
+def test_large_output_comes_back_whole(tmp_path, ctx):
+    """The tool returns the whole result (stored whole); the loop cuts the model's copy."""
+    tool = tool_of(stdio_spec(tmp_path / "c"), "big")
+    result = tool.run(tool.parse({"size": 200_000}), ctx)
+    assert len(result.text) == 200_000
+
+
+def test_tool_error_is_a_tool_error(tmp_path, ctx):
+    tool = tool_of(stdio_spec(tmp_path / "c"), "fails")
+    with pytest.raises(ToolError) as err:
+        tool.run(tool.parse({}), ctx)
+    assert err.value.code == "mcp_tool_error"
+    assert "failed on purpose" in err.value.message
+
+
+# -- the server's schema -----------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    "arguments, field",
+    [
+        ({}, "text"),
+        ({"text": "a", "times": "many"}, "times"),
+        ({"text": 5}, "text"),
+    ],
+)
+def test_arguments_are_checked_against_the_servers_schema(arguments, field, tmp_path):
+    count = tmp_path / "c"
+    tool = tool_of(stdio_spec(count), "echo")
+    with pytest.raises(ToolError) as err:
+        tool.parse(arguments)
+    assert err.value.code == "invalid_arguments"
+    assert err.value.details["fields"] == [field]
+    assert field in err.value.message
+    assert calls(count) == []  # listing is not calling
+
+
+def test_non_object_arguments_are_refused():
+    tool = McpTool(ServerSpec(name="s", transport="stdio", command=("x",)), RemoteTool("t"))
+    for bad in (None, [1], "x"):
+        with pytest.raises(ToolError) as err:
+            tool.parse(bad)
+        assert err.value.code == "invalid_arguments"
+
+
+def test_schema_is_offered_to_the_model():
+    remote = RemoteTool("t", "does t", {"type": "object", "properties": {"a": {"type": "string"}}})
+    tool = McpTool(ServerSpec(name="srv", transport="stdio", command=("x",)), remote)
+    assert tool.name == "srv__t"
+    assert tool.definition() == {
+        "name": "srv__t",
+        "description": "does t",
+        "parameters": {"type": "object", "properties": {"a": {"type": "string"}}},
+    }
+
+
+# -- trust -------------------------------------------------------------------------------------
+
+HINTS = {
+    "read_only": {"readOnlyHint": True, "idempotentHint": True},
+    "idempotent": {"readOnlyHint": False, "idempotentHint": True},
+    "effect": {"readOnlyHint": False, "destructiveHint": True},
+}
+
+
+@pytest.mark.parametrize(
+    "hints, trusted, recovery, policy",
+    [
+        ("read_only", False, RecoveryClass.EXTERNAL, "ask"),
+        ("idempotent", False, RecoveryClass.EXTERNAL, "ask"),
+        ("effect", False, RecoveryClass.EXTERNAL, "ask"),
+        ("read_only", True, RecoveryClass.READ_ONLY, "allow"),
+        ("idempotent", True, RecoveryClass.IDEMPOTENT, "ask"),
+        ("effect", True, RecoveryClass.EXTERNAL, "ask"),
+    ],
+)
+def test_hints_count_only_for_a_trusted_server(hints, trusted, recovery, policy):
+    spec = ServerSpec(name="s", transport="stdio", command=("x",), trusted=trusted)
+    tool = McpTool(spec, RemoteTool("t", annotations=HINTS[hints]))
+    assert tool.recovery_class == recovery
+    assert tool.default_policy == policy
+
+
+# -- a server that dies, hangs, answers garbage; cancel ----------------------------------------
+
+
+def test_dying_stdio_server_is_a_clear_error_and_the_next_call_works(tmp_path, ctx):
+    spec = stdio_spec(tmp_path / "c")
+    tool = tool_of(spec, "die")
+    with pytest.raises(ToolError) as err:
+        tool.run(tool.parse({}), ctx)
+    assert err.value.code == "mcp_connection_closed"
+    echo = tool_of(spec, "echo")
+    assert echo.run(echo.parse({"text": "still here"}), ctx).text == "still here"
+
+
+def test_hanging_server_hits_the_deadline(tmp_path, ctx):
+    spec = stdio_spec(tmp_path / "c", timeout=4)
+    tool = McpTool(spec, RemoteTool("hang", input_schema={"type": "object"}))
+    with pytest.raises(ToolError) as err:
+        tool.run(tool.parse({}), ctx)
+    assert err.value.code == "mcp_timeout"
+
+
+def test_hanging_http_server_hits_the_deadline(http_server, ctx):
+    tool = McpTool(http_spec(http_server[0], timeout=3), RemoteTool("hang"))
+    with pytest.raises(ToolError) as err:
+        tool.run(tool.parse({}), ctx)
+    assert err.value.code == "mcp_timeout"
+
+
+def test_garbage_on_stdout_is_a_bad_response(tmp_path, ctx):
+    spec = stdio_spec(tmp_path / "c", timeout=60)
+    tool = McpTool(spec, RemoteTool("garbage"))
+    with pytest.raises(ToolError) as err:
+        tool.run(tool.parse({}), ctx)
+    # Not the 60 s deadline: the garbage line itself ends the call.
+    assert err.value.code == "mcp_bad_response"
+
+
+def test_a_command_that_does_not_exist_is_unreachable(tmp_path, ctx):
+    spec = ServerSpec(name="nope", transport="stdio", command=(str(tmp_path / "missing"),))
+    with pytest.raises(ToolError) as err:
+        list_tools(spec)
+    assert err.value.code == "mcp_unreachable"
+
+
+def test_a_closed_port_is_unreachable():
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        port = sock.getsockname()[1]
+    with pytest.raises(ToolError) as err:
+        list_tools(http_spec(f"http://127.0.0.1:{port}/mcp", timeout=5))
+    assert err.value.code == "mcp_unreachable"
+
+
+@pytest.mark.parametrize("transport", ["stdio", "http"])
+def test_cancel_aborts_the_call_in_flight(transport, tmp_path, http_server, ctx):
+    if transport == "stdio":
+        count = tmp_path / "c"
+        spec = stdio_spec(count, timeout=120)
+    else:
+        spec, count = http_spec(http_server[0], timeout=120), http_server[1]
+    before = calls(count).count("hang")
+
+    def cancel_once_running():
+        for _ in range(600):
+            if calls(count).count("hang") > before:
+                break
+            time.sleep(0.05)
+        ctx.cancel_event.set()
+
+    threading.Thread(target=cancel_once_running, daemon=True).start()
+    with pytest.raises(ToolError) as err:
+        call_tool(spec, "hang", {}, cancel_event=ctx.cancel_event, timeout=120)
+    assert err.value.code == "cancelled"
+    assert calls(count).count("hang") == before + 1  # it really was in flight
+
+
+def test_cancel_before_the_call_makes_no_call(tmp_path, ctx):
+    count = tmp_path / "c"
+    tool = McpTool(stdio_spec(count), RemoteTool("add_item", input_schema={"type": "object"}))
+    ctx.cancel_event.set()
+    with pytest.raises(ToolError) as err:
+        tool.run(tool.parse({"name": "x"}), ctx)
+    assert err.value.code == "cancelled"
+    assert calls(count) == []
+
+
+def test_an_http_server_that_dies_mid_call_is_a_clear_error(tmp_path, ctx):
+    """Its own server: this one is killed by the call."""
+    ready = tmp_path / "ready.txt"
+    proc = subprocess.Popen(
+        [*SERVER, "--transport", "http", "--ready-file", str(ready)],
+        cwd=ROOT,
+        stderr=subprocess.DEVNULL,
+    )
+    try:
+        for _ in range(400):
+            if ready.exists() and ready.read_text():
+                break
+            time.sleep(0.05)
+        tool = McpTool(http_spec(ready.read_text(), timeout=60), RemoteTool("die"))
+        with pytest.raises(ToolError) as err:
+            tool.run(tool.parse({}), ctx)
+        # Not the 60 s deadline: the dropped connection ends the call.
+        assert err.value.code == "mcp_connection_closed"
+        assert proc.wait(10) == 3
+    finally:
+        proc.kill()

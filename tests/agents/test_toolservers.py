@@ -1,0 +1,194 @@
+"""Registering MCP tool servers, recording their tools, and SERVER__TOOL names in tasks."""
+
+import json
+import sys
+from pathlib import Path
+
+import pytest
+from django.core.management import call_command
+from django.core.management.base import CommandError
+from django.db import IntegrityError, transaction
+
+from agents.models import ToolServer
+from agents.tools import RecoveryClass, UnknownTool, find_tool, get_tool, operation_hash, tool_names
+from agents.tools.mcp import McpTool
+from agents.toolservers import toolserver_add, toolserver_remove, toolserver_test
+from tasks.actors import Actor
+from tasks.exceptions import InvalidInput, NotPermitted
+from tasks.services import task_create
+from tests.factories import UserFactory
+
+ROOT = Path(__file__).resolve().parents[2]
+SERVER = [sys.executable, "-m", "tests.fakes.mcp_server"]
+
+
+@pytest.fixture
+def ops(db):
+    return Actor.person(
+        UserFactory(
+            username="tools-ops",
+            perms=["agents.manage_toolservers", "tasks.operate_task", "tasks.close_task"],
+        )
+    )
+
+
+@pytest.fixture
+def tested_server(ops):
+    toolserver_add(actor=ops, name="local", transport="stdio", command=SERVER, timeout_seconds=20)
+    result = toolserver_test(actor=ops, name="local")
+    assert result["ok"], result
+    return ToolServer.objects.get(name="local")
+
+
+@pytest.mark.parametrize(
+    "name", ["", "Local", "a__b", "_a", "a_", "1a", "a-b", "x" * 31, "a b", "list__"]
+)
+def test_server_name_must_be_a_safe_identifier(ops, name):
+    with pytest.raises(InvalidInput):
+        toolserver_add(actor=ops, name=name, transport="stdio", command=["x"])
+
+
+@pytest.mark.parametrize("env", ["sk-abc123", "MY KEY", "A=B", "1ABC", "$TOKEN"])
+def test_credential_env_is_a_name_not_a_value(ops, env):
+    with pytest.raises(InvalidInput, match="NAME of an environment variable"):
+        toolserver_add(actor=ops, name="s", transport="stdio", command=["x"], credential_env=env)
+
+
+def test_transport_needs_its_target(ops):
+    with pytest.raises(InvalidInput, match="command"):
+        toolserver_add(actor=ops, name="s", transport="stdio")
+    with pytest.raises(InvalidInput, match="URL"):
+        toolserver_add(actor=ops, name="s", transport="http", url="ftp://x")
+    with pytest.raises(InvalidInput, match="transport"):
+        toolserver_add(actor=ops, name="s", transport="ws", url="http://x")
+
+
+def test_database_refuses_an_unsafe_name(db):
+    with pytest.raises(IntegrityError), transaction.atomic():
+        ToolServer.objects.create(name="a__b", transport="stdio", command=["x"])
+
+
+def test_adding_needs_the_permission(db):
+    nobody = Actor.person(UserFactory(username="nobody"))
+    with pytest.raises(NotPermitted):
+        toolserver_add(actor=nobody, name="s", transport="stdio", command=["x"])
+
+
+def test_test_records_tools_and_the_registry_resolves_them(tested_server):
+    recorded = {t["name"]: t for t in tested_server.tools}
+    assert recorded["echo"]["input_schema"]["required"] == ["text"]
+    assert recorded["echo"]["annotations"]["readOnlyHint"] is True
+    assert tested_server.test_status == "passed" and tested_server.tested_at
+
+    tool = get_tool("local__echo")
+    assert isinstance(tool, McpTool)
+    assert tool.json_schema()["required"] == ["text"]
+    assert tool.recovery_class == RecoveryClass.EXTERNAL  # untrusted: hints ignored
+    assert "local__echo" in tool_names() and "read_file" in tool_names()
+    # operation_hash validates a dict against the server's schema like for built-in tools
+    assert operation_hash("local__echo", {"text": "a"}) == operation_hash(
+        "local__echo", tool.parse({"text": "a"})
+    )
+    with pytest.raises(UnknownTool):
+        get_tool("local__nope")
+    with pytest.raises(UnknownTool):
+        get_tool("elsewhere__echo")
+
+
+def test_trusted_server_maps_hints(ops, tested_server):
+    ToolServer.objects.filter(pk=tested_server.pk).update(trusted=True)
+    assert get_tool("local__echo").recovery_class == RecoveryClass.READ_ONLY
+    assert get_tool("local__add_item").recovery_class == RecoveryClass.EXTERNAL
+
+
+def test_failed_test_keeps_the_recorded_tools(ops, tested_server):
+    ToolServer.objects.filter(pk=tested_server.pk).update(command=["/nonexistent/server"])
+    result = toolserver_test(actor=ops, name="local")
+    assert not result["ok"]
+    server = ToolServer.objects.get(pk=tested_server.pk)
+    assert server.test_status == "failed"
+    assert server.test_message.startswith("mcp_unreachable")
+    assert {t["name"] for t in server.tools} >= {"echo"}
+
+
+def test_task_tool_list_accepts_recorded_mcp_tools_and_defaults_them_to_ask(ops, tested_server):
+    task = task_create(
+        actor=ops,
+        title="t",
+        instruction="i",
+        tools=["read_file", "local__echo", "local__add_item"],
+        tool_policies={"local__add_item": "allow"},
+    )
+    assert task.tools == ["read_file", "local__echo", "local__add_item"]
+    # The untrusted server's tool asks; what the person set explicitly is kept.
+    assert task.tool_policies == {"local__echo": "ask", "local__add_item": "allow"}
+    assert task.limit_mcp_calls == 20 and task.limit_cost is None
+
+
+@pytest.mark.parametrize("name", ["local__nope", "other__echo", "local__"])
+def test_task_tool_list_refuses_unrecorded_mcp_tools(ops, tested_server, name):
+    with pytest.raises(InvalidInput, match="unknown tools"):
+        task_create(actor=ops, title="t", instruction="i", tools=[name])
+
+
+def test_removing_a_server_removes_its_tools(ops, tested_server):
+    toolserver_remove(actor=ops, name="local")
+    assert find_tool("local__echo") is None
+    assert "local__echo" not in tool_names()
+    with pytest.raises(InvalidInput):
+        toolserver_remove(actor=ops, name="local")
+
+
+# -- manage.py acthelm_toolserver, end to end --------------------------------------------------
+
+
+def run(*args) -> dict | list:
+    from io import StringIO
+
+    out = StringIO()
+    call_command("acthelm_toolserver", "--json", "--user", "tools-ops", *args, stdout=out)
+    return json.loads(out.getvalue())
+
+
+def test_command_add_test_list_remove(ops):
+    added = run(
+        "add", "cmd", "--transport", "stdio", "--command", json.dumps(SERVER), "--timeout", "20"
+    )
+    assert added["name"] == "cmd" and added["tools"] == [] and added["trusted"] is False
+    tested = run("test", "cmd")
+    assert tested["ok"] is True
+    assert "cmd__echo" in {t["name"] for t in tested["tools"]}
+    listed = run("list")
+    assert [s["name"] for s in listed] == ["cmd"]
+    assert listed[0]["test_status"] == "passed"
+    assert run("remove", "cmd") == {"ok": True, "removed": "cmd"}
+    assert run("list") == []
+
+
+def test_command_refuses_bad_input_with_a_code(ops):
+    from io import StringIO
+
+    out = StringIO()
+    with pytest.raises(CommandError, match="invalid_input"):
+        call_command(
+            "acthelm_toolserver",
+            "--json",
+            "--user",
+            "tools-ops",
+            "add",
+            "a__b",
+            "--transport",
+            "stdio",
+            "--command",
+            "x",
+            stdout=out,
+        )
+    assert json.loads(out.getvalue())["error"] == "invalid_input"
+
+
+def test_command_test_of_a_dead_server_exits_nonzero(ops):
+    run("add", "dead", "--transport", "http", "--url", "http://127.0.0.1:9/mcp", "--timeout", "5")
+    with pytest.raises(SystemExit) as exc:
+        run("test", "dead")
+    assert exc.value.code == 1
+    assert ToolServer.objects.get(name="dead").test_status == "failed"
