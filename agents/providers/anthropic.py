@@ -14,20 +14,15 @@ from typing import Any
 
 from . import _http
 from .base import (
-    PROBE_PROMPT,
-    PROVIDER_BAD_RESPONSE,
-    TOOL_IGNORED_MESSAGE,
     Completion,
     Message,
     ProbeResult,
     Provider,
-    ProviderError,
     ToolCallRequest,
     ToolSpec,
-    probe_answer_problem,
+    probe_by_chat,
     register,
 )
-from .openai_compat import PING_TOOL
 
 DEFAULT_BASE_URL = "https://api.anthropic.com"
 ANTHROPIC_VERSION = "2023-06-01"
@@ -231,42 +226,4 @@ class AnthropicProvider(Provider):
             return completion
 
     def probe(self, *, model: str, tools: bool) -> ProbeResult:
-        try:
-            answer = self.complete(
-                model=model,
-                messages=[Message(role="user", content=PROBE_PROMPT)],
-                tools=[],
-                max_tokens=16,
-            )
-        except ProviderError as exc:
-            return ProbeResult(ok=False, message=str(exc), error_code=exc.code)
-        problem = probe_answer_problem(answer)
-        if problem:
-            return ProbeResult(ok=False, message=problem, error_code=PROVIDER_BAD_RESPONSE)
-        message = f"model answered ({answer.stop_reason}): {answer.text.strip()[:80]!r}"
-        if not tools:
-            return ProbeResult(ok=True, message=message)
-        try:
-            tool_answer = self.complete(
-                model=model,
-                messages=[Message(role="user", content="Call the ping tool now.")],
-                tools=[PING_TOOL],
-                max_tokens=64,
-            )
-        except ProviderError as exc:
-            return ProbeResult(
-                ok=False,
-                message=f"{message}; but the request with a tool failed: {exc}",
-                supports_tools=False,
-                error_code=exc.code,
-            )
-        called = any(call.name == PING_TOOL.name for call in tool_answer.tool_calls)
-        if not called:
-            return ProbeResult(
-                ok=True,
-                message=f"{message}; {TOOL_IGNORED_MESSAGE}",
-                supports_tools=False,
-                tool_ignored=True,
-            )
-        message += "; tool calling works (ping was called)"
-        return ProbeResult(ok=True, message=message, supports_tools=True)
+        return probe_by_chat(self, model=model, tools=tools)

@@ -272,6 +272,11 @@ def probe_answer_problem(answer: Completion) -> str | None:
 
 DEFAULT_MAX_RESPONSE_BYTES = 8 * 1024 * 1024
 PROBE_PROMPT = "Reply with OK."
+PING_TOOL = ToolSpec(
+    name="ping",
+    description="Health check. Call this tool when asked to ping.",
+    parameters={"type": "object", "properties": {}, "additionalProperties": False},
+)
 
 
 class Provider(abc.ABC):
@@ -371,6 +376,58 @@ class Provider(abc.ABC):
     @abc.abstractmethod
     def probe(self, *, model: str, tools: bool) -> ProbeResult:
         """Make a real minimal request; never raises ProviderError (reports ok=False)."""
+
+
+def probe_by_chat(
+    provider: Provider, *, model: str, tools: bool, context_window: int | None = None
+) -> ProbeResult:
+    """The model test of a chat provider: a real minimal request that must come back with a
+    non-empty answer, then (when the model claims tools) a request offering the ``ping`` tool that
+    the model must call — a model that accepts the tool but never calls it is recorded as not
+    tool-capable. Never raises ProviderError."""
+    window = context_window
+    try:
+        answer = provider.complete(
+            model=model,
+            messages=[Message(role="user", content=PROBE_PROMPT)],
+            tools=[],
+            max_tokens=16,
+        )
+    except ProviderError as exc:
+        return ProbeResult(ok=False, message=str(exc), context_window=window, error_code=exc.code)
+    problem = probe_answer_problem(answer)
+    if problem:
+        return ProbeResult(
+            ok=False, message=problem, context_window=window, error_code=PROVIDER_BAD_RESPONSE
+        )
+    message = f"model answered ({answer.stop_reason}): {answer.text.strip()[:80]!r}"
+    if not tools:
+        return ProbeResult(ok=True, message=message, context_window=window)
+    try:
+        tool_answer = provider.complete(
+            model=model,
+            messages=[Message(role="user", content="Call the ping tool now.")],
+            tools=[PING_TOOL],
+            max_tokens=64,
+        )
+    except ProviderError as exc:
+        return ProbeResult(
+            ok=False,
+            message=f"{message}; but the request with a tool failed: {exc}",
+            context_window=window,
+            supports_tools=False,
+            error_code=exc.code,
+        )
+    if not any(call.name == PING_TOOL.name for call in tool_answer.tool_calls):
+        return ProbeResult(
+            ok=True,
+            message=f"{message}; {TOOL_IGNORED_MESSAGE}",
+            context_window=window,
+            supports_tools=False,
+            tool_ignored=True,
+        )
+    message += "; tool calling works (ping was called)"
+    return ProbeResult(ok=True, message=message, context_window=window, supports_tools=True)
 
 
 # --------------------------------------------------------------------------------------

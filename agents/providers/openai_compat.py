@@ -16,10 +16,7 @@ import httpx
 
 from . import _http
 from .base import (
-    PROBE_PROMPT,
     PROVIDER_BAD_REQUEST,
-    PROVIDER_BAD_RESPONSE,
-    TOOL_IGNORED_MESSAGE,
     Completion,
     Message,
     ProbeResult,
@@ -27,7 +24,7 @@ from .base import (
     ProviderError,
     ToolCallRequest,
     ToolSpec,
-    probe_answer_problem,
+    probe_by_chat,
     register,
 )
 
@@ -42,12 +39,6 @@ _FINISH_MAP = {
 }
 
 _CONTEXT_KEYS = ("context_length", "max_model_len", "context_window", "max_context_length")
-
-PING_TOOL = ToolSpec(
-    name="ping",
-    description="Health check. Call this tool when asked to ping.",
-    parameters={"type": "object", "properties": {}, "additionalProperties": False},
-)
 
 
 def parse_arguments(raw: Any) -> tuple[dict | None, str]:
@@ -329,49 +320,6 @@ class OpenAICompatibleProvider(Provider):
         return None
 
     def probe(self, *, model: str, tools: bool) -> ProbeResult:
-        window = self.context_window(model)
-        try:
-            answer = self.complete(
-                model=model,
-                messages=[Message(role="user", content=PROBE_PROMPT)],
-                tools=[],
-                max_tokens=16,
-            )
-        except ProviderError as exc:
-            return ProbeResult(
-                ok=False, message=str(exc), context_window=window, error_code=exc.code
-            )
-        problem = probe_answer_problem(answer)
-        if problem:
-            return ProbeResult(
-                ok=False, message=problem, context_window=window, error_code=PROVIDER_BAD_RESPONSE
-            )
-        message = f"model answered ({answer.stop_reason}): {answer.text.strip()[:80]!r}"
-        if not tools:
-            return ProbeResult(ok=True, message=message, context_window=window)
-        try:
-            tool_answer = self.complete(
-                model=model,
-                messages=[Message(role="user", content="Call the ping tool now.")],
-                tools=[PING_TOOL],
-                max_tokens=64,
-            )
-        except ProviderError as exc:
-            return ProbeResult(
-                ok=False,
-                message=f"{message}; but the request with a tool failed: {exc}",
-                context_window=window,
-                supports_tools=False,
-                error_code=exc.code,
-            )
-        called = any(call.name == PING_TOOL.name for call in tool_answer.tool_calls)
-        if not called:
-            return ProbeResult(
-                ok=True,
-                message=f"{message}; {TOOL_IGNORED_MESSAGE}",
-                context_window=window,
-                supports_tools=False,
-                tool_ignored=True,
-            )
-        message += "; tool calling works (ping was called)"
-        return ProbeResult(ok=True, message=message, context_window=window, supports_tools=True)
+        return probe_by_chat(
+            self, model=model, tools=tools, context_window=self.context_window(model)
+        )

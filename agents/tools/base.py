@@ -16,7 +16,6 @@ before asking a person only avoids asking about a call that would be refused.
 
 from __future__ import annotations
 
-import enum
 import hashlib
 import json
 import math
@@ -27,14 +26,9 @@ from typing import Any, ClassVar
 
 from pydantic import BaseModel, ConfigDict, ValidationError
 
-
-class RecoveryClass(enum.StrEnum):
-    """What the worker may do with a call that was running when it crashed."""
-
-    READ_ONLY = "read_only"  # run again freely
-    IDEMPOTENT = "idempotent"  # run again; it rewrites the same result
-    EXTERNAL = "external"  # has effects outside; never replayed automatically
-
+# What the worker may do with a call that was running when it crashed: one definition, with the
+# call rows' vocabulary (read-only and idempotent run again; external is never replayed).
+from agents.states import RecoveryClass
 
 # Stable error codes.  The loop may show / persist them; tests assert on them.
 ERROR_CODES: frozenset[str] = frozenset(
