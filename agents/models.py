@@ -4,11 +4,11 @@ from django.conf import settings
 from django.db import models
 from django.db.models import Q
 
+from agents.recovery import CHOICES as RECOVERY_CHOICES
 from agents.states import (
     ConnectionKind,
     CostTier,
     ModelTestStatus,
-    RecoveryClass,
     Role,
     RunStatus,
     ToolCallStatus,
@@ -251,7 +251,7 @@ class ToolCall(models.Model):
     arguments = models.JSONField(null=True, blank=True)
     arguments_raw = models.TextField(blank=True)
     arguments_hash = models.CharField(max_length=64, blank=True)
-    recovery_class = models.CharField(max_length=16, choices=RecoveryClass.choices)
+    recovery_class = models.CharField(max_length=16, choices=RECOVERY_CHOICES)
     status = models.CharField(
         max_length=20, choices=ToolCallStatus.choices, default=ToolCallStatus.PENDING
     )

@@ -2,6 +2,8 @@
 
 from django.db import models
 
+from agents.recovery import RecoveryClass  # noqa: F401  (defined once, with the tools)
+
 
 class RunStatus(models.TextChoices):
     STARTED = "started", "Started"
@@ -49,13 +51,6 @@ class Role(models.TextChoices):
     SYSTEM = "system", "System"
     USER = "user", "User"
     ASSISTANT = "assistant", "Assistant"
-
-
-class RecoveryClass(models.TextChoices):
-    READ_ONLY = "read_only", "Read-only: run again"
-    IDEMPOTENT = "idempotent", "Idempotent: run again"
-    EXTERNAL = "external", "External: never replayed"
-    INTERNAL = "internal", "Internal bookkeeping"
 
 
 class ToolCallStatus(models.TextChoices):

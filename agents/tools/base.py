@@ -28,7 +28,7 @@ from pydantic import BaseModel, ConfigDict, ValidationError
 
 # What the worker may do with a call that was running when it crashed: one definition, with the
 # call rows' vocabulary (read-only and idempotent run again; external is never replayed).
-from agents.states import RecoveryClass
+from agents.recovery import RecoveryClass
 
 # Stable error codes.  The loop may show / persist them; tests assert on them.
 ERROR_CODES: frozenset[str] = frozenset(
