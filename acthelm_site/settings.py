@@ -10,6 +10,7 @@ from pathlib import Path
 from django.core.exceptions import ImproperlyConfigured
 
 from acthelm_site.dburl import parse_database_url
+from tasks.limits import LIMITS
 
 BASE_DIR = Path(__file__).resolve().parent.parent
 
@@ -145,17 +146,11 @@ ACTHELM_MAX_ATTEMPTS = env_int("ACTHELM_MAX_ATTEMPTS", 3)
 ACTHELM_COOLDOWN_SECONDS = env_float("ACTHELM_COOLDOWN_SECONDS", 1800)
 ACTHELM_MAX_REQUEUES = env_int("ACTHELM_MAX_REQUEUES", 1)
 
-# Per-task limits: the defaults copied onto every new task.
-ACTHELM_LIMIT_TURNS = env_int("ACTHELM_LIMIT_TURNS", 24)
-ACTHELM_LIMIT_RUNTIME_SECONDS = env_int("ACTHELM_LIMIT_RUNTIME_SECONDS", 900)
-ACTHELM_LIMIT_OUTPUT_TOKENS = env_int("ACTHELM_LIMIT_OUTPUT_TOKENS", 16_000)
-ACTHELM_LIMIT_TOKEN_BUDGET = env_int("ACTHELM_LIMIT_TOKEN_BUDGET", 600_000)
-ACTHELM_LIMIT_TOOL_OUTPUT_CHARS = env_int("ACTHELM_LIMIT_TOOL_OUTPUT_CHARS", 24_000)
-ACTHELM_LIMIT_NETWORK_REQUESTS = env_int("ACTHELM_LIMIT_NETWORK_REQUESTS", 8)
-ACTHELM_LIMIT_ARTIFACT_BYTES = env_int("ACTHELM_LIMIT_ARTIFACT_BYTES", 1_048_576)
-ACTHELM_LIMIT_MCP_CALLS = env_int("ACTHELM_LIMIT_MCP_CALLS", 20)
-# A money budget per task in US dollars; empty = none.
-ACTHELM_LIMIT_COST = os.environ.get("ACTHELM_LIMIT_COST", "").strip() or None
+# Per-task limits: the defaults copied onto every new task, one setting per row of the limits
+# table (tasks/limits.py): ACTHELM_LIMIT_TURNS, _RUNTIME_SECONDS, _OUTPUT_TOKENS, _TOKEN_BUDGET,
+# _TOOL_OUTPUT_CHARS, _NETWORK_REQUESTS, _ARTIFACT_BYTES, _MCP_CALLS, and ACTHELM_LIMIT_COST (a
+# money budget in US dollars; empty = none).
+globals().update({limit.setting: limit.from_environment() for limit in LIMITS})
 # OpenTelemetry: spans carry tool arguments only when this is on (they may hold secrets).
 ACTHELM_OTEL_TOOL_ARGUMENTS = env_bool("ACTHELM_OTEL_TOOL_ARGUMENTS", False)
 

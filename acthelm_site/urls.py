@@ -12,8 +12,8 @@ urlpatterns = [
     path("api/", api.urls),
     path("", include("acthelm_site.ops_urls")),
     path("approvals/", include("approvals.urls")),
-    path("scorecard/", include("agents.scorecard_urls")),
+    path("scorecard/", include("agents.scorecard.urls")),
     path("notifications/", include("tasks.notify.urls")),
-    path("eval/", include("agents.eval_urls")),
+    path("eval/", include("agents.eval.urls")),
     path("", include("tasks.urls")),
 ]

@@ -9,6 +9,7 @@ from django.contrib import admin, messages
 from django.core.exceptions import PermissionDenied
 
 from agents import services
+from agents.costs import model_fill_prices
 from agents.models import (
     AgentRun,
     Artifact,
@@ -19,6 +20,7 @@ from agents.models import (
     ToolServer,
     Turn,
 )
+from agents.toolservers import toolserver_test, validate_credential_env, validate_server_name
 from tasks.actors import Actor
 from tasks.exceptions import ActhelmError, NotPermitted
 
@@ -159,7 +161,6 @@ class ModelAdmin(admin.ModelAdmin):
 
     @admin.action(description="Fill empty prices from the price table (genai-prices)")
     def fill_prices(self, request, queryset):
-        from agents.costs import model_fill_prices
 
         for model in queryset:
             try:
@@ -194,8 +195,6 @@ class ToolServerAdmin(admin.ModelAdmin):
     def get_form(self, request, obj=None, **kwargs):
         from django import forms
 
-        from agents.toolservers import validate_credential_env, validate_server_name
-
         form = super().get_form(request, obj, **kwargs)
 
         class Checked(form):
@@ -215,7 +214,6 @@ class ToolServerAdmin(admin.ModelAdmin):
 
     @admin.action(description="Test: connect, list the tools and record them")
     def test_servers(self, request, queryset):
-        from agents.toolservers import toolserver_test
 
         for server in queryset:
             try:

@@ -1,4 +1,5 @@
-"""A task's limits: what each counts, what is used across all its runs, and what remains."""
+"""What a task has used across all its runs, and what remains of its limits. The limits
+themselves (names, settings, labels, counters, failure codes) are the table `tasks.limits`."""
 
 from dataclasses import asdict, dataclass
 from decimal import Decimal
@@ -7,20 +8,10 @@ from django.db.models import DecimalField, Sum
 from django.db.models.functions import Coalesce
 
 from agents.models import AgentRun, ToolCall, Turn
+from tasks.limits import CUMULATIVE, Limit
 
 #: MCP tools are named SERVER__TOOL; no built-in tool name contains the separator.
 MCP_SEPARATOR = "__"
-
-# Failure code -> (the task's limit field, the usage counter it is compared with).
-# A limit field that is empty (limit_cost) means no limit.
-CUMULATIVE_LIMITS = {
-    "limit_steps": ("limit_turns", "model_turns"),
-    "limit_runtime": ("limit_runtime_seconds", "active_seconds"),
-    "limit_tokens": ("limit_token_budget", "tokens"),
-    "limit_network": ("limit_network_requests", "network_requests"),
-    "limit_mcp": ("limit_mcp_calls", "mcp_calls"),
-    "limit_cost": ("limit_cost", "cost"),
-}
 
 
 @dataclass(frozen=True)
@@ -77,29 +68,29 @@ def is_mcp_tool(name: str) -> bool:
     return MCP_SEPARATOR in (name or "")
 
 
-def mcp_limit_reached(*, limit: int, used: int) -> bool:
-    """True when no further MCP call may start: check before marking an MCP call running."""
-    return used >= limit
-
-
-def cost_limit_reached(*, limit: Decimal | None, used: Decimal) -> bool:
-    """True when the money budget is spent (no budget: never). Check before each model turn."""
-    return limit is not None and used >= limit
+def reached(limit: Limit, task, usage: Usage) -> str | None:
+    """The failure message when ``task`` has used all of the cumulative ``limit`` (a limit the task
+    does not set, such as no money budget, is never reached); None while some remains."""
+    granted = getattr(task, limit.field)
+    used = getattr(usage, limit.counter)
+    if granted is None or used < granted:
+        return None
+    return limit.reached.format(granted=granted, used=used)
 
 
 def remaining(task, usage: Usage) -> dict:
     """What remains of each cumulative limit (never negative); JSON-safe (cost as a string).
     A limit the task does not set (no money budget) is left out."""
     result = {}
-    for code, (limit_field, counter) in CUMULATIVE_LIMITS.items():
-        granted = getattr(task, limit_field)
+    for limit in CUMULATIVE:
+        granted = getattr(task, limit.field)
         if granted is None:
             continue
-        left = granted - getattr(usage, counter)
-        if isinstance(left, Decimal):
-            result[code] = str(max(Decimal(0), left).quantize(Decimal("0.0001")))
+        left = granted - getattr(usage, limit.counter)
+        if limit.money:
+            result[limit.failure_code] = str(max(Decimal(0), left).quantize(Decimal("0.0001")))
         else:
-            result[code] = max(0, left)
+            result[limit.failure_code] = max(0, left)
     return result
 
 
@@ -107,8 +98,7 @@ def exhausted_limits(task, usage: Usage | None = None) -> set[str]:
     """The codes of the cumulative limits the task has reached."""
     usage = usage or task_usage(task.pk)
     out = set()
-    for code, (limit_field, counter) in CUMULATIVE_LIMITS.items():
-        granted = getattr(task, limit_field)
-        if granted is not None and getattr(usage, counter) >= granted:
-            out.add(code)
+    for limit in CUMULATIVE:
+        if reached(limit, task, usage):
+            out.add(limit.failure_code)
     return out

@@ -24,7 +24,7 @@ from django.utils import timezone
 
 from acthelm_site import telemetry
 from agents.costs import turn_usage_fields
-from agents.limits import Usage, cost_limit_reached, is_mcp_tool, mcp_limit_reached, remaining
+from agents.limits import Usage, is_mcp_tool, reached, remaining
 from agents.outcomes import Outcome, OutcomeKind, apply_outcome
 from agents.prompting import DISCARDED_NOTE, History, result_for_model, system_prompt
 from agents.providers import Completion, ProviderError, ToolSpec
@@ -34,16 +34,20 @@ from agents.services import provider_for
 from agents.states import TOOL_CALL_DONE, ModelTestStatus, RecoveryClass, Role
 from agents.states import ToolCallStatus as TC
 from agents.tools import ToolContext, ToolError, all_tools, get_tool, operation_hash, tool_names
+from agents.tools.artifacts import stamp_fence
 from approvals.states import ApprovalReason
 from memory import services as memory_services
 from tasks.actors import Actor
 from tasks.exceptions import AttemptLost
+from tasks.limits import BEFORE_A_MODEL_TURN, BY_FIELD
 from tasks.states import EventKind, TaskStatus, ToolPolicy
 from tasks.workspace import artifacts_dir, workspace_dir
 
 __all__ = ["AgentLoop", "Outcome", "RunSignals"]
 
 log = logging.getLogger("acthelm.loop")
+MCP_CALLS = BY_FIELD["limit_mcp_calls"]
+NETWORK_REQUESTS = BY_FIELD["limit_network_requests"]
 
 
 @dataclass
@@ -221,7 +225,6 @@ class AgentLoop:
         ]
         if "write_artifact" in self.offered:
             # From now on, no older run of this task can replace an artifact file.
-            from agents.tools.artifacts import stamp_fence
 
             stamp_fence(artifacts_dir(self.task_id), self.claim_count)
 
@@ -341,29 +344,10 @@ class AgentLoop:
             self._model_turn()
 
     def _check_limits(self) -> None:
-        task, usage = self.task, self.usage()
-        if usage.model_turns >= task.limit_turns:
-            raise _fail(
-                "limit_steps", f"the task used its {task.limit_turns} model turns", retryable=False
-            )
-        if usage.tokens >= task.limit_token_budget:
-            raise _fail(
-                "limit_tokens",
-                f"the task used its budget of {task.limit_token_budget} tokens",
-                retryable=False,
-            )
-        if usage.active_seconds >= task.limit_runtime_seconds:
-            raise _fail(
-                "limit_runtime",
-                f"the task ran for its {task.limit_runtime_seconds} s of runtime",
-                retryable=False,
-            )
-        if cost_limit_reached(limit=task.limit_cost, used=usage.cost):
-            raise _fail(
-                "limit_cost",
-                f"the task spent its budget of {task.limit_cost} USD (used {usage.cost:.4f})",
-                retryable=False,
-            )
+        usage = self.usage()
+        for limit in BEFORE_A_MODEL_TURN:
+            if message := reached(limit, self.task, usage):
+                raise _fail(limit.failure_code, message, retryable=False)
 
     # -- one model turn ---------------------------------------------------------------------------
 
@@ -629,15 +613,11 @@ class AgentLoop:
     def _execute(self, call: CallState, d: Decision) -> None:
         tool = d.tool
         mcp = is_mcp_tool(tool.name)
-        if mcp and mcp_limit_reached(limit=self.task.limit_mcp_calls, used=self.usage().mcp_calls):
+        if mcp and (message := reached(MCP_CALLS, self.task, self.usage())):
             # Checked before the call starts: it stays open (nothing ran) for a run after the
             # limit is raised.
-            _span_outcome(call, "refused", "limit_mcp")
-            raise _fail(
-                "limit_mcp",
-                f"the task used its {self.task.limit_mcp_calls} MCP tool calls",
-                retryable=False,
-            )
+            _span_outcome(call, "refused", MCP_CALLS.failure_code)
+            raise _fail(MCP_CALLS.failure_code, message, retryable=False)
         call.arguments, call.arguments_hash = d.canonical, d.hash
         with telemetry.execute_tool(
             tool=tool.name,
@@ -691,11 +671,8 @@ class AgentLoop:
             span.outcome("succeeded")
             self._result(call, TC.SUCCEEDED, text=text, runs=1 - counted)
         if error is not None and error.code == "network_limit":
-            raise _fail(
-                "limit_network",
-                f"the task used its {self.task.limit_network_requests} network requests",
-                retryable=False,
-            )
+            message = NETWORK_REQUESTS.reached.format(granted=self.task.limit_network_requests)
+            raise _fail(NETWORK_REQUESTS.failure_code, message, retryable=False)
 
     def _execute_internal(self, call: CallState, tool, args, counted: int) -> None:
         result = tool.run(args, self._context())

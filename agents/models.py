@@ -1,9 +1,11 @@
 """Connections to model providers, models, runs (attempts) and the task's saved conversation."""
 
 from django.conf import settings
+from django.core.exceptions import ValidationError
 from django.db import models
 from django.db.models import Q
 
+from agents.connection_rules import validate_connection
 from agents.recovery import CHOICES as RECOVERY_CHOICES
 from agents.states import (
     ConnectionKind,
@@ -15,6 +17,7 @@ from agents.states import (
     ToolServerTransport,
     Verdict,
 )
+from tasks.exceptions import InvalidInput
 
 
 class Connection(models.Model):
@@ -58,11 +61,6 @@ class Connection(models.Model):
 
     def clean(self) -> None:
         """The services' validator, so that the admin refuses what the console and CLI refuse."""
-        from django.core.exceptions import ValidationError
-
-        from agents.services import validate_connection
-        from tasks.exceptions import InvalidInput
-
         try:
             validate_connection(
                 kind=self.kind,

@@ -19,11 +19,14 @@ from django.db import connection, transaction
 from django.db.models import Q
 from django.utils import timezone
 
+from agents.leases import fence
 from agents.models import AgentRun, Connection, Model
+from agents.policies import auto_close_if_allowed
 from agents.states import CostTier, ModelTestStatus, RunStatus, Verdict
 from agents.transitions import finish_run
 from tasks.actors import Actor
 from tasks.models import Task
+from tasks.services import note_stuck_dependants
 from tasks.states import HELD, EventKind, TaskStatus
 from tasks.transitions import record_event, set_status
 
@@ -102,7 +105,6 @@ def _requeue(task: Task, *, actor: Actor, kind: str, run=None, data=None, **fiel
 
 
 def _note_stuck(task: Task, actor: Actor) -> None:
-    from tasks.services import note_stuck_dependants
 
     note_stuck_dependants(task, actor=actor)
 
@@ -276,7 +278,6 @@ def apply_outcome(
     when the run had already lost its task (nothing written)."""
     if outcome.kind == Outcome.LOST:
         return None
-    from tasks.transitions import fence
 
     with transaction.atomic():
         held = fence(run_id, task_id, full=True)
@@ -292,10 +293,6 @@ def apply_outcome(
 
 
 def _auto_close(task, run, actor) -> None:
-    try:
-        from tasks.policies import auto_close_if_allowed
-    except ImportError:  # arrives with the reconciler work
-        return
     auto_close_if_allowed(task, run, actor=actor)
 
 

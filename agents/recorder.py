@@ -3,7 +3,7 @@
 The agent loop decides in memory and collects what a step produced in a `Step` (turns, tool calls
 in their decided states with their approvals, results, artifacts, the plan, follow-up proposals,
 compaction, events, usage, the answer). `Recorder.commit` writes all of it in one transaction
-that starts with the one-statement fence (`tasks.transitions.fence`) and ends with the checkpoint
+that starts with the one-statement fence (`agents.leases.fence`) and ends with the checkpoint
 on the run row — and, at the end of a run, with the outcome (`agents.outcomes.handle`). A run
 that lost its task writes nothing. The loop owns no SQL.
 
@@ -24,17 +24,21 @@ from django.db import connection as db
 from django.db.models import F, Prefetch
 from django.utils import timezone
 
+from agents.leases import fence, renew_lease
 from agents.limits import Usage, task_usage
 from agents.models import AgentRun, Artifact, CompactionDecision, Conversation, ToolCall, Turn
+from agents.outcomes import handle
 from agents.states import RunStatus, ToolCallStatus
+from agents.task_services import propose_follow_up
 from agents.transitions import CallUpdate, set_calls_status
 from approvals.models import Approval, ReviewDecision
 from approvals.states import ApprovalStatus, ReviewChoice
+from memory import services as memory_services
 from tasks.actors import Actor
 from tasks.exceptions import AttemptLost
 from tasks.models import Task, TaskEvent
 from tasks.states import EventKind
-from tasks.transitions import fence, record_events, renew_lease
+from tasks.transitions import record_events
 
 if TYPE_CHECKING:
     from agents.outcomes import Outcome
@@ -265,8 +269,6 @@ class Recorder:
             self._write(step, held.task, active_seconds, checkpoint)
             status = held.status
             if outcome is not None:
-                from agents.outcomes import handle
-
                 if step.clear_feedback:
                     held.task.feedback = ""
                 status = handle(
@@ -282,7 +284,6 @@ class Recorder:
     # -- the writes, in the order their foreign keys need -----------------------------------------
 
     def _write(self, step: Step, task: Task | None, active_seconds: float, checkpoint) -> None:
-        from memory import services as memory_services
 
         now = timezone.now()
         if step.selection:
@@ -476,7 +477,6 @@ class Recorder:
 
     def _propose(self, task: Task | None, call: CallState, args) -> Result:
         """propose_task: a linked follow-up task, created in this transaction."""
-        from tasks.services import propose_follow_up
 
         parent = task or Task.objects.get(pk=self.task_id)
         text, error = propose_follow_up(actor=self.actor, parent=parent, proposal=args)

@@ -7,11 +7,16 @@ from dataclasses import asdict, dataclass, field
 from django.conf import settings
 from django.db import transaction
 
+from agents.connection_rules import (
+    credential_problem,
+    validate_connection,
+)
 from agents.models import Connection, Model, Turn
+from agents.providers import ProviderError, build_provider
 from agents.states import ConnectionKind, CostTier, ModelTestStatus
 from tasks.actors import Actor
 from tasks.exceptions import InvalidInput, ModelCheckFailed
-from tasks.numbers import INT32_MAX, finite_number, whole_number
+from tasks.numbers import INT32_MAX, whole_number
 
 log = logging.getLogger("acthelm.agents")
 
@@ -79,60 +84,7 @@ def model_check_for_task(*, task, model: Model) -> ModelCheck:
     return check
 
 
-MAX_TIMEOUT_SECONDS = 24 * 3600
 MAX_CONTEXT_WINDOW = INT32_MAX
-
-
-def credential_problem(name: str) -> str | None:
-    """Why ``name`` may not be a connection's credential (see ACTHELM_CREDENTIAL_PREFIXES)."""
-    from agents.providers import credential_name_refusal
-
-    if not name:
-        return None
-    return credential_name_refusal(name, list(settings.ACTHELM_CREDENTIAL_PREFIXES))
-
-
-def executable_problem(command: list[str]) -> str | None:
-    from agents.providers.cli import executable_refusal
-
-    return executable_refusal(list(command or []), list(settings.ACTHELM_CLI_EXECUTABLES))
-
-
-def validate_connection(
-    *,
-    kind: str,
-    base_url: str = "",
-    command: list[str] | None = None,
-    credential_env: str = "",
-    cost_tier: str = CostTier.PAID,
-    priority: int = 0,
-    timeout_seconds: float = 120,
-) -> dict:
-    """Check a connection's settings; return the bounded numbers. The one validator behind the
-    console, the CLI, the admin and Connection.clean()."""
-    if kind not in ConnectionKind.values:
-        raise InvalidInput(f"kind must be one of {', '.join(ConnectionKind.values)}")
-    if cost_tier not in CostTier.values:
-        raise InvalidInput(f"cost tier must be one of {', '.join(CostTier.values)}")
-    if kind == ConnectionKind.CLI:
-        if not command or not isinstance(command, list):
-            raise InvalidInput("a cli connection needs a command (an argument list)")
-        if not all(isinstance(arg, str) and arg for arg in command):
-            raise InvalidInput("a cli command is a list of non-empty strings")
-        problem = executable_problem(command)
-        if problem:
-            raise InvalidInput(problem, code="executable_not_allowed")
-    elif not base_url:
-        raise InvalidInput(f"a {kind} connection needs a base URL")
-    problem = credential_problem(credential_env)
-    if problem:
-        raise InvalidInput(problem, code="credential_not_allowed")
-    return {
-        "priority": whole_number(priority, name="priority"),
-        "timeout_seconds": finite_number(
-            timeout_seconds, name="timeout", minimum=1, maximum=MAX_TIMEOUT_SECONDS
-        ),
-    }
 
 
 def connection_add(
@@ -324,8 +276,6 @@ def provider_for(conn: Connection):
     reads the variable."""
     import os
 
-    from agents.providers import build_provider
-
     refusal = credential_problem(conn.credential_env)
     api_key = None
     if conn.credential_env and not refusal:
@@ -392,8 +342,6 @@ def connection_test(
     not tool-capable, unless a person overrode that (``override_tools`` records the override now
     for the models tested; the admin has the same action)."""
     from django.utils import timezone
-
-    from agents.providers import ProviderError
 
     actor.require("agents.manage_connections")
     conn = Connection.objects.filter(name=name).first()

@@ -12,6 +12,8 @@ from django.conf import settings
 
 from agents.limits import task_usage
 from agents.models import Model, ToolCall
+from agents.providers import Message, ProviderError
+from agents.services import provider_for
 from agents.states import TOOL_CALL_DONE, ModelTestStatus
 
 log = logging.getLogger("acthelm.supervisor")
@@ -79,8 +81,6 @@ def supervise(task, answer: str, *, usage=None, open_operations=None) -> Supervi
     model = _supervisor_model()
     if model is None:
         return SupervisorVerdict(True, "rule checks passed")
-    from agents.providers import Message, ProviderError
-    from agents.services import provider_for
 
     prompt = MODEL_PROMPT.format(instruction=task.instruction, answer=answer[:20_000])
     try:

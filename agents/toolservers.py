@@ -26,6 +26,7 @@ from agents.tools.mcp import (
     qualified_name,
     split_name,
 )
+from agents.tools.registry import all_tools
 from tasks.actors import Actor
 from tasks.exceptions import InvalidInput
 
@@ -52,7 +53,6 @@ def validate_server_name(name: str) -> str:
             f"a tool server's name is 1-{SERVER_NAME_MAX} lower-case letters, digits and single "
             "underscores, starting with a letter (its tools are named SERVER__TOOL)"
         )
-    from agents.tools.registry import all_tools
 
     if any(builtin.startswith(name + "__") for builtin in all_tools()):
         raise InvalidInput(f"{name!r} clashes with a built-in tool")

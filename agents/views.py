@@ -23,6 +23,7 @@ from acthelm_site.console.shared import (
     login_required,
 )
 from agents import services
+from agents.connection_rules import MAX_TIMEOUT_SECONDS
 from agents.models import Connection
 from agents.states import ConnectionKind, CostTier
 from tasks.actors import Actor
@@ -49,9 +50,7 @@ class ConnectionForm(forms.Form):
     )
     cost_tier = forms.ChoiceField(choices=CostTier.choices, initial=CostTier.ZERO_COST)
     priority = forms.IntegerField(initial=0, min_value=INT32_MIN, max_value=INT32_MAX)
-    timeout_seconds = forms.FloatField(
-        initial=120, min_value=1, max_value=services.MAX_TIMEOUT_SECONDS
-    )
+    timeout_seconds = forms.FloatField(initial=120, min_value=1, max_value=MAX_TIMEOUT_SECONDS)
     models = forms.CharField(
         widget=forms.Textarea(attrs={"rows": 3}),
         help_text="One model per line: name, optionally followed by its context window.",

@@ -20,14 +20,16 @@ from django.db import DatabaseError, InterfaceError, OperationalError
 from django.db import connection as db
 from psycopg.conninfo import make_conninfo
 
+from agents.leases import Claim, claim_next, renew_lease
 from agents.loop import AgentLoop, RunSignals
 from agents.outcomes import Outcome, apply_outcome, recover_stale
+from agents.reconciler import reconcile
 from agents.supervisor import supervise
 from agents.supervisor import uses_model as supervisor_uses_model
 from tasks.exceptions import AttemptLost
 from tasks.notify.delivery import deliver_in_maintenance
 from tasks.states import TaskStatus
-from tasks.transitions import READY_CHANNEL, Claim, claim_next, renew_lease
+from tasks.transitions import READY_CHANNEL
 
 log = logging.getLogger("acthelm.worker")
 
@@ -327,10 +329,6 @@ class Worker:
         return None if value is None else float(value)
 
     def _reconcile_once(self) -> None:
-        try:
-            from tasks.reconciler import reconcile
-        except ImportError:
-            return
         try:
             reconcile()
         except DB_ERRORS:

@@ -236,8 +236,8 @@ def create_tasks(model, n: int, *, prefix: str = "T") -> None:
     """N ready tasks in ONE commit (one NOTIFY wakes the idle workers)."""
     from django.db import transaction
 
+    from agents.task_services import task_create
     from tasks.actors import Actor
-    from tasks.services import task_create
 
     actor = Actor.system("bench")
     with transaction.atomic():

@@ -63,9 +63,9 @@ def stop(children) -> None:
 
 def measure_wakeup(db_url: str, model, samples: int) -> list[float]:
     from agents.models import AgentRun
+    from agents.task_services import task_create
     from tasks.actors import Actor
     from tasks.models import Task
-    from tasks.services import task_create
 
     prefix = "wake-"
     children = [common.spawn_worker(db_url, f"{prefix}{i}") for i in range(2)]
@@ -106,9 +106,9 @@ def measure_wakeup(db_url: str, model, samples: int) -> list[float]:
 def measure_recovery(db_url: str, model, server, kills: int, env: dict) -> list[float]:
     """Kill the holder mid model request; time until the task's next run starts."""
     from agents.models import AgentRun
+    from agents.task_services import task_create
     from tasks.actors import Actor
     from tasks.models import Task
-    from tasks.services import task_create
 
     results = []
     slots: dict[int, object] = {}

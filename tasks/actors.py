@@ -3,6 +3,7 @@
 from dataclasses import dataclass
 from typing import Any
 
+from tasks.exceptions import NotPermitted
 from tasks.states import ActorKind
 
 
@@ -30,7 +31,6 @@ class Actor:
 
     def require(self, perm: str) -> None:
         """Refuse a person without the permission; workers and the system act by design."""
-        from tasks.exceptions import NotPermitted
 
         if self.is_person and not self.user.has_perm(perm):
             raise NotPermitted(f"{self.label} lacks the permission {perm}")

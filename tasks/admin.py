@@ -10,7 +10,7 @@ from django.db.models import Count, Q
 from django.utils.html import format_html_join
 
 from acthelm_site.console.actions import ConsoleAction, task_actions
-from tasks import services
+from agents import task_services
 from tasks.actors import Actor
 from tasks.exceptions import ActhelmError, InvalidInput, NotPermitted, TransitionNotAllowed
 from tasks.models import Goal, Task, TaskDependency, TaskEvent
@@ -99,10 +99,10 @@ class TaskAdminForm(forms.ModelForm):
             changes = {
                 name: data[name]
                 for name in self.changed_data
-                if name in services.EDITABLE_FIELDS and name in data
+                if name in task_services.EDITABLE_FIELDS and name in data
             }
             try:
-                services.task_edit_check(task=self.instance, changes=changes)
+                task_services.task_edit_check(task=self.instance, changes=changes)
             except InvalidInput as exc:
                 raise forms.ValidationError(f"{exc.message} [{exc.code}]") from None
         return data
@@ -185,16 +185,16 @@ class TaskAdmin(admin.ModelAdmin):
     def save_model(self, request, obj, form, change):
         # Write only what this form changed, and never under a worker: a claim that happened
         # after the page was loaded must not be undone by a Save of the old row.
-        # tasks.services.task_update checks the edit, refuses it under a worker and writes the
+        # agents.task_services.task_update checks the edit, refuses it under a worker and writes the
         # `edited` event.
         changes = {
             name: form.cleaned_data[name]
             for name in form.changed_data
-            if name in services.EDITABLE_FIELDS
+            if name in task_services.EDITABLE_FIELDS
         }
         if changes:
             try:
-                services.task_update(
+                task_services.task_update(
                     actor=Actor.person(request.user), task_id=obj.pk, changes=changes
                 )
             except (NotPermitted, TransitionNotAllowed) as exc:

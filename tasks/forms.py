@@ -8,23 +8,13 @@ from django.conf import settings
 from django.core.exceptions import ValidationError
 
 from agents.models import Connection, Model
+from agents.tools import tool_names
 from tasks.exceptions import InvalidInput
+from tasks.limits import BY_FIELD, LIMIT_FIELDS
 from tasks.models import Goal
 from tasks.numbers import INT32_MAX, INT32_MIN
-from tasks.services import LIMIT_FIELDS, OPTIONAL_DECIMAL_LIMITS, default_limits
+from tasks.services import default_limits
 from tasks.workspace import safe_file_name
-
-LIMIT_LABELS = {
-    "limit_turns": "Model turns",
-    "limit_runtime_seconds": "Runtime (seconds)",
-    "limit_output_tokens": "Output per turn (tokens)",
-    "limit_token_budget": "Token budget",
-    "limit_tool_output_chars": "Tool output (characters)",
-    "limit_network_requests": "Network requests",
-    "limit_artifact_bytes": "Artifact size (bytes)",
-    "limit_mcp_calls": "MCP tool calls",
-    "limit_cost": "Money budget (USD, empty = none)",
-}
 
 _SPLIT = re.compile(r"[\s,]+")
 
@@ -84,7 +74,6 @@ class TaskCreateForm(forms.Form):
     files = MultipleFileField(required=False, help_text="Copied into the task's workspace.")
 
     def __init__(self, *args, **kwargs):
-        from agents.tools import tool_names
 
         super().__init__(*args, **kwargs)
         choices = [(name, name) for name in tool_names()]
@@ -95,14 +84,14 @@ class TaskCreateForm(forms.Form):
         self.fields["connection"].queryset = Connection.objects.order_by("name")
         self.fields["model"].queryset = model_queryset()
         for field, value in default_limits().items():
-            if field in OPTIONAL_DECIMAL_LIMITS:
+            if BY_FIELD[field].money:
                 self.fields[field] = forms.DecimalField(
                     required=False,
                     min_value=Decimal("0.0001"),
                     max_digits=12,
                     decimal_places=4,
                     initial=value,
-                    label=LIMIT_LABELS.get(field, field),
+                    label=BY_FIELD[field].label,
                 )
                 continue
             # Empty means the default (service_kwargs leaves it out).
@@ -111,7 +100,7 @@ class TaskCreateForm(forms.Form):
                 max_value=INT32_MAX,
                 initial=value,
                 required=False,
-                label=LIMIT_LABELS.get(field, field),
+                label=BY_FIELD[field].label,
             )
 
     def limit_fields(self):

@@ -5,11 +5,17 @@ from django.contrib.postgres.fields import ArrayField
 from django.db import models
 from django.db.models import Q
 
-from tasks.states import ActorKind, EventKind, TaskKind, TaskOrigin, TaskStatus
+from tasks.limits import BY_FIELD
+from tasks.states import HELD, ActorKind, EventKind, TaskKind, TaskOrigin, TaskStatus
 
 
 def default_tools() -> list[str]:
     return list(settings.ACTHELM_DEFAULT_TOOLS)
+
+
+def _limit_field(name: str) -> models.PositiveIntegerField:
+    """A whole-number limit column, its default from the limits table."""
+    return models.PositiveIntegerField(default=BY_FIELD[name].default)
 
 
 class Goal(models.Model):
@@ -67,15 +73,15 @@ class Task(models.Model):
     failed_attempts = models.PositiveIntegerField(default=0, editable=False)
     lost_count = models.PositiveIntegerField(default=0, editable=False)
 
-    # Limits, copied from the ACTHELM_LIMIT_* defaults when the task is created.
-    limit_turns = models.PositiveIntegerField(default=24)
-    limit_runtime_seconds = models.PositiveIntegerField(default=900)
-    limit_output_tokens = models.PositiveIntegerField(default=16_000)
-    limit_token_budget = models.PositiveIntegerField(default=600_000)
-    limit_tool_output_chars = models.PositiveIntegerField(default=24_000)
-    limit_network_requests = models.PositiveIntegerField(default=8)
-    limit_artifact_bytes = models.PositiveIntegerField(default=1_048_576)
-    limit_mcp_calls = models.PositiveIntegerField(default=20)
+    # Limits (tasks/limits.py), copied from the ACTHELM_LIMIT_* defaults when the task is created.
+    limit_turns = _limit_field("limit_turns")
+    limit_runtime_seconds = _limit_field("limit_runtime_seconds")
+    limit_output_tokens = _limit_field("limit_output_tokens")
+    limit_token_budget = _limit_field("limit_token_budget")
+    limit_tool_output_chars = _limit_field("limit_tool_output_chars")
+    limit_network_requests = _limit_field("limit_network_requests")
+    limit_artifact_bytes = _limit_field("limit_artifact_bytes")
+    limit_mcp_calls = _limit_field("limit_mcp_calls")
     # A money budget in US dollars; empty = no budget.
     limit_cost = models.DecimalField(max_digits=12, decimal_places=4, null=True, blank=True)
 
@@ -149,7 +155,6 @@ class Task(models.Model):
 
     @property
     def is_held(self) -> bool:
-        from tasks.states import HELD
 
         return self.status in HELD
 

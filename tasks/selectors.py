@@ -2,29 +2,18 @@
 
 from dataclasses import dataclass
 
-from django.db.models import Count, DecimalField, OuterRef, Subquery, Sum
+from django.db.models import Count
 
+from tasks.limits import LIMITS, Limit
 from tasks.models import Goal, Task, TaskEvent
 from tasks.states import OPEN, TaskStatus, allowed_actions
 
 
-def task_cost_subquery() -> Subquery:
-    """The sum of a task's turn costs, for ``.annotate()`` on a page of tasks: one query for
-    the page, whatever its size (turns are found through the (task, index) unique index).
-    None when no turn has a known cost."""
-    from agents.models import Turn
-
-    total = (
-        Turn.objects.filter(task=OuterRef("pk"), cost__isnull=False)
-        .order_by()
-        .values("task")
-        .annotate(total=Sum("cost"))
-        .values("total")
-    )
-    return Subquery(total, output_field=DecimalField(max_digits=16, decimal_places=8))
+def _limit_value(value, limit: Limit):
+    return str(value) if limit.money and value is not None else value
 
 
-def task_as_dict(task: Task, *, with_events: bool = False) -> dict:
+def task_as_dict(task: Task) -> dict:
     data = {
         "id": task.pk,
         "title": task.title,
@@ -41,17 +30,7 @@ def task_as_dict(task: Task, *, with_events: bool = False) -> dict:
         "allowed_domains": list(task.allowed_domains),
         "connection": task.connection.name if task.connection_id else None,
         "model": task.model.name if task.model_id else None,
-        "limits": {
-            "turns": task.limit_turns,
-            "runtime_seconds": task.limit_runtime_seconds,
-            "output_tokens": task.limit_output_tokens,
-            "token_budget": task.limit_token_budget,
-            "tool_output_chars": task.limit_tool_output_chars,
-            "network_requests": task.limit_network_requests,
-            "artifact_bytes": task.limit_artifact_bytes,
-            "mcp_calls": task.limit_mcp_calls,
-            "cost": str(task.limit_cost) if task.limit_cost is not None else None,
-        },
+        "limits": {limit.key: _limit_value(getattr(task, limit.field), limit) for limit in LIMITS},
         "claim_count": task.claim_count,
         "lease_owner": task.lease_owner or None,
         "lease_expires_at": task.lease_expires_at.isoformat() if task.lease_expires_at else None,
@@ -68,25 +47,6 @@ def task_as_dict(task: Task, *, with_events: bool = False) -> dict:
         data["loop"] = True
     if hasattr(task, "cost_total"):
         data["cost"] = str(task.cost_total) if task.cost_total is not None else None
-    if with_events:
-        from agents.limits import task_usage
-
-        usage = task_usage(task.pk)
-        data["cost"] = str(usage.cost)
-        data["usage"] = usage.as_dict()
-        data["events"] = [event_as_dict(e) for e in task.events.order_by("id")]
-        data["runs"] = [
-            {
-                "id": r.pk,
-                "number": r.number,
-                "status": r.status,
-                "worker_id": r.worker_id,
-                "verdict": r.verdict or None,
-                "error_code": r.error_code or None,
-                "answer": r.answer or None,
-            }
-            for r in task.runs.order_by("number")
-        ]
     return data
 
 

@@ -34,21 +34,24 @@ from acthelm_site.console.shared import (
     pretty_json,
 )
 from acthelm_site.console.timeline import event_details
+from agents import task_services
 from agents.limits import task_usage
 from agents.models import Artifact, Model, ToolCall
+from agents.selectors import task_cost_subquery
 from agents.services import model_check_for_task
+from agents.tools import all_tools
 from approvals.states import ApprovalStatus, ReviewChoice
 from memory.models import MemorySelection
 from tasks import services
 from tasks.actors import Actor
 from tasks.exceptions import ActhelmError, InvalidInput, NotPermitted
-from tasks.forms import LIMIT_LABELS, TaskCreateForm, model_queryset
+from tasks.forms import TaskCreateForm, model_queryset
+from tasks.limits import BY_FIELD, CUMULATIVE, PER_ITEM, limit_for_failure
 from tasks.models import Task
 from tasks.notify.selectors import task_notifications
-from tasks.selectors import task_cost_subquery, task_keyset_page
-from tasks.services import OPTIONAL_DECIMAL_LIMITS, limit_for_failure
+from tasks.selectors import task_keyset_page
 from tasks.states import Action, TaskStatus, allowed_actions
-from tasks.workspace import artifacts_dir, list_input_files
+from tasks.workspace import artifacts_dir, list_input_files, safe_file_name
 
 log = logging.getLogger("acthelm.console")
 
@@ -125,7 +128,7 @@ def task_create(request):
         status = 400
         if form.is_valid():
             try:
-                task = services.task_create_with_files(
+                task = task_services.task_create_with_files(
                     actor=Actor.person(request.user),
                     files=[(upload.name, upload) for upload in form.cleaned_data["files"]],
                     **form.service_kwargs(),
@@ -146,7 +149,6 @@ def task_create(request):
 
 
 def _tool_rows(form: TaskCreateForm) -> list[dict]:
-    from agents.tools import all_tools
 
     if form.is_bound:
         chosen = set(form.data.getlist("tools"))
@@ -195,17 +197,10 @@ def money(value) -> str:
 def _limit_rows(task: Task, usage) -> list[dict]:
     """Used vs granted for the limits counted across runs; the per-item limits as granted."""
     rows = []
-    counted = {
-        "limit_turns": ("Model turns", usage.model_turns),
-        "limit_token_budget": ("Tokens", usage.tokens),
-        "limit_runtime_seconds": ("Runtime (s)", usage.active_seconds),
-        "limit_network_requests": ("Network requests", usage.network_requests),
-        "limit_mcp_calls": ("MCP tool calls", usage.mcp_calls),
-        "limit_cost": ("Cost", usage.cost),
-    }
-    for field, (label, used) in counted.items():
-        granted = getattr(task, field)
-        show = money if field == "limit_cost" else _number
+    for limit in CUMULATIVE:
+        granted = getattr(task, limit.field)
+        used = getattr(usage, limit.counter)
+        show = money if limit.money else _number
         if granted is None:  # no money budget: show what was spent
             text, percent = f"{show(used)} (no budget)", 0
         else:
@@ -213,20 +208,20 @@ def _limit_rows(task: Task, usage) -> list[dict]:
             percent = min(100, round(100 * used / granted)) if granted else 100
         rows.append(
             {
-                "field": field,
-                "label": label,
+                "field": limit.field,
+                "label": limit.usage_label,
                 "used": used,
                 "granted": granted,
                 "text": text,
                 "percent": percent,
             }
         )
-    for field in ("limit_output_tokens", "limit_tool_output_chars", "limit_artifact_bytes"):
-        granted = getattr(task, field)
+    for limit in PER_ITEM:
+        granted = getattr(task, limit.field)
         rows.append(
             {
-                "field": field,
-                "label": LIMIT_LABELS[field],
+                "field": limit.field,
+                "label": limit.label,
                 "used": None,
                 "granted": granted,
                 "text": _number(granted),
@@ -343,11 +338,11 @@ def task_page_context(request, pk: int) -> dict:
         row = next((r for r in context["limits"] if r["field"] == field), None)
         context["retry_limit"] = {
             "field": field,
-            "label": LIMIT_LABELS.get(field, field),
+            "label": BY_FIELD[field].label,
             "current": getattr(task, field),
             "used": row["used"] if row else None,
         }
-        if field in OPTIONAL_DECIMAL_LIMITS:  # a money amount, not a count
+        if BY_FIELD[field].money:  # an amount of money, not a count
             context["retry_limit"] |= {"min": "0.0001", "step": "0.0001"}
     return context
 
@@ -382,7 +377,6 @@ def task_call_result(request, pk: int, call_pk: int):
 @console_view()
 def task_artifact(request, pk: int, artifact_pk: int):
     """Download an artifact from the task's artifacts folder: always an attachment."""
-    from tasks.workspace import safe_file_name
 
     artifact = get_object_or_404(Artifact, pk=artifact_pk, task_id=pk)
     try:
@@ -433,11 +427,11 @@ def _raised_limit(request, task_id: int) -> int | Decimal | None:
         return None
     code = Task.objects.filter(pk=task_id).values_list("failure_code", flat=True).first()
     field = limit_for_failure(code or "")
-    if field in OPTIONAL_DECIMAL_LIMITS:
-        return services.decimal_limit(field, raw)
+    if field and BY_FIELD[field].money:
+        return services.money_limit(field, raw)
     value = positive_int(raw)
     if value is None:
-        label = LIMIT_LABELS.get(field, field) if field else "the limit"
+        label = BY_FIELD[field].label if field else "the limit"
         raise InvalidInput(f"{label} must be a positive number")
     return value
 

@@ -33,7 +33,12 @@ from acthelm_site.console.shared import (
     VIEW_CONNECTIONS_PERMS,
     VIEW_PERM,
 )
+from agents import services as agent_services
+from agents import task_services
 from agents.models import Connection, ToolCall
+from agents.scorecard import model_scorecard, scorecard_window
+from agents.services import model_check_for_task
+from agents.views import display_url
 from approvals.models import Approval, ReviewDecision
 from tasks import services
 from tasks.actors import Actor
@@ -45,6 +50,8 @@ from tasks.exceptions import (
     NotPermitted,
     TaskNotFound,
 )
+from tasks.forms import model_queryset
+from tasks.limits import LIMIT_FIELDS
 from tasks.models import Goal, Task
 from tasks.selectors import goal_as_dict, task_as_dict, task_keyset_page
 from tasks.states import Action
@@ -167,7 +174,6 @@ def _task_or_404(task_id: int) -> Task:
 def _model(model_id: int | None, field: str = "model_id"):
     if model_id is None:
         return None
-    from tasks.forms import model_queryset
 
     model = model_queryset().filter(pk=model_id).first()
     if model is None:
@@ -252,10 +258,10 @@ def create_task(
         )
     limits = {
         field: getattr(payload, field)
-        for field in services.LIMIT_FIELDS
+        for field in LIMIT_FIELDS
         if getattr(payload, field) is not None
     }
-    task = services.task_create_with_files(
+    task = task_services.task_create_with_files(
         actor=actor,
         files=[(upload.name, upload) for upload in files or []],
         title=payload.title,
@@ -318,14 +324,13 @@ def resume_task(request, task_id: int, payload: s.ResumeIn = None):
     model_check_failed when it would not fit; see GET /tasks/{id}/model-check)."""
     actor = _require(request, ACTION_PERMS[A.RESUME])
     model = _model(payload.model_id if payload else None)
-    services.task_resume(actor=actor, task_id=task_id, model=model)
+    task_services.task_resume(actor=actor, task_id=task_id, model=model)
     return _done(request, task_id, A.RESUME)
 
 
 @api.get("/tasks/{task_id}/model-check", response={200: s.ModelCheckOut, **ERRORS}, tags=["tasks"])
 def model_check(request, task_id: int, model_id: int):
     """The checks a resume or retry on this model makes, without queueing anything."""
-    from agents.services import model_check_for_task
 
     _require(request, OPERATE_PERM)
     task = _task_or_404(task_id)
@@ -336,7 +341,7 @@ def model_check(request, task_id: int, model_id: int):
 def cancel_task(request, task_id: int, payload: s.CancelIn = None):
     actor = _require(request, ACTION_PERMS[A.CANCEL])
     reason = (payload.reason if payload else "").strip()
-    services.task_cancel(actor=actor, task_id=task_id, reason=reason)
+    task_services.task_cancel(actor=actor, task_id=task_id, reason=reason)
     return _done(request, task_id, A.CANCEL)
 
 
@@ -363,7 +368,7 @@ def retry_task(request, task_id: int, payload: s.RetryIn = None):
     actor = _require(request, ACTION_PERMS[A.RETRY])
     payload = payload or s.RetryIn()
     model = _model(payload.model_id)
-    services.task_retry(actor=actor, task_id=task_id, model=model, limits=payload.limits)
+    task_services.task_retry(actor=actor, task_id=task_id, model=model, limits=payload.limits)
     return _done(request, task_id, A.RETRY)
 
 
@@ -446,7 +451,6 @@ def inbox(request, limit: int = Query(PAGE_SIZE, ge=1, le=MAX_PAGE_SIZE)):
 
 
 def _connection_as_dict(conn: Connection, now) -> dict:
-    from agents.views import display_url
 
     return {
         "id": conn.pk,
@@ -493,7 +497,6 @@ def list_connections(request):
 )
 def test_connection(request, connection_id: int, payload: s.ConnectionTestIn = None):
     """A real request per model (no transaction open meanwhile); records pass or fail."""
-    from agents import services as agent_services
 
     actor = _require(request, MANAGE_CONNECTIONS_PERM)
     conn = Connection.objects.filter(pk=connection_id).first()
@@ -516,7 +519,6 @@ def scorecard(
     since: str | None = Query(None, description="a date (YYYY-MM-DD); overrides period"),
 ):
     """How each connection/model did over a period (as `acthelm_task stats --json`)."""
-    from agents.scorecard import model_scorecard, scorecard_window
 
     _require(request, SCORECARD_PERM)
     try:

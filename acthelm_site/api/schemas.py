@@ -5,8 +5,9 @@ from decimal import Decimal
 from typing import Annotated, Any, Literal
 
 from ninja import Schema
-from pydantic import Field, PositiveInt
+from pydantic import Field, PositiveInt, create_model
 
+from tasks.limits import LIMITS
 from tasks.states import TaskKind, TaskStatus
 
 PositiveDecimal = Annotated[Decimal, Field(gt=0)]
@@ -20,7 +21,21 @@ class ErrorOut(Schema):
     field: str | None = Field(None, description="The input field at fault, for a 400")
 
 
-class TaskCreateIn(Schema):
+# One optional field per row of the limits table (tasks/limits.py).
+TaskLimitsIn = create_model(
+    "TaskLimitsIn",
+    __base__=Schema,
+    **{
+        limit.field: (
+            (PositiveDecimal if limit.money else PositiveInt) | None,
+            Field(None, description=f"{limit.label}; default: {limit.setting}"),
+        )
+        for limit in LIMITS
+    },
+)
+
+
+class TaskCreateIn(TaskLimitsIn):
     """The new-task form of the console, as form fields (multipart, to attach `files`)."""
 
     title: str = Field(..., min_length=1, max_length=200)
@@ -35,17 +50,6 @@ class TaskCreateIn(Schema):
     model_id: int | None = None
     depends_on: list[int] = []
     tags: list[str] = []
-    limit_turns: PositiveInt | None = None
-    limit_runtime_seconds: PositiveInt | None = None
-    limit_output_tokens: PositiveInt | None = None
-    limit_token_budget: PositiveInt | None = None
-    limit_tool_output_chars: PositiveInt | None = None
-    limit_network_requests: PositiveInt | None = None
-    limit_artifact_bytes: PositiveInt | None = None
-    limit_mcp_calls: PositiveInt | None = None
-    limit_cost: PositiveDecimal | None = Field(
-        None, description="Money budget in USD; none: no budget"
-    )
 
 
 class TaskSummaryOut(Schema):

@@ -15,7 +15,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 
 from acthelm_site.console.shared import CLOSE_PERM, DECIDE_PERM, OPERATE_PERM
-from approvals import services as approval_services
+from agents import decisions, task_services
 from tasks import services
 from tasks.states import ACTIONS, Action
 
@@ -118,7 +118,7 @@ REGISTRY: dict[str, ConsoleAction] = {
         ConsoleAction(
             A.RESUME,
             OPERATE_PERM,
-            services.task_resume,
+            task_services.task_resume,
             inputs=(MODEL,),
             success="Task resumed: it is queued.",
             style="primary",
@@ -130,7 +130,7 @@ REGISTRY: dict[str, ConsoleAction] = {
         ConsoleAction(
             A.RETRY,
             OPERATE_PERM,
-            services.task_retry,
+            task_services.task_retry,
             inputs=(MODEL, Input("raised_limit", kind="raised_limit")),
             success="Task queued again from its last checkpoint.",
             style="primary",
@@ -172,7 +172,7 @@ REGISTRY: dict[str, ConsoleAction] = {
         ConsoleAction(
             A.CANCEL,
             OPERATE_PERM,
-            services.task_cancel,
+            task_services.task_cancel,
             inputs=(Input("reason", help="why (shown on the timeline)"),),
             success="Task cancelled: no further step starts.",
             confirm="Cancel task #{pk}? No further step starts and it cannot be resumed.",
@@ -194,7 +194,7 @@ REGISTRY: dict[str, ConsoleAction] = {
         ConsoleAction(
             A.APPROVE,
             DECIDE_PERM,
-            approval_services.approval_approve,
+            decisions.approval_approve,
             target="approval",
             success="Approved",
             style="primary",
@@ -203,7 +203,7 @@ REGISTRY: dict[str, ConsoleAction] = {
         ConsoleAction(
             A.DENY,
             DECIDE_PERM,
-            approval_services.approval_deny,
+            decisions.approval_deny,
             target="approval",
             success="Denied",
             style="danger",
@@ -212,7 +212,7 @@ REGISTRY: dict[str, ConsoleAction] = {
         ConsoleAction(
             A.RUN_AGAIN,
             DECIDE_PERM,
-            approval_services.review_run_again,
+            decisions.review_run_again,
             target="review",
             success="Run again",
             cli_help="run an operation of unknown outcome again",
@@ -220,7 +220,7 @@ REGISTRY: dict[str, ConsoleAction] = {
         ConsoleAction(
             A.SKIP,
             DECIDE_PERM,
-            approval_services.review_skip,
+            decisions.review_skip,
             target="review",
             success="Skipped",
             cli_help="tell the model the outcome is unknown; it does not run again",

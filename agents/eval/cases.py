@@ -27,6 +27,7 @@ from pathlib import Path
 
 import yaml
 
+from agents.eval.grading import validate_expect
 from tasks.exceptions import InvalidInput
 
 CASES_DIR = Path(__file__).resolve().parent / "cases"
@@ -105,7 +106,6 @@ def _text_map(value, where: str) -> dict[str, str]:
 
 def parse_case(text: str, *, name: str = "<case>") -> Case:
     """One case from a file's text; raises InvalidCase naming the file and the problem."""
-    from agents.eval.grading import validate_expect
 
     try:
         data = yaml.safe_load(text)

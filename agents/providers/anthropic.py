@@ -12,6 +12,8 @@ import threading
 import uuid
 from typing import Any
 
+from acthelm_site import telemetry
+
 from . import _http
 from .base import (
     Completion,
@@ -207,7 +209,6 @@ class AnthropicProvider(Provider):
         max_tokens: int,
         cancel_event: threading.Event | None = None,
     ) -> Completion:
-        from acthelm_site import telemetry
 
         with telemetry.chat(
             provider_kind=self.kind, model=model, max_tokens=max_tokens, server=self.base_url

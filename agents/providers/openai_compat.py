@@ -14,6 +14,8 @@ from typing import Any
 
 import httpx
 
+from acthelm_site import telemetry
+
 from . import _http
 from .base import (
     PROVIDER_BAD_REQUEST,
@@ -262,7 +264,6 @@ class OpenAICompatibleProvider(Provider):
         max_tokens: int,
         cancel_event: threading.Event | None = None,
     ) -> Completion:
-        from acthelm_site import telemetry
 
         body = self.payload(model, messages, tools, max_tokens)
         with telemetry.chat(

@@ -10,6 +10,7 @@ sees, so a retry sends the same words and the same body.
 import json
 import logging
 import re
+from collections.abc import Callable
 
 from django.conf import settings
 from django.urls import reverse
@@ -41,6 +42,24 @@ _SECRET_IN_TEXT = re.compile(
 )
 _URL_USERINFO = re.compile(r"(://)[^/@\s]+@")
 _BEARER = re.compile(r"\b(bearer|basic|token)\s+[\w.~+/=-]+", re.I)
+
+
+# What is open on a task for a person to decide, by notification: each a function of the task
+# returning dicts (id, tool, arguments as a summary, the inbox anchor; an approval also its
+# target). The app that owns those decisions registers them (`approvals.apps`), so the ledger,
+# below it, composes the message without importing it.
+_open_decisions: dict[str, Callable] = {}
+
+
+def describe_open_decisions(which: str, describe: Callable) -> None:
+    _open_decisions[which] = describe
+
+
+def _with_links(items: list[dict], inbox: str) -> list[dict]:
+    return [
+        {k: v for k, v in item.items() if k != "anchor"} | {"url": f"{inbox}#{item['anchor']}"}
+        for item in items
+    ]
 
 
 def notify_event_of(event) -> str | None:
@@ -101,7 +120,7 @@ def redact(text: str) -> str:
     return _SECRET_IN_TEXT.sub(r"\1***", text)
 
 
-def _clip(text: str, limit: int) -> str:
+def clip(text: str, limit: int) -> str:
     text = " ".join(str(text).split())
     return text if len(text) <= limit else text[: limit - 1] + "…"
 
@@ -109,15 +128,15 @@ def _clip(text: str, limit: int) -> str:
 def argument_summary(arguments) -> str:
     """`name="report.md", content="# Hello…"`: short, one line, secrets blanked."""
     if not isinstance(arguments, dict):
-        return _clip(redact(json.dumps(arguments, default=str)), SUMMARY_CHARS)
+        return clip(redact(json.dumps(arguments, default=str)), SUMMARY_CHARS)
     parts = []
     for key, value in arguments.items():
         if _SECRETISH.search(str(key)):
             shown = "***"
         else:
-            shown = _clip(redact(json.dumps(value, ensure_ascii=False, default=str)), 60)
+            shown = clip(redact(json.dumps(value, ensure_ascii=False, default=str)), 60)
         parts.append(f"{key}={shown}")
-    return _clip(", ".join(parts), SUMMARY_CHARS)
+    return clip(", ".join(parts), SUMMARY_CHARS)
 
 
 def _upper_first(text: str) -> str:
@@ -131,13 +150,10 @@ def _whose(task) -> str:
 
 def compose(event, which: str) -> dict:
     """Subject, one readable line (`text`), the console link and the JSON payload."""
-    from approvals.models import Approval, ReviewDecision
-    from approvals.states import ApprovalStatus, ReviewChoice
-
     task = event.task
     task_url = console_url(reverse("tasks:detail", args=[task.pk]))
     inbox = console_url(reverse("approvals:inbox"))
-    name = f"task #{task.pk} “{_clip(task.title, 80)}”"
+    name = f"task #{task.pk} “{clip(task.title, 80)}”"
     payload = {
         "event": str(which),
         "occurred_at": event.created_at.isoformat(),
@@ -151,20 +167,8 @@ def compose(event, which: str) -> dict:
     }
     url = task_url
     if which == NotifyEvent.AWAITING_APPROVAL:
-        pending = list(
-            Approval.objects.filter(task=task, status=ApprovalStatus.PENDING).order_by("id")
-        )
-        payload["approvals"] = [
-            {
-                "id": a.pk,
-                "tool": a.tool,
-                "target": _clip(redact(a.target), 200),
-                "arguments": argument_summary(a.arguments),
-                "arguments_hash": a.arguments_hash,
-                "url": f"{inbox}#approval-{a.pk}",
-            }
-            for a in pending
-        ]
+        payload["approvals"] = _with_links(_open_decisions[which](task), inbox)
+        pending = payload["approvals"]
         if pending:
             url = payload["approvals"][0]["url"]
         ops = "; ".join(
@@ -176,20 +180,8 @@ def compose(event, which: str) -> dict:
             f"{ops or 'an operation'}. Approve or deny: {url}"
         )
     elif which == NotifyEvent.NEEDS_REVIEW:
-        pending = list(
-            ReviewDecision.objects.filter(task=task, choice=ReviewChoice.PENDING)
-            .select_related("tool_call")
-            .order_by("id")
-        )
-        payload["operations"] = [
-            {
-                "id": d.pk,
-                "tool": d.tool_call.tool,
-                "arguments": argument_summary(d.tool_call.arguments),
-                "url": f"{inbox}#review-{d.pk}",
-            }
-            for d in pending
-        ]
+        payload["operations"] = _with_links(_open_decisions[which](task), inbox)
+        pending = payload["operations"]
         if pending:
             url = payload["operations"][0]["url"]
         ops = "; ".join(f"{o['tool']} ({o['arguments']})" for o in payload["operations"])
@@ -206,7 +198,7 @@ def compose(event, which: str) -> dict:
         )
     elif which == NotifyEvent.FAILED:
         code = task.failure_code or event.data.get("code", "")
-        message = _clip(redact(task.failure_message or event.data.get("message", "")), 200)
+        message = clip(redact(task.failure_message or event.data.get("message", "")), 200)
         payload["failure"] = {"code": code, "message": message}
         subject = f"Failed ({code}): {name}"
         text = (
@@ -230,4 +222,4 @@ def compose(event, which: str) -> dict:
     payload["url"] = url
     payload["subject"] = subject
     payload["text"] = text
-    return {"subject": _clip(subject, 300), "text": text, "url": url, "payload": payload}
+    return {"subject": clip(subject, 300), "text": text, "url": url, "payload": payload}

@@ -26,8 +26,8 @@ def demo_model():
 def test_the_demo_shows_the_whole_loop(demo_model, monkeypatch, settings):
     from django.core.management import call_command
 
+    from agents.reconciler import reconcile
     from agents.worker import Worker
-    from tasks.reconciler import reconcile
 
     settings.ACTHELM_HEARTBEAT_SECONDS = 0.5
     monkeypatch.setenv("ACTHELM_DEMO_MODEL_PORT", str(demo_model))

@@ -15,9 +15,9 @@ from django.db import connection
 
 from agents.models import AgentRun, Connection, Model
 from agents.states import RunStatus
+from agents.task_services import task_create
 from tasks.actors import Actor
 from tasks.models import Task, TaskEvent
-from tasks.services import task_create
 from tasks.states import EventKind, TaskStatus
 from tests.conftest import ROOT
 

@@ -62,8 +62,8 @@ def cli_calls(counter: Path) -> int:
 
 @pytest.fixture
 def cli_task(db):
+    from agents.task_services import task_create
     from tasks.actors import Actor
-    from tasks.services import task_create
 
     def make(model, **kwargs):
         return task_create(
@@ -199,8 +199,8 @@ def http_model(db):
 
 @pytest.fixture
 def loop_task(db):
+    from agents.task_services import task_create
     from tasks.actors import Actor
-    from tasks.services import task_create
 
     def make(model, **kwargs):
         kwargs.setdefault("tools", ["update_plan", "list_files", "read_file", "write_artifact"])

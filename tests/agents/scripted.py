@@ -11,9 +11,9 @@ from django.db import connection
 from psycopg.conninfo import make_conninfo
 
 from agents.models import Connection, Model, ToolCall
+from agents.task_services import task_create
 from tasks.actors import Actor
 from tasks.models import Task
-from tasks.services import task_create
 
 _names = itertools.count(1)
 

@@ -15,9 +15,9 @@ from dataclasses import dataclass, field
 import pytest
 from django.db import connection
 
+from agents.leases import claim_next
 from agents.worker import Worker
 from tasks.states import TaskStatus
-from tasks.transitions import claim_next
 from tasks.workspace import add_input_file
 from tests.agents.scripted import fast_settings, status_of, tool_task
 from tests.fakes.http_target import HttpTarget

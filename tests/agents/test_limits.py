@@ -5,33 +5,33 @@ from decimal import Decimal
 
 import pytest
 
-from agents.limits import (
-    cost_limit_reached,
-    exhausted_limits,
-    mcp_limit_reached,
-    remaining,
-    task_usage,
-)
+from agents.limits import Usage, exhausted_limits, reached, remaining, task_usage
+from agents.task_services import task_retry
 from tasks.exceptions import LimitNotRaised
-from tasks.services import task_retry, task_set_limits
+from tasks.limits import BY_FIELD
+from tasks.services import task_set_limits
 from tests.factories import AgentRunFactory, TaskFactory, ToolCallFactory, TurnFactory
 
 
-@pytest.mark.parametrize("used, reached", [(0, False), (19, False), (20, True), (21, True)])
-def test_mcp_limit(used, reached):
-    assert mcp_limit_reached(limit=20, used=used) is reached
+@pytest.mark.parametrize("used, is_reached", [(0, False), (19, False), (20, True), (21, True)])
+def test_mcp_limit(used, is_reached):
+    task = TaskFactory.build(limit_mcp_calls=20)
+    message = reached(BY_FIELD["limit_mcp_calls"], task, Usage(mcp_calls=used))
+    assert bool(message) is is_reached
+    assert not is_reached or message == "the task used its 20 MCP tool calls"
 
 
 @pytest.mark.parametrize(
-    "limit, used, reached",
+    "limit, used, is_reached",
     [
         (None, Decimal("999"), False),
         (Decimal("1"), Decimal("0.99"), False),
         (Decimal("1"), Decimal("1"), True),
     ],
 )
-def test_cost_limit(limit, used, reached):
-    assert cost_limit_reached(limit=limit, used=used) is reached
+def test_cost_limit(limit, used, is_reached):
+    task = TaskFactory.build(limit_cost=limit)
+    assert bool(reached(BY_FIELD["limit_cost"], task, Usage(cost=used))) is is_reached
 
 
 @pytest.fixture

@@ -6,11 +6,12 @@ import threading
 import pytest
 
 from agents.models import AgentRun, CompactionDecision, Conversation, ToolCall, Turn
+from agents.task_services import task_cancel, task_resume
 from agents.worker import Worker
 from memory.models import MemoryEntry, MemorySelection
 from tasks.actors import Actor
 from tasks.models import Task
-from tasks.services import task_cancel, task_pause, task_resume
+from tasks.services import task_pause
 from tasks.states import TaskStatus
 from tasks.workspace import add_input_file
 from tests.agents.conftest import run_burst
@@ -162,8 +163,9 @@ def test_declined_turns_are_discarded_too(
 def test_reaching_a_limit_fails_the_task_keeps_the_checkpoint_and_retry_needs_a_raise(
     model_server, http_model, loop_task, fast_worker_settings, person, limits, script, code
 ):
+    from agents.task_services import task_retry
     from tasks.exceptions import LimitNotRaised
-    from tasks.services import task_retry, task_set_limits
+    from tasks.services import task_set_limits
 
     server = model_server(script)
     task = loop_task(http_model(server), limits=limits)

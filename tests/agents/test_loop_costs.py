@@ -9,10 +9,10 @@ import pytest
 
 from agents.limits import task_usage
 from agents.models import AgentRun, Turn
+from agents.task_services import task_retry
 from agents.worker import Worker
 from tasks.exceptions import LimitNotRaised
 from tasks.models import Task
-from tasks.services import task_retry
 from tasks.states import TaskStatus
 from tests.agents.scripted import calls_of, fast_settings, status_of, tool_task
 from tests.fakes.model_server import ScriptedModelServer, reply_text, reply_tool_calls

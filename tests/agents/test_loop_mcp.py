@@ -5,13 +5,13 @@ import sys
 
 import pytest
 
+from agents.decisions import review_run_again, review_skip
 from agents.limits import task_usage
 from agents.models import ToolCall, ToolServer
 from agents.outcomes import recover_stale
 from agents.states import ToolCallStatus
 from agents.worker import Worker
 from approvals.models import Approval, ReviewDecision
-from approvals.services import review_run_again, review_skip
 from approvals.states import ReviewChoice
 from tasks.states import TaskStatus
 from tests.agents.conftest import ROOT, wait_for
@@ -148,9 +148,9 @@ def test_the_mcp_call_limit_stops_before_a_call_and_retry_asks_to_raise_it(
     loop_settings, mcp, actor
 ):
     from agents.models import AgentRun
+    from agents.task_services import task_retry
     from tasks.exceptions import LimitNotRaised
     from tasks.models import Task
-    from tasks.services import task_retry
 
     script = [
         reply_tool_calls([("local__add_item", {"name": "a"}, "a1")]),
@@ -194,8 +194,8 @@ def test_cancel_aborts_an_mcp_call_in_flight_and_the_worker_keeps_serving(
     import threading
 
     from agents.models import AgentRun
+    from agents.task_services import task_cancel
     from tasks.actors import Actor
-    from tasks.services import task_cancel
 
     script = [reply_tool_calls([("local__hang", {"seconds": 3600}, "h1")]), reply_text("Done.")]
     with ScriptedModelServer(script) as server:

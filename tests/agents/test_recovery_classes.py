@@ -12,16 +12,16 @@ import psycopg
 import pytest
 from django.utils import timezone
 
+from agents.decisions import SKIPPED_RESULT, review_run_again, review_skip
 from agents.limits import task_usage
 from agents.models import AgentRun, Artifact, ToolCall
 from agents.outcomes import recover_stale
 from agents.states import RunStatus, ToolCallStatus
+from agents.task_services import task_retry
 from agents.worker import Worker
 from approvals.models import ReviewDecision
-from approvals.services import SKIPPED_RESULT, review_run_again, review_skip
 from approvals.states import ReviewChoice
 from tasks.exceptions import StaleDecision
-from tasks.services import task_retry
 from tasks.states import EventKind, TaskStatus
 from tasks.workspace import add_input_file
 from tests.agents.conftest import wait_for

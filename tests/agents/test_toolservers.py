@@ -10,12 +10,12 @@ from django.core.management.base import CommandError
 from django.db import IntegrityError, transaction
 
 from agents.models import ToolServer
+from agents.task_services import task_create
 from agents.tools import RecoveryClass, UnknownTool, find_tool, get_tool, operation_hash, tool_names
 from agents.tools.mcp import McpTool
 from agents.toolservers import toolserver_add, toolserver_remove, toolserver_test
 from tasks.actors import Actor
 from tasks.exceptions import InvalidInput, NotPermitted
-from tasks.services import task_create
 from tests.factories import UserFactory
 
 ROOT = Path(__file__).resolve().parents[2]

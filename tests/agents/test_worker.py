@@ -8,15 +8,16 @@ import pytest
 from django.db.models import Count
 from django.utils import timezone
 
+from agents.leases import claim_next
 from agents.loop import Outcome
 from agents.models import AgentRun, Connection, Turn
 from agents.outcomes import apply_outcome, recover_stale
+from agents.task_services import task_cancel, task_create
 from agents.worker import Worker
 from tasks.actors import Actor
 from tasks.models import Task, TaskEvent
-from tasks.services import task_cancel, task_create, task_pause
+from tasks.services import task_pause
 from tasks.states import EventKind, TaskStatus
-from tasks.transitions import claim_next
 from tests.agents.conftest import SCRIPTED_CLI, cli_calls, wait_for
 
 pytestmark = pytest.mark.django_db(transaction=True)
@@ -367,7 +368,7 @@ def test_pause_stops_at_the_next_safe_point_and_resume_continues(
 ):
     import threading
 
-    from tasks.services import task_resume
+    from agents.task_services import task_resume
 
     model = cli_model("--mode", "sleep", "--seconds", "1.5", "--text", "paused answer")
     task = cli_task(model)

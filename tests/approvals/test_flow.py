@@ -8,12 +8,12 @@ decided one by one."""
 import pytest
 from django.core.management import CommandError, call_command
 
+from agents.decisions import DENIED_RESULT, approval_approve, approval_deny
 from agents.models import Artifact, ToolCall
 from agents.states import ToolCallStatus
 from agents.tools import operation_hash
 from agents.worker import Worker
 from approvals.models import Approval
-from approvals.services import DENIED_RESULT, approval_approve, approval_deny
 from approvals.states import ApprovalStatus
 from tasks.exceptions import StaleDecision
 from tasks.states import EventKind, TaskStatus

@@ -28,11 +28,11 @@ from django.db import InterfaceError, OperationalError, connection
 from django.db.models import Count
 
 from agents.models import AgentRun, Artifact, Connection, Model, ToolCall, Turn
+from agents.task_services import task_create
 from approvals.models import ReviewDecision
 from approvals.states import ReviewChoice
 from tasks.actors import Actor
 from tasks.models import Task, TaskEvent
-from tasks.services import task_create
 from tasks.states import EventKind, TaskStatus
 
 ROOT = Path(__file__).resolve().parents[2]

@@ -10,9 +10,9 @@ from playwright.sync_api import expect
 
 from agents.models import Connection, Model, ToolCall
 from agents.states import ToolCallStatus
+from agents.task_services import task_create
 from tasks.actors import Actor
 from tasks.models import Task
-from tasks.services import task_create
 from tasks.states import TaskStatus
 from tests.fakes.http_target import HttpTarget
 from tests.fakes.model_server import ScriptedModelServer, reply_text, reply_tool_calls

@@ -9,15 +9,16 @@ import psycopg
 import pytest
 from django.utils import timezone
 
+from agents.decisions import approval_approve
+from agents.leases import claim_next
 from agents.models import AgentRun, Connection, ToolCall
 from agents.outcomes import apply_outcome, recover_stale
+from agents.task_services import task_cancel
 from agents.worker import Worker
 from approvals.models import Approval, ReviewDecision
-from approvals.services import approval_approve
 from tasks.models import Task, TaskEvent
-from tasks.services import task_cancel, task_delete
+from tasks.services import task_delete
 from tasks.states import EventKind, TaskStatus
-from tasks.transitions import claim_next
 from tests.agents.conftest import run_burst, wait_for
 from tests.agents.scripted import conninfo, fast_settings, status_of, tool_task
 from tests.fakes.model_server import (

@@ -23,11 +23,11 @@ from django.test import Client
 from django.utils import timezone
 
 from agents.models import AgentRun, Artifact, Connection, Model, ToolCall, Turn
+from agents.task_services import task_create
 from agents.worker import Worker
 from approvals.models import Approval
 from tasks.actors import Actor
 from tasks.models import Task, TaskEvent
-from tasks.services import task_create
 from tasks.workspace import add_input_file, artifacts_dir, workspace_dir
 from tests.factories import AgentRunFactory, ApprovalFactory, TaskFactory, TurnFactory
 from tests.fakes.http_target import HttpTarget

@@ -312,8 +312,8 @@ def test_fetch_url_unknown_or_usual_charsets_still_decode(tmp_path):
 
 def _scripted_task(server, *, flavor="openai", tools=("update_plan", "read_file"), **kwargs):
     from agents.models import Connection, Model
+    from agents.task_services import task_create
     from tasks.actors import Actor
-    from tasks.services import task_create
 
     conn = Connection.objects.create(
         name=f"scripted-{server.port}",

@@ -5,12 +5,13 @@ import pytest
 from django.db import transaction
 from django.utils import timezone
 
+from agents import task_services
+from agents.policies import auto_close_if_allowed
 from agents.states import RunStatus, Verdict
 from tasks import services
 from tasks.actors import Actor
 from tasks.exceptions import DependencyCycle
 from tasks.models import Task, TaskDependency, TaskEvent
-from tasks.policies import auto_close_if_allowed
 from tasks.selectors import blocking_reason
 from tasks.states import EventKind, TaskKind, TaskOrigin, TaskStatus
 from tasks.transitions import lock_task, set_status
@@ -22,7 +23,7 @@ WORKER = Actor.worker("w-test")
 
 
 def create(actor, title, *deps):
-    return services.task_create(actor=actor, title=title, instruction="do it", depends_on=deps)
+    return task_services.task_create(actor=actor, title=title, instruction="do it", depends_on=deps)
 
 
 def finish(actor, task):
@@ -122,7 +123,7 @@ def test_cancelling_a_dependency_leaves_dependants_blocked_and_says_why(actor):
     dep = create(actor, "Collect data")
     other = create(actor, "Other")
     waiting = create(actor, "Report", dep, other)
-    services.task_cancel(actor=actor, task_id=dep.pk, reason="not needed")
+    task_services.task_cancel(actor=actor, task_id=dep.pk, reason="not needed")
 
     assert status(waiting) == "blocked"
     event = TaskEvent.objects.get(task=waiting, kind=EventKind.UNBLOCK_BLOCKED)
@@ -206,10 +207,10 @@ def planning_task():
 
 
 def test_follow_ups_are_linked_and_gated_by_their_dependencies(planning_task, settings):
-    first = services.follow_up_create(
+    first = task_services.follow_up_create(
         actor=WORKER, parent=planning_task, title="Collect", instruction="Collect the data."
     )
-    second = services.follow_up_create(
+    second = task_services.follow_up_create(
         actor=WORKER,
         parent=planning_task,
         title="Report",
@@ -233,10 +234,10 @@ def test_follow_ups_are_linked_and_gated_by_their_dependencies(planning_task, se
 
 
 def test_proposing_the_same_title_twice_returns_the_first(planning_task):
-    first = services.follow_up_create(
+    first = task_services.follow_up_create(
         actor=WORKER, parent=planning_task, title="Collect", instruction="Collect."
     )
-    again = services.follow_up_create(
+    again = task_services.follow_up_create(
         actor=WORKER, parent=planning_task, title=" Collect ", instruction="Collect again."
     )
     assert again.pk == first.pk
@@ -256,7 +257,7 @@ def test_a_follow_up_gets_no_more_than_remains_of_the_parent(planning_task, sett
         status=RunStatus.CANCELLED,
         finished_at=timezone.now(),
     )
-    child = services.follow_up_create(
+    child = task_services.follow_up_create(
         actor=WORKER, parent=planning_task, title="Next", instruction="Do it."
     )
     assert (child.limit_turns, child.limit_network_requests) == (2, 3)
@@ -265,7 +266,7 @@ def test_a_follow_up_gets_no_more_than_remains_of_the_parent(planning_task, sett
         task=planning_task, model_turns=2, status=RunStatus.CANCELLED, finished_at=timezone.now()
     )
     with pytest.raises(InvalidInput) as exc:
-        services.follow_up_create(
+        task_services.follow_up_create(
             actor=WORKER, parent=planning_task, title="Later", instruction="Do it."
         )
     assert exc.value.code == "limit_exhausted"
@@ -277,7 +278,7 @@ def test_a_follow_up_gets_what_remains_of_the_money_budget_and_the_mcp_calls(pla
     from tasks.exceptions import InvalidInput
     from tests.factories import TurnFactory
 
-    no_budget = services.follow_up_create(
+    no_budget = task_services.follow_up_create(
         actor=WORKER, parent=planning_task, title="Free", instruction="Do it."
     )
     assert no_budget.limit_cost is None  # the parent has none: nor does the child
@@ -288,13 +289,13 @@ def test_a_follow_up_gets_what_remains_of_the_money_budget_and_the_mcp_calls(pla
         task=planning_task, status=RunStatus.CANCELLED, finished_at=timezone.now()
     )
     TurnFactory(task=planning_task, run=run, index=1, cost=Decimal("0.25"))
-    child = services.follow_up_create(
+    child = task_services.follow_up_create(
         actor=WORKER, parent=planning_task, title="Next", instruction="Do it."
     )
     assert (child.limit_cost, child.limit_mcp_calls) == (Decimal("0.75"), 5)
     TurnFactory(task=planning_task, run=run, index=2, cost=Decimal("0.75"))
     with pytest.raises(InvalidInput) as exc:
-        services.follow_up_create(
+        task_services.follow_up_create(
             actor=WORKER, parent=planning_task, title="Later", instruction="Do it."
         )
     assert exc.value.code == "limit_exhausted"
@@ -305,9 +306,11 @@ def test_proposals_per_task_are_capped(planning_task, settings):
 
     settings.ACTHELM_MAX_PROPOSALS_PER_TASK = 2
     for title in ("One", "Two", "One"):  # the replay of "One" is not a new proposal
-        services.follow_up_create(actor=WORKER, parent=planning_task, title=title, instruction="x")
+        task_services.follow_up_create(
+            actor=WORKER, parent=planning_task, title=title, instruction="x"
+        )
     with pytest.raises(InvalidInput) as exc:
-        services.follow_up_create(
+        task_services.follow_up_create(
             actor=WORKER, parent=planning_task, title="Three", instruction="x"
         )
     assert exc.value.code == "proposal_limit"
@@ -320,13 +323,13 @@ def test_a_follow_up_may_ask_for_fewer_tools_never_more(planning_task):
     planning_task.tools = ["update_plan", "propose_task", "read_file", "fetch_url"]
     planning_task.tool_policies = {"fetch_url": "ask"}
     planning_task.save(update_fields=["tools", "tool_policies"])
-    child = services.follow_up_create(
+    child = task_services.follow_up_create(
         actor=WORKER, parent=planning_task, title="Read", instruction="x", tools=["read_file"]
     )
     assert (child.tools, child.tool_policies) == (["read_file"], {})
     for tools in (["write_artifact"], ["propose_task"], ["read_file", "list_files"]):
         with pytest.raises(InvalidInput) as exc:
-            services.follow_up_create(
+            task_services.follow_up_create(
                 actor=WORKER, parent=planning_task, title=f"t{tools}", instruction="x", tools=tools
             )
         assert exc.value.code == "tool_not_allowed"

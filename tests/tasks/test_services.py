@@ -1,6 +1,7 @@
 import pytest
 from django.utils import timezone
 
+from agents import task_services
 from agents.models import AgentRun
 from agents.states import RunStatus
 from tasks import services
@@ -22,7 +23,7 @@ pytestmark = pytest.mark.django_db
 
 def test_create_copies_limit_defaults_and_is_ready(actor, settings):
     settings.ACTHELM_LIMIT_TURNS = 7
-    task = services.task_create(actor=actor, title="T", instruction="I")
+    task = task_services.task_create(actor=actor, title="T", instruction="I")
     assert task.status == TaskStatus.READY
     assert task.limit_turns == 7 and task.limit_network_requests == 8
     assert task.created_by == actor.user
@@ -32,7 +33,7 @@ def test_create_copies_limit_defaults_and_is_ready(actor, settings):
 
 def test_create_with_an_unfinished_dependency_is_blocked(actor):
     dep = TaskFactory(status=TaskStatus.REVIEW)
-    task = services.task_create(actor=actor, title="T", instruction="I", depends_on=[dep])
+    task = task_services.task_create(actor=actor, title="T", instruction="I", depends_on=[dep])
     assert task.status == TaskStatus.BLOCKED
 
 
@@ -51,14 +52,14 @@ def test_create_with_an_unfinished_dependency_is_blocked(actor):
 def test_create_refuses_bad_input_clearly(actor, kwargs, message):
     base = {"title": "T", "instruction": "I"}
     with pytest.raises(InvalidInput, match=message):
-        services.task_create(actor=actor, **(base | kwargs))
+        task_services.task_create(actor=actor, **(base | kwargs))
     assert not Task.objects.exists()
 
 
 def test_dependency_cycles_are_refused(actor):
-    a = services.task_create(actor=actor, title="A", instruction="I")
-    b = services.task_create(actor=actor, title="B", instruction="I", depends_on=[a])
-    c = services.task_create(actor=actor, title="C", instruction="I", depends_on=[b])
+    a = task_services.task_create(actor=actor, title="A", instruction="I")
+    b = task_services.task_create(actor=actor, title="B", instruction="I", depends_on=[a])
+    c = task_services.task_create(actor=actor, title="C", instruction="I", depends_on=[b])
     with pytest.raises(DependencyCycle):
         services.task_add_dependency(actor=actor, task_id=a.pk, depends_on_id=c.pk)
     with pytest.raises(DependencyCycle):
@@ -78,7 +79,7 @@ def test_pause_is_immediate_for_ready_and_cooperative_for_running(actor):
 
 def test_cancel_ends_the_running_attempt(actor):
     run = AgentRunFactory()
-    services.task_cancel(actor=actor, task_id=run.task_id)
+    task_services.task_cancel(actor=actor, task_id=run.task_id)
     run.refresh_from_db()
     assert run.status == RunStatus.CANCELLED and run.finished_at
     assert Task.objects.get(pk=run.task_id).status == TaskStatus.CANCELLED
@@ -87,7 +88,7 @@ def test_cancel_ends_the_running_attempt(actor):
 def test_a_cancelled_task_cannot_be_resumed(actor):
     task = TaskFactory(status=TaskStatus.CANCELLED)
     with pytest.raises(TransitionNotAllowed):
-        services.task_resume(actor=actor, task_id=task.pk)
+        task_services.task_resume(actor=actor, task_id=task.pk)
 
 
 def test_close_needs_review_and_the_permission(actor, outsider):
@@ -105,7 +106,7 @@ def test_close_needs_review_and_the_permission(actor, outsider):
 def test_closing_the_last_dependency_promotes_the_dependant_in_the_same_transaction(actor):
     a = TaskFactory(status=TaskStatus.REVIEW)
     b = TaskFactory(status=TaskStatus.REVIEW)
-    child = services.task_create(actor=actor, title="C", instruction="I", depends_on=[a, b])
+    child = task_services.task_create(actor=actor, title="C", instruction="I", depends_on=[a, b])
     services.task_close(actor=actor, task_id=a.pk)
     assert Task.objects.get(pk=child.pk).status == TaskStatus.BLOCKED
     services.task_close(actor=actor, task_id=b.pk)
@@ -124,24 +125,24 @@ def test_retry_after_a_limit_needs_the_limit_raised(actor):
     task = TaskFactory(status=TaskStatus.FAILED, failure_code="limit_steps", limit_turns=3)
     AgentRunFactory(task=task, status=RunStatus.FAILED, model_turns=3, finished_at=timezone.now())
     with pytest.raises(LimitNotRaised):
-        services.task_retry(actor=actor, task_id=task.pk)
+        task_services.task_retry(actor=actor, task_id=task.pk)
     services.task_set_limits(actor=actor, task_id=task.pk, limit_turns=10)
-    assert services.task_retry(actor=actor, task_id=task.pk).status == TaskStatus.READY
+    assert task_services.task_retry(actor=actor, task_id=task.pk).status == TaskStatus.READY
 
 
 def test_resume_on_another_model_runs_the_checks(actor):
     task = TaskFactory(status=TaskStatus.PAUSED)
     untested = ModelFactory(test_status="failed")
     with pytest.raises(ModelCheckFailed, match="has not passed its test"):
-        services.task_resume(actor=actor, task_id=task.pk, model=untested)
+        task_services.task_resume(actor=actor, task_id=task.pk, model=untested)
     no_tools = ModelFactory(supports_tools=False)
     with pytest.raises(ModelCheckFailed, match="tool calling"):
-        services.task_resume(actor=actor, task_id=task.pk, model=no_tools)
+        task_services.task_resume(actor=actor, task_id=task.pk, model=no_tools)
     small = ModelFactory(context_window=1)
     with pytest.raises(ModelCheckFailed, match="context window"):
-        services.task_resume(actor=actor, task_id=task.pk, model=small)
+        task_services.task_resume(actor=actor, task_id=task.pk, model=small)
     unknown = ModelFactory(context_window=None)
-    services.task_resume(actor=actor, task_id=task.pk, model=unknown)
+    task_services.task_resume(actor=actor, task_id=task.pk, model=unknown)
     task.refresh_from_db()
     assert task.status == TaskStatus.READY and task.model == unknown
     event = TaskEvent.objects.filter(task=task, kind=EventKind.RESUMED).get()
@@ -165,11 +166,11 @@ def test_every_person_action_matches_the_actions_table(actor, status):
     calls = {
         Action.PAUSE: lambda t: services.task_pause(actor=actor, task_id=t),
         Action.WITHDRAW_PAUSE: lambda t: services.task_withdraw_pause(actor=actor, task_id=t),
-        Action.RESUME: lambda t: services.task_resume(actor=actor, task_id=t),
-        Action.CANCEL: lambda t: services.task_cancel(actor=actor, task_id=t),
+        Action.RESUME: lambda t: task_services.task_resume(actor=actor, task_id=t),
+        Action.CANCEL: lambda t: task_services.task_cancel(actor=actor, task_id=t),
         Action.CLOSE: lambda t: services.task_close(actor=actor, task_id=t),
         Action.REOPEN: lambda t: services.task_reopen(actor=actor, task_id=t, feedback="f"),
-        Action.RETRY: lambda t: services.task_retry(actor=actor, task_id=t),
+        Action.RETRY: lambda t: task_services.task_retry(actor=actor, task_id=t),
         Action.DELETE: lambda t: services.task_delete(actor=actor, task_id=t),
     }
     for action, call in calls.items():

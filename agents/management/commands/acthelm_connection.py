@@ -5,6 +5,7 @@ import json
 from django.core.management.base import BaseCommand
 
 from agents.models import Connection
+from agents.services import connection_add, connection_test
 from agents.states import ConnectionKind, CostTier
 from tasks.cli import emit, fail, person_actor
 from tasks.exceptions import ActhelmError, InvalidInput
@@ -94,7 +95,6 @@ class Command(BaseCommand):
         emit(self, rows, as_json=opts["json"], text=text or "no connections")
 
     def do_add(self, opts):
-        from agents.services import connection_add
 
         command = []
         if opts["cli_command"]:
@@ -132,7 +132,6 @@ class Command(BaseCommand):
         )
 
     def do_test(self, opts):
-        from agents.services import connection_test
 
         results = connection_test(
             actor=person_actor(opts["user"]),

@@ -7,6 +7,12 @@ from django.core.management.base import BaseCommand
 
 from agents.models import ToolServer
 from agents.states import ToolServerTransport
+from agents.toolservers import (
+    toolserver_add,
+    toolserver_as_dict,
+    toolserver_remove,
+    toolserver_test,
+)
 from tasks.cli import emit, fail, person_actor
 from tasks.exceptions import ActhelmError, InvalidInput
 
@@ -50,7 +56,6 @@ class Command(BaseCommand):
             fail(self, exc, as_json=opts["json"])
 
     def do_add(self, opts):
-        from agents.toolservers import toolserver_add, toolserver_as_dict
 
         command = []
         raw = opts["server_command"].strip()
@@ -81,7 +86,6 @@ class Command(BaseCommand):
         )
 
     def do_list(self, opts):
-        from agents.toolservers import toolserver_as_dict
 
         rows = [toolserver_as_dict(s) for s in ToolServer.objects.all()]
         text = "\n".join(
@@ -92,7 +96,6 @@ class Command(BaseCommand):
         emit(self, rows, as_json=opts["json"], text=text or "no tool servers")
 
     def do_test(self, opts):
-        from agents.toolservers import toolserver_test
 
         result = toolserver_test(actor=person_actor(opts["user"]), name=opts["name"])
         text = f"{result['name']}: {'passed' if result['ok'] else 'FAILED'} — "
@@ -104,7 +107,6 @@ class Command(BaseCommand):
             raise SystemExit(1)
 
     def do_remove(self, opts):
-        from agents.toolservers import toolserver_remove
 
         toolserver_remove(actor=person_actor(opts["user"]), name=opts["name"])
         emit(

@@ -9,9 +9,9 @@ from django.db import transaction
 
 from agents.models import Connection, Model
 from agents.states import ConnectionKind, CostTier, ModelTestStatus
+from agents.task_services import task_create
 from tasks.actors import Actor
 from tasks.models import Goal, Task
-from tasks.services import task_create
 from tasks.workspace import add_input_file
 
 

@@ -11,14 +11,18 @@ from django.core.management.base import BaseCommand, CommandError
 from django.db import transaction
 
 from acthelm_site.console.actions import REGISTRY, by_slug
+from agents import task_services
 from agents.models import Connection, Model
+from agents.scorecard import model_scorecard, scorecard_window
+from agents.selectors import task_cost_subquery, task_with_history
 from approvals.models import Approval, ReviewDecision
 from approvals.selectors import open_operations, operations_as_text
 from tasks import services
 from tasks.cli import emit, fail, person_actor
 from tasks.exceptions import ActhelmError, InvalidInput
+from tasks.limits import LIMIT_FIELDS
 from tasks.models import Goal, Task
-from tasks.selectors import task_as_dict, task_cost_subquery
+from tasks.selectors import task_as_dict
 from tasks.states import TaskStatus
 from tasks.workspace import add_input_file
 
@@ -44,6 +48,9 @@ def _count(value: str) -> int:
     return number
 
 
+LIMIT_HELP = "NAME=VALUE, repeatable; NAME one of " + ", ".join(LIMIT_FIELDS)
+
+
 class Command(BaseCommand):
     help = "Create, inspect and act on tasks (the console's actions, scriptable)."
 
@@ -64,7 +71,7 @@ class Command(BaseCommand):
         create.add_argument("--model", help="model name on the connection")
         create.add_argument("--depends-on", type=int, action="append", default=[])
         create.add_argument("--tag", action="append", default=[])
-        create.add_argument("--limit", action="append", default=[], help="limit_turns=10 …")
+        create.add_argument("--limit", action="append", default=[], help=LIMIT_HELP)
         create.add_argument("--file", action="append", default=[], help="input file to attach")
 
         lst = sub.add_parser("list", help="list tasks")
@@ -87,7 +94,7 @@ class Command(BaseCommand):
         show.add_argument("task", type=int)
         limits = sub.add_parser("limits", help="change a task's limits")
         limits.add_argument("task", type=int)
-        limits.add_argument("--limit", action="append", required=True, help="limit_turns=40 …")
+        limits.add_argument("--limit", action="append", required=True, help=LIMIT_HELP)
         # One subcommand per console action (acthelm_site.console.actions).
         for entry in REGISTRY.values():
             p = sub.add_parser(entry.slug, help=entry.cli_help)
@@ -144,7 +151,7 @@ class Command(BaseCommand):
             return emit(self, rows, as_json=as_json, text=text or "no tasks")
         if action == "show":
             task = self._task(opts["task"])
-            data = task_as_dict(task, with_events=True)
+            data = task_with_history(task)
             data["open_operations"] = open_operations(task_id=task.pk)
             lines = [f"#{task.pk} {task.status} {task.title}"]
             if task.failure_code:
@@ -180,7 +187,6 @@ class Command(BaseCommand):
         )
 
     def _stats(self, opts, as_json):
-        from agents.scorecard import model_scorecard, scorecard_window
 
         card = model_scorecard(window=scorecard_window(period=opts["period"], since=opts["since"]))
         lines = [f"{card.window.label} ({card.window.since:%Y-%m-%d %H:%M} to now)"]
@@ -219,7 +225,7 @@ class Command(BaseCommand):
             if not f.is_file():
                 raise InvalidInput(f"--file {f} is not a readable file")
         with transaction.atomic():
-            task = services.task_create(
+            task = task_services.task_create(
                 actor=actor,
                 title=opts["title"],
                 instruction=opts["instruction"],

@@ -9,11 +9,11 @@ from django.core.management import CommandError, call_command
 from django.utils import timezone
 
 from agents.models import AgentRun, Artifact, CompactionDecision, Conversation, ToolCall, Turn
+from agents.prune import REMOVED_EVENT_KINDS, prune
 from agents.states import RunStatus
 from approvals.models import Approval
 from memory.models import MemorySelection
 from tasks.models import Task, TaskEvent
-from tasks.prune import REMOVED_EVENT_KINDS, prune
 from tasks.states import EventKind, TaskStatus
 from tasks.workspace import add_input_file, artifacts_dir
 from tests.factories import (

@@ -8,9 +8,9 @@ import sys
 import pytest
 from django.conf import settings
 
+from agents.reconciler import PLANNING_TOOLS, choose_model, reconcile
 from agents.states import CostTier, ModelTestStatus
 from tasks.models import Task, TaskDependency, TaskEvent
-from tasks.reconciler import PLANNING_TOOLS, choose_model, reconcile
 from tasks.states import EventKind, TaskKind, TaskOrigin, TaskStatus
 from tests.conftest import ROOT
 from tests.factories import ConnectionFactory, GoalFactory, ModelFactory, TaskFactory

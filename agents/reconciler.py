@@ -21,9 +21,9 @@ from django.db.models import Exists, OuterRef
 
 from agents.models import Model
 from agents.states import CostTier, ModelTestStatus
+from agents.task_services import task_create
 from tasks.actors import Actor
 from tasks.models import Goal, Task, TaskDependency
-from tasks.services import task_create
 from tasks.states import OPEN, EventKind, TaskKind, TaskOrigin, TaskStatus
 from tasks.transitions import set_status
 

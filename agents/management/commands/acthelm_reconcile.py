@@ -2,8 +2,8 @@
 
 from django.core.management.base import BaseCommand
 
+from agents.reconciler import reconcile
 from tasks.cli import emit
-from tasks.reconciler import reconcile
 
 
 class Command(BaseCommand):

@@ -2,10 +2,10 @@
 
 from django.urls import path
 
-from agents import scorecard_views
+from agents.scorecard import views
 
 app_name = "scorecard"
 
 urlpatterns = [
-    path("", scorecard_views.scorecard, name="index"),
+    path("", views.scorecard, name="index"),
 ]

@@ -1,7 +1,7 @@
 import pytest
 
+from agents import decisions
 from agents.states import ToolCallStatus
-from approvals import services
 from approvals.states import ApprovalStatus, ReviewChoice
 from tasks.actors import Actor
 from tasks.exceptions import NotPermitted, StaleDecision
@@ -20,7 +20,7 @@ def _approval(**kwargs):
 
 def test_approve_with_the_right_hash_queues_the_task(actor):
     approval = _approval()
-    services.approval_approve(
+    decisions.approval_approve(
         actor=actor, approval_id=approval.pk, arguments_hash=approval.arguments_hash
     )
     approval.refresh_from_db()
@@ -36,7 +36,7 @@ def test_approve_with_the_right_hash_queues_the_task(actor):
 def test_a_stale_or_altered_hash_changes_nothing(actor, bad_hash):
     approval = _approval()
     with pytest.raises(StaleDecision):
-        services.approval_approve(actor=actor, approval_id=approval.pk, arguments_hash=bad_hash)
+        decisions.approval_approve(actor=actor, approval_id=approval.pk, arguments_hash=bad_hash)
     approval.refresh_from_db()
     assert approval.status == ApprovalStatus.PENDING
     assert Task.objects.get(pk=approval.task_id).status == TaskStatus.AWAITING_APPROVAL
@@ -44,18 +44,18 @@ def test_a_stale_or_altered_hash_changes_nothing(actor, bad_hash):
 
 def test_a_decided_approval_cannot_be_decided_again(actor):
     approval = _approval()
-    services.approval_deny(
+    decisions.approval_deny(
         actor=actor, approval_id=approval.pk, arguments_hash=approval.arguments_hash
     )
     with pytest.raises(StaleDecision):
-        services.approval_approve(
+        decisions.approval_approve(
             actor=actor, approval_id=approval.pk, arguments_hash=approval.arguments_hash
         )
 
 
 def test_deny_records_a_failed_call_for_the_model(actor):
     approval = _approval()
-    services.approval_deny(
+    decisions.approval_deny(
         actor=actor, approval_id=approval.pk, arguments_hash=approval.arguments_hash
     )
     call = approval.tool_call
@@ -67,18 +67,20 @@ def test_two_pending_calls_are_decided_one_by_one(actor):
     first = _approval()
     call2 = ToolCallFactory(turn=first.tool_call.turn, status=ToolCallStatus.AWAITING_APPROVAL)
     second = ApprovalFactory(tool_call=call2)
-    services.approval_approve(
+    decisions.approval_approve(
         actor=actor, approval_id=first.pk, arguments_hash=first.arguments_hash
     )
     assert Task.objects.get(pk=first.task_id).status == TaskStatus.AWAITING_APPROVAL
-    services.approval_deny(actor=actor, approval_id=second.pk, arguments_hash=second.arguments_hash)
+    decisions.approval_deny(
+        actor=actor, approval_id=second.pk, arguments_hash=second.arguments_hash
+    )
     assert Task.objects.get(pk=first.task_id).status == TaskStatus.READY
 
 
 def test_deciding_needs_the_permission(outsider):
     approval = _approval()
     with pytest.raises(NotPermitted):
-        services.approval_approve(
+        decisions.approval_approve(
             actor=Actor.person(outsider),
             approval_id=approval.pk,
             arguments_hash=approval.arguments_hash,
@@ -88,8 +90,8 @@ def test_deciding_needs_the_permission(outsider):
 @pytest.mark.parametrize(
     ("func", "choice", "call_status"),
     [
-        (services.review_run_again, ReviewChoice.RUN_AGAIN, ToolCallStatus.APPROVED),
-        (services.review_skip, ReviewChoice.SKIP, ToolCallStatus.SKIPPED),
+        (decisions.review_run_again, ReviewChoice.RUN_AGAIN, ToolCallStatus.APPROVED),
+        (decisions.review_skip, ReviewChoice.SKIP, ToolCallStatus.SKIPPED),
     ],
 )
 def test_needs_review_choices(actor, func, choice, call_status):

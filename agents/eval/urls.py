@@ -2,10 +2,10 @@
 
 from django.urls import path
 
-from agents import eval_views
+from agents.eval import views
 
 app_name = "eval"
 
 urlpatterns = [
-    path("", eval_views.evaluation, name="index"),
+    path("", views.evaluation, name="index"),
 ]

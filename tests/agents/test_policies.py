@@ -5,10 +5,10 @@ import pytest
 from django.db import transaction
 from django.utils import timezone
 
+from agents.policies import AUTO_CLOSE_GOAL_NO_WORK, auto_close_if_allowed
 from agents.states import RunStatus, Verdict
 from tasks.actors import Actor
 from tasks.models import Task, TaskEvent
-from tasks.policies import AUTO_CLOSE_GOAL_NO_WORK, auto_close_if_allowed
 from tasks.states import EventKind, TaskKind, TaskOrigin, TaskStatus
 from tasks.transitions import lock_task
 from tests.factories import AgentRunFactory, GoalFactory, TaskFactory
