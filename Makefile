@@ -49,6 +49,7 @@ chromium:
 lint: $(STAMP)
 	$(VENV)/bin/ruff check .
 	$(VENV)/bin/ruff format --check .
+	$(VENV)/bin/lint-imports
 
 fmt: $(STAMP)
 	$(VENV)/bin/ruff format .
