@@ -15,6 +15,8 @@ from typing import Any, ClassVar, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 
+from agents.tools.base import non_finite_path
+
 # --------------------------------------------------------------------------------------
 # Stable error codes
 # --------------------------------------------------------------------------------------
@@ -161,20 +163,6 @@ class ToolSpec(BaseModel):
     name: str
     description: str = ""
     parameters: dict = Field(default_factory=_empty_object_schema)
-
-
-def non_finite_path(value: Any) -> str | None:
-    """Where ``value`` (parsed JSON) holds NaN or ±Infinity, as ``a.b[2]``; None if nowhere."""
-    stack: list[tuple[str, Any]] = [("", value)]
-    while stack:
-        path, item = stack.pop()
-        if isinstance(item, float) and not math.isfinite(item):
-            return path or "(arguments)"
-        if isinstance(item, dict):
-            stack.extend((f"{path}.{k}" if path else str(k), v) for k, v in item.items())
-        elif isinstance(item, (list, tuple)):
-            stack.extend((f"{path}[{i}]", v) for i, v in enumerate(item))
-    return None
 
 
 class ToolCallRequest(BaseModel):

@@ -174,7 +174,7 @@ class ToolArgs(BaseModel):
     model_config = ConfigDict(extra="forbid", allow_inf_nan=False)
 
 
-def _non_finite_path(value: Any) -> str | None:
+def non_finite_path(value: Any) -> str | None:
     """Where ``value`` holds NaN or ±Infinity, as ``a.b[2]``; None if nowhere."""
     stack: list[tuple[str, Any]] = [("", value)]
     while stack:
@@ -265,7 +265,7 @@ class Tool:
                 f"Tool '{self.name}' needs a JSON object of arguments, "
                 f"got {type(arguments).__name__}.",
             )
-        where = _non_finite_path(arguments)
+        where = non_finite_path(arguments)
         if where is not None:
             raise ToolError(
                 "invalid_arguments",
