@@ -7,6 +7,9 @@ HOST ?= 127.0.0.1
 PORT ?= 8000
 DEMO_MODEL_PORT ?= 8765
 PYTEST_ARGS ?=
+# The suite runs in this many processes (each with its own test database); the tests marked
+# serial (the chaos test restarts the embedded PostgreSQL) run alone afterwards.
+PYTEST_WORKERS ?= 2
 
 .PHONY: run test venv migrate demo worker lint fmt chromium screenshots db-stop stop clean
 
@@ -57,7 +60,9 @@ fmt: $(STAMP)
 
 test: $(STAMP) chromium lint
 	$(PY) manage.py makemigrations --check --dry-run
-	$(PY) -m pytest $(PYTEST_ARGS)
+	@# Exit status 5 is "no test selected" (PYTEST_ARGS may name only serial tests, or none).
+	$(PY) -m pytest -n $(PYTEST_WORKERS) -m "not serial" $(PYTEST_ARGS) || [ $$? -eq 5 ]
+	$(PY) -m pytest -m serial $(PYTEST_ARGS) || [ $$? -eq 5 ]
 
 # Refreshes the README's screenshots from the browser tests' real pages.
 screenshots: $(STAMP) chromium

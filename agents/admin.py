@@ -161,7 +161,6 @@ class ModelAdmin(admin.ModelAdmin):
 
     @admin.action(description="Fill empty prices from the price table (genai-prices)")
     def fill_prices(self, request, queryset):
-
         for model in queryset:
             try:
                 fill = model_fill_prices(actor=Actor.person(request.user), model_id=model.pk)
@@ -214,7 +213,6 @@ class ToolServerAdmin(admin.ModelAdmin):
 
     @admin.action(description="Test: connect, list the tools and record them")
     def test_servers(self, request, queryset):
-
         for server in queryset:
             try:
                 result = toolserver_test(actor=Actor.person(request.user), name=server.name)

@@ -21,7 +21,6 @@ def credential_problem(name: str) -> str | None:
 
 
 def executable_problem(command: list[str]) -> str | None:
-
     return executable_refusal(list(command or []), list(settings.ACTHELM_CLI_EXECUTABLES))
 
 

@@ -104,11 +104,6 @@ def _requeue(task: Task, *, actor: Actor, kind: str, run=None, data=None, **fiel
         set_status(task, TaskStatus.READY, actor=actor, kind=kind, run=run, data=data, **fields)
 
 
-def _note_stuck(task: Task, actor: Actor) -> None:
-
-    note_stuck_dependants(task, actor=actor)
-
-
 def _fail_task(task, run, *, actor, code: str, message: str, **fields) -> None:
     set_status(
         task,
@@ -121,7 +116,7 @@ def _fail_task(task, run, *, actor, code: str, message: str, **fields) -> None:
         failure_message=message[:10_000],
         **fields,
     )
-    _note_stuck(task, actor)
+    note_stuck_dependants(task, actor=actor)
 
 
 @dataclass
@@ -156,7 +151,7 @@ def _on_final(e: Ending) -> None:
             failure_code="",
             failure_message="",
         )
-        _auto_close(e.task, e.run, e.actor)
+        auto_close_if_allowed(e.task, e.run, actor=e.actor)
         return
     reason = verdict.reason if verdict else "no verdict"
     finish_run(
@@ -290,10 +285,6 @@ def apply_outcome(
             verdict=verdict,
             now=now or held.now,
         )
-
-
-def _auto_close(task, run, actor) -> None:
-    auto_close_if_allowed(task, run, actor=actor)
 
 
 def _retry_or_fail(task, run, *, actor, code, message, now, feedback: str = "") -> None:

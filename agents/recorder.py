@@ -284,7 +284,6 @@ class Recorder:
     # -- the writes, in the order their foreign keys need -----------------------------------------
 
     def _write(self, step: Step, task: Task | None, active_seconds: float, checkpoint) -> None:
-
         now = timezone.now()
         if step.selection:
             how, what = step.selection

@@ -59,7 +59,6 @@ log = logging.getLogger("acthelm.tasks")
 
 
 def known_tool_names() -> set[str]:
-
     return set(tool_names())
 
 

@@ -74,7 +74,6 @@ class TaskCreateForm(forms.Form):
     files = MultipleFileField(required=False, help_text="Copied into the task's workspace.")
 
     def __init__(self, *args, **kwargs):
-
         super().__init__(*args, **kwargs)
         choices = [(name, name) for name in tool_names()]
         self.fields["tools"].choices = choices

@@ -155,7 +155,6 @@ class Task(models.Model):
 
     @property
     def is_held(self) -> bool:
-
         return self.status in HELD
 
 

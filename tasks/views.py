@@ -149,7 +149,6 @@ def task_create(request):
 
 
 def _tool_rows(form: TaskCreateForm) -> list[dict]:
-
     if form.is_bound:
         chosen = set(form.data.getlist("tools"))
         ask = set(form.data.getlist("ask_tools"))

@@ -451,7 +451,6 @@ def inbox(request, limit: int = Query(PAGE_SIZE, ge=1, le=MAX_PAGE_SIZE)):
 
 
 def _connection_as_dict(conn: Connection, now) -> dict:
-
     return {
         "id": conn.pk,
         "name": conn.name,

@@ -209,7 +209,6 @@ class AnthropicProvider(Provider):
         max_tokens: int,
         cancel_event: threading.Event | None = None,
     ) -> Completion:
-
         with telemetry.chat(
             provider_kind=self.kind, model=model, max_tokens=max_tokens, server=self.base_url
         ) as span:

@@ -264,7 +264,6 @@ class OpenAICompatibleProvider(Provider):
         max_tokens: int,
         cancel_event: threading.Event | None = None,
     ) -> Completion:
-
         body = self.payload(model, messages, tools, max_tokens)
         with telemetry.chat(
             provider_kind=self.kind, model=model, max_tokens=max_tokens, server=self.base_url

@@ -42,7 +42,7 @@ def test_every_action_is_declared_once_with_its_permission_service_and_states():
     assert {e.name for e in decision_actions("review")} == {Action.RUN_AGAIN, Action.SKIP}
 
 
-@pytest.mark.parametrize("entry", task_actions(), ids=str)
+@pytest.mark.parametrize("entry", task_actions(), ids=lambda entry: str(entry.name))
 def test_the_service_enforces_the_declared_permission(entry):
     """A person with every permission but the declared one is refused by the service itself."""
     others = [perm for perm in EVERY_PERM if perm != entry.perm]
@@ -54,7 +54,7 @@ def test_the_service_enforces_the_declared_permission(entry):
     assert Task.objects.filter(pk=task.pk, status=task.status).exists()
 
 
-@pytest.mark.parametrize("entry", task_actions(), ids=str)
+@pytest.mark.parametrize("entry", task_actions(), ids=lambda entry: str(entry.name))
 def test_the_task_page_renders_its_button_in_exactly_its_states(client, entry):
     client.force_login(UserFactory(username="boss", perms=EVERY_PERM))
     for status in TaskStatus:

@@ -61,6 +61,7 @@ CHAOS_ENV = {
 SETTLED = {TaskStatus.REVIEW, TaskStatus.NEEDS_REVIEW}
 
 pytestmark = [
+    pytest.mark.serial,
     pytest.mark.django_db(transaction=True),
     pytest.mark.timeout(int(SECONDS + SETTLE + 240)),
 ]

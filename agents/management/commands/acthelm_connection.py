@@ -95,7 +95,6 @@ class Command(BaseCommand):
         emit(self, rows, as_json=opts["json"], text=text or "no connections")
 
     def do_add(self, opts):
-
         command = []
         if opts["cli_command"]:
             try:
@@ -132,7 +131,6 @@ class Command(BaseCommand):
         )
 
     def do_test(self, opts):
-
         results = connection_test(
             actor=person_actor(opts["user"]),
             name=opts["name"],

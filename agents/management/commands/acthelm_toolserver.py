@@ -56,7 +56,6 @@ class Command(BaseCommand):
             fail(self, exc, as_json=opts["json"])
 
     def do_add(self, opts):
-
         command = []
         raw = opts["server_command"].strip()
         if raw.startswith("["):
@@ -86,7 +85,6 @@ class Command(BaseCommand):
         )
 
     def do_list(self, opts):
-
         rows = [toolserver_as_dict(s) for s in ToolServer.objects.all()]
         text = "\n".join(
             f"{r['name']:<20} {r['transport']:<6} {'trusted' if r['trusted'] else 'untrusted':<10}"
@@ -96,7 +94,6 @@ class Command(BaseCommand):
         emit(self, rows, as_json=opts["json"], text=text or "no tool servers")
 
     def do_test(self, opts):
-
         result = toolserver_test(actor=person_actor(opts["user"]), name=opts["name"])
         text = f"{result['name']}: {'passed' if result['ok'] else 'FAILED'} — "
         text += result["test_message"] or ""
@@ -107,7 +104,6 @@ class Command(BaseCommand):
             raise SystemExit(1)
 
     def do_remove(self, opts):
-
         toolserver_remove(actor=person_actor(opts["user"]), name=opts["name"])
         emit(
             self,

@@ -187,7 +187,6 @@ class Command(BaseCommand):
         )
 
     def _stats(self, opts, as_json):
-
         card = model_scorecard(window=scorecard_window(period=opts["period"], since=opts["since"]))
         lines = [f"{card.window.label} ({card.window.since:%Y-%m-%d %H:%M} to now)"]
         for s in [*card.models, card.totals]:
