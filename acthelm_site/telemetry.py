@@ -25,6 +25,7 @@ import threading
 from collections.abc import Iterator
 from typing import Any
 
+from django.conf import settings
 from opentelemetry import trace
 from opentelemetry.trace import SpanKind, Status, StatusCode
 
@@ -220,12 +221,8 @@ class ToolSpan:
 
 
 def _tool_arguments_allowed() -> bool:
-    try:
-        from django.conf import settings
-
-        return bool(getattr(settings, "ACTHELM_OTEL_TOOL_ARGUMENTS", False))
-    except ImportError:  # pragma: no cover - Django is always there in this project
-        return False
+    # Providers and tools are also used without Django settings (their own tests): no arguments.
+    return settings.configured and bool(getattr(settings, "ACTHELM_OTEL_TOOL_ARGUMENTS", False))
 
 
 @contextlib.contextmanager
