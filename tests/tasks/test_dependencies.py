@@ -3,7 +3,6 @@ as the close that finished the last one, cycles refused, stuck dependencies expl
 
 import pytest
 from django.db import transaction
-from django.utils import timezone
 
 from agents import task_services
 from agents.policies import auto_close_if_allowed
@@ -15,7 +14,7 @@ from tasks.models import Task, TaskDependency, TaskEvent
 from tasks.selectors import blocking_reason
 from tasks.states import EventKind, TaskKind, TaskOrigin, TaskStatus
 from tasks.transitions import lock_task, set_status
-from tests.factories import AgentRunFactory, GoalFactory, ModelFactory, TaskFactory
+from tests.factories import AgentRunFactory, TaskFactory
 
 pytestmark = pytest.mark.django_db
 
@@ -187,149 +186,3 @@ def test_the_auto_close_path_promotes_dependants(settings, actor):
     with transaction.atomic():
         assert auto_close_if_allowed(lock_task(planning.pk), run, actor=WORKER)
     assert status(waiting) == "ready"
-
-
-# --- follow-up tasks (propose_task) -------------------------------------------------------------
-
-
-@pytest.fixture
-def planning_task():
-    model = ModelFactory()
-    return TaskFactory(
-        status=TaskStatus.IN_PROGRESS,
-        kind=TaskKind.PLANNING,
-        origin=TaskOrigin.RECONCILER,
-        goal=GoalFactory(),
-        tools=["update_plan", "propose_task"],
-        connection=model.connection,
-        model=model,
-    )
-
-
-def test_follow_ups_are_linked_and_gated_by_their_dependencies(planning_task, settings):
-    first = task_services.follow_up_create(
-        actor=WORKER, parent=planning_task, title="Collect", instruction="Collect the data."
-    )
-    second = task_services.follow_up_create(
-        actor=WORKER,
-        parent=planning_task,
-        title="Report",
-        instruction="Write the report.",
-        depends_on=[first],
-    )
-    assert first.status == TaskStatus.READY and second.status == TaskStatus.BLOCKED
-    for task in (first, second):
-        task.refresh_from_db()
-        assert task.spawned_by_id == planning_task.pk
-        assert task.goal_id == planning_task.goal_id
-        assert task.origin == TaskOrigin.AGENT and task.kind == TaskKind.WORK
-        assert (task.connection_id, task.model_id) == (
-            planning_task.connection_id,
-            planning_task.model_id,
-        )
-        assert task.tools == ["update_plan"]  # the parent's, without propose_task
-        assert task.created_by is None
-    assert list(second.dependency_links.values_list("depends_on_id", flat=True)) == [first.pk]
-    assert TaskEvent.objects.get(task=second, kind=EventKind.CREATED).actor_label == "w-test"
-
-
-def test_proposing_the_same_title_twice_returns_the_first(planning_task):
-    first = task_services.follow_up_create(
-        actor=WORKER, parent=planning_task, title="Collect", instruction="Collect."
-    )
-    again = task_services.follow_up_create(
-        actor=WORKER, parent=planning_task, title=" Collect ", instruction="Collect again."
-    )
-    assert again.pk == first.pk
-    assert Task.objects.filter(spawned_by=planning_task).count() == 1
-
-
-def test_a_follow_up_gets_no_more_than_remains_of_the_parent(planning_task, settings):
-    from tasks.exceptions import InvalidInput
-
-    planning_task.limit_turns, planning_task.limit_network_requests = 5, 4
-    planning_task.save(update_fields=["limit_turns", "limit_network_requests"])
-    AgentRunFactory(
-        task=planning_task,
-        model_turns=3,
-        network_requests=1,
-        active_seconds=10,
-        status=RunStatus.CANCELLED,
-        finished_at=timezone.now(),
-    )
-    child = task_services.follow_up_create(
-        actor=WORKER, parent=planning_task, title="Next", instruction="Do it."
-    )
-    assert (child.limit_turns, child.limit_network_requests) == (2, 3)
-    assert child.limit_runtime_seconds == planning_task.limit_runtime_seconds - 10
-    AgentRunFactory(
-        task=planning_task, model_turns=2, status=RunStatus.CANCELLED, finished_at=timezone.now()
-    )
-    with pytest.raises(InvalidInput) as exc:
-        task_services.follow_up_create(
-            actor=WORKER, parent=planning_task, title="Later", instruction="Do it."
-        )
-    assert exc.value.code == "limit_exhausted"
-
-
-def test_a_follow_up_gets_what_remains_of_the_money_budget_and_the_mcp_calls(planning_task):
-    from decimal import Decimal
-
-    from tasks.exceptions import InvalidInput
-    from tests.factories import TurnFactory
-
-    no_budget = task_services.follow_up_create(
-        actor=WORKER, parent=planning_task, title="Free", instruction="Do it."
-    )
-    assert no_budget.limit_cost is None  # the parent has none: nor does the child
-    assert no_budget.limit_mcp_calls == planning_task.limit_mcp_calls
-    planning_task.limit_cost, planning_task.limit_mcp_calls = Decimal("1"), 5
-    planning_task.save(update_fields=["limit_cost", "limit_mcp_calls"])
-    run = AgentRunFactory(
-        task=planning_task, status=RunStatus.CANCELLED, finished_at=timezone.now()
-    )
-    TurnFactory(task=planning_task, run=run, index=1, cost=Decimal("0.25"))
-    child = task_services.follow_up_create(
-        actor=WORKER, parent=planning_task, title="Next", instruction="Do it."
-    )
-    assert (child.limit_cost, child.limit_mcp_calls) == (Decimal("0.75"), 5)
-    TurnFactory(task=planning_task, run=run, index=2, cost=Decimal("0.75"))
-    with pytest.raises(InvalidInput) as exc:
-        task_services.follow_up_create(
-            actor=WORKER, parent=planning_task, title="Later", instruction="Do it."
-        )
-    assert exc.value.code == "limit_exhausted"
-
-
-def test_proposals_per_task_are_capped(planning_task, settings):
-    from tasks.exceptions import InvalidInput
-
-    settings.ACTHELM_MAX_PROPOSALS_PER_TASK = 2
-    for title in ("One", "Two", "One"):  # the replay of "One" is not a new proposal
-        task_services.follow_up_create(
-            actor=WORKER, parent=planning_task, title=title, instruction="x"
-        )
-    with pytest.raises(InvalidInput) as exc:
-        task_services.follow_up_create(
-            actor=WORKER, parent=planning_task, title="Three", instruction="x"
-        )
-    assert exc.value.code == "proposal_limit"
-    assert Task.objects.filter(spawned_by=planning_task).count() == 2
-
-
-def test_a_follow_up_may_ask_for_fewer_tools_never_more(planning_task):
-    from tasks.exceptions import InvalidInput
-
-    planning_task.tools = ["update_plan", "propose_task", "read_file", "fetch_url"]
-    planning_task.tool_policies = {"fetch_url": "ask"}
-    planning_task.save(update_fields=["tools", "tool_policies"])
-    child = task_services.follow_up_create(
-        actor=WORKER, parent=planning_task, title="Read", instruction="x", tools=["read_file"]
-    )
-    assert (child.tools, child.tool_policies) == (["read_file"], {})
-    for tools in (["write_artifact"], ["propose_task"], ["read_file", "list_files"]):
-        with pytest.raises(InvalidInput) as exc:
-            task_services.follow_up_create(
-                actor=WORKER, parent=planning_task, title=f"t{tools}", instruction="x", tools=tools
-            )
-        assert exc.value.code == "tool_not_allowed"
