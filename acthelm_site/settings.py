@@ -145,6 +145,9 @@ ACTHELM_RETRY_DELAYS = [int(x) for x in env_list("ACTHELM_RETRY_DELAYS", ["60", 
 ACTHELM_MAX_ATTEMPTS = env_int("ACTHELM_MAX_ATTEMPTS", 3)
 ACTHELM_COOLDOWN_SECONDS = env_float("ACTHELM_COOLDOWN_SECONDS", 1800)
 ACTHELM_MAX_REQUEUES = env_int("ACTHELM_MAX_REQUEUES", 1)
+# Hand-backs (graceful shutdown, a lost database connection) are not attempts; this many in a
+# row fail the task (handback_loop), so that nothing can cycle a task without end.
+ACTHELM_MAX_HANDBACKS = env_int("ACTHELM_MAX_HANDBACKS", 10)
 
 # Per-task limits: the defaults copied onto every new task, one setting per row of the limits
 # table (tasks/limits.py): ACTHELM_LIMIT_TURNS, _RUNTIME_SECONDS, _OUTPUT_TOKENS, _TOKEN_BUDGET,

@@ -23,6 +23,7 @@ from django.conf import settings
 from django.utils import timezone
 
 from acthelm_site import telemetry
+from agents import storable
 from agents.costs import turn_usage_fields
 from agents.limits import Usage, is_mcp_tool, reached, remaining
 from agents.outcomes import Outcome, OutcomeKind, apply_outcome
@@ -385,11 +386,15 @@ class AgentLoop:
                 health=exc.health,
                 retryable=exc.code not in PERMANENT_CODES,
             ) from None
+        completion, adjusted = _storable(completion)
         usage = turn_usage_fields(task.model, completion)
+        usage["cost"], cost_adjusted = storable.money(usage["cost"])
+        if cost_adjusted:
+            adjusted.append("cost")
         self._book_turn(completion, usage["cost"])
-        self._store_turn(completion, usage)
+        self._store_turn(completion, usage, adjusted)
 
-    def _store_turn(self, completion: Completion, usage: dict) -> None:
+    def _store_turn(self, completion: Completion, usage: dict, adjusted: list[str]) -> None:
         discarded = completion.truncated_or_declined
         turn = NewTurn(
             index=self.next_index,
@@ -409,6 +414,7 @@ class AgentLoop:
                 "tool_calls": len(completion.tool_calls),
                 "discarded": discarded,
                 "tokens": completion.input_tokens + completion.output_tokens,
+                **({"adjusted": adjusted} if adjusted else {}),
             },
         )
         plan = self.plan_exists
@@ -670,6 +676,11 @@ class AgentLoop:
         else:
             span.outcome("succeeded")
             self._result(call, TC.SUCCEEDED, text=text, runs=1 - counted)
+        if counted:
+            # An external call's result commits as soon as it returns: a crash during the next
+            # model request must not turn a call that took effect into an unknown outcome
+            # (whose "run again" would repeat it).
+            self.commit()
         if error is not None and error.code == "network_limit":
             message = NETWORK_REQUESTS.reached.format(granted=self.task.limit_network_requests)
             raise _fail(NETWORK_REQUESTS.failure_code, message, retryable=False)
@@ -688,8 +699,10 @@ class AgentLoop:
 
     def _result(self, call: CallState, to: str, *, text="", error=None, runs: int) -> None:
         """A call's result (or refusal) for the next commit, with its tool_result event."""
+        # What a tool returns is hostile: stored as the database can store it.
+        text = storable.text(text)
         if error is not None:
-            code, message = error
+            code, message = error[0], storable.text(error[1])
             full, for_model = f"{code}: {message}", f"Error ({code}): {message}"
         else:
             code, full = "", text
@@ -729,6 +742,38 @@ class AgentLoop:
         if not is_mcp_tool(call.tool):
             self._book_requests(1)
         self.step.event(EventKind.NEEDS_REVIEW, {"tool": call.tool}, call=call)
+
+
+def _storable(completion: Completion) -> tuple[Completion, list[str]]:
+    """The provider's answer as the database can store it (`agents.storable`): text and call
+    arguments escaped, counts in their columns' range; returns what was changed, by name."""
+    adjusted, fields = [], {}
+    for name in ("input_tokens", "cached_input_tokens", "cache_write_tokens", "output_tokens"):
+        value, changed = storable.count(getattr(completion, name))
+        if changed:
+            adjusted.append(name)
+            fields[name] = value
+    content = storable.text(completion.text)
+    if content != completion.text:
+        adjusted.append("text")
+        fields["text"] = content
+    calls, calls_adjusted = [], False
+    for position, request in enumerate(completion.tool_calls):
+        safe = {
+            "id": storable.text(request.id)[:200],
+            "name": storable.text(request.name),
+            "arguments": storable.json(request.arguments),
+            "arguments_raw": storable.text(request.arguments_raw),
+        }
+        if any(safe[k] != getattr(request, k) for k in safe):
+            adjusted.append(f"tool_call:{position}")
+            calls_adjusted = True
+        calls.append(request.model_copy(update=safe))
+    if calls_adjusted:
+        fields["tool_calls"] = calls
+    if not adjusted:
+        return completion, adjusted
+    return completion.model_copy(update=fields), adjusted
 
 
 def jsonb_order(value):

@@ -19,6 +19,7 @@ from django.db import connection, transaction
 from django.db.models import Q
 from django.utils import timezone
 
+from agents import storable
 from agents.leases import fence
 from agents.models import AgentRun, Connection, Model
 from agents.policies import auto_close_if_allowed
@@ -54,6 +55,11 @@ class Outcome:
     message: str = ""
     health: bool = False
     retryable: bool = False
+
+    def __post_init__(self) -> None:
+        # A provider's or a tool's words reach the run row, the task and its events.
+        object.__setattr__(self, "answer", storable.text(self.answer))
+        object.__setattr__(self, "message", storable.text(self.message))
 
     FINAL = OutcomeKind.FINAL
     PAUSED = OutcomeKind.PAUSED
@@ -192,6 +198,25 @@ def _on_paused(e: Ending) -> None:
 
 def _on_handed_back(e: Ending) -> None:
     finish_run(e.run, RunStatus.CANCELLED, error_code="handed_back")
+    cap = settings.ACTHELM_MAX_HANDBACKS
+    recent = list(
+        AgentRun.objects.filter(task=e.task)
+        .order_by("-number")
+        .values_list("error_code", flat=True)[: cap + 1]
+    )
+    if len(recent) > cap and all(code == "handed_back" for code in recent):
+        # A hand-back is not an attempt, so no attempt limit ends a task that is handed back
+        # again and again (a fault that looks like a lost database, a worker restarting in a
+        # loop): after `cap` in a row it fails, for a person to look at.
+        _fail_task(
+            e.task,
+            e.run,
+            actor=e.actor,
+            code="handback_loop",
+            message=f"the task was handed back {len(recent)} times in a row without an "
+            f"attempt ending (last: {e.outcome.message or 'worker shutting down'})",
+        )
+        return
     _requeue(
         e.task,
         actor=e.actor,

@@ -6,6 +6,7 @@ from django.db import connection
 from django.utils import timezone
 from psycopg.types.json import Jsonb
 
+from agents import storable
 from agents.models import AgentRun, ToolCall
 from agents.states import RUN_TRANSITIONS, TOOL_CALL_TRANSITIONS, RunStatus
 from tasks.exceptions import TransitionNotAllowed
@@ -18,6 +19,7 @@ def finish_run(run: AgentRun | int, status: str, **fields) -> None:
     if status not in RUN_TRANSITIONS[RunStatus.STARTED]:
         raise TransitionNotAllowed(f"a run cannot finish as {status}")
     run_id = run.pk if isinstance(run, AgentRun) else run
+    fields = {k: storable.text(v) if isinstance(v, str) else v for k, v in fields.items()}
     updated = AgentRun.objects.filter(pk=run_id, status=RunStatus.STARTED).update(
         status=status, finished_at=timezone.now(), **fields
     )

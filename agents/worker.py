@@ -33,7 +33,22 @@ from tasks.transitions import READY_CHANNEL
 
 log = logging.getLogger("acthelm.worker")
 
-DB_ERRORS = (OperationalError, InterfaceError, DatabaseError)
+# Only these mean "the database went away": the task is handed back (not an attempt). Any other
+# DatabaseError is the database refusing what was written, which fails the attempt.
+CONNECTION_ERRORS = (OperationalError, InterfaceError)
+DB_ERRORS = (*CONNECTION_ERRORS, DatabaseError)
+
+
+def storage_message(exc: Exception, loop) -> str:
+    """Why a step could not be stored, with what the model said in it (escaped and bounded),
+    so that a person can read it on the failed run."""
+    lines = [f"the database refused the run's step: {type(exc).__name__}: {exc}"[:2000]]
+    for turn in getattr(getattr(loop, "step", None), "turns", []) or []:
+        if turn.content:
+            lines.append(f"[{turn.role}] {turn.content[:4000]}")
+        for call in turn.calls:
+            lines.append(f"[tool call {call.state.tool}] {call.state.arguments_raw[:2000]}")
+    return "\n".join(lines)[:10_000]
 
 
 def default_worker_id() -> str:
@@ -190,7 +205,7 @@ class Worker:
             self._running[claim.run_id] = signals
         heartbeat = Heartbeat(claim, signals)
         heartbeat.start()
-        status = None
+        status = loop = None
         try:
             loop = AgentLoop(
                 task_id=claim.task_id,
@@ -222,28 +237,24 @@ class Worker:
             )
         except AttemptLost:
             log.warning("run.fenced_out", extra={"task_id": claim.task_id, "run_id": claim.run_id})
-        except DB_ERRORS:
+        except CONNECTION_ERRORS:
             # The database went away mid-run: reconnect and hand the task back, rather than let
             # the lease expire (which recovery would count as a lost worker).
             log.exception("run.db_error", extra={"task_id": claim.task_id})
             status = self._hand_back(claim)
+        except DatabaseError as exc:
+            # The database refused what the run tried to store (a data, integrity or programming
+            # error): the same step would be refused again, so this is a failed attempt — it
+            # counts, and the attempts' limit ends it — never a hand-back.
+            log.exception("run.storage_rejected", extra={"task_id": claim.task_id})
+            status = self._fail_attempt(
+                claim, "storage_rejected", storage_message(exc, loop), retryable=True
+            )
         except Exception as exc:  # a bug must not kill the worker; the run fails visibly
             log.exception("run.crashed", extra={"task_id": claim.task_id})
-            try:
-                status = apply_outcome(
-                    task_id=claim.task_id,
-                    run_id=claim.run_id,
-                    worker_id=self.worker_id,
-                    outcome=Outcome(
-                        Outcome.FAILED,
-                        code="internal_error",
-                        message=f"{type(exc).__name__}: {exc}",
-                        retryable=True,
-                    ),
-                )
-            except (AttemptLost, *DB_ERRORS):
-                log.exception("run.crash_not_recorded", extra={"task_id": claim.task_id})
-                db.close()
+            status = self._fail_attempt(
+                claim, "internal_error", f"{type(exc).__name__}: {exc}", retryable=True
+            )
         finally:
             heartbeat.done.set()
             heartbeat.join(5)
@@ -251,6 +262,22 @@ class Worker:
                 self._running.pop(claim.run_id, None)
             self.processed += 1
         return status
+
+    def _fail_attempt(self, claim: Claim, code: str, message: str, *, retryable: bool):
+        """Record a failed attempt after the run's own write failed (nothing of its last step
+        was stored). None when that cannot be recorded either: the lease then expires and
+        recovery, which counts lost runs, takes the task."""
+        try:
+            return apply_outcome(
+                task_id=claim.task_id,
+                run_id=claim.run_id,
+                worker_id=self.worker_id,
+                outcome=Outcome(Outcome.FAILED, code=code, message=message, retryable=retryable),
+            )
+        except (AttemptLost, *DB_ERRORS):
+            log.exception("run.failure_not_recorded", extra={"task_id": claim.task_id})
+            db.close()
+            return None
 
     def _hand_back(self, claim: Claim) -> str | None:
         """After a database error: reconnect and hand the task back (retried while the lease

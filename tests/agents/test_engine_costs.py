@@ -2,7 +2,8 @@
 slot (in this thread) running real tasks against the scripted model server on loopback.
 
 Goals (issue 12): ≤ 8 statements and 1 commit per step whose tools are read-only or idempotent;
-≤ 2 commits per step with an external call; ≤ 2 commits for a one-turn task from claim to review.
+≤ 3 commits per step with an external call (its intent, its result as soon as it returns — issue
+21, item 8 — and the next turn); ≤ 2 commits for a one-turn task from claim to review.
 A step's cost is measured as the difference between two tasks that differ only in their number of
 steps, so what a run pays once (loading its state, the claim, the outcome) cancels out.
 """
@@ -116,7 +117,7 @@ def test_a_step_with_a_read_only_tool_costs_at_most_8_statements_and_1_commit(se
     assert commits <= 1
 
 
-def test_a_step_with_an_external_call_costs_at_most_2_commits(settings, count):
+def test_a_step_with_an_external_call_costs_at_most_3_commits(settings, count):
     fast_settings(settings)
     with HttpTarget() as target:
         short, long = (
@@ -126,7 +127,7 @@ def test_a_step_with_an_external_call_costs_at_most_2_commits(settings, count):
     statements = (long.statements - short.statements) / 2
     commits = (long.commits - short.commits) / 2
     print(f"\nexternal-call step: {statements:g} statements, {commits:g} commits")
-    assert commits <= 2
+    assert commits <= 3
 
 
 # --- One HTTP client per connection ----------------------------------------------------------
@@ -227,5 +228,5 @@ def test_a_step_with_an_external_mcp_call_costs_what_a_fetch_step_costs(settings
         )
     fetch = (f_long.statements - f_short.statements) / 2
     print(f"\nexternal MCP step: {statements:g} statements, {commits:g} commits (fetch: {fetch:g})")
-    assert commits <= 2
+    assert commits <= 3
     assert statements <= fetch

@@ -102,3 +102,53 @@ def test_no_tool_is_run_again_and_the_model_request_is_simply_sent_again(
     runs = list(AgentRun.objects.filter(task=task).order_by("number"))
     assert [r.error_code for r in runs] == ["worker_lost", ""]
     assert runs[-1].answer == "the file says alpha"
+
+
+def test_an_external_call_that_returned_is_not_unknown_after_a_crash(
+    server_process, spawn_worker, loop_task, db
+):
+    """Issue 21, item 8: a fetch_url result commits as soon as it returns, so a SIGKILL during
+    the next model request leaves the call succeeded (not needs_review, whose "run again" would
+    repeat it), and the rescuer goes on without fetching again."""
+    from agents.models import Connection, Model
+    from tests.fakes.http_target import HttpTarget
+
+    with HttpTarget() as target:
+        fetch = {"url": f"{target.url}/text"}
+        url, record = server_process(
+            [
+                {"type": "tool_calls", "calls": [{"name": "fetch_url", "arguments": fetch}]},
+                {"type": "hang", "seconds": 120},  # the worker dies while this is in flight
+                {"type": "text", "text": "fetched"},
+            ]
+        )
+        conn = Connection.objects.create(
+            name="srv", kind="openai_compatible", base_url=url, cost_tier="zero_cost"
+        )
+        model = Model.objects.create(
+            connection=conn, name="test-model", test_status="passed", context_window=32000
+        )
+        task = loop_task(model, tools=["fetch_url"], allowed_domains=["127.0.0.1"])
+
+        def requests():
+            return [
+                r
+                for r in read_jsonl(record)
+                if r.get("event") == "request" and r.get("path", "").endswith("/chat/completions")
+            ]
+
+        doomed = spawn_worker(worker_id="doomed", env={"ACTHELM_FETCH_ALLOW_PRIVATE": "1"})
+        wait_for(lambda: len(requests()) == 2, timeout=30, message="the second model request")
+        doomed.kill()
+        call = ToolCall.objects.get(task=task, tool="fetch_url")
+        assert call.status == "succeeded"
+        rescuer = spawn_worker(worker_id="rescuer", env={"ACTHELM_FETCH_ALLOW_PRIVATE": "1"})
+        wait_for(
+            lambda: Task.objects.get(pk=task.pk).status == TaskStatus.REVIEW,
+            timeout=45,
+            message="review",
+        )
+        rescuer.stop()
+    call.refresh_from_db()
+    assert call.run_count == 1
+    assert len(target.requests) == 1
