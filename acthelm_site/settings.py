@@ -141,6 +141,13 @@ ACTHELM_RUN_TIMEOUT_SECONDS = env_float("ACTHELM_RUN_TIMEOUT_SECONDS", 900)
 ACTHELM_RECOVER_INTERVAL_SECONDS = env_float("ACTHELM_RECOVER_INTERVAL_SECONDS", 30)
 ACTHELM_RECONCILE_INTERVAL_SECONDS = env_float("ACTHELM_RECONCILE_INTERVAL_SECONDS", 60)
 ACTHELM_POLL_SECONDS = env_float("ACTHELM_POLL_SECONDS", 5)
+# A worker process's database connections: a pool of this many (Django's psycopg pool), borrowed
+# only to read or write, plus one LISTEN connection, whatever --concurrency says. 0 = no pool
+# (a connection per thread). A thread waits this long for a free connection.
+ACTHELM_DB_POOL_SIZE = env_int("ACTHELM_DB_POOL_SIZE", 4)
+ACTHELM_DB_POOL_TIMEOUT_SECONDS = env_float("ACTHELM_DB_POOL_TIMEOUT_SECONDS", 30)
+# How many ready tasks one claim statement may take for a worker's free places.
+ACTHELM_CLAIM_BATCH = env_int("ACTHELM_CLAIM_BATCH", 50)
 ACTHELM_RETRY_DELAYS = [int(x) for x in env_list("ACTHELM_RETRY_DELAYS", ["60", "300", "1800"])]
 ACTHELM_MAX_ATTEMPTS = env_int("ACTHELM_MAX_ATTEMPTS", 3)
 ACTHELM_COOLDOWN_SECONDS = env_float("ACTHELM_COOLDOWN_SECONDS", 1800)

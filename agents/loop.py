@@ -25,11 +25,12 @@ from django.utils import timezone
 from acthelm_site import telemetry
 from agents import storable
 from agents.costs import turn_usage_fields
+from agents.leases import holds_now, release_connection
 from agents.limits import Usage, is_mcp_tool, reached, remaining
 from agents.outcomes import Outcome, OutcomeKind, apply_outcome
 from agents.prompting import DISCARDED_NOTE, History, result_for_model, system_prompt
 from agents.providers import Completion, ProviderError, ToolSpec
-from agents.providers.base import PERMANENT_CODES
+from agents.providers.base import PERMANENT_CODES, CancelEvent
 from agents.recorder import CallState, NewCall, NewTurn, Recorder, Result, Step, load_state
 from agents.services import provider_for
 from agents.states import TOOL_CALL_DONE, ModelTestStatus, RecoveryClass, Role
@@ -55,7 +56,8 @@ NETWORK_REQUESTS = BY_FIELD["limit_network_requests"]
 class RunSignals:
     """Set by the worker's heartbeat and signal handlers; read at every safe point."""
 
-    cancel: threading.Event = field(default_factory=threading.Event)  # attempt lost or cancelled
+    # attempt lost or cancelled; wakes a waiting model request itself (no polling)
+    cancel: threading.Event = field(default_factory=CancelEvent)
     stop: threading.Event = field(default_factory=threading.Event)  # graceful shutdown
     pause: threading.Event = field(default_factory=threading.Event)  # a person asked to pause
 
@@ -321,6 +323,10 @@ class AgentLoop:
     # -- the loop ---------------------------------------------------------------------------------
 
     def _safe_point(self) -> None:
+        """Before every model request and between any two tool calls: a cancel, a shutdown or a
+        pause request (delivered by the worker's heartbeat, at once through NOTIFY) stops the run
+        here. Then the run gives its database connection back: it holds none while it waits for
+        the model or a tool."""
         if self.signals.cancel.is_set():
             raise AttemptLost("the run was cancelled or lost its lease")
         if self.signals.stop.is_set():
@@ -330,6 +336,16 @@ class AgentLoop:
             if self.recorder.status() == TaskStatus.PAUSE_REQUESTED:
                 raise _Stop(Outcome(Outcome.PAUSED))
             self.signals.pause.clear()
+        release_connection()
+
+    def _before_an_effect(self) -> None:
+        """Just before a tool with an effect starts: the fence's checks as one read, so that no
+        such tool starts after a person's cancel has committed, whatever the NOTIFY's timing (an
+        external call's intent commit is fenced already)."""
+        status = holds_now(task_id=self.task_id, run_id=self.run_id)
+        if status == TaskStatus.PAUSE_REQUESTED:
+            self.signals.pause.set()
+        self._safe_point()
 
     def _loop(self) -> Outcome:
         while True:
@@ -654,6 +670,9 @@ class AgentLoop:
             )
             call.status, counted = TC.RUNNING, 1
             self.commit()
+            release_connection()
+        elif tool.recovery_class != RecoveryClass.READ_ONLY and not tool.internal:
+            self._before_an_effect()
         if tool.internal:
             self._execute_internal(call, tool, args, counted)
             span.outcome("failed" if call.error_code else "succeeded", error_code=call.error_code)

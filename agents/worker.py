@@ -13,6 +13,7 @@ import signal
 import socket
 import threading
 import time
+from dataclasses import dataclass
 
 import psycopg
 from django.conf import settings
@@ -20,7 +21,7 @@ from django.db import DatabaseError, InterfaceError, OperationalError
 from django.db import connection as db
 from psycopg.conninfo import make_conninfo
 
-from agents.leases import Claim, claim_next, renew_lease
+from agents.leases import Claim, claim_batch, claim_next, release_connection, renew_leases
 from agents.loop import AgentLoop, RunSignals
 from agents.outcomes import Outcome, apply_outcome, recover_stale
 from agents.reconciler import reconcile
@@ -29,7 +30,7 @@ from agents.supervisor import uses_model as supervisor_uses_model
 from tasks.exceptions import AttemptLost
 from tasks.notify.delivery import deliver_in_maintenance
 from tasks.states import TaskStatus
-from tasks.transitions import READY_CHANNEL
+from tasks.transitions import READY_CHANNEL, SIGNAL_CHANNEL
 
 log = logging.getLogger("acthelm.worker")
 
@@ -56,57 +57,122 @@ def default_worker_id() -> str:
 
 
 class Heartbeat(threading.Thread):
-    """Renews the lease every ACTHELM_HEARTBEAT_SECONDS; tells the run when it lost its task
-    (cancelled, reset, recovered) or when a person asked for a pause."""
+    """One heartbeat for the whole process: every ACTHELM_HEARTBEAT_SECONDS it renews the lease
+    of every task the process runs in ONE statement (`renew_leases`, the fence's checks for each
+    pair), and its answer tells each run whether it lost its task (cancelled, recovered, reset,
+    deleted: the run's cancel event, which also aborts an in-flight model request or fetch) or
+    has a pause request. `poke(task_id)` checks those tasks at once: a person's action arrives as
+    a NOTIFY (`tasks.transitions.SIGNAL_CHANNEL`); the interval is the fallback where
+    notifications do not arrive (PgBouncer in transaction mode)."""
 
-    def __init__(self, claim: Claim, signals: RunSignals):
-        super().__init__(name=f"heartbeat-{claim.task_id}", daemon=True)
-        self.claim = claim
-        self.signals = signals
-        self.done = threading.Event()
+    def __init__(self, worker: "Worker"):
+        super().__init__(name="heartbeat", daemon=True)
+        self.worker = worker
+        self._wake = threading.Condition()
+        self._poked: set[int] = set()
+        self._ended = threading.Event()
+        self.beats = 0
+
+    def end(self) -> None:
+        self._ended.set()
+        self.poke(0)
+
+    def poke(self, task_id: int) -> None:
+        with self._wake:
+            self._poked.add(task_id)
+            self._wake.notify()
 
     def run(self) -> None:
         interval = settings.ACTHELM_HEARTBEAT_SECONDS
+        next_beat = time.monotonic() + interval
+        while not (self.worker.halted.is_set() or self._ended.is_set()):
+            with self._wake:
+                timeout = next_beat - time.monotonic()
+                if not self._poked and timeout > 0:
+                    self._wake.wait(timeout)
+                poked, self._poked = self._poked, set()
+            if time.monotonic() >= next_beat:
+                self.beat(None)
+                next_beat = time.monotonic() + interval
+            elif poked:
+                self.beat(poked)
+        db.close()
+
+    def beat(self, only: set[int] | None) -> None:
+        running = self.worker.running_snapshot()
+        if only is not None:
+            running = {run_id: r for run_id, r in running.items() if r.claim.task_id in only}
+        if not running:
+            return
         try:
-            while not self.done.wait(interval):
-                try:
-                    status = renew_lease(task_id=self.claim.task_id, run_id=self.claim.run_id)
-                except AttemptLost:  # cancelled, recovered, reset — or deleted
-                    if self.done.is_set():
-                        return  # the run just ended; its task has moved on
-                    log.warning(
-                        "run.lost",
-                        extra={"task_id": self.claim.task_id, "run_id": self.claim.run_id},
-                    )
-                    self.signals.cancel.set()
-                    return
-                except DB_ERRORS:
-                    log.exception("heartbeat.db_error", extra={"task_id": self.claim.task_id})
-                    db.close()
-                    continue
-                except Exception:  # a bug must not silence the heartbeat of a running task
-                    log.exception("heartbeat.error", extra={"task_id": self.claim.task_id})
-                    continue
-                if status == TaskStatus.PAUSE_REQUESTED:
-                    self.signals.pause.set()
-                else:
-                    self.signals.pause.clear()
-        finally:
+            held = renew_leases((r.claim.task_id, run_id) for run_id, r in running.items())
+        except DB_ERRORS:
+            log.exception("heartbeat.db_error", extra={"worker": self.worker.worker_id})
             db.close()
+            return
+        except Exception:  # a bug must not silence the heartbeat of the running tasks
+            log.exception("heartbeat.error", extra={"worker": self.worker.worker_id})
+            return
+        finally:
+            db.close()  # with the pool: back to it; without: no idle connection between beats
+        self.beats += 1
+        for run_id, r in running.items():
+            status = held.get(r.claim.task_id)
+            if status is None:
+                if self.worker.is_running(run_id):  # else: the run just ended, its task moved on
+                    log.warning("run.lost", extra={"task_id": r.claim.task_id, "run_id": run_id})
+                    r.signals.cancel.set()
+            elif status == TaskStatus.PAUSE_REQUESTED:
+                r.signals.pause.set()
+            else:
+                r.signals.pause.clear()
+
+
+@dataclass(frozen=True)
+class Running:
+    claim: Claim
+    signals: RunSignals
+
+
+def configure_pool(size: int, *, worker_id: str = "") -> None:
+    """Make this process's connections a pool of at most `size` (Django's own psycopg pool,
+    `OPTIONS["pool"]`): every thread borrows a connection for a transaction or a statement and
+    gives it back (`release_connection`), so a worker process opens at most `size` connections
+    plus its LISTEN connection, whatever `--concurrency` says. Call it before any query."""
+    if size <= 0:
+        return
+    db.close()
+    options = db.settings_dict.setdefault("OPTIONS", {})
+    options["pool"] = {
+        "min_size": 1,
+        "max_size": size,
+        "timeout": settings.ACTHELM_DB_POOL_TIMEOUT_SECONDS,
+        "name": "acthelm-worker",
+    }
+    db.settings_dict["CONN_MAX_AGE"] = 0
+    if worker_id:  # so that pg_stat_activity says whose connections these are
+        options.setdefault("application_name", f"acthelm-worker {worker_id}"[:63])
 
 
 class Worker:
+    """`concurrency` runs at once, each in a thread of its own that exists only while it runs a
+    task; one dispatcher claims for the free places (several ready tasks in one statement), one
+    heartbeat renews every lease, one listener hears new work and people's actions."""
+
     def __init__(self, *, worker_id: str | None = None, concurrency: int = 1, burst: bool = False):
         if concurrency < 1:
             raise ValueError("concurrency must be at least 1")
         self.worker_id = worker_id or default_worker_id()
         self.concurrency = concurrency
         self.burst = burst
-        self.stopping = threading.Event()
+        self.stopping = threading.Event()  # no more claims; runs hand back at a safe point
+        self.halted = threading.Event()  # every run has ended: the helpers end too
         self._cond = threading.Condition()
         self._generation = 0
-        self._running: dict[int, RunSignals] = {}
+        self._running: dict[int, Running] = {}
+        self._threads: set[threading.Thread] = set()
         self._lock = threading.Lock()
+        self.heartbeat: Heartbeat | None = None
         self.processed = 0
 
     # -- signals -------------------------------------------------------------------------------
@@ -125,14 +191,27 @@ class Worker:
     def stop(self) -> None:
         self.stopping.set()
         with self._lock:
-            for signals in self._running.values():
-                signals.stop.set()
+            for r in self._running.values():
+                r.signals.stop.set()
         self._wake()
 
     def _wake(self) -> None:
         with self._cond:
             self._generation += 1
             self._cond.notify_all()
+
+    def running_snapshot(self) -> dict[int, Running]:
+        with self._lock:
+            return dict(self._running)
+
+    def is_running(self, run_id: int) -> bool:
+        with self._lock:
+            return run_id in self._running
+
+    def signal(self, task_id: int) -> None:
+        """A person acted on `task_id` (a NOTIFY): if it runs here, check it now."""
+        if self.heartbeat is not None:
+            self.heartbeat.poke(task_id)
 
     # -- main ----------------------------------------------------------------------------------
 
@@ -141,70 +220,137 @@ class Worker:
             "worker.started",
             extra={"worker": self.worker_id, "concurrency": self.concurrency, "burst": self.burst},
         )
+        self._start_heartbeat()
         helpers = [
             threading.Thread(target=self._listen, name="listen", daemon=True),
             threading.Thread(target=self._maintain, name="maintain", daemon=True),
         ]
         for t in helpers:
             t.start()
-        slots = [
-            threading.Thread(target=self._slot, args=(n,), name=f"slot-{n}")
-            for n in range(self.concurrency)
-        ]
-        for t in slots:
-            t.start()
-        for t in slots:
-            while t.is_alive():
-                t.join(0.2)  # keep the main thread responsive to signals
+        dispatcher = threading.Thread(target=self._dispatch, name="dispatch")
+        dispatcher.start()
+        while dispatcher.is_alive():
+            dispatcher.join(0.2)  # keep the main thread responsive to signals
         self.stopping.set()
+        self.halted.set()
         self._wake()
-        log.info("worker.stopped", extra={"worker": self.worker_id, "processed": self.processed})
+        if self.heartbeat is not None:
+            self.heartbeat.poke(0)
+        log.info(
+            "worker.stopped",
+            extra={
+                "worker": self.worker_id,
+                "processed": self.processed,
+                "heartbeats": self.heartbeat.beats if self.heartbeat else 0,
+            },
+        )
         return 0
 
-    def _slot(self, n: int) -> None:
+    def _start_heartbeat(self) -> bool:
+        """Start the process heartbeat unless it runs; True when this call started it."""
+        with self._lock:
+            if self.heartbeat is not None:
+                return False
+            self.heartbeat = Heartbeat(self)
+        self.heartbeat.start()
+        return True
+
+    def _dispatch(self) -> None:
+        """Claim for the free places, start a thread per claimed task, wait for a free place or
+        new work (a NOTIFY, a run ending, the poll interval). In burst mode, end when nothing is
+        claimable and nothing runs (after one pass of recovery)."""
         idle_recovered = False
         try:
-            while not self.stopping.is_set():
+            while True:
                 seen = self._generation
-                try:
-                    claim = claim_next(worker_id=self.worker_id)
-                except DB_ERRORS:
-                    log.exception("worker.claim_failed", extra={"worker": self.worker_id})
-                    db.close()
-                    self.stopping.wait(1.0)
+                with self._lock:
+                    free = self.concurrency - len(self._running)
+                    busy = bool(self._running)
+                if self.stopping.is_set():
+                    if not busy:
+                        return
+                    free = 0
+                claims = self._claim(free) if free > 0 else []
+                for claim in claims:
+                    self._start_run(claim)
+                if claims:
+                    idle_recovered = False
                     continue
-                except Exception:  # nothing may end a slot
-                    log.exception("worker.claim_error", extra={"worker": self.worker_id})
-                    self.stopping.wait(1.0)
+                if self.burst and free > 0 and not busy:
+                    if idle_recovered:
+                        return
+                    self._recover_once()
+                    idle_recovered = True
                     continue
-                if claim is None:
-                    if self.burst:
-                        if idle_recovered:
-                            return
-                        self._recover_once()
-                        idle_recovered = True
-                        continue
-                    with self._cond:
-                        if self._generation == seen and not self.stopping.is_set():
-                            self._cond.wait(settings.ACTHELM_POLL_SECONDS)
-                    continue
-                idle_recovered = False
-                try:
-                    self.process(claim)
-                except Exception:  # nothing may end a slot
-                    log.exception("worker.process_error", extra={"task_id": claim.task_id})
+                with self._cond:
+                    if self._generation == seen:
+                        self._cond.wait(settings.ACTHELM_POLL_SECONDS)
+        finally:
+            self._join_runs()
+            db.close()
+
+    def _claim(self, free: int) -> list[Claim]:
+        try:
+            return claim_batch(
+                worker_id=self.worker_id, limit=min(free, settings.ACTHELM_CLAIM_BATCH)
+            )
+        except DB_ERRORS:
+            log.exception("worker.claim_failed", extra={"worker": self.worker_id})
+            db.close()
+            self.stopping.wait(1.0)
+        except Exception:  # nothing may end the dispatcher
+            log.exception("worker.claim_error", extra={"worker": self.worker_id})
+            self.stopping.wait(1.0)
+        finally:
+            release_connection()
+        return []
+
+    def _start_run(self, claim: Claim) -> None:
+        thread = threading.Thread(
+            target=self._run_thread, args=(claim,), name=f"run-{claim.task_id}", daemon=True
+        )
+        with self._lock:
+            self._threads.add(thread)
+        thread.start()
+
+    def _run_thread(self, claim: Claim) -> None:
+        try:
+            self.process(claim)
+        except Exception:  # nothing may end the worker
+            log.exception("worker.process_error", extra={"task_id": claim.task_id})
         finally:
             db.close()
+            with self._lock:
+                self._threads.discard(threading.current_thread())
+            self._wake()
+
+    def _join_runs(self) -> None:
+        while True:
+            with self._lock:
+                threads = list(self._threads)
+            if not threads:
+                return
+            for t in threads:
+                t.join(0.2)
+
+    def drain(self) -> int:
+        """Claim and run tasks one at a time in THIS thread until nothing is claimable (what a
+        burst worker of concurrency 1 does, without its threads): for the benchmarks' measuring
+        process, which must see every statement on its own thread's connection."""
+        while (claim := claim_next(worker_id=self.worker_id)) is not None:
+            self.process(claim)
+        return self.processed
 
     def process(self, claim: Claim) -> str | None:
         """Run one claimed task to an outcome and record it with the run's last step."""
         signals = RunSignals()
         if self.stopping.is_set():
             signals.stop.set()
+        # Outside `run` (a test, a benchmark's measuring thread), the run has a heartbeat of its
+        # own for as long as it runs.
+        own_heartbeat = self._start_heartbeat()
         with self._lock:
-            self._running[claim.run_id] = signals
-        heartbeat = Heartbeat(claim, signals)
-        heartbeat.start()
+            self._running[claim.run_id] = Running(claim, signals)
         status = loop = None
         try:
             loop = AgentLoop(
@@ -256,11 +402,16 @@ class Worker:
                 claim, "internal_error", f"{type(exc).__name__}: {exc}", retryable=True
             )
         finally:
-            heartbeat.done.set()
-            heartbeat.join(5)
             with self._lock:
                 self._running.pop(claim.run_id, None)
-            self.processed += 1
+                self.processed += 1
+                heartbeat = self.heartbeat
+                if own_heartbeat:
+                    self.heartbeat = None
+            if own_heartbeat:
+                heartbeat.end()
+                heartbeat.join(5)
+            release_connection()
         return status
 
     def _fail_attempt(self, claim: Claim, code: str, message: str, *, retryable: bool):
@@ -335,6 +486,7 @@ class Worker:
             wake = min(next_recover, next_reconcile)
             if expiry is not None:
                 wake = min(wake, now + expiry + 0.05)
+            release_connection()
             self.stopping.wait(min(max(0.2, wake - time.monotonic()), 5.0))
         db.close()
 
@@ -365,8 +517,9 @@ class Worker:
             log.exception("worker.reconcile_error")
 
     def _listen(self) -> None:
-        """LISTEN on its own connection; any notification wakes the idle slots."""
-        while not self.stopping.is_set():
+        """LISTEN on its own connection (outside the pool): new work wakes the dispatcher; a
+        person's action on a task that runs here makes the heartbeat check it at once."""
+        while not self.halted.is_set():
             try:
                 params = db.get_connection_params()
                 conninfo = make_conninfo(
@@ -379,10 +532,17 @@ class Worker:
                 )
                 with psycopg.connect(conninfo, autocommit=True) as conn:
                     conn.execute(f"LISTEN {READY_CHANNEL}")
+                    conn.execute(f"LISTEN {SIGNAL_CHANNEL}")
                     self._wake()  # anything that became ready while we were not listening
-                    while not self.stopping.is_set():
-                        for _ in conn.notifies(timeout=1.0, stop_after=1):
-                            self._wake()
+                    if self.heartbeat is not None:
+                        self.heartbeat.poke(0)  # and any action missed meanwhile
+                    while not self.halted.is_set():
+                        for note in conn.notifies(timeout=1.0, stop_after=100):
+                            if note.channel == SIGNAL_CHANNEL:
+                                if note.payload.isdigit():
+                                    self.signal(int(note.payload))
+                            else:
+                                self._wake()
             except psycopg.Error:
                 log.warning("worker.listen_reconnect", extra={"worker": self.worker_id})
-                self.stopping.wait(1.0)
+                self.halted.wait(1.0)

@@ -291,7 +291,7 @@ def facts_line(facts: dict, vers: dict) -> str:
     )
 
 
-BENCH_ORDER = ("dispatch", "steps", "wakeup", "console")
+BENCH_ORDER = ("dispatch", "steps", "wakeup", "console", "fleet")
 
 
 def record(name: str, section_markdown: str, data: dict, goals: list[list[str]]) -> None:
@@ -523,11 +523,11 @@ def engine_run_inline(worker_id: str) -> int:
     slot. Returns how many tasks it processed.
 
     The only place a benchmark touches engine internals: `agents.worker.Worker` and its private
-    `_slot(n)` method (the claim → run → outcome loop of one slot) and `Worker.processed`."""
+    `drain()` method (claim → run → outcome in this thread until nothing is claimable)."""
     from agents.worker import Worker
 
     worker = Worker(worker_id=worker_id, concurrency=1, burst=True)
-    worker._slot(0)
+    worker.drain()
     return worker.processed
 
 

@@ -72,7 +72,8 @@ SERVER = {
     "wal_mb_per_s": 100,  # sustained WAL, replication and archiving included
     "max_connections": 500,
     "reserved_connections": 50,  # console, admin, maintenance
-    "agents_per_process": 8,  # worker --concurrency
+    # worker --concurrency: a process runs hundreds of agents on its pool (bench/fleet.py ran 500)
+    "agents_per_process": 500,
 }
 LATENCIES = (2.0, 20.0)
 ACTHELM_TABLES = ["tasks\\_%", "agents\\_%", "approvals\\_%", "memory\\_%"]
@@ -449,7 +450,13 @@ def capacity(inputs: dict) -> list[dict]:
         step = inputs.get(key)
         if not step:
             return None
-        return rate * step + (hb.get(key) or 0) / every
+        beat = hb.get(key) or 0
+        if key == "commits":
+            # One heartbeat statement (one commit) per process renews all its agents' leases.
+            beat /= SERVER["agents_per_process"]
+        # CPU and WAL: each agent's lease row is still updated every interval; the cost of one
+        # heartbeat of one agent is kept per agent (an upper bound: the statement is shared).
+        return rate * step + beat / every
 
     for latency in LATENCIES:
         rate = 1 / (latency + inputs["step_ms"] / 1000)  # steps/s of one running agent

@@ -27,6 +27,9 @@ from tasks.states import (
 log = logging.getLogger("acthelm.tasks")
 
 READY_CHANNEL = "acthelm_ready"
+# A person's (or recovery's) action on a task a worker holds: pause, withdraw, cancel, a fencing
+# event. The payload is the task id; the worker that runs it checks at once (docs/worker.md).
+SIGNAL_CHANNEL = "acthelm_signal"
 
 
 def require_atomic() -> None:
@@ -69,6 +72,8 @@ def record_event(
         # worker's fence waited for the lock is seen (a subquery on the events would not see it).
         Task.objects.filter(pk=task.pk).update(last_person_event_id=event.pk)
         task.last_person_event_id = event.pk
+        if task.status in HELD and not to_status:
+            notify_signal(task.pk)  # a fencing event on a running task: its run stops
     enqueue_for_event(event)  # the outbox row commits (or rolls back) with its event
     return event
 
@@ -90,6 +95,13 @@ def notify_ready() -> None:
     """Wake idle workers; PostgreSQL delivers the NOTIFY only when the transaction commits."""
     with connection.cursor() as cursor:
         cursor.execute("SELECT pg_notify(%s, '')", [READY_CHANNEL])
+
+
+def notify_signal(task_id: int) -> None:
+    """Tell the worker running `task_id` that a person acted on it; delivered on commit, so
+    the worker sees the new state when it looks."""
+    with connection.cursor() as cursor:
+        cursor.execute("SELECT pg_notify(%s, %s)", [SIGNAL_CHANNEL, str(task_id)])
 
 
 def set_status(
@@ -118,6 +130,8 @@ def set_status(
     task.save()
     if to == TaskStatus.READY:
         notify_ready()
+    if current in HELD and actor.kind != ActorKind.WORKER:
+        notify_signal(task.pk)  # pause, withdraw, cancel, recovery: the run learns it at once
     event = record_event(
         task, actor=actor, kind=kind, run=run, data=data, from_status=current, to_status=to
     )

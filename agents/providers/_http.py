@@ -36,6 +36,7 @@ from .base import (
     PROVIDER_SERVER_ERROR,
     PROVIDER_TIMEOUT,
     PROVIDER_UNREACHABLE,
+    CancelEvent,
     Provider,
     ProviderError,
 )
@@ -224,6 +225,24 @@ async def _cancel(task: asyncio.Task) -> None:
 
 
 async def _watch(event: threading.Event) -> None:
+    """Return when `event` is set: woken by it when it can call back (`CancelEvent`, what the
+    engine passes), else by polling."""
+    if isinstance(event, CancelEvent):
+        loop = asyncio.get_running_loop()
+        woken = loop.create_future()
+
+        def wake() -> None:
+            try:
+                loop.call_soon_threadsafe(lambda: woken.done() or woken.set_result(None))
+            except RuntimeError:  # the loop closed meanwhile: the request is over anyway
+                pass
+
+        event.add_callback(wake)
+        try:
+            await woken
+        finally:
+            event.remove_callback(wake)
+        return
     while not event.is_set():
         await asyncio.sleep(CANCEL_POLL_INTERVAL)
 

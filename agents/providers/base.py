@@ -203,6 +203,37 @@ class Message(BaseModel):
 StopReason = Literal["end", "tool_calls", "length", "content_filter", "refusal", "other"]
 
 
+class CancelEvent(threading.Event):
+    """A `threading.Event` that also calls back when it is set, so that a waiting request is
+    woken by the cancel itself instead of polling for it (a thousand waiting agents polling ten
+    times a second would cost a core). Callbacks run in the thread that sets the event."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self._callbacks: list = []
+        self._callbacks_lock = threading.Lock()
+
+    def set(self) -> None:
+        super().set()
+        with self._callbacks_lock:
+            callbacks, self._callbacks = self._callbacks, []
+        for callback in callbacks:
+            callback()
+
+    def add_callback(self, callback) -> None:
+        """Call `callback()` once when the event is set (at once if it is)."""
+        with self._callbacks_lock:
+            if not self.is_set():
+                self._callbacks.append(callback)
+                return
+        callback()
+
+    def remove_callback(self, callback) -> None:
+        with self._callbacks_lock:
+            if callback in self._callbacks:
+                self._callbacks.remove(callback)
+
+
 class Completion(BaseModel):
     model_config = ConfigDict(frozen=True)
 

@@ -218,9 +218,10 @@ def test_workers_on_many_hosts_survive_a_cut_connection_and_lose_nothing(
     code, output = fleet.stop(CUT)
     assert code == 0, output
     records = [json.loads(line) for line in output.splitlines() if line.strip()]
-    # It noticed the cut and said so in its (JSON) log.
-    noticed = {"heartbeat.db_error", "run.db_error", "worker.claim_failed", "worker.recover_failed"}
-    assert noticed & {r["event"] for r in records}
+    # It noticed the cut and said so in its (JSON) log: the LISTEN connection reconnected. The
+    # pool's connections were replaced by the pool (docs/worker.md, "Connections"); a run that met
+    # a dead one would have said so as a database error, and none ended in an error.
     assert "worker.listen_reconnect" in {r["event"] for r in records}
+    assert not [r for r in records if r["level"] in ("ERROR", "CRITICAL")]
     # Each worker wrote its own id on its runs; three distinct ids did the first batch's work.
     assert AgentRun.objects.filter(task_id__in=first).values("worker_id").distinct().count() >= 2

@@ -1,0 +1,195 @@
+"""The fleet engine (issue 22): many agents per worker process on a small pool of connections, one
+heartbeat per process, a person's action delivered at once. Real `manage.py acthelm_worker`
+processes, real PostgreSQL, a scripted model on loopback that holds every request."""
+
+import subprocess
+import sys
+import time
+from types import SimpleNamespace
+
+import pytest
+from django.db import connection
+
+from agents.models import AgentRun, Artifact, ToolCall
+from agents.task_services import task_cancel, task_create
+from tasks.actors import Actor
+from tasks.models import Task
+from tasks.services import task_pause
+from tasks.states import TaskStatus
+from tests.agents.conftest import FAST_ENV, ROOT, WorkerProcess, wait_for
+from tests.agents.scripted import scripted_model, tool_task
+from tests.fakes.model_server import ScriptedModelServer, hang, reply_tool_calls
+
+pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.slow]
+
+QUIET = {"ACTHELM_LOG_LEVEL": "WARNING"}
+
+
+class HoldingModel:
+    """tests/fakes/holding_model.py in a process of its own: every answer after `latency` s."""
+
+    def __init__(self, latency: float, turns: int):
+        self.proc = subprocess.Popen(
+            [
+                sys.executable,
+                str(ROOT / "tests" / "fakes" / "holding_model.py"),
+                "--latency",
+                str(latency),
+                "--turns",
+                str(turns),
+            ],
+            stdin=subprocess.PIPE,
+            stdout=subprocess.PIPE,
+            text=True,
+        )
+        self.url = self.proc.stdout.readline().strip()
+
+    def close(self):
+        self.proc.stdin.close()
+        self.proc.wait(10)
+
+
+@pytest.fixture
+def holding_model():
+    started = []
+
+    def start(latency, turns):
+        model = HoldingModel(latency, turns)
+        started.append(model)
+        return model
+
+    yield start
+    for model in started:
+        model.close()
+
+
+def _tasks(url: str, count: int) -> list[Task]:
+    model = scripted_model(SimpleNamespace(url=url))
+    return [
+        task_create(
+            actor=Actor.system("test"),
+            title=f"fleet {i}",
+            instruction="List the files, then answer.",
+            tools=["list_files"],
+            model=model,
+        )
+        for i in range(count)
+    ]
+
+
+def _worker_connections(prefix: str) -> int:
+    """Backends of this database opened by worker processes whose id starts with `prefix`: the
+    pool's (application_name "acthelm-worker …") and the LISTEN one ("acthelm-listen …")."""
+    with connection.cursor() as cursor:
+        cursor.execute(
+            "SELECT count(*) FROM pg_stat_activity WHERE datname = current_database() "
+            "AND (application_name LIKE %s OR application_name LIKE %s)",
+            [f"acthelm-worker {prefix}%", f"acthelm-listen {prefix}%"],
+        )
+        return cursor.fetchone()[0]
+
+
+def test_forty_waiting_agents_hold_no_more_connections_than_the_pool(worker_env, holding_model):
+    model = holding_model(latency=2.0, turns=2)
+    tasks = _tasks(model.url, 40)
+    env = {**worker_env, **FAST_ENV, **QUIET, "ACTHELM_DB_POOL_SIZE": "3"}
+    worker = WorkerProcess(env, "--concurrency", "40", worker_id="pool-a")
+    peak = 0
+    try:
+        deadline = time.monotonic() + 60
+        while time.monotonic() < deadline:
+            peak = max(peak, _worker_connections("pool-a"))
+            done = Task.objects.filter(pk__in=[t.pk for t in tasks], status="review").count()
+            if done == len(tasks):
+                break
+            time.sleep(0.05)
+    finally:
+        worker.terminate()
+        worker.wait(30)
+    assert Task.objects.filter(pk__in=[t.pk for t in tasks], status="review").count() == 40
+    # All 40 ran at once (each waited 2 × 2 s), on at most the pool plus the LISTEN connection.
+    assert 2 <= peak <= 3 + 1
+    runs = AgentRun.objects.filter(task__in=tasks)
+    assert runs.count() == 40
+
+
+def test_a_pause_reaches_the_run_before_the_next_model_request_not_at_the_heartbeat(
+    worker_env,
+):
+    """The heartbeat is 30 s here: only the NOTIFY can bring the pause in time."""
+    script = [reply_tool_calls([("list_files", {})], delay=1.0) for _ in range(20)]
+    with ScriptedModelServer(script) as server:
+        task = tool_task(server, ["list_files"], limits={"limit_turns": 50})
+        env = {**worker_env, **FAST_ENV, **QUIET, "ACTHELM_HEARTBEAT_SECONDS": "30"}
+        env["ACTHELM_LEASE_SECONDS"] = "90"
+        worker = WorkerProcess(env, worker_id="pauser")
+        try:
+            assert server.wait_for_requests(2, 20)
+            task_pause(actor=Actor.system("test"), task_id=task.pk)
+            sent_at_pause = len(server.requests)
+            wait_for(
+                lambda: Task.objects.get(pk=task.pk).status == TaskStatus.PAUSED,
+                timeout=10,
+                message="paused",
+            )
+            # The request in flight at the pause finished; no further one started.
+            assert len(server.requests) <= sent_at_pause + 1
+        finally:
+            worker.stop()
+
+
+def test_a_cancel_aborts_the_model_request_at_once_and_no_effect_starts(worker_env):
+    script = [
+        hang(60, then=reply_tool_calls([("write_artifact", {"name": "a.md", "content": "x"})]))
+    ]
+    with ScriptedModelServer(script) as server:
+        task = tool_task(server, ["write_artifact"])
+        env = {**worker_env, **FAST_ENV, **QUIET, "ACTHELM_HEARTBEAT_SECONDS": "30"}
+        env["ACTHELM_LEASE_SECONDS"] = "90"
+        worker = WorkerProcess(env, worker_id="canceller")
+        try:
+            assert server.wait_for_requests(1, 20)
+            task_cancel(actor=Actor.system("test"), task_id=task.pk)
+            cancelled_at = time.monotonic()
+            # The worker let go of the request well before its heartbeat (30 s) would have.
+            assert server.wait_aborted(10)
+            assert time.monotonic() - cancelled_at < 10
+        finally:
+            worker.stop()
+    assert not Artifact.objects.filter(task=task).exists()
+    assert not ToolCall.objects.filter(task=task).exists()
+
+
+def test_sigkill_of_a_process_running_forty_agents_loses_none(worker_env, holding_model):
+    """Every agent of the killed process is recovered by the other one within lease + recovery,
+    and no finished step runs again."""
+    model = holding_model(latency=1.5, turns=3)
+    tasks = _tasks(model.url, 40)
+    env = {**worker_env, **FAST_ENV, **QUIET, "ACTHELM_DB_POOL_SIZE": "3"}
+    doomed = WorkerProcess(env, "--concurrency", "40", worker_id="doomed")
+    try:
+        wait_for(
+            lambda: ToolCall.objects.filter(task__in=tasks, status="succeeded").count() >= 40,
+            timeout=60,
+            message="every agent's first tool call done",
+        )
+        doomed.kill()
+        rescuer = WorkerProcess(env, "--concurrency", "40", worker_id="rescuer")
+        try:
+            wait_for(
+                lambda: (
+                    Task.objects.filter(pk__in=[t.pk for t in tasks], status="review").count() == 40
+                ),
+                timeout=90,
+                message="all 40 in review",
+            )
+        finally:
+            rescuer.terminate()
+            rescuer.wait(30)
+    finally:
+        doomed.stop()
+    calls = ToolCall.objects.filter(task__in=tasks)
+    assert calls.count() == 80
+    assert set(calls.values_list("run_count", flat=True)) == {1}
+    # Each of the 40 was running in the killed process: each run was recovered, once.
+    assert AgentRun.objects.filter(task__in=tasks, error_code="worker_lost").count() == 40
