@@ -135,12 +135,13 @@ def rss_kb(pid: int) -> int:
 # --- Acthelm ------------------------------------------------------------------------------------
 
 
-def spawn(db_url: str, worker_id: str, concurrency: int, root: Path, log_path: Path):
+def spawn(db_url: str, worker_id: str, concurrency: int, root: Path, log_path: Path, **extra):
     env = common.child_env(
         db_url,
         ACTHELM_LOG_LEVEL="INFO",
         ACTHELM_LOG_FORMAT="json",
         PYTHONPATH=str(root),
+        **extra,
     )
     return subprocess.Popen(
         [
@@ -426,6 +427,7 @@ def run_signals(args, db_url: str, root: Path, samples: int = 5, turn_s: float =
     Cancel: the model answers with a write_artifact call after `turn_s`; cancel while that request
     is in flight; measured: seconds from the cancel's commit to the worker dropping the request
     (the model server sees the client close), and write_artifact effects (goal: none)."""
+    from django.conf import settings
     from django.db import connection
 
     from agents.models import Artifact
@@ -433,6 +435,7 @@ def run_signals(args, db_url: str, root: Path, samples: int = 5, turn_s: float =
     from tasks.actors import Actor
     from tasks.models import Task
     from tasks.services import task_pause
+    from tasks.workspace import artifacts_dir
     from tests.fakes.model_server import ScriptedModelServer, reply_tool_calls
 
     actor = Actor.system("bench")
@@ -450,7 +453,9 @@ def run_signals(args, db_url: str, root: Path, samples: int = 5, turn_s: float =
 
     with ScriptedModelServer([program] * 1000) as server:
         model = common.scripted_connection(server, name="signals")
-        worker = spawn(db_url, "signals-0", 4, root, log)
+        media = tempfile.mkdtemp(prefix="fleet-media-")
+        settings.ACTHELM_MEDIA_ROOT = Path(media)  # where the worker writes, seen from here
+        worker = spawn(db_url, "signals-0", 4, root, log, ACTHELM_MEDIA_ROOT=media)
         try:
             common.wait_until(
                 lambda: common.listening_workers("signals-0") >= 1, timeout=60, what="worker"
@@ -497,15 +502,20 @@ def run_signals(args, db_url: str, root: Path, samples: int = 5, turn_s: float =
                 time.sleep(turn_s / 2)
                 task_cancel(actor=actor, task_id=task.pk)
                 t0 = time.monotonic()
-                common.wait_until(
-                    lambda: server.aborts, timeout=60, interval=0.01, what="the request aborted"
-                )
-                seconds = time.monotonic() - t0
+                try:
+                    common.wait_until(
+                        lambda: server.aborts, timeout=15, interval=0.01, what="an abort"
+                    )
+                    seconds = time.monotonic() - t0
+                except TimeoutError:  # the request finished first: nothing dropped it
+                    seconds = None
                 server.aborts.clear()
                 time.sleep(turn_s)  # an effect that would start late has had its chance
-                cancels.append(
-                    {"seconds": seconds, "effects": Artifact.objects.filter(task=task).count()}
-                )
+                # An effect is the file on disk, recorded or not (a fenced-out run records
+                # nothing, but a file it wrote is written).
+                wrote = (artifacts_dir(task.pk) / "late.md").exists()
+                recorded = Artifact.objects.filter(task=task).count()
+                cancels.append({"seconds": seconds, "effects": int(wrote or recorded > 0)})
         finally:
             stop_workers([worker])
             log.unlink()
@@ -514,6 +524,56 @@ def run_signals(args, db_url: str, root: Path, samples: int = 5, turn_s: float =
 
 
 # --- report -------------------------------------------------------------------------------------
+
+
+def signals_main(args) -> int:
+    uri, _ = start_server()
+    common._BASE_URL = uri
+    db_url = common.recreate_database(DB)
+    common.django_on(db_url)
+    print("… pause and cancel, 2-s turns, 10-s heartbeat", flush=True)
+    out = run_signals(args, db_url, args.engine_root.resolve())
+    pause_s = [p["seconds"] for p in out["pause"]]
+    cancel_s = [c["seconds"] for c in out["cancel"] if c["seconds"] is not None]
+    undropped = len(out["cancel"]) - len(cancel_s)
+    late_requests = max(p["requests_after"] for p in out["pause"])
+    effects = sum(c["effects"] for c in out["cancel"])
+    rows = [
+        [
+            "pause: commit → paused",
+            f"{common.median(pause_s):.2f} s (max {max(pause_s):.2f})",
+            f"model requests started after the pause: at most {late_requests}",
+        ],
+        [
+            "cancel: commit → in-flight request dropped",
+            f"{common.median(cancel_s):.3f} s (max {max(cancel_s):.3f})" if cancel_s else "n/a",
+            f"write_artifact effects after the cancel: {effects}; requests not dropped: "
+            f"{undropped}",
+        ],
+    ]
+    table = common.print_table(f"Pause and cancel: {args.label}", ["action", "median", ""], rows)
+    facts = common.machine()
+    goals = [
+        [
+            "pause ≤ one turn (the request in flight finishes first), no request after it",
+            f"{max(pause_s):.2f} s, {late_requests} after",
+            common.verdict(max(pause_s) <= out["turn_s"] + 0.25 and late_requests == 0),
+        ],
+        [
+            "no side-effect tool started after a cancel",
+            f"{effects}",
+            common.verdict(effects == 0),
+        ],
+    ]
+    section = (
+        "## Fleet: pause and cancel\n\n`.venv/bin/python bench/fleet.py --signals` "
+        f"({facts.get('date', '')}), {len(pause_s)} of each, one worker process, "
+        f"ACTHELM_HEARTBEAT_SECONDS = 10:\n\n{table}\n"
+    )
+    if args.no_readme:
+        os.environ["ACTHELM_BENCH_NO_README"] = "1"
+    common.record("fleet_signals", section, {"facts": facts, **out}, goals)
+    return 0
 
 
 def fmt(value, spec=".1f"):
@@ -530,11 +590,16 @@ def main() -> int:
     parser.add_argument("--label", default="this commit")
     parser.add_argument("--no-peer", action="store_true")
     parser.add_argument("--no-readme", action="store_true", help="print only; keep the README")
+    parser.add_argument(
+        "--signals", action="store_true", help="only the pause and cancel latency (2-s turns)"
+    )
     parser.add_argument("--procrastinate-worker", nargs=4)
     args = parser.parse_args()
     if args.procrastinate_worker:
         conninfo, name, concurrency, latency = args.procrastinate_worker
         return procrastinate_worker(conninfo, name, int(concurrency), float(latency))
+    if args.signals:
+        return signals_main(args)
 
     uri, datadir = start_server()
     common._BASE_URL = uri  # every scratch database of this benchmark lives on its own server
