@@ -13,12 +13,14 @@ from pathlib import Path
 
 from django.conf import settings
 from django.db import transaction
+from django.utils import timezone
 
 from agents.limits import exhausted_limits, remaining, task_usage
+from agents.models import ToolCall
 from agents.services import model_check_for_task
-from agents.states import RunStatus
+from agents.states import RunStatus, ToolCallStatus
 from agents.tools import find_tool, tool_names
-from agents.transitions import end_started_runs
+from agents.transitions import end_started_runs, set_call_status
 from approvals.services import settle_for_cancelled_task
 from tasks.actors import Actor
 from tasks.exceptions import (
@@ -235,13 +237,30 @@ def task_cancel(*, actor: Actor, task_id: int, reason: str = "") -> Task:
     with transaction.atomic():
         task = act(task_id, "cancel", actor)
         runs = end_started_runs(task.pk, RunStatus.CANCELLED, error_code="cancelled")
+        # An external call in flight may have taken effect: its outcome is unknown, never left
+        # "running" (the run that made it is over and writes nothing more).
+        in_flight = [
+            call.pk for call in ToolCall.objects.filter(task=task, status=ToolCallStatus.RUNNING)
+        ]
+        for call_id in in_flight:
+            set_call_status(
+                call_id,
+                ToolCallStatus.UNKNOWN,
+                error_code="cancelled_in_flight",
+                finished_at=timezone.now(),
+            )
         settled = settle_for_cancelled_task(task)
         set_status(
             task,
             TaskStatus.CANCELLED,
             actor=actor,
             kind=EventKind.CANCELLED,
-            data={"reason": reason, "runs_cancelled": runs, **settled},
+            data={
+                "reason": reason,
+                "runs_cancelled": runs,
+                "calls_in_flight": in_flight,
+                **settled,
+            },
         )
         note_stuck_dependants(task, actor=actor)
     return task

@@ -23,6 +23,7 @@ from psycopg.conninfo import make_conninfo
 
 from agents.leases import Claim, claim_batch, claim_next, release_connection, renew_leases
 from agents.loop import AgentLoop, RunSignals
+from agents.models import AgentRun
 from agents.outcomes import Outcome, apply_outcome, recover_stale
 from agents.reconciler import reconcile
 from agents.supervisor import supervise
@@ -119,7 +120,8 @@ class Heartbeat(threading.Thread):
         for run_id, r in running.items():
             status = held.get(r.claim.task_id)
             if status is None:
-                if self.worker.is_running(run_id):  # else: the run just ended, its task moved on
+                # Else the run just ended (its task moved on), or it was told already.
+                if self.worker.is_running(run_id) and not r.signals.cancel.is_set():
                     log.warning("run.lost", extra={"task_id": r.claim.task_id, "run_id": run_id})
                     r.signals.cancel.set()
             elif status == TaskStatus.PAUSE_REQUESTED:
@@ -360,6 +362,9 @@ class Worker:
                 signals=signals,
             )
             outcome = loop.run()
+            if outcome.kind == Outcome.LOST:
+                self._log_lost(claim)
+                return None
             verdict = None
             if outcome.kind == Outcome.FINAL:
                 if supervisor_uses_model():
@@ -382,7 +387,7 @@ class Worker:
                 },
             )
         except AttemptLost:
-            log.warning("run.fenced_out", extra={"task_id": claim.task_id, "run_id": claim.run_id})
+            self._log_lost(claim)
         except CONNECTION_ERRORS:
             # The database went away mid-run: reconnect and hand the task back, rather than let
             # the lease expire (which recovery would count as a lost worker).
@@ -413,6 +418,20 @@ class Worker:
                 heartbeat.join(5)
             release_connection()
         return status
+
+    def _log_lost(self, claim: Claim) -> None:
+        """A run that lost its task says why: a person's cancel, or fenced out (recovered,
+        reset, deleted)."""
+        try:
+            status = AgentRun.objects.filter(pk=claim.run_id).values_list("error_code", flat=True)
+            code = status.first()
+        except DB_ERRORS:
+            db.close()
+            code = None
+        finally:
+            release_connection()
+        event = "run.cancelled" if code == "cancelled" else "run.fenced_out"
+        log.warning(event, extra={"task_id": claim.task_id, "run_id": claim.run_id})
 
     def _fail_attempt(self, claim: Claim, code: str, message: str, *, retryable: bool):
         """Record a failed attempt after the run's own write failed (nothing of its last step

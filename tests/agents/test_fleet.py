@@ -23,6 +23,9 @@ from tests.fakes.model_server import ScriptedModelServer, hang, reply_tool_calls
 pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.slow]
 
 QUIET = {"ACTHELM_LOG_LEVEL": "WARNING"}
+# Leases long enough that a loaded test machine does not turn a slow heartbeat into a recovery
+# (the heartbeat borrows from the same small pool as the 40 runs).
+POOLED = {"ACTHELM_HEARTBEAT_SECONDS": "0.5", "ACTHELM_LEASE_SECONDS": "6"}
 
 
 class HoldingModel:
@@ -92,7 +95,7 @@ def _worker_connections(prefix: str) -> int:
 def test_forty_waiting_agents_hold_no_more_connections_than_the_pool(worker_env, holding_model):
     model = holding_model(latency=2.0, turns=2)
     tasks = _tasks(model.url, 40)
-    env = {**worker_env, **FAST_ENV, **QUIET, "ACTHELM_DB_POOL_SIZE": "3"}
+    env = {**worker_env, **FAST_ENV, **QUIET, **POOLED, "ACTHELM_DB_POOL_SIZE": "3"}
     worker = WorkerProcess(env, "--concurrency", "40", worker_id="pool-a")
     peak = 0
     try:
@@ -166,6 +169,7 @@ def test_sigkill_of_a_process_running_forty_agents_loses_none(worker_env, holdin
     model = holding_model(latency=1.5, turns=3)
     tasks = _tasks(model.url, 40)
     env = {**worker_env, **FAST_ENV, **QUIET, "ACTHELM_DB_POOL_SIZE": "3"}
+    env.update(ACTHELM_HEARTBEAT_SECONDS="0.5", ACTHELM_LEASE_SECONDS="3")
     doomed = WorkerProcess(env, "--concurrency", "40", worker_id="doomed")
     try:
         wait_for(
@@ -193,3 +197,37 @@ def test_sigkill_of_a_process_running_forty_agents_loses_none(worker_env, holdin
     assert set(calls.values_list("run_count", flat=True)) == {1}
     # Each of the 40 was running in the killed process: each run was recovered, once.
     assert AgentRun.objects.filter(task__in=tasks, error_code="worker_lost").count() == 40
+
+
+def test_a_cancel_during_an_external_call_leaves_it_unknown_and_the_run_cancelled(worker_env):
+    """Issue 21, item 12: the call in flight is not left `running` for ever, and the worker says
+    the run was cancelled, not fenced out."""
+    from tests.fakes.http_target import HttpTarget
+
+    with (
+        HttpTarget() as target,
+        ScriptedModelServer(
+            [reply_tool_calls([("fetch_url", {"url": f"{target.url}/stall?seconds=30"})])]
+        ) as server,
+    ):
+        task = tool_task(server, ["fetch_url"], allowed_domains=["127.0.0.1"])
+        env = {**worker_env, **FAST_ENV, "ACTHELM_FETCH_ALLOW_PRIVATE": "1"}
+        env["ACTHELM_LOG_FORMAT"] = "json"
+        worker = WorkerProcess(env, worker_id="mid-call")
+        try:
+            wait_for(
+                lambda: ToolCall.objects.filter(task=task, status="running").exists(),
+                timeout=20,
+                message="the fetch in flight",
+            )
+            task_cancel(actor=Actor.system("test"), task_id=task.pk)
+            time.sleep(2.0)  # the cancel reaches the run in milliseconds; then stop the worker
+            worker.terminate()
+            worker.wait(30)
+        finally:
+            worker.stop()
+    call = ToolCall.objects.get(task=task)
+    assert (call.status, call.error_code) == ("unknown", "cancelled_in_flight")
+    open("/tmp/worker_out.txt", "w").write(worker.output)
+    assert '"event": "run.cancelled"' in worker.output
+    assert '"event": "run.fenced_out"' not in worker.output
