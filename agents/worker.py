@@ -1,10 +1,13 @@
-"""The worker: claim a task, hold it with a heartbeat, run the loop, apply the outcome. Repeat.
+"""The worker: claim tasks, hold them with one heartbeat, run each in a thread, apply the outcome.
 
-Slots (threads, `--concurrency N`) claim from PostgreSQL directly: no broker. Idle slots sleep on
-`LISTEN acthelm_ready` (the transitions that make a task ready NOTIFY on commit), with a polling
-fallback. A maintenance thread runs `recover_stale()` (and the reconciler, when present). The
-first SIGTERM/SIGINT stops claiming and lets every run hand its task back at its next safe point;
-a second one exits at once (the leases then expire and another worker recovers the tasks).
+No broker: PostgreSQL is the queue. A dispatcher claims for the free places (several tasks in one
+statement) and starts a thread per claimed task, which ends with its run; free places hold no
+thread and no connection. One heartbeat renews every lease the process holds in one statement.
+One listener (`LISTEN`) wakes the dispatcher for new work and the heartbeat for a person's
+action on a task that runs here. A maintenance thread runs `recover_stale()` and the reconciler.
+A run borrows a pooled connection only to read or write (`configure_pool`). The first
+SIGTERM/SIGINT stops claiming and lets every run hand its task back at its next safe point; a
+second one exits at once (the leases then expire and another worker recovers the tasks).
 """
 
 import logging
