@@ -98,28 +98,14 @@ def server_log_lines(pattern: str) -> int | None:
 
 
 def start_model(latency: float, turns: int):
-    proc = subprocess.Popen(
-        [
-            sys.executable,
-            str(common.ROOT / "tests" / "fakes" / "holding_model.py"),
-            "--latency",
-            str(latency),
-            "--turns",
-            str(turns),
-        ],
-        stdin=subprocess.PIPE,
-        stdout=subprocess.PIPE,
-        text=True,
-    )
-    url = proc.stdout.readline().strip()
-    return proc, url
+    from tests.fakes.holding_model import HoldingModel
+
+    model = HoldingModel(latency, turns)
+    return model, model.url
 
 
-def stop_model(proc) -> dict:
-    proc.stdin.close()
-    line = proc.stdout.readline().strip()
-    proc.wait(10)
-    return json.loads(line) if line else {}
+def stop_model(model) -> dict:
+    return model.close()
 
 
 # --- memory -------------------------------------------------------------------------------------
@@ -570,9 +556,8 @@ def signals_main(args) -> int:
         f"({facts.get('date', '')}), {len(pause_s)} of each, one worker process, "
         f"ACTHELM_HEARTBEAT_SECONDS = 10:\n\n{table}\n"
     )
-    if args.no_readme:
-        os.environ["ACTHELM_BENCH_NO_README"] = "1"
-    common.record("fleet_signals", section, {"facts": facts, **out}, goals)
+    if not args.no_readme:  # --no-readme: print only (a "before" run keeps the results as they are)
+        common.record("fleet_signals", section, {"facts": facts, **out}, goals)
     return 0
 
 
@@ -589,7 +574,9 @@ def main() -> int:
     parser.add_argument("--engine-root", type=Path, default=common.ROOT)
     parser.add_argument("--label", default="this commit")
     parser.add_argument("--no-peer", action="store_true")
-    parser.add_argument("--no-readme", action="store_true", help="print only; keep the README")
+    parser.add_argument(
+        "--no-readme", action="store_true", help="print only; keep the README and the results"
+    )
     parser.add_argument(
         "--signals", action="store_true", help="only the pause and cancel latency (2-s turns)"
     )
@@ -695,9 +682,8 @@ def main() -> int:
         f"{args.latency:g}` ({facts.get('date', '')}):\n\n{table}\n\n"
         f"{common.facts_line(facts, vers)}\n"
     )
-    if args.no_readme:
-        os.environ["ACTHELM_BENCH_NO_README"] = "1"
-    common.record(NAME, section, data, goals)
+    if not args.no_readme:  # --no-readme: print only (a "before" run keeps the results as they are)
+        common.record(NAME, section, data, goals)
     print(json.dumps({"acthelm": acthelm, "procrastinate": peer}, indent=2, default=str))
     return 0
 

@@ -2,8 +2,6 @@
 heartbeat per process, a person's action delivered at once. Real `manage.py acthelm_worker`
 processes, real PostgreSQL, a scripted model on loopback that holds every request."""
 
-import subprocess
-import sys
 import time
 from types import SimpleNamespace
 
@@ -16,8 +14,9 @@ from tasks.actors import Actor
 from tasks.models import Task
 from tasks.services import task_pause
 from tasks.states import TaskStatus
-from tests.agents.conftest import FAST_ENV, ROOT, WorkerProcess, wait_for
+from tests.agents.conftest import FAST_ENV, WorkerProcess, wait_for
 from tests.agents.scripted import scripted_model, tool_task
+from tests.fakes.holding_model import HoldingModel
 from tests.fakes.model_server import ScriptedModelServer, hang, reply_tool_calls
 
 pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.slow]
@@ -26,30 +25,6 @@ QUIET = {"ACTHELM_LOG_LEVEL": "WARNING"}
 # Leases long enough that a loaded test machine does not turn a slow heartbeat into a recovery
 # (the heartbeat borrows from the same small pool as the 40 runs).
 POOLED = {"ACTHELM_HEARTBEAT_SECONDS": "0.5", "ACTHELM_LEASE_SECONDS": "6"}
-
-
-class HoldingModel:
-    """tests/fakes/holding_model.py in a process of its own: every answer after `latency` s."""
-
-    def __init__(self, latency: float, turns: int):
-        self.proc = subprocess.Popen(
-            [
-                sys.executable,
-                str(ROOT / "tests" / "fakes" / "holding_model.py"),
-                "--latency",
-                str(latency),
-                "--turns",
-                str(turns),
-            ],
-            stdin=subprocess.PIPE,
-            stdout=subprocess.PIPE,
-            text=True,
-        )
-        self.url = self.proc.stdout.readline().strip()
-
-    def close(self):
-        self.proc.stdin.close()
-        self.proc.wait(10)
 
 
 @pytest.fixture

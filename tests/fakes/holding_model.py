@@ -102,6 +102,28 @@ async def serve(latency: float, turns: int) -> None:
     print(json.dumps(stats), flush=True)
 
 
+class HoldingModel:
+    """This server in a process of its own (so the worker measured or tested shares no CPU thread
+    or GIL with it): `.url` is its base URL; `close()` stops it and returns its counts."""
+
+    def __init__(self, latency: float, turns: int):
+        import subprocess
+
+        self.proc = subprocess.Popen(
+            [sys.executable, __file__, "--latency", str(latency), "--turns", str(turns)],
+            stdin=subprocess.PIPE,
+            stdout=subprocess.PIPE,
+            text=True,
+        )
+        self.url = self.proc.stdout.readline().strip()
+
+    def close(self) -> dict:
+        self.proc.stdin.close()
+        line = self.proc.stdout.readline().strip()
+        self.proc.wait(10)
+        return json.loads(line) if line else {}
+
+
 def main() -> int:
     parser = argparse.ArgumentParser()
     parser.add_argument("--latency", type=float, default=20.0)
