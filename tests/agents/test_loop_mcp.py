@@ -214,6 +214,8 @@ def test_cancel_aborts_an_mcp_call_in_flight_and_the_worker_keeps_serving(
         assert len(server.completion_requests) == 1
     assert status_of(task) == TaskStatus.CANCELLED
     assert AgentRun.objects.get(task=task).status == "cancelled"
-    # The outcome of the aborted external call is not known: it is never replayed on its own.
+    # The outcome of the aborted external call is not known: it is never replayed on its own,
+    # and the cancel settles it as unknown rather than leaving it running for ever.
     [call] = calls_of(task)
-    assert (call.status, call.run_count) == (ToolCallStatus.RUNNING, 1)
+    assert (call.status, call.run_count) == (ToolCallStatus.UNKNOWN, 1)
+    assert call.error_code == "cancelled_in_flight"
