@@ -4,6 +4,7 @@ DATABASE_URL selects the PostgreSQL server; when it is unset an embedded server 
 `.pgdata/`. Every ACTHELM_* setting below can be set from the environment of the same name.
 """
 
+import ipaddress
 import os
 from pathlib import Path
 
@@ -237,6 +238,16 @@ ACTHELM_NOTIFY_RETRY_DELAYS = [
 ]
 # Worker maintenance spends at most about this long per delivery pass (plus one send's timeout).
 ACTHELM_NOTIFY_PASS_SECONDS = env_float("ACTHELM_NOTIFY_PASS_SECONDS", 5)
+# Addresses or networks (CIDR) a webhook may reach although they are not public: an internal
+# receiver must be named here (fetch_url's address policy applies to every other address).
+ACTHELM_NOTIFY_ALLOW_ADDRESSES = env_list("ACTHELM_NOTIFY_ALLOW_ADDRESSES", [])
+for _entry in ACTHELM_NOTIFY_ALLOW_ADDRESSES:
+    try:
+        ipaddress.ip_network(_entry, strict=False)
+    except ValueError:
+        raise ImproperlyConfigured(
+            f"ACTHELM_NOTIFY_ALLOW_ADDRESSES: {_entry!r} is not an address or a network (CIDR)"
+        ) from None
 ACTHELM_NOTIFY_MESSAGE_ID_DOMAIN = os.environ.get("ACTHELM_NOTIFY_MESSAGE_ID_DOMAIN", "acthelm")
 
 

@@ -296,11 +296,3 @@ def holds_now(*, task_id: int, run_id: int) -> str:
         log.warning("run.fenced_out", extra={"task_id": task_id, "run_id": run_id})
         raise AttemptLost(f"run {run_id} no longer holds task {task_id}")
     return row[0]
-
-
-def release_connection() -> None:
-    """Give this thread's database connection back to the pool (a worker process with
-    `ACTHELM_DB_POOL_SIZE`), so that a run holds none while it waits for the model or a tool.
-    Without a pool, or inside a transaction, it does nothing."""
-    if connection.settings_dict["OPTIONS"].get("pool") and not connection.in_atomic_block:
-        connection.close()

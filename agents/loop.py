@@ -23,9 +23,10 @@ from django.conf import settings
 from django.utils import timezone
 
 from acthelm_site import telemetry
+from acthelm_site.dbpool import release_connection
 from agents import storable
 from agents.costs import turn_usage_fields
-from agents.leases import holds_now, release_connection
+from agents.leases import holds_now
 from agents.limits import Usage, is_mcp_tool, reached, remaining
 from agents.outcomes import Outcome, OutcomeKind, apply_outcome
 from agents.prompting import DISCARDED_NOTE, History, result_for_model, system_prompt

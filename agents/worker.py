@@ -4,7 +4,8 @@ No broker: PostgreSQL is the queue. A dispatcher claims for the free places (sev
 statement) and starts a thread per claimed task, which ends with its run; free places hold no
 thread and no connection. One heartbeat renews every lease the process holds in one statement.
 One listener (`LISTEN`) wakes the dispatcher for new work and the heartbeat for a person's
-action on a task that runs here. A maintenance thread runs `recover_stale()` and the reconciler.
+action on a task that runs here. A maintenance thread runs `recover_stale()` and the reconciler;
+a thread of its own delivers the notification outbox, so no receiver can delay recovery.
 A run borrows a pooled connection only to read or write (`configure_pool`). The first
 SIGTERM/SIGINT stops claiming and lets every run hand its task back at its next safe point; a
 second one exits at once (the leases then expire and another worker recovers the tasks).
@@ -24,7 +25,8 @@ from django.db import DatabaseError, InterfaceError, OperationalError
 from django.db import connection as db
 from psycopg.conninfo import make_conninfo
 
-from agents.leases import Claim, claim_batch, claim_next, release_connection, renew_leases
+from acthelm_site.dbpool import release_connection
+from agents.leases import Claim, claim_batch, claim_next, renew_leases
 from agents.loop import AgentLoop, RunSignals
 from agents.models import AgentRun
 from agents.outcomes import Outcome, apply_outcome, recover_stale
@@ -42,6 +44,7 @@ log = logging.getLogger("acthelm.worker")
 # DatabaseError is the database refusing what was written, which fails the attempt.
 CONNECTION_ERRORS = (OperationalError, InterfaceError)
 DB_ERRORS = (*CONNECTION_ERRORS, DatabaseError)
+DELIVERY_INTERVAL_SECONDS = 1.0  # between delivery passes (a pass sends every row that is due)
 
 
 def storage_message(exc: Exception, loop) -> str:
@@ -229,6 +232,7 @@ class Worker:
         helpers = [
             threading.Thread(target=self._listen, name="listen", daemon=True),
             threading.Thread(target=self._maintain, name="maintain", daemon=True),
+            threading.Thread(target=self._deliver, name="deliver", daemon=True),
         ]
         for t in helpers:
             t.start()
@@ -495,7 +499,6 @@ class Worker:
         ACTHELM_RECOVER_INTERVAL_SECONDS for runs that overran their timeout."""
         next_recover = next_reconcile = 0.0
         while not self.stopping.is_set():
-            deliver_in_maintenance()  # bounded, never raises: see tasks/notify/delivery.py
             now = time.monotonic()
             if now >= next_reconcile:
                 self._reconcile_once()
@@ -510,6 +513,15 @@ class Worker:
                 wake = min(wake, now + expiry + 0.05)
             release_connection()
             self.stopping.wait(min(max(0.2, wake - time.monotonic()), 5.0))
+        db.close()
+
+    def _deliver(self) -> None:
+        """The notification outbox, in a thread of its own: a slow or hostile receiver holds at
+        most this thread (one send's deadline at a time), never recovery or reconciliation."""
+        while not self.stopping.is_set():
+            deliver_in_maintenance()  # bounded, never raises: see tasks/notify/delivery.py
+            release_connection()
+            self.stopping.wait(DELIVERY_INTERVAL_SECONDS)
         db.close()
 
     def _seconds_to_earliest_expiry(self) -> float | None:

@@ -16,6 +16,7 @@ from django.db import connection, transaction
 from django.db.models import F
 from django.utils import timezone
 
+from acthelm_site.dbpool import release_connection
 from tasks.notify.channels import DeliveryFailed, Message, send
 from tasks.notify.models import Notification, NotificationTarget
 from tasks.notify.states import NotificationStatus
@@ -88,6 +89,7 @@ def deliver_one(notification_id: int, attempts: int) -> dict:
             url=row.url,
             payload=row.payload,
         )
+        release_connection()  # a pooled worker holds no connection while a receiver answers
         try:
             receipt = send(target, message)
         except DeliveryFailed as exc:
@@ -178,8 +180,10 @@ def deliver_due(*, max_seconds: float | None = None, limit: int | None = None) -
 
 
 def deliver_in_maintenance() -> None:
-    """Worker maintenance's call: one bounded pass that never raises. Delivery is best effort for
-    the worker; the rows stay in the outbox for the next pass whatever happens here."""
+    """A worker's delivery thread's call: one bounded pass that never raises. Delivery is best
+    effort for the worker; the rows stay in the outbox for the next pass whatever happens here.
+    It runs in its own thread, never in the one that recovers runs: a receiver may hold a pass
+    for up to one send's deadline, and that must not delay any task's recovery."""
     try:
         report = deliver_due(max_seconds=settings.ACTHELM_NOTIFY_PASS_SECONDS)
     except Exception:  # the maintenance thread must outlive any delivery problem

@@ -10,6 +10,7 @@ from django.core.validators import EmailValidator, URLValidator
 from django.db import models
 from django.db.models import Q
 
+from tasks.notify.channels import webhook_address_refusal
 from tasks.notify.states import NotificationStatus, NotifyEvent, TargetKind, all_events
 
 ENV_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
@@ -86,6 +87,10 @@ class NotificationTarget(models.Model):
                 URLValidator(schemes=["http", "https"])(self.address)
             except ValidationError:
                 errors["address"] = "a webhook target needs an http:// or https:// URL"
+            else:
+                refusal = webhook_address_refusal(self.address)
+                if refusal:
+                    errors["address"] = refusal
         if self.secret_env and not ENV_NAME.match(self.secret_env):
             errors["secret_env"] = (
                 "secret_env is the NAME of an environment variable (letters, digits, _), "

@@ -1,8 +1,9 @@
 """A real HTTP receiver on 127.0.0.1 for webhook notifications; it checks the signature.
 
 Each POST is recorded with its headers, body and whether `X-Acthelm-Signature` is the HMAC-SHA256
-of the exact body under `secret` (a wrong or missing signature is answered 401, as a careful
-receiver would). `mode` decides the answer: "ok" (204), "error" (500), "slow" (sleeps `delay`
+of `<X-Acthelm-Timestamp>.<body>` under `secret` with a timestamp within the documented tolerance
+(a wrong or missing signature, or a stale timestamp, is answered 401, as a careful receiver
+would). `mode` decides the answer: "ok" (204), "error" (500), "slow" (sleeps `delay`
 seconds before answering 200).
 """
 
@@ -15,6 +16,8 @@ import threading
 import time
 from dataclasses import dataclass
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+
+TOLERANCE_SECONDS = 300  # docs/operations.md: what a receiver should accept
 
 
 @dataclass
@@ -38,13 +41,23 @@ class _Handler(BaseHTTPRequestHandler):
     def do_POST(self) -> None:  # noqa: N802 - stdlib name
         receiver = self.server.receiver
         body = self.rfile.read(int(self.headers.get("Content-Length") or 0))
-        expected = "sha256=" + hmac.new(receiver.secret.encode(), body, hashlib.sha256).hexdigest()
+        stamp = self.headers.get("X-Acthelm-Timestamp", "")
+        signed = stamp.encode() + b"." + body
+        digest = hmac.new(receiver.secret.encode(), signed, hashlib.sha256).hexdigest()
+        expected = "sha256=" + digest
         given = self.headers.get("X-Acthelm-Signature", "")
-        ok = bool(receiver.secret) and hmac.compare_digest(given, expected)
+        fresh = stamp.isdigit() and abs(time.time() - int(stamp)) <= TOLERANCE_SECONDS
+        ok = bool(receiver.secret) and fresh and hmac.compare_digest(given, expected)
         with receiver.lock:
             receiver.received.append(
                 Received(self.path, {k.lower(): v for k, v in self.headers.items()}, body, ok)
             )
+        if receiver.mode == "trickle":
+            self._trickle(receiver.delay)
+            return
+        if receiver.mode == "leak":
+            self._answer(500, receiver.answer_body)
+            return
         if receiver.secret and not ok:
             status = 401
         elif receiver.mode == "error":
@@ -54,12 +67,29 @@ class _Handler(BaseHTTPRequestHandler):
             status = 200
         else:
             status = 204
+        self._answer(status, b"")
+
+    def _answer(self, status: int, body: bytes) -> None:
         try:
             self.send_response(status)
-            self.send_header("Content-Length", "0")
+            self.send_header("Content-Length", str(len(body)))
             self.end_headers()
+            self.wfile.write(body)
         except (BrokenPipeError, ConnectionResetError):
             pass  # the sender gave up waiting
+
+    def _trickle(self, seconds: float) -> None:
+        try:
+            self.send_response(200)
+            self.send_header("Content-Length", "100000")
+            self.end_headers()
+            until = time.monotonic() + seconds
+            while time.monotonic() < until:
+                self.wfile.write(b".")
+                self.wfile.flush()
+                time.sleep(0.2)
+        except (BrokenPipeError, ConnectionResetError):
+            pass  # the sender gave up, as it should
 
 
 class _Server(ThreadingHTTPServer):
@@ -68,8 +98,11 @@ class _Server(ThreadingHTTPServer):
 
 
 class WebhookReceiver:
-    def __init__(self, *, secret: str = "", mode: str = "ok", delay: float = 2.0):
+    def __init__(
+        self, *, secret: str = "", mode: str = "ok", delay: float = 2.0, answer_body: bytes = b""
+    ):
         self.secret = secret
+        self.answer_body = answer_body
         self.mode = mode
         self.delay = delay
         self.received: list[Received] = []

@@ -12,7 +12,8 @@ ADD = "/admin/tasks/notificationtarget/add/"
 
 
 @pytest.fixture
-def admin_client(client):
+def admin_client(client, settings):
+    settings.ACTHELM_NOTIFY_ALLOW_ADDRESSES = ["127.0.0.1"]  # the receiver runs on loopback
     user = get_user_model().objects.create_superuser("root", "root@example.org", "pw")
     client.force_login(user)
     return client

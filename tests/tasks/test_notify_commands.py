@@ -13,6 +13,12 @@ from tests.tasks.notify_helpers import failed_task
 pytestmark = pytest.mark.django_db(transaction=True)
 
 
+@pytest.fixture(autouse=True)
+def _loopback_receivers(settings):
+    """The receivers here run on loopback, which a deployment must allow explicitly."""
+    settings.ACTHELM_NOTIFY_ALLOW_ADDRESSES = ["127.0.0.1"]
+
+
 def run(*args) -> str:
     from io import StringIO
 

@@ -38,6 +38,7 @@ def notify_settings(settings, monkeypatch):
     settings.ACTHELM_NOTIFY_TIMEOUT_SECONDS = 0.5
     settings.ACTHELM_NOTIFY_MAX_ATTEMPTS = 3
     settings.ACTHELM_NOTIFY_RETRY_DELAYS = [60, 300]
+    settings.ACTHELM_NOTIFY_ALLOW_ADDRESSES = ["127.0.0.1"]  # the receivers run on loopback
     monkeypatch.setenv("ACTHELM_TEST_HOOK_SECRET", SECRET)
     return settings
 
@@ -268,10 +269,11 @@ def test_maintenance_delivery_survives_a_broken_database_connection(notify_setti
 
 
 def test_a_running_worker_delivers_in_maintenance_and_a_dead_target_never_holds_a_task(
-    cli_model, cli_task, spawn_worker
+    cli_model, cli_task, spawn_worker, settings
 ):
     """A real worker process: the live receiver gets its message, the dead target is retried
     then reported, and the tasks move on as if nothing were sent."""
+    settings.ACTHELM_NOTIFY_ALLOW_ADDRESSES = ["127.0.0.1"]
     with WebhookReceiver(secret=SECRET) as receiver:
         webhook(receiver.url, name="live")
         webhook(f"http://127.0.0.1:{free_port()}/hook", name="dead")
@@ -284,6 +286,7 @@ def test_a_running_worker_delivers_in_maintenance_and_a_dead_target_never_holds_
                 "ACTHELM_NOTIFY_TIMEOUT_SECONDS": "0.5",
                 "ACTHELM_NOTIFY_RETRY_DELAYS": "1",
                 "ACTHELM_NOTIFY_MAX_ATTEMPTS": "2",
+                "ACTHELM_NOTIFY_ALLOW_ADDRESSES": "127.0.0.1",
             },
         )
         wait_for(lambda: len(receiver.received) == 1, message="the live receiver's message")

@@ -22,6 +22,7 @@ def history(settings):
     """One delivered email (Django's test mailer) and one webhook that failed for good."""
     settings.ACTHELM_NOTIFY_MAX_ATTEMPTS = 1
     settings.ACTHELM_NOTIFY_TIMEOUT_SECONDS = 0.5
+    settings.ACTHELM_NOTIFY_ALLOW_ADDRESSES = ["127.0.0.1"]  # the dead hook is on loopback
     target_add(name="founder-mail", kind=TargetKind.EMAIL, address="founder@example.org")
     target_add(
         name="dead-hook", kind=TargetKind.WEBHOOK, address=f"http://127.0.0.1:{free_port()}/h"
