@@ -6,6 +6,9 @@ class AgentsConfig(AppConfig):
     verbose_name = "Agents"
 
     def ready(self) -> None:
+        # Settings that contradict each other stop `check` and the worker (agents/checks.py).
+        from agents import checks  # noqa: F401 - registers the checks
+
         # SERVER__TOOL names resolve to the tools recorded for registered MCP servers.
         from agents.toolservers import install_resolver
 
