@@ -13,7 +13,7 @@ ENV PYTHONDONTWRITEBYTECODE=1 \
 
 WORKDIR /app
 COPY . .
-RUN pip install .
+RUN pip install -c requirements.lock .
 
 # Static files are collected into the image (whitenoise serves them). The key and the database
 # URL exist for this step only: collectstatic neither signs anything nor connects.

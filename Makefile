@@ -13,7 +13,10 @@ PYTEST_WORKERS ?= 2
 
 .PHONY: run test venv migrate demo worker lint fmt chromium screenshots db-stop stop clean
 
-$(STAMP): pyproject.toml
+# Exact versions come from requirements.lock (a pip constraints file); `make lock` rewrites it.
+LOCK := requirements.lock
+
+$(STAMP): pyproject.toml $(LOCK)
 	@set -e; \
 	if [ ! -x $(PY) ]; then \
 		py=$$(bin/find-python) || exit 1; \
@@ -21,8 +24,23 @@ $(STAMP): pyproject.toml
 		"$$py" -m venv $(VENV); \
 	fi; \
 	$(PY) -m pip install -q --upgrade pip; \
-	$(PY) -m pip install -q -e '.[dev]'; \
+	$(PY) -m pip install -q -c $(LOCK) -e '.[dev]'; \
 	touch $(STAMP)
+
+# Re-resolve the dependencies of pyproject.toml (and the dev extra) in a clean environment and
+# pin what was installed. Run it after changing a dependency; commit requirements.lock.
+.PHONY: lock
+lock:
+	@set -e; \
+	py=$$(bin/find-python) || exit 1; \
+	rm -rf var/lock-venv; \
+	"$$py" -m venv var/lock-venv; \
+	var/lock-venv/bin/python -m pip install -q --upgrade pip; \
+	var/lock-venv/bin/python -m pip install -q '.[dev]'; \
+	{ echo "# Exact versions for pip install -c $(LOCK); written by 'make lock' from pyproject.toml."; \
+	  var/lock-venv/bin/python -m pip freeze --exclude-editable | grep -v '^acthelm'; } > $(LOCK); \
+	rm -rf var/lock-venv; \
+	echo "$(LOCK): $$(grep -vc '^#' $(LOCK)) pinned packages"
 
 venv: $(STAMP)
 
@@ -89,7 +107,7 @@ serve: $(STAMP)
 BENCH_STAMP := $(VENV)/.bench-installed
 
 $(BENCH_STAMP): $(STAMP) pyproject.toml
-	$(PY) -m pip install -q -e '.[dev,bench]'
+	$(PY) -m pip install -q -c $(LOCK) -e '.[dev,bench]'
 	touch $(BENCH_STAMP)
 
 bench: $(BENCH_STAMP)

@@ -1,0 +1,569 @@
+"""The JSON API at /api/: what the console and `acthelm_task` do, over the same services.
+
+Every request carries `Authorization: Bearer <token>` (acthelm_site.api.tokens) and acts as the
+token's person with that person's permissions, checked per action exactly as the console checks
+them. Errors are `{"code", "message", "field"}` with the services' stable codes: 401 for a
+missing, unknown or revoked token, 403 without the permission, 404 for an unknown object, 400 for
+bad input (naming the field), 409 when the task's state does not allow the action or a decision's
+hash is stale. The OpenAPI schema and its interactive docs are served to signed-in staff only.
+"""
+
+import logging
+from typing import Literal
+
+from django.contrib.admin.views.decorators import staff_member_required
+from django.http import Http404
+from django.utils import timezone
+from ninja import File, Form, NinjaAPI, Query, Status
+from ninja.errors import AuthenticationError, HttpError, ValidationError
+from ninja.files import UploadedFile
+from ninja.security import HttpBearer
+from pydantic import Field
+
+from acthelm_site.api import schemas as s
+from acthelm_site.api.selectors import pending_operations, task_detail, task_summary
+from acthelm_site.api.tokens import TokenRefused, token_authenticate
+from acthelm_site.console.actions import ACTION_PERMS, REGISTRY
+from acthelm_site.console.shared import (
+    ADD_PERM,
+    INBOX_PERMS,
+    MANAGE_CONNECTIONS_PERM,
+    OPERATE_PERM,
+    SCORECARD_PERM,
+    VIEW_CONNECTIONS_PERMS,
+    VIEW_PERM,
+)
+from agents import services as agent_services
+from agents import task_services
+from agents.models import Connection, ToolCall
+from agents.scorecard import model_scorecard, scorecard_window
+from agents.services import model_check_for_task
+from agents.views import display_url
+from approvals.models import Approval, ReviewDecision
+from tasks import services
+from tasks.actors import Actor
+from tasks.exceptions import (
+    ActhelmError,
+    GoalNotFound,
+    InvalidInput,
+    NotFound,
+    NotPermitted,
+    TaskNotFound,
+)
+from tasks.forms import model_queryset
+from tasks.limits import LIMIT_FIELDS
+from tasks.models import Goal, Task
+from tasks.selectors import goal_as_dict, task_as_dict, task_keyset_page
+from tasks.states import Action
+
+log = logging.getLogger("acthelm.api")
+
+VIEW_GOAL_PERM = "tasks.view_goal"
+ADD_GOAL_PERM = "tasks.add_goal"
+CHANGE_GOAL_PERM = "tasks.change_goal"
+
+A = Action
+# Each action's permission is the console's (acthelm_site.console.actions.ACTION_PERMS).
+PAGE_SIZE = 50
+MAX_PAGE_SIZE = 200
+GOAL_TASKS = 100
+
+
+class BearerToken(HttpBearer):
+    """`Authorization: Bearer acthelm_…`; every refusal is a 401 with a code saying why."""
+
+    def __call__(self, request):
+        header = request.headers.get("Authorization", "")
+        if not header:
+            raise TokenRefused("send Authorization: Bearer <token>", code="token_missing")
+        scheme, _, raw = header.partition(" ")
+        if scheme.lower() != "bearer" or not raw.strip():
+            raise TokenRefused("the Authorization header must be: Bearer <token>")
+        return self.authenticate(request, raw.strip())
+
+    def authenticate(self, request, token):
+        api_token = token_authenticate(token)
+        request.user = api_token.user
+        return api_token
+
+
+api = NinjaAPI(
+    title="Acthelm API",
+    version="1",
+    description=__doc__,
+    auth=BearerToken(),
+    urls_namespace="api",
+    docs_decorator=staff_member_required,
+)
+
+
+# --- Errors ---------------------------------------------------------------------------------
+
+
+def _error(request, status: int, code: str, message: str, field: str | None = None):
+    response = api.create_response(
+        request, {"code": code, "message": message, "field": field}, status=status
+    )
+    if status == 401:
+        response["WWW-Authenticate"] = 'Bearer realm="acthelm"'
+    return response
+
+
+@api.exception_handler(ActhelmError)
+def _acthelm_error(request, exc: ActhelmError):
+    status = exc.http_status  # 401 for a refused token, as the console's for the rest
+    if status != 401:
+        log.info(
+            "api.refused",
+            extra={"path": request.path, "code": exc.code, "status": status},
+        )
+    return _error(request, status, exc.code, exc.message, exc.field)
+
+
+@api.exception_handler(ValidationError)
+def _validation_error(request, exc: ValidationError):
+    first = exc.errors[0] if exc.errors else {}
+    loc = [str(part) for part in first.get("loc", ())]
+    # ("body", "payload", "limits", "limit_turns") -> "limits.limit_turns"
+    parts = [p for p in loc[1:] if p not in ("payload", "filters")]
+    field = ".".join(parts) or None
+    message = first.get("msg", "invalid input")
+    if loc[:1] == ["form"] and request.content_type == "application/json":
+        message = (
+            "this endpoint takes form fields (multipart/form-data, or "
+            "application/x-www-form-urlencoded), not JSON; " + message
+        )
+    return _error(request, 400, "invalid_input", f"{field}: {message}" if field else message, field)
+
+
+@api.exception_handler(AuthenticationError)
+def _unauthenticated(request, exc):
+    return _error(request, 401, "token_missing", "send Authorization: Bearer <token>")
+
+
+@api.exception_handler(Http404)
+def _not_found(request, exc):
+    return _error(request, 404, "not_found", str(exc) or "not found")
+
+
+@api.exception_handler(HttpError)
+def _http_error(request, exc: HttpError):
+    # Ninja's own refusals, e.g. 400 "Cannot parse request body" for a body that is not JSON.
+    code = {400: "invalid_input", 429: "throttled"}.get(exc.status_code, "error")
+    return _error(request, exc.status_code, code, str(exc))
+
+
+ERRORS = {400: s.ErrorOut, 401: s.ErrorOut, 403: s.ErrorOut, 404: s.ErrorOut, 409: s.ErrorOut}
+
+
+def _require(request, *perms: str) -> Actor:
+    """The person acting, refused (403) unless they hold one of `perms`."""
+    user = request.auth.user
+    if perms and not any(user.has_perm(perm) for perm in perms):
+        raise NotPermitted(f"{user.get_username()} lacks the permission {' or '.join(perms)}")
+    return Actor.person(user)
+
+
+def _task_or_404(task_id: int) -> Task:
+    task = Task.objects.select_related("connection", "model").filter(pk=task_id).first()
+    if task is None:
+        raise TaskNotFound(f"task {task_id} does not exist")
+    return task
+
+
+def _model(model_id: int | None, field: str = "model_id"):
+    if model_id is None:
+        return None
+
+    model = model_queryset().filter(pk=model_id).first()
+    if model is None:
+        raise InvalidInput(f"model {model_id} does not exist", field=field)
+    return model
+
+
+def _done(request, task_id: int, action: str) -> dict:
+    log.info(
+        "api.action",
+        extra={"task_id": task_id, "action": str(action), "actor": request.user.get_username()},
+    )
+    return task_as_dict(_task_or_404(task_id))
+
+
+# --- Tasks ----------------------------------------------------------------------------------
+
+
+class TaskFilters(s.Schema):
+    status: s.StatusName | None = None
+    goal_id: int | None = None
+    kind: s.KindName | None = None
+    tag: str | None = None
+    before: int | None = Field(None, ge=1, description="Tasks older than this id")
+    after: int | None = Field(None, ge=1, description="Tasks newer than this id")
+    limit: int = Field(PAGE_SIZE, ge=1, le=MAX_PAGE_SIZE)
+
+
+@api.get("/tasks", response={200: s.TaskPageOut, **ERRORS}, tags=["tasks"])
+def list_tasks(request, filters: Query[TaskFilters]):
+    """Newest first, keyset-paginated on the id like the console's list (no COUNT, no OFFSET)."""
+    _require(request, VIEW_PERM)
+    tasks = Task.objects.select_related("connection", "model")
+    if filters.status:
+        tasks = tasks.filter(status=filters.status)
+    if filters.goal_id:
+        tasks = tasks.filter(goal_id=filters.goal_id)
+    if filters.kind:
+        tasks = tasks.filter(kind=filters.kind)
+    if filters.tag:
+        tasks = tasks.filter(tags__contains=[filters.tag])
+    page = task_keyset_page(tasks, before=filters.before, after=filters.after, size=filters.limit)
+    return {
+        "items": [task_summary(t) for t in page.tasks],
+        "older": page.older,
+        "newer": page.newer,
+    }
+
+
+@api.post("/tasks", response={201: s.TaskOut, **ERRORS}, tags=["tasks"])
+def create_task(
+    request,
+    payload: Form[s.TaskCreateIn],
+    files: File[list[UploadedFile]] = None,
+):
+    """Create a task from form fields (multipart/form-data, with `files` as input files, or
+    application/x-www-form-urlencoded). Repeat a field for a list: `-F tools=read_file -F
+    tools=list_files`."""
+    actor = _require(request, ADD_PERM)
+    goal = None
+    if payload.goal_id is not None:
+        goal = Goal.objects.filter(pk=payload.goal_id).first()
+        if goal is None:
+            raise InvalidInput(f"goal {payload.goal_id} does not exist", field="goal_id")
+    connection = None
+    if payload.connection_id is not None:
+        connection = Connection.objects.filter(pk=payload.connection_id).first()
+        if connection is None:
+            raise InvalidInput(
+                f"connection {payload.connection_id} does not exist", field="connection_id"
+            )
+    deps = list(Task.objects.filter(pk__in=payload.depends_on))
+    if len(deps) != len(set(payload.depends_on)):
+        raise InvalidInput("a task in depends_on does not exist", field="depends_on")
+    tools = None
+    if payload.tools is not None:
+        tools = [t for t in payload.tools if t.strip()]
+    stray = sorted(set(payload.ask_tools) - set(tools if tools is not None else []))
+    if tools is not None and stray:
+        raise InvalidInput(
+            f"ask is set for tools the task does not use: {stray}", field="ask_tools"
+        )
+    limits = {
+        field: getattr(payload, field)
+        for field in LIMIT_FIELDS
+        if getattr(payload, field) is not None
+    }
+    task = task_services.task_create_with_files(
+        actor=actor,
+        files=[(upload.name, upload) for upload in files or []],
+        title=payload.title,
+        instruction=payload.instruction,
+        goal=goal,
+        kind=payload.kind,
+        priority=payload.priority,
+        tools=tools,
+        tool_policies={tool: "ask" for tool in payload.ask_tools if tool.strip()},
+        allowed_domains=payload.allowed_domains,
+        connection=connection,
+        model=_model(payload.model_id),
+        depends_on=deps,
+        tags=[t.strip() for t in payload.tags if t.strip()],
+        limits=limits,
+    )
+    log.info("api.task_created", extra={"task_id": task.pk, "actor": actor.label})
+    return Status(201, task_as_dict(_task_or_404(task.pk)))
+
+
+@api.get("/tasks/{task_id}", response={200: s.TaskDetailOut, **ERRORS}, tags=["tasks"])
+def show_task(request, task_id: int, turns: Literal["recent", "all"] = "recent"):
+    """The task with its transcript (the newest 100 turns; `?turns=all` for every turn), runs,
+    pending operations with their hashes, plan, usage, files and timeline (newest 200 events)."""
+    _require(request, VIEW_PERM)
+    data = task_detail(task_id, all_turns=turns == "all")
+    if data is None:
+        raise TaskNotFound(f"task {task_id} does not exist")
+    return data
+
+
+@api.get("/tasks/{task_id}/calls/{call_id}/result", response={200: str, **ERRORS}, tags=["tasks"])
+def tool_call_result(request, task_id: int, call_id: int):
+    """A tool call's whole result."""
+    _require(request, VIEW_PERM)
+    result = ToolCall.objects.filter(task_id=task_id, pk=call_id).values_list("result", flat=True)
+    for text in result:
+        return text
+    raise NotFound(f"task {task_id} has no tool call {call_id}")
+
+
+@api.post("/tasks/{task_id}/pause", response={200: s.TaskOut, **ERRORS}, tags=["actions"])
+def pause_task(request, task_id: int):
+    """A ready task pauses at once; a running one stops at its next safe point."""
+    actor = _require(request, ACTION_PERMS[A.PAUSE])
+    services.task_pause(actor=actor, task_id=task_id)
+    return _done(request, task_id, A.PAUSE)
+
+
+@api.post("/tasks/{task_id}/withdraw-pause", response={200: s.TaskOut, **ERRORS}, tags=["actions"])
+def withdraw_pause(request, task_id: int):
+    actor = _require(request, ACTION_PERMS[A.WITHDRAW_PAUSE])
+    services.task_withdraw_pause(actor=actor, task_id=task_id)
+    return _done(request, task_id, A.WITHDRAW_PAUSE)
+
+
+@api.post("/tasks/{task_id}/resume", response={200: s.TaskOut, **ERRORS}, tags=["actions"])
+def resume_task(request, task_id: int, payload: s.ResumeIn = None):
+    """Queue a paused task again, optionally on another model (checked first: 409
+    model_check_failed when it would not fit; see GET /tasks/{id}/model-check)."""
+    actor = _require(request, ACTION_PERMS[A.RESUME])
+    model = _model(payload.model_id if payload else None)
+    task_services.task_resume(actor=actor, task_id=task_id, model=model)
+    return _done(request, task_id, A.RESUME)
+
+
+@api.get("/tasks/{task_id}/model-check", response={200: s.ModelCheckOut, **ERRORS}, tags=["tasks"])
+def model_check(request, task_id: int, model_id: int):
+    """The checks a resume or retry on this model makes, without queueing anything."""
+
+    _require(request, OPERATE_PERM)
+    task = _task_or_404(task_id)
+    return model_check_for_task(task=task, model=_model(model_id)).as_dict()
+
+
+@api.post("/tasks/{task_id}/cancel", response={200: s.TaskOut, **ERRORS}, tags=["actions"])
+def cancel_task(request, task_id: int, payload: s.CancelIn = None):
+    actor = _require(request, ACTION_PERMS[A.CANCEL])
+    reason = (payload.reason if payload else "").strip()
+    task_services.task_cancel(actor=actor, task_id=task_id, reason=reason)
+    return _done(request, task_id, A.CANCEL)
+
+
+@api.post("/tasks/{task_id}/close", response={200: s.TaskOut, **ERRORS}, tags=["actions"])
+def close_task(request, task_id: int):
+    """Close a task in review: done."""
+    actor = _require(request, ACTION_PERMS[A.CLOSE])
+    services.task_close(actor=actor, task_id=task_id)
+    return _done(request, task_id, A.CLOSE)
+
+
+@api.post("/tasks/{task_id}/reopen", response={200: s.TaskOut, **ERRORS}, tags=["actions"])
+def reopen_task(request, task_id: int, payload: s.ReopenIn):
+    """Send a task in review back to the queue with feedback for the next attempt."""
+    actor = _require(request, ACTION_PERMS[A.REOPEN])
+    services.task_reopen(actor=actor, task_id=task_id, feedback=payload.feedback)
+    return _done(request, task_id, A.REOPEN)
+
+
+@api.post("/tasks/{task_id}/retry", response={200: s.TaskOut, **ERRORS}, tags=["actions"])
+def retry_task(request, task_id: int, payload: s.RetryIn = None):
+    """Queue a failed task again from its checkpoint. After a limit (limit_steps, …) raise it in
+    the same call: `{"limits": {"limit_turns": 40}}`; otherwise 409 limit_not_raised."""
+    actor = _require(request, ACTION_PERMS[A.RETRY])
+    payload = payload or s.RetryIn()
+    model = _model(payload.model_id)
+    task_services.task_retry(actor=actor, task_id=task_id, model=model, limits=payload.limits)
+    return _done(request, task_id, A.RETRY)
+
+
+@api.delete("/tasks/{task_id}", response={200: s.DeletedOut, **ERRORS}, tags=["actions"])
+def delete_task(request, task_id: int):
+    """Delete a done, failed or cancelled task with its transcript and files."""
+    actor = _require(request, ACTION_PERMS[A.DELETE])
+    services.task_delete(actor=actor, task_id=task_id)
+    log.info("api.action", extra={"task_id": task_id, "action": "delete"})
+    return {"deleted": task_id}
+
+
+# --- Decisions on single operations, bound to their hash -------------------------------------
+
+
+def _operation_of(model, op_id: int, task_id: int):
+    owner = model.objects.filter(pk=op_id).values_list("task_id", flat=True).first()
+    if owner != task_id:
+        what = "approval" if model is Approval else "needs_review decision"
+        raise NotFound(f"task {task_id} has no {what} {op_id}")
+
+
+def _decide(request, task_id: int, op_id: int, payload: s.DecisionIn, action: str):
+    """A decision on one operation of this task, with the console's permission and service."""
+    entry = REGISTRY[action]
+    actor = _require(request, entry.perm)
+    _operation_of(Approval if entry.target == "approval" else ReviewDecision, op_id, task_id)
+    entry.call(actor=actor, target_id=op_id, arguments_hash=payload.arguments_hash)
+    return _done(request, task_id, action)
+
+
+@api.post(
+    "/tasks/{task_id}/approvals/{approval_id}/approve",
+    response={200: s.TaskOut, **ERRORS},
+    tags=["decisions"],
+)
+def approve(request, task_id: int, approval_id: int, payload: s.DecisionIn):
+    """Let the operation run. A hash that no longer matches changes nothing: 409
+    stale_decision."""
+    return _decide(request, task_id, approval_id, payload, A.APPROVE)
+
+
+@api.post(
+    "/tasks/{task_id}/approvals/{approval_id}/deny",
+    response={200: s.TaskOut, **ERRORS},
+    tags=["decisions"],
+)
+def deny(request, task_id: int, approval_id: int, payload: s.DecisionIn):
+    return _decide(request, task_id, approval_id, payload, A.DENY)
+
+
+@api.post(
+    "/tasks/{task_id}/reviews/{decision_id}/run-again",
+    response={200: s.TaskOut, **ERRORS},
+    tags=["decisions"],
+)
+def run_again(request, task_id: int, decision_id: int, payload: s.DecisionIn):
+    """An operation of unknown outcome runs again (for fetch_url: another GET)."""
+    return _decide(request, task_id, decision_id, payload, A.RUN_AGAIN)
+
+
+@api.post(
+    "/tasks/{task_id}/reviews/{decision_id}/skip",
+    response={200: s.TaskOut, **ERRORS},
+    tags=["decisions"],
+)
+def skip(request, task_id: int, decision_id: int, payload: s.DecisionIn):
+    """The model is told the outcome is unknown; the operation does not run again."""
+    return _decide(request, task_id, decision_id, payload, A.SKIP)
+
+
+@api.get("/approvals", response={200: s.PendingOut, **ERRORS}, tags=["decisions"])
+def inbox(request, limit: int = Query(PAGE_SIZE, ge=1, le=MAX_PAGE_SIZE)):
+    """What waits for a person: open approvals and needs_review decisions, oldest first."""
+    _require(request, *INBOX_PERMS)
+    return pending_operations(limit)
+
+
+# --- Connections ----------------------------------------------------------------------------
+
+
+def _connection_as_dict(conn: Connection, now) -> dict:
+    return {
+        "id": conn.pk,
+        "name": conn.name,
+        "kind": conn.kind,
+        "base_url": display_url(conn.base_url),
+        # The executable only: arguments could carry something secret by mistake.
+        "program": conn.command[0] if conn.command else None,
+        "credential_env": conn.credential_env,
+        "cost_tier": conn.cost_tier,
+        "priority": conn.priority,
+        "enabled": conn.enabled,
+        "cooldown_until": conn.cooldown_until,
+        "cooling": bool(conn.cooldown_until and conn.cooldown_until > now),
+        "last_error_code": conn.last_error_code or None,
+        "models": [
+            {
+                "id": m.pk,
+                "name": m.name,
+                "context_window": m.context_window,
+                "supports_tools": m.supports_tools,
+                "test_status": m.test_status,
+                "test_message": m.test_message,
+                "tested_at": m.tested_at,
+            }
+            for m in conn.models.all()
+        ],
+    }
+
+
+@api.get("/connections", response={200: list[s.ConnectionOut], **ERRORS}, tags=["connections"])
+def list_connections(request):
+    """Connections in fallback order, with their health and their models' tests."""
+    _require(request, *VIEW_CONNECTIONS_PERMS)
+    now = timezone.now()
+    conns = Connection.objects.prefetch_related("models").order_by("-priority", "name")
+    return [_connection_as_dict(c, now) for c in conns]
+
+
+@api.post(
+    "/connections/{connection_id}/test",
+    response={200: list[s.ConnectionTestOut], **ERRORS},
+    tags=["connections"],
+)
+def test_connection(request, connection_id: int, payload: s.ConnectionTestIn = None):
+    """A real request per model (no transaction open meanwhile); records pass or fail."""
+
+    actor = _require(request, MANAGE_CONNECTIONS_PERM)
+    conn = Connection.objects.filter(pk=connection_id).first()
+    if conn is None:
+        raise NotFound(f"connection {connection_id} does not exist", code="connection_not_found")
+    model_name = payload.model if payload else None
+    try:
+        return agent_services.connection_test(actor=actor, name=conn.name, model_name=model_name)
+    except InvalidInput as exc:
+        raise InvalidInput(exc.message, field="model" if model_name else None) from None
+
+
+# --- Scorecard ------------------------------------------------------------------------------
+
+
+@api.get("/scorecard", response={200: dict, **ERRORS}, tags=["scorecard"])
+def scorecard(
+    request,
+    period: str = Query("week", description="day, week or month"),
+    since: str | None = Query(None, description="a date (YYYY-MM-DD); overrides period"),
+):
+    """How each connection/model did over a period (as `acthelm_task stats --json`)."""
+
+    _require(request, SCORECARD_PERM)
+    try:
+        window = scorecard_window(period=period, since=since)
+    except InvalidInput as exc:
+        raise InvalidInput(exc.message, field="since" if since else "period") from None
+    return model_scorecard(window=window).as_dict()
+
+
+# --- Goals ----------------------------------------------------------------------------------
+
+
+def _goal_or_404(goal_id: int) -> Goal:
+    goal = Goal.objects.select_related("created_by").filter(pk=goal_id).first()
+    if goal is None:
+        raise GoalNotFound(f"goal {goal_id} does not exist")
+    return goal
+
+
+@api.get("/goals", response={200: list[s.GoalOut], **ERRORS}, tags=["goals"])
+def list_goals(request, active: bool | None = None):
+    _require(request, VIEW_GOAL_PERM)
+    goals = Goal.objects.select_related("created_by").order_by("-id")
+    if active is not None:
+        goals = goals.filter(active=active)
+    return [goal_as_dict(g) for g in goals[:MAX_PAGE_SIZE]]
+
+
+@api.post("/goals", response={201: s.GoalOut, **ERRORS}, tags=["goals"])
+def create_goal(request, payload: s.GoalIn):
+    """A new active goal: the reconciler plans it at its next pass."""
+    actor = _require(request, ADD_GOAL_PERM)
+    goal = services.goal_create(actor=actor, title=payload.title, description=payload.description)
+    return Status(201, goal_as_dict(_goal_or_404(goal.pk)))
+
+
+@api.get("/goals/{goal_id}", response={200: s.GoalDetailOut, **ERRORS}, tags=["goals"])
+def show_goal(request, goal_id: int):
+    """The goal with its newest 100 tasks (GET /tasks?goal_id= pages through all of them)."""
+    _require(request, VIEW_GOAL_PERM)
+    return goal_as_dict(_goal_or_404(goal_id), with_tasks=GOAL_TASKS)
+
+
+@api.post("/goals/{goal_id}/deactivate", response={200: s.GoalOut, **ERRORS}, tags=["goals"])
+def deactivate_goal(request, goal_id: int):
+    """The reconciler stops planning it; its tasks keep their states."""
+    actor = _require(request, CHANGE_GOAL_PERM)
+    services.goal_deactivate(actor=actor, goal_id=goal_id)
+    return goal_as_dict(_goal_or_404(goal_id))

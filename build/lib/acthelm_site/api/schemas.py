@@ -1,0 +1,321 @@
+"""The API's request and response bodies (pydantic models; the OpenAPI schema derives from them)."""
+
+from datetime import datetime
+from decimal import Decimal
+from typing import Annotated, Any, Literal
+
+from ninja import Schema
+from pydantic import Field, PositiveInt, create_model
+
+from tasks.limits import LIMITS
+from tasks.states import TaskKind, TaskStatus
+
+PositiveDecimal = Annotated[Decimal, Field(gt=0)]
+StatusName = Literal[tuple(TaskStatus.values)]  # type: ignore[valid-type]
+KindName = Literal[tuple(TaskKind.values)]  # type: ignore[valid-type]
+
+
+class ErrorOut(Schema):
+    code: str = Field(description="A stable code, e.g. transition_not_allowed, stale_decision")
+    message: str
+    field: str | None = Field(None, description="The input field at fault, for a 400")
+
+
+# One optional field per row of the limits table (tasks/limits.py).
+TaskLimitsIn = create_model(
+    "TaskLimitsIn",
+    __base__=Schema,
+    **{
+        limit.field: (
+            (PositiveDecimal if limit.money else PositiveInt) | None,
+            Field(None, description=f"{limit.label}; default: {limit.setting}"),
+        )
+        for limit in LIMITS
+    },
+)
+
+
+class TaskCreateIn(TaskLimitsIn):
+    """The new-task form of the console, as form fields (multipart, to attach `files`)."""
+
+    title: str = Field(..., min_length=1, max_length=200)
+    instruction: str = Field(..., min_length=1)
+    goal_id: int | None = None
+    kind: KindName = TaskKind.WORK
+    priority: int = 0
+    tools: list[str] | None = Field(None, description="Default: ACTHELM_DEFAULT_TOOLS")
+    ask_tools: list[str] = Field([], description="Tools that stop for a person's approval")
+    allowed_domains: list[str] = []
+    connection_id: int | None = None
+    model_id: int | None = None
+    depends_on: list[int] = []
+    tags: list[str] = []
+
+
+class TaskSummaryOut(Schema):
+    id: int
+    title: str
+    status: str
+    kind: str
+    origin: str
+    goal_id: int | None
+    priority: int
+    tags: list[str]
+    connection: str | None
+    model: str | None
+    failure_code: str | None
+    actions: list[str]
+    created_at: datetime
+    updated_at: datetime
+
+
+class TaskPageOut(Schema):
+    items: list[TaskSummaryOut]
+    older: int | None = Field(None, description="Pass as `before` for the next (older) page")
+    newer: int | None = Field(None, description="Pass as `after` for the previous page")
+
+
+class TaskOut(Schema):
+    id: int
+    title: str
+    instruction: str
+    status: str
+    kind: str
+    origin: str
+    goal_id: int | None
+    priority: int
+    depends_on: list[int]
+    tools: list[str]
+    tool_policies: dict[str, str]
+    allowed_domains: list[str]
+    connection: str | None
+    model: str | None
+    limits: dict[str, int | str | None] = Field(
+        description="Whole numbers; `cost` is an amount in USD as a string, null without a budget"
+    )
+    claim_count: int
+    lease_owner: str | None
+    lease_expires_at: datetime | None
+    not_before: datetime | None
+    failed_attempts: int
+    failure_code: str | None
+    failure_message: str | None
+    feedback: str | None
+    actions: list[str]
+    created_at: datetime
+    updated_at: datetime
+
+
+class ApprovalOut(Schema):
+    id: int
+    task_id: int
+    tool_call_id: int
+    tool: str
+    target: str
+    arguments: Any
+    arguments_hash: str = Field(description="Post it back with approve/deny")
+    reason: str
+    effect: str
+    status: str
+    created_at: datetime
+
+
+class ReviewOut(Schema):
+    id: int
+    task_id: int
+    tool_call_id: int
+    tool: str
+    arguments: Any
+    arguments_hash: str = Field(description="Post it back with run-again/skip")
+    choice: str
+    created_at: datetime
+
+
+class ToolCallOut(Schema):
+    id: int
+    position: int
+    tool: str
+    arguments: Any
+    arguments_raw: str | None
+    arguments_hash: str | None
+    recovery_class: str
+    status: str
+    error_code: str | None
+    result: str = Field(description="The first 4000 characters; see result_truncated")
+    result_chars: int
+    result_truncated: bool
+    compacted: bool
+    run_count: int
+
+
+class TurnOut(Schema):
+    index: int
+    run_number: int | None
+    role: str
+    content: str
+    stop_reason: str | None
+    discarded: bool
+    input_tokens: int
+    output_tokens: int
+    tool_calls: list[ToolCallOut]
+    at: datetime
+
+
+class RunOut(Schema):
+    id: int
+    number: int
+    status: str
+    worker_id: str
+    connection: str | None
+    model: str | None
+    started_at: datetime | None
+    finished_at: datetime | None
+    model_turns: int
+    input_tokens: int
+    output_tokens: int
+    network_requests: int
+    active_seconds: float
+    verdict: str | None
+    verdict_reason: str | None
+    error_code: str | None
+    error_message: str | None
+    answer: str | None
+
+
+class EventOut(Schema):
+    id: int
+    kind: str
+    actor: str
+    actor_kind: str
+    from_: str | None = Field(None, alias="from")
+    to: str | None
+    run_id: int | None
+    data: dict[str, Any]
+    at: datetime
+
+
+class TaskDetailOut(TaskOut):
+    tags: list[str]
+    blocking_reason: str | None
+    runs: list[RunOut]
+    transcript: list[TurnOut]
+    earlier_turns: bool = Field(description="Older turns exist; ask with ?turns=all")
+    pending_approvals: list[ApprovalOut]
+    pending_reviews: list[ReviewOut]
+    plan: Any
+    usage: dict[str, float]
+    input_files: list[dict[str, Any]]
+    artifacts: list[dict[str, Any]]
+    events: list[EventOut]
+    earlier_events: bool
+
+
+class PendingOut(Schema):
+    approvals: list[ApprovalOut]
+    reviews: list[ReviewOut]
+    more: bool
+
+
+class DecisionIn(Schema):
+    arguments_hash: str = Field(..., min_length=1, description="The operation's hash, as shown")
+
+
+class ResumeIn(Schema):
+    model_id: int | None = Field(None, description="Resume on this model (checked first)")
+
+
+class RetryIn(Schema):
+    model_id: int | None = None
+    limits: dict[str, PositiveDecimal] = Field(
+        {},
+        description="Limits to set first, e.g. {'limit_turns': 40} or {'limit_cost': '5.00'}; "
+        "all or nothing",
+    )
+
+
+class CancelIn(Schema):
+    reason: str = ""
+
+
+class ReopenIn(Schema):
+    feedback: str = Field(..., min_length=1)
+
+
+class ModelOut(Schema):
+    id: int
+    name: str
+    context_window: int | None
+    supports_tools: bool
+    test_status: str
+    test_message: str
+    tested_at: datetime | None
+
+
+class ConnectionOut(Schema):
+    id: int
+    name: str
+    kind: str
+    base_url: str
+    program: str | None = Field(description="A CLI connection's executable (not its arguments)")
+    credential_env: str = Field(description="The NAME of the variable holding the key")
+    cost_tier: str
+    priority: int
+    enabled: bool
+    cooldown_until: datetime | None
+    cooling: bool
+    last_error_code: str | None
+    models: list[ModelOut]
+
+
+class ConnectionTestIn(Schema):
+    model: str | None = Field(None, description="Test only this model (its name)")
+
+
+class ConnectionTestOut(Schema):
+    model: str
+    ok: bool
+    message: str
+    context_window: int | None
+
+
+class ModelCheckOut(Schema):
+    ok: bool
+    problems: list[str]
+    window_checked: bool
+    estimated_tokens: int
+    context_window: int | None
+    notes: list[str]
+
+
+class GoalIn(Schema):
+    title: str = Field(..., min_length=1, max_length=200)
+    description: str = ""
+
+
+class GoalOut(Schema):
+    id: int
+    title: str
+    description: str
+    active: bool
+    created_by: str | None
+    created_at: datetime
+    task_counts: dict[str, int] = Field(description="Tasks by state")
+    open_tasks: int = Field(description="Tasks neither done nor cancelled")
+
+
+class GoalTaskOut(Schema):
+    id: int
+    title: str
+    status: str
+    kind: str
+    origin: str
+    failure_code: str | None
+    created_at: datetime
+
+
+class GoalDetailOut(GoalOut):
+    tasks: list[GoalTaskOut]
+
+
+class DeletedOut(Schema):
+    deleted: int

@@ -1,0 +1,216 @@
+"""Reads for the API: a task with its transcript, runs, pending operations and timeline; the
+open operations of the approvals inbox. Each read makes a fixed number of queries."""
+
+from django.db.models import Prefetch
+
+from agents.limits import task_usage
+from agents.models import ToolCall
+from approvals.models import Approval, ReviewDecision
+from approvals.states import ApprovalStatus, ReviewChoice
+from tasks.models import Task
+from tasks.selectors import blocking_reason, event_as_dict, task_as_dict
+from tasks.states import allowed_actions
+from tasks.workspace import list_input_files
+
+# As on the task page: the newest turns and events unless all are asked for.
+TRANSCRIPT_SIZE = 100
+TIMELINE_SIZE = 200
+# A tool call's result in the task document; the whole result has its own endpoint.
+RESULT_CHARS = 4000
+
+
+def _iso(value):
+    return value.isoformat() if value else None
+
+
+def task_summary(task: Task) -> dict:
+    """A row of the task list (no per-row queries: connection and model are selected)."""
+    return {
+        "id": task.pk,
+        "title": task.title,
+        "status": task.status,
+        "kind": task.kind,
+        "origin": task.origin,
+        "goal_id": task.goal_id,
+        "priority": task.priority,
+        "tags": list(task.tags),
+        "connection": task.connection.name if task.connection_id else None,
+        "model": task.model.name if task.model_id else None,
+        "failure_code": task.failure_code or None,
+        "actions": sorted(allowed_actions(task.status)),
+        "created_at": task.created_at.isoformat(),
+        "updated_at": task.updated_at.isoformat(),
+    }
+
+
+def approval_as_dict(approval: Approval) -> dict:
+    return {
+        "id": approval.pk,
+        "task_id": approval.task_id,
+        "tool_call_id": approval.tool_call_id,
+        "tool": approval.tool,
+        "target": approval.target,
+        "arguments": approval.arguments,
+        "arguments_hash": approval.arguments_hash,
+        "reason": approval.reason,
+        "effect": approval.effect,
+        "status": approval.status,
+        "created_at": approval.created_at.isoformat(),
+    }
+
+
+def review_as_dict(decision: ReviewDecision, call: ToolCall) -> dict:
+    return {
+        "id": decision.pk,
+        "task_id": decision.task_id,
+        "tool_call_id": call.pk,
+        "tool": call.tool,
+        "arguments": call.arguments,
+        "arguments_hash": call.arguments_hash,
+        "choice": decision.choice,
+        "created_at": decision.created_at.isoformat(),
+    }
+
+
+def _call_as_dict(call: ToolCall) -> dict:
+    result = call.result_head or ""
+    return {
+        "id": call.pk,
+        "position": call.position,
+        "tool": call.tool,
+        "arguments": call.arguments,
+        "arguments_raw": call.arguments_raw if call.arguments is None else None,
+        "arguments_hash": call.arguments_hash or None,
+        "recovery_class": call.recovery_class,
+        "status": call.status,
+        "error_code": call.error_code or None,
+        "result": result,
+        "result_chars": call.result_chars,
+        "result_truncated": call.result_chars > len(result),
+        "compacted": call.compacted,
+        "run_count": call.run_count,
+    }
+
+
+def task_detail(task_id: int, *, all_turns: bool = False) -> dict | None:
+    """Everything the task page shows, as data; None for an unknown task."""
+    from django.db.models.functions import Left, Length
+
+    task = (
+        Task.objects.select_related("connection", "model", "conversation")
+        .filter(pk=task_id)
+        .first()
+    )
+    if task is None:
+        return None
+    data = task_as_dict(task)
+    data["tags"] = list(task.tags)
+    data["blocking_reason"] = blocking_reason(task)
+
+    runs = list(task.runs.select_related("model__connection").order_by("number"))
+    numbers = {run.pk: run.number for run in runs}
+    data["runs"] = [
+        {
+            "id": r.pk,
+            "number": r.number,
+            "status": r.status,
+            "worker_id": r.worker_id,
+            "connection": r.model.connection.name if r.model_id else None,
+            "model": r.model.name if r.model_id else None,
+            "started_at": _iso(r.started_at),
+            "finished_at": _iso(r.finished_at),
+            "model_turns": r.model_turns,
+            "input_tokens": r.input_tokens,
+            "output_tokens": r.output_tokens,
+            "network_requests": r.network_requests,
+            "active_seconds": r.active_seconds,
+            "verdict": r.verdict or None,
+            "verdict_reason": r.verdict_reason or None,
+            "error_code": r.error_code or None,
+            "error_message": r.error_message or None,
+            "answer": r.answer or None,
+        }
+        for r in runs
+    ]
+    calls = (
+        ToolCall.objects.defer("result", "result_for_model")
+        .annotate(result_head=Left("result", RESULT_CHARS), result_chars=Length("result"))
+        .order_by("position")
+    )
+    turns = task.turns.prefetch_related(Prefetch("tool_calls", queryset=calls))
+    if all_turns:
+        rows = list(turns.order_by("index"))
+        earlier = False
+    else:
+        rows = list(turns.order_by("-index")[: TRANSCRIPT_SIZE + 1])
+        earlier = len(rows) > TRANSCRIPT_SIZE
+        rows = rows[:TRANSCRIPT_SIZE][::-1]
+    data["transcript"] = [
+        {
+            "index": turn.index,
+            "run_number": numbers.get(turn.run_id),
+            "role": turn.role,
+            "content": turn.content,
+            "stop_reason": turn.stop_reason or None,
+            "discarded": turn.discarded,
+            "input_tokens": turn.input_tokens,
+            "output_tokens": turn.output_tokens,
+            "tool_calls": [_call_as_dict(call) for call in turn.tool_calls.all()],
+            "at": turn.created_at.isoformat(),
+        }
+        for turn in rows
+    ]
+    data["earlier_turns"] = earlier
+    data["pending_approvals"] = [
+        approval_as_dict(a)
+        for a in Approval.objects.filter(task=task, status=ApprovalStatus.PENDING).order_by("id")
+    ]
+    reviews = ReviewDecision.objects.filter(task=task, choice=ReviewChoice.PENDING).select_related(
+        "tool_call"
+    )
+    data["pending_reviews"] = [
+        review_as_dict(d, d.tool_call)
+        for d in reviews.defer("tool_call__result", "tool_call__result_for_model").order_by("id")
+    ]
+    conversation = getattr(task, "conversation", None)
+    data["plan"] = conversation.plan if conversation is not None else None
+    usage = task_usage(task.pk)
+    data["usage"] = {
+        "model_turns": usage.model_turns,
+        "tokens": usage.tokens,
+        "active_seconds": usage.active_seconds,
+        "network_requests": usage.network_requests,
+    }
+    data["input_files"] = list_input_files(task.pk)
+    data["artifacts"] = [
+        {
+            "id": a.pk,
+            "name": a.name,
+            "size": a.size,
+            "sha256": a.sha256,
+            "content_type": a.content_type,
+        }
+        for a in task.artifacts.order_by("name")
+    ]
+    events = list(task.events.order_by("-id")[: TIMELINE_SIZE + 1])
+    data["earlier_events"] = len(events) > TIMELINE_SIZE
+    data["events"] = [event_as_dict(e) for e in events[:TIMELINE_SIZE][::-1]]
+    return data
+
+
+def pending_operations(limit: int) -> dict:
+    """The approvals inbox: open approvals and needs_review decisions, oldest first."""
+    approvals = Approval.objects.filter(status=ApprovalStatus.PENDING).order_by("created_at", "id")
+    reviews = (
+        ReviewDecision.objects.filter(choice=ReviewChoice.PENDING)
+        .select_related("tool_call")
+        .defer("tool_call__result", "tool_call__result_for_model")
+        .order_by("created_at", "id")
+    )
+    a_rows = list(approvals[: limit + 1])
+    r_rows = list(reviews[: limit + 1])
+    return {
+        "approvals": [approval_as_dict(a) for a in a_rows[:limit]],
+        "reviews": [review_as_dict(d, d.tool_call) for d in r_rows[:limit]],
+        "more": len(a_rows) > limit or len(r_rows) > limit,
+    }

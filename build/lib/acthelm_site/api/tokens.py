@@ -1,0 +1,142 @@
+"""Creating, listing, revoking and checking API tokens: the admin, `acthelm_token` and the API's
+authentication all call these.
+
+A token is `acthelm_<prefix>_<secret>`: 8 hex characters of prefix (not secret; shown in lists)
+and 43 characters of `secrets.token_urlsafe(32)` (256 bits). Only its SHA-256 is stored, and the
+lookup is by that hash, so the database never holds anything that works as a token.
+"""
+
+import hashlib
+import logging
+import secrets
+from dataclasses import dataclass
+from datetime import timedelta
+
+from django.db import IntegrityError, transaction
+from django.db.models import Q
+from django.utils import timezone
+
+from acthelm_site.api.models import ApiToken
+from tasks.exceptions import ActhelmError, InvalidInput, NotFound, TransitionNotAllowed
+
+log = logging.getLogger("acthelm.api")
+
+TOKEN_PREFIX = "acthelm_"
+# How stale last_used_at may be before a request writes it again.
+LAST_USED_PRECISION = timedelta(seconds=60)
+
+
+class TokenRefused(ActhelmError):
+    """The request carries no token, a malformed or unknown one, or a revoked one (HTTP 401)."""
+
+    code = "token_invalid"
+    http_status = 401
+
+
+class TokenNotFound(NotFound):
+    code = "token_not_found"
+
+
+@dataclass(frozen=True)
+class NewToken:
+    token: ApiToken
+    # The token itself: shown once, never stored.
+    secret: str
+
+
+def hash_token(raw: str) -> str:
+    return hashlib.sha256(raw.encode()).hexdigest()
+
+
+def token_create(*, user, name: str, created_by=None) -> NewToken:
+    """A new token for `user`; the returned secret is the only copy."""
+    name = (name or "").strip()
+    if not name:
+        raise InvalidInput("a token needs a name (what it is for)", field="name")
+    if len(name) > 100:
+        raise InvalidInput("a token name is at most 100 characters", field="name")
+    if not user.is_active:
+        raise InvalidInput(f"{user.get_username()} is not an active user", field="user")
+    for _ in range(5):
+        prefix = secrets.token_hex(4)
+        raw = f"{TOKEN_PREFIX}{prefix}_{secrets.token_urlsafe(32)}"
+        try:
+            with transaction.atomic():
+                token = ApiToken.objects.create(
+                    user=user,
+                    name=name,
+                    prefix=prefix,
+                    secret_hash=hash_token(raw),
+                    created_by=created_by,
+                )
+        except IntegrityError:
+            if ApiToken.objects.filter(user=user, name=name, revoked_at__isnull=True).exists():
+                raise InvalidInput(
+                    f"{user.get_username()} already has a live token named {name!r}", field="name"
+                ) from None
+            continue  # a prefix collision: draw again
+        log.info(
+            "api.token_created",
+            extra={"token": token.prefix, "user": user.get_username(), "token_name": name},
+        )
+        return NewToken(token=token, secret=raw)
+    raise TransitionNotAllowed("could not draw a unique token prefix; try again")
+
+
+def token_find(ref: str | int) -> ApiToken:
+    """A token by id or by prefix (with or without `acthelm_` and the trailing `_…`)."""
+    text = str(ref).strip()
+    query = Q(pk=int(text)) if text.isdigit() else Q()
+    text = text.removeprefix(TOKEN_PREFIX).split("_")[0]
+    token = ApiToken.objects.select_related("user").filter(query | Q(prefix=text)).first()
+    if token is None:
+        raise TokenNotFound(f"no API token {ref!r}")
+    return token
+
+
+def token_revoke(*, token_id: int) -> ApiToken:
+    """From now on the token is refused. Revoking twice is refused too (409)."""
+    with transaction.atomic():
+        token = ApiToken.objects.select_for_update().filter(pk=token_id).first()
+        if token is None:
+            raise TokenNotFound(f"no API token {token_id}")
+        if token.revoked_at is not None:
+            raise TransitionNotAllowed(f"token {token.display} was already revoked")
+        token.revoked_at = timezone.now()
+        token.save(update_fields=["revoked_at"])
+    log.info("api.token_revoked", extra={"token": token.prefix, "user": token.user_id})
+    return token
+
+
+def token_authenticate(raw: str) -> ApiToken:
+    """The live token for `raw`, its person active; records the use. Raises TokenRefused."""
+    raw = (raw or "").strip()
+    if not raw.startswith(TOKEN_PREFIX):
+        raise TokenRefused("the bearer token is not an Acthelm API token")
+    token = ApiToken.objects.select_related("user").filter(secret_hash=hash_token(raw)).first()
+    if token is None:
+        raise TokenRefused("unknown API token")
+    if token.revoked_at is not None:
+        raise TokenRefused("this API token was revoked", code="token_revoked")
+    if not token.user.is_active:
+        raise TokenRefused("the token's person is inactive", code="token_revoked")
+    now = timezone.now()
+    if token.last_used_at is None or token.last_used_at < now - LAST_USED_PRECISION:
+        ApiToken.objects.filter(pk=token.pk).filter(
+            Q(last_used_at__isnull=True) | Q(last_used_at__lt=now - LAST_USED_PRECISION)
+        ).update(last_used_at=now)
+        token.last_used_at = now
+    return token
+
+
+def token_as_dict(token: ApiToken) -> dict:
+    return {
+        "id": token.pk,
+        "user": token.user.get_username(),
+        "name": token.name,
+        "prefix": token.prefix,
+        "display": token.display,
+        "created_at": token.created_at.isoformat(),
+        "last_used_at": token.last_used_at.isoformat() if token.last_used_at else None,
+        "revoked_at": token.revoked_at.isoformat() if token.revoked_at else None,
+    }

@@ -1,0 +1,99 @@
+"""The timeline's details written for a person: a line or two per event, not its raw data.
+
+A small formatter per event kind; any other event (or data a formatter does not expect) falls back
+to one "key: value" line per field. Long values are cut, so one event cannot flood the page.
+"""
+
+import json
+
+from tasks.states import EventKind
+
+VALUE_CHARS = 200
+_SKIP = frozenset({"tool_call_id", "run_id", "model_id", "check"})
+
+
+def _text(value) -> str:
+    if isinstance(value, str):
+        text = value
+    elif isinstance(value, bool):
+        text = "yes" if value else "no"
+    else:
+        text = json.dumps(value, sort_keys=True, ensure_ascii=False, default=str)
+    return text if len(text) <= VALUE_CHARS else text[: VALUE_CHARS - 1] + "…"
+
+
+def _fields(data: dict) -> list[str]:
+    return [
+        f"{key.replace('_', ' ')}: {_text(value)}"
+        for key, value in data.items()
+        if key not in _SKIP and value not in (None, "", [], {})
+    ]
+
+
+def _cancelled(data):
+    runs = data.get("runs_cancelled") or 0
+    lines = [f"Reason: {_text(data['reason'])}"] if data.get("reason") else []
+    if runs:
+        lines.append(f"{runs} running attempt{'s' if runs != 1 else ''} ended")
+    return lines
+
+
+def _limits_changed(data):
+    before, after = data.get("before") or {}, data.get("after") or {}
+    return [f"{name}: {before.get(name, '?')} → {value}" for name, value in after.items()]
+
+
+def _on_model(data):
+    lines = []
+    if data.get("previous_failure"):
+        lines.append(f"After: {data['previous_failure']}")
+    if data.get("model"):
+        lines.append(f"On {data['model']}")
+    return lines
+
+
+def _tool(data):
+    line = f"{data.get('tool', 'a tool')}"
+    if "ok" in data:
+        line += " succeeded" if data["ok"] else f" failed ({data.get('error') or 'error'})"
+    return [line, *_fields({k: v for k, v in data.items() if k not in ("tool", "ok", "error")})]
+
+
+def _code(data):
+    head = f"{data['code']}: {_text(data.get('message') or '')}".rstrip(": ")
+    return [head, *_fields({k: v for k, v in data.items() if k not in ("code", "message")})]
+
+
+def _dependency(data):
+    return [f"Task #{data.get('dependency')} is {data.get('dependency_status', 'stuck')}"]
+
+
+FORMATTERS = {
+    EventKind.CANCELLED: _cancelled,
+    EventKind.LIMITS_CHANGED: _limits_changed,
+    EventKind.RESUMED: _on_model,
+    EventKind.RETRIED: _on_model,
+    EventKind.REOPENED: lambda data: [f"Feedback: {_text(data.get('feedback', ''))}"],
+    EventKind.REJECTED: lambda data: [f"Reason: {_text(data.get('reason', ''))}"],
+    EventKind.TOOL_RESULT: _tool,
+    EventKind.APPROVAL_REQUESTED: _tool,
+    EventKind.FAILED: _code,
+    EventKind.RETRY_SCHEDULED: _code,
+    EventKind.UNBLOCK_BLOCKED: _dependency,
+}
+
+
+def event_details(event) -> list[str]:
+    """Lines a person reads for this event's data."""
+    data = event.data
+    if not data:
+        return []
+    if not isinstance(data, dict):
+        return [_text(data)]
+    formatter = FORMATTERS.get(event.kind)
+    if formatter is not None:
+        try:
+            return formatter(data)
+        except (KeyError, TypeError, AttributeError, ValueError):
+            pass  # data of another shape than expected: show it field by field
+    return _fields(data)

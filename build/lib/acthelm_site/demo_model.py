@@ -1,0 +1,161 @@
+"""A scripted, OpenAI-compatible demo model, so `make run` shows the whole loop with no provider.
+
+It speaks Chat Completions on 127.0.0.1 (default port 8765) and decides each turn from the
+conversation, the way a small tool-calling model would: plan first, propose follow-up work when it
+is planning for a goal, read the input files, write a report artifact, then answer. Real
+deployments point a connection at OpenAI, Ollama, vLLM, llama.cpp or Anthropic instead.
+
+    python -m acthelm_site.demo_model [--port 8765]
+"""
+
+import argparse
+import json
+import re
+import uuid
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+
+
+def _called(messages: list[dict], tool: str) -> bool:
+    return any(
+        call.get("function", {}).get("name") == tool
+        for m in messages
+        if m.get("role") == "assistant"
+        for call in m.get("tool_calls") or []
+    )
+
+
+def _task_text(messages: list[dict]) -> str:
+    for m in messages:
+        if m.get("role") == "user" and "## Task" in (m.get("content") or ""):
+            return m["content"].split("## Task", 1)[1].strip()
+    return ""
+
+
+def _call(name: str, arguments: dict) -> dict:
+    return {
+        "id": f"call_{uuid.uuid4().hex[:12]}",
+        "type": "function",
+        "function": {"name": name, "arguments": json.dumps(arguments)},
+    }
+
+
+def next_turn(body: dict) -> dict:
+    """The assistant message for this request: tool calls, or a final answer."""
+    messages = body.get("messages") or []
+    tools = {t["function"]["name"] for t in body.get("tools") or [] if "function" in t}
+    task = _task_text(messages)
+    first_line = task.splitlines()[0] if task else "the task"
+    if "update_plan" in tools and not _called(messages, "update_plan"):
+        steps = ["Understand the task", "Do the work with the tools at hand", "Report back"]
+        if "propose_task" in tools:
+            steps = ["Review the goal", "Propose the next pieces of work", "Summarise the plan"]
+        return {
+            "content": "I'll start with a plan.",
+            "tool_calls": [
+                _call("update_plan", {"steps": [{"step": s} for s in steps]}),
+            ],
+        }
+    if "propose_task" in tools and not _called(messages, "propose_task"):
+        goal = re.sub(r"\s+", " ", first_line)[:80]
+        return {
+            "content": "Two follow-up tasks will move this goal forward.",
+            "tool_calls": [
+                _call(
+                    "propose_task",
+                    {
+                        "title": "Gather the facts",
+                        "instruction": f"Collect the facts needed for: {goal}",
+                    },
+                ),
+                _call(
+                    "propose_task",
+                    {
+                        "title": "Write the summary",
+                        "instruction": f"Write a one-page summary for: {goal}",
+                        "depends_on_titles": ["Gather the facts"],
+                    },
+                ),
+            ],
+        }
+    if "list_files" in tools and not _called(messages, "list_files"):
+        return {
+            "content": "Let me see which files I have.",
+            "tool_calls": [_call("list_files", {})],
+        }
+    if "write_artifact" in tools and not _called(messages, "write_artifact"):
+        report = f"# Report\n\nTask: {first_line}\n\nThe demo model looked at the workspace and "
+        report += "wrote this report. A person reviews it and closes the task.\n"
+        return {
+            "content": "Writing the report.",
+            "tool_calls": [_call("write_artifact", {"name": "report.md", "content": report})],
+        }
+    return {
+        "content": f"Done: {first_line}\n\nThe plan was followed and the results are recorded. "
+        "This answer comes from Acthelm's scripted demo model.",
+        "tool_calls": [],
+    }
+
+
+class Handler(BaseHTTPRequestHandler):
+    def log_message(self, format, *args):  # quiet: the worker logs what matters
+        return
+
+    def _send(self, status: int, payload: dict) -> None:
+        data = json.dumps(payload).encode()
+        self.send_response(status)
+        self.send_header("Content-Type", "application/json")
+        self.send_header("Content-Length", str(len(data)))
+        self.end_headers()
+        self.wfile.write(data)
+
+    def do_GET(self):
+        if self.path.rstrip("/").endswith("/models"):
+            self._send(200, {"data": [{"id": "demo", "object": "model", "context_length": 32768}]})
+        else:
+            self._send(404, {"error": {"message": "not found"}})
+
+    def do_POST(self):
+        if not self.path.rstrip("/").endswith("/chat/completions"):
+            self._send(404, {"error": {"message": "not found"}})
+            return
+        length = int(self.headers.get("Content-Length") or 0)
+        try:
+            body = json.loads(self.rfile.read(length) or b"{}")
+        except json.JSONDecodeError:
+            self._send(400, {"error": {"message": "invalid JSON"}})
+            return
+        message = next_turn(body)
+        calls = message.pop("tool_calls")
+        reply = {"role": "assistant", "content": message["content"]}
+        if calls:
+            reply["tool_calls"] = calls
+        self._send(
+            200,
+            {
+                "id": f"chatcmpl-{uuid.uuid4().hex[:12]}",
+                "object": "chat.completion",
+                "model": body.get("model", "demo"),
+                "choices": [
+                    {
+                        "index": 0,
+                        "message": reply,
+                        "finish_reason": "tool_calls" if calls else "stop",
+                    }
+                ],
+                "usage": {"prompt_tokens": 50, "completion_tokens": 20, "total_tokens": 70},
+            },
+        )
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--host", default="127.0.0.1")
+    parser.add_argument("--port", type=int, default=8765)
+    args = parser.parse_args()
+    server = ThreadingHTTPServer((args.host, args.port), Handler)
+    print(f"demo model on http://{args.host}:{args.port}/v1", flush=True)
+    server.serve_forever()
+
+
+if __name__ == "__main__":
+    main()

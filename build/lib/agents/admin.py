@@ -1,0 +1,270 @@
+"""Admin for connections, models, runs and the transcript (read-only: workers write it).
+
+Edits of connections and models go through agents.services (connection_update, model_update):
+the same validators as the console and the CLI, and a model whose test no longer says anything
+(a new URL, command or credential; a new name or tool support) is untested again.
+"""
+
+from django.contrib import admin, messages
+from django.core.exceptions import PermissionDenied
+
+from agents import services
+from agents.costs import model_fill_prices
+from agents.models import (
+    AgentRun,
+    Artifact,
+    Connection,
+    Conversation,
+    Model,
+    ToolCall,
+    ToolServer,
+    Turn,
+)
+from agents.toolservers import toolserver_test, validate_credential_env, validate_server_name
+from tasks.actors import Actor
+from tasks.exceptions import ActhelmError, NotPermitted
+
+
+class ReadOnlyAdmin(admin.ModelAdmin):
+    def has_add_permission(self, request, obj=None):
+        return False
+
+    def has_change_permission(self, request, obj=None):
+        return False
+
+    def has_delete_permission(self, request, obj=None):
+        return False
+
+
+def _through_service(func, **kwargs):
+    try:
+        return func(**kwargs)
+    except NotPermitted as exc:
+        raise PermissionDenied(str(exc)) from None
+
+
+def _changes(form, editable) -> dict:
+    return {name: form.cleaned_data[name] for name in form.changed_data if name in editable}
+
+
+class ModelInline(admin.TabularInline):
+    model = Model
+    extra = 0
+    fields = ["name", "context_window", "supports_tools", "test_status", "tested_at"]
+    readonly_fields = ["test_status", "tested_at"]
+
+
+@admin.action(description="Override the probe: count as tool-capable (recorded with your name)")
+def override_tools(modeladmin, request, queryset):
+    actor = Actor.person(request.user)
+    for model_id in queryset.values_list("pk", flat=True):
+        try:
+            model = _through_service(services.model_override_tools, actor=actor, model_id=model_id)
+        except ActhelmError as exc:
+            modeladmin.message_user(request, f"{exc} [{exc.code}]", messages.ERROR)
+            continue
+        modeladmin.message_user(request, f"{model}: tool-capable by your override.")
+
+
+@admin.register(Connection)
+class ConnectionAdmin(admin.ModelAdmin):
+    list_display = [
+        "name",
+        "kind",
+        "cost_tier",
+        "priority",
+        "enabled",
+        "cooldown_until",
+        "last_error_code",
+    ]
+    list_filter = ["kind", "cost_tier", "enabled"]
+    readonly_fields = ["cooldown_until", "last_error_code", "last_error_message", "last_error_at"]
+    inlines = [ModelInline]
+
+    def save_model(self, request, obj, form, change):
+        if not change:
+            # A new connection: Connection.clean ran the services' validator; its models start
+            # untested.
+            if not request.user.has_perm("agents.manage_connections"):
+                raise PermissionDenied
+            obj.save()
+            return
+        _through_service(
+            services.connection_update,
+            actor=Actor.person(request.user),
+            connection_id=obj.pk,
+            changes=_changes(form, services.CONNECTION_EDITABLE),
+        )
+        obj.refresh_from_db()
+
+    def save_formset(self, request, form, formset, change):
+        if formset.model is not Model:
+            return super().save_formset(request, form, formset, change)
+        actor = Actor.person(request.user)
+        instances = formset.save(commit=False)
+        changed = {obj.pk: fields for obj, fields in formset.changed_objects}
+        for obj in formset.deleted_objects:
+            obj.delete()
+        for obj in instances:
+            if obj.pk is None:
+                obj.save()
+                continue
+            sub = next(f for f in formset.forms if f.instance.pk == obj.pk)
+            _through_service(
+                services.model_update,
+                actor=actor,
+                model_id=obj.pk,
+                changes={
+                    name: sub.cleaned_data[name]
+                    for name in changed.get(obj.pk, [])
+                    if name in services.MODEL_EDITABLE
+                },
+            )
+
+
+@admin.register(Model)
+class ModelAdmin(admin.ModelAdmin):
+    list_display = [
+        "name",
+        "connection",
+        "context_window",
+        "supports_tools",
+        "test_status",
+        "tested_at",
+    ]
+    list_filter = ["test_status", "connection"]
+    list_select_related = ["connection"]
+    readonly_fields = [
+        "test_status",
+        "tested_at",
+        "test_message",
+        "tools_override_by",
+        "tools_override_at",
+    ]
+    actions = [override_tools, "fill_prices"]
+
+    def save_model(self, request, obj, form, change):
+        if not change:
+            obj.save()
+            return
+        _through_service(
+            services.model_update,
+            actor=Actor.person(request.user),
+            model_id=obj.pk,
+            changes=_changes(form, services.MODEL_EDITABLE),
+        )
+        obj.refresh_from_db()
+
+    def get_readonly_fields(self, request, obj=None):
+        # A model's test belongs to its connection: a model never moves to another one.
+        return [*self.readonly_fields, "connection"] if obj else self.readonly_fields
+
+    @admin.action(description="Fill empty prices from the price table (genai-prices)")
+    def fill_prices(self, request, queryset):
+        for model in queryset:
+            try:
+                fill = model_fill_prices(actor=Actor.person(request.user), model_id=model.pk)
+            except ActhelmError as exc:
+                self.message_user(request, f"{model}: {exc}", messages.ERROR)
+            else:
+                self.message_user(request, f"{fill.model}: {fill.message}")
+
+
+@admin.register(ToolServer)
+class ToolServerAdmin(admin.ModelAdmin):
+    """Adding and testing go through agents.toolservers (the same checks as the command)."""
+
+    list_display = ["name", "transport", "trusted", "test_status", "tested_at"]
+    list_filter = ["transport", "trusted", "test_status"]
+    readonly_fields = ["tools", "test_status", "tested_at", "test_message"]
+    actions = ["test_servers"]
+
+    def _manages(self, request) -> bool:
+        return request.user.has_perm("agents.manage_toolservers")
+
+    def has_add_permission(self, request):
+        return self._manages(request)
+
+    def has_change_permission(self, request, obj=None):
+        return self._manages(request)
+
+    def has_delete_permission(self, request, obj=None):
+        return self._manages(request)
+
+    def get_form(self, request, obj=None, **kwargs):
+        from django import forms
+
+        form = super().get_form(request, obj, **kwargs)
+
+        class Checked(form):
+            def clean_name(self):
+                try:
+                    return validate_server_name(self.cleaned_data["name"])
+                except ActhelmError as exc:
+                    raise forms.ValidationError(str(exc)) from None
+
+            def clean_credential_env(self):
+                try:
+                    return validate_credential_env(self.cleaned_data["credential_env"])
+                except ActhelmError as exc:
+                    raise forms.ValidationError(str(exc)) from None
+
+        return Checked
+
+    @admin.action(description="Test: connect, list the tools and record them")
+    def test_servers(self, request, queryset):
+        for server in queryset:
+            try:
+                result = toolserver_test(actor=Actor.person(request.user), name=server.name)
+            except ActhelmError as exc:
+                self.message_user(request, f"{server}: {exc}", messages.ERROR)
+                continue
+            level = messages.SUCCESS if result["ok"] else messages.ERROR
+            self.message_user(request, f"{server}: {result['test_message']}", level)
+
+
+@admin.register(AgentRun)
+class AgentRunAdmin(ReadOnlyAdmin):
+    list_display = [
+        "id",
+        "task",
+        "number",
+        "status",
+        "worker_id",
+        "model",
+        "verdict",
+        "error_code",
+        "started_at",
+        "finished_at",
+    ]
+    list_filter = ["status", "verdict", "error_code"]
+    list_select_related = ["task", "model", "model__connection"]
+    raw_id_fields = ["task", "claim_event"]
+    show_full_result_count = False
+
+
+@admin.register(Turn)
+class TurnAdmin(ReadOnlyAdmin):
+    list_display = ["id", "task", "index", "role", "stop_reason", "discarded"]
+    raw_id_fields = ["task", "run"]
+    show_full_result_count = False
+
+
+@admin.register(ToolCall)
+class ToolCallAdmin(ReadOnlyAdmin):
+    list_display = ["id", "task", "tool", "status", "recovery_class", "run_count"]
+    list_filter = ["tool", "status"]
+    raw_id_fields = ["task", "run", "turn"]
+    show_full_result_count = False
+
+
+@admin.register(Artifact)
+class ArtifactAdmin(ReadOnlyAdmin):
+    list_display = ["id", "task", "name", "size", "content_type", "updated_at"]
+    raw_id_fields = ["task", "run", "tool_call"]
+
+
+@admin.register(Conversation)
+class ConversationAdmin(ReadOnlyAdmin):
+    list_display = ["task", "system_prompt_sha256", "plan_updated_at"]
+    raw_id_fields = ["task"]

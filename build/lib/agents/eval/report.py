@@ -1,0 +1,307 @@
+"""The evaluation report (selectors: reads only): per connection/model, the pass rate with its
+95% Wilson interval, per-case outcomes, turns, tokens, cost and time, each traceable to its task,
+beside the same model's real-work figures from the scorecard.
+
+Skipped cases (the environment could not run them) are listed but not counted. A timeout counts
+as a failure. Results of the runs of a model over the same suite (the same case files, by their
+sha256) are pooled unless one run is asked for; another suite, or a subset of it, is reported
+apart, so numbers over different cases are never mixed.
+"""
+
+import math
+from dataclasses import dataclass, field
+from decimal import Decimal
+
+from agents.eval.models import GRADED, EvalOutcome, EvalResult, EvalRun
+from agents.scorecard import COST_PLACES, ModelScore, model_scorecard, scorecard_window
+
+Z95 = 1.959964
+
+
+def wilson_interval(successes: int, n: int, z: float = Z95) -> tuple[float, float] | None:
+    """The Wilson score interval of a binomial proportion; None for no trials."""
+    if n <= 0:
+        return None
+    p = successes / n
+    denom = 1 + z * z / n
+    centre = (p + z * z / (2 * n)) / denom
+    half = z * math.sqrt(p * (1 - p) / n + z * z / (4 * n * n)) / denom
+    return max(0.0, centre - half), min(1.0, centre + half)
+
+
+@dataclass
+class CaseStat:
+    case_id: str
+    results: list[EvalResult] = field(default_factory=list)
+
+    @property
+    def graded(self) -> list[EvalResult]:
+        return [r for r in self.results if r.outcome in GRADED]
+
+    @property
+    def passed(self) -> int:
+        return sum(1 for r in self.graded if r.outcome == EvalOutcome.PASSED)
+
+    @property
+    def attempts(self) -> int:
+        return len(self.graded)
+
+    def as_dict(self) -> dict:
+        return {
+            "case": self.case_id,
+            "passed": self.passed,
+            "attempts": self.attempts,
+            "results": [result_as_dict(r) for r in self.results],
+        }
+
+
+@dataclass
+class ModelEval:
+    connection: str
+    model: str
+    model_id: int | None
+    suite_sha256: str
+    runs: list[EvalRun]
+    cases: list[CaseStat]
+    real_work: ModelScore | None = None
+
+    @property
+    def label(self) -> str:
+        return f"{self.connection}/{self.model}"
+
+    @property
+    def results(self) -> list[EvalResult]:
+        return [r for c in self.cases for r in c.results]
+
+    @property
+    def graded(self) -> list[EvalResult]:
+        return [r for r in self.results if r.outcome in GRADED]
+
+    @property
+    def attempts(self) -> int:
+        return len(self.graded)
+
+    @property
+    def passed(self) -> int:
+        return sum(1 for r in self.graded if r.outcome == EvalOutcome.PASSED)
+
+    @property
+    def skipped(self) -> int:
+        return sum(1 for r in self.results if r.outcome == EvalOutcome.SKIPPED)
+
+    @property
+    def timeouts(self) -> int:
+        return sum(1 for r in self.results if r.outcome == EvalOutcome.TIMEOUT)
+
+    @property
+    def pass_rate(self) -> float | None:
+        return self.passed / self.attempts if self.attempts else None
+
+    @property
+    def interval(self) -> tuple[float, float] | None:
+        return wilson_interval(self.passed, self.attempts)
+
+    @property
+    def pass_pct(self) -> float | None:
+        rate = self.pass_rate
+        return None if rate is None else round(100 * rate, 1)
+
+    @property
+    def ci_pct(self) -> tuple[float, float] | None:
+        interval = self.interval
+        return None if interval is None else tuple(round(100 * x, 1) for x in interval)
+
+    @property
+    def avg_turns(self) -> float | None:
+        graded = self.graded
+        return round(sum(r.model_turns for r in graded) / len(graded), 2) if graded else None
+
+    @property
+    def input_tokens(self) -> int:
+        return sum(r.input_tokens for r in self.graded)
+
+    @property
+    def output_tokens(self) -> int:
+        return sum(r.output_tokens for r in self.graded)
+
+    @property
+    def cost(self) -> Decimal | None:
+        """None when any graded result has no cost (the model has no price): unknown, not 0."""
+        graded = self.graded
+        if not graded or any(r.cost is None for r in graded):
+            return None
+        return sum((r.cost for r in graded), Decimal(0)).quantize(COST_PLACES)
+
+    @property
+    def seconds(self) -> float:
+        """Active seconds: the runs' own time (model requests and tools), summed."""
+        return round(sum(r.active_seconds for r in self.graded), 1)
+
+    @property
+    def avg_seconds(self) -> float | None:
+        graded = self.graded
+        return round(self.seconds / len(graded), 2) if graded else None
+
+    @property
+    def avg_wall_seconds(self) -> float | None:
+        """From the task's creation to its settling, waiting for a worker included."""
+        graded = self.graded
+        if not graded:
+            return None
+        return round(sum(r.wall_seconds for r in graded) / len(graded), 2)
+
+    def as_dict(self) -> dict:
+        interval = self.interval
+        return {
+            "connection": self.connection,
+            "model": self.model,
+            "model_id": self.model_id,
+            "suite_sha256": self.suite_sha256,
+            "runs": [
+                {
+                    "id": r.pk,
+                    "status": r.status,
+                    "cases_pattern": r.cases_pattern,
+                    "repeat": r.repeat,
+                    "suite_sha256": r.suite_sha256,
+                    "started_at": r.started_at.isoformat(),
+                    "finished_at": r.finished_at.isoformat() if r.finished_at else None,
+                }
+                for r in self.runs
+            ],
+            "attempts": self.attempts,
+            "passed": self.passed,
+            "skipped": self.skipped,
+            "timeouts": self.timeouts,
+            "pass_rate": self.pass_rate,
+            "ci95": list(interval) if interval else None,
+            "avg_turns": self.avg_turns,
+            "input_tokens": self.input_tokens,
+            "output_tokens": self.output_tokens,
+            "cost": None if self.cost is None else float(self.cost),
+            "seconds": self.seconds,
+            "avg_seconds": self.avg_seconds,
+            "avg_wall_seconds": self.avg_wall_seconds,
+            "cases": [c.as_dict() for c in self.cases],
+            "real_work": real_work_as_dict(self.real_work),
+        }
+
+
+def result_as_dict(r: EvalResult) -> dict:
+    return {
+        "run": r.run_id,
+        "repetition": r.repetition,
+        "task": r.task_number,
+        "outcome": r.outcome,
+        "state": r.final_state,
+        "failure_code": r.failure_code or None,
+        "turns": r.model_turns,
+        "input_tokens": r.input_tokens,
+        "output_tokens": r.output_tokens,
+        "cost": None if r.cost is None else float(r.cost),
+        "seconds": r.active_seconds,
+        "wall_seconds": r.wall_seconds,
+        "failed_checks": [c for c in r.checks if not c.get("passed")],
+        "actions": r.actions,
+    }
+
+
+def real_work_as_dict(score: ModelScore | None) -> dict | None:
+    if score is None:
+        return None
+    return {
+        "period": "last month",
+        "tasks_run": score.tasks_run,
+        "approvals": score.approvals,
+        "rejections": score.rejections,
+        "closed": score.closed,
+        "reopened": score.reopened,
+        "limit_failures": score.limit_failures,
+    }
+
+
+def eval_report(*, run_id: int | None = None, real_work_period: str = "month") -> list[ModelEval]:
+    """Per connection/model and suite; pooled over its runs (or one run)."""
+    runs = EvalRun.objects.all()
+    if run_id is not None:
+        runs = runs.filter(pk=run_id)
+    runs = list(runs.order_by("id"))
+    results = (
+        EvalResult.objects.filter(run__in=runs)
+        .defer("actions")
+        .order_by("case_id", "run_id", "repetition")
+    )
+    by_run: dict[int, list[EvalResult]] = {}
+    for result in results:
+        by_run.setdefault(result.run_id, []).append(result)
+    groups: dict[tuple[str, str, str], ModelEval] = {}
+    for run in runs:
+        key = (run.connection_name, run.model_name, run.suite_sha256)
+        group = groups.get(key)
+        if group is None:
+            group = groups[key] = ModelEval(
+                connection=run.connection_name,
+                model=run.model_name,
+                model_id=run.model_id,
+                suite_sha256=run.suite_sha256,
+                runs=[],
+                cases=[],
+            )
+        group.runs.append(run)
+        group.model_id = run.model_id or group.model_id
+        cases = {c.case_id: c for c in group.cases}
+        for result in by_run.get(run.pk, []):
+            if result.case_id not in cases:
+                cases[result.case_id] = CaseStat(result.case_id)
+                group.cases.append(cases[result.case_id])
+            cases[result.case_id].results.append(result)
+    card = model_scorecard(window=scorecard_window(period=real_work_period))
+    scores = {s.model_id: s for s in card.models if s.model_id is not None}
+    report = []
+    for group in groups.values():
+        group.cases.sort(key=lambda c: c.case_id)
+        group.real_work = scores.get(group.model_id)
+        report.append(group)
+    # Per model, the suite run most recently first.
+    report.sort(key=lambda g: (g.connection, g.model, -g.runs[-1].pk))
+    return report
+
+
+def format_report(report: list[ModelEval]) -> str:
+    """The plain-text report of `acthelm_eval report`."""
+    if not report:
+        return "No evaluation runs yet: run `manage.py acthelm_eval run --connection C --model M`."
+    lines = []
+    for group in report:
+        interval = group.interval
+        rate = (
+            f"{group.passed}/{group.attempts} passed ({group.pass_rate:.0%}, 95% CI "
+            f"{interval[0]:.0%}–{interval[1]:.0%})"
+            if interval
+            else "no graded attempts"
+        )
+        cost = "—" if group.cost is None else f"{group.cost:.4f}"
+        lines.append(
+            f"{group.label} (suite {group.suite_sha256[:8]}, {len(group.cases)} cases): {rate}"
+        )
+        lines.append(
+            f"  runs {', '.join(str(r.pk) for r in group.runs)}; skipped {group.skipped}; "
+            f"timeouts {group.timeouts}; avg turns {group.avg_turns}; tokens "
+            f"{group.input_tokens} in / {group.output_tokens} out; cost {cost}; "
+            f"active time {group.seconds} s"
+        )
+        real = group.real_work
+        if real is None:
+            lines.append("  real work (last month): no runs of this model")
+        else:
+            lines.append(
+                f"  real work (last month): {real.tasks_run} tasks, {real.closed} closed, "
+                f"{real.reopened} reopened, {real.rejections} rejected by the supervisor"
+            )
+        for case in group.cases:
+            marks = " ".join(
+                f"{r.outcome}:task {r.task_number}" if r.task_number else r.outcome
+                for r in case.results
+            )
+            lines.append(f"  {case.case_id:<28} {case.passed}/{case.attempts}  {marks}")
+    return "\n".join(lines)

@@ -1,0 +1,820 @@
+"""The agent loop: one run of a claimed task, from the saved state to an Outcome.
+
+The run loads the task's saved state once (conversation, calls, plan, usage) and keeps it in
+memory. Each step: run the tool calls of the last model turn that are still open, ask the model,
+decide the new turn's calls (pure checks: on the task's list → plan first → arguments valid →
+needs approval), and hand everything to the recorder, which writes the step in ONE fenced
+transaction (`agents.recorder`). No transaction is open while the model or a tool runs; the loop
+owns no SQL. The loop never changes the task's status: it returns an Outcome, and `finish`
+records the last step together with it.
+
+Prompt building and compaction: `agents.prompting`. What an outcome does: `agents.outcomes`.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+import time
+from dataclasses import dataclass, field, replace
+from decimal import Decimal
+
+from django.conf import settings
+from django.utils import timezone
+
+from acthelm_site import telemetry
+from acthelm_site.dbpool import release_connection
+from agents import storable
+from agents.costs import turn_usage_fields
+from agents.leases import holds_now
+from agents.limits import Usage, is_mcp_tool, reached, remaining
+from agents.outcomes import Outcome, OutcomeKind, apply_outcome
+from agents.prompting import DISCARDED_NOTE, History, result_for_model, system_prompt
+from agents.providers import Completion, ProviderError, ToolSpec
+from agents.providers.base import PERMANENT_CODES, CancelEvent
+from agents.recorder import CallState, NewCall, NewTurn, Recorder, Result, Step, load_state
+from agents.services import provider_for
+from agents.states import TOOL_CALL_DONE, ModelTestStatus, RecoveryClass, Role
+from agents.states import ToolCallStatus as TC
+from agents.tools import ToolContext, ToolError, all_tools, get_tool, operation_hash, tool_names
+from agents.tools.artifacts import stamp_fence
+from approvals.states import ApprovalReason
+from memory import services as memory_services
+from tasks.actors import Actor
+from tasks.exceptions import AttemptLost
+from tasks.limits import BEFORE_A_MODEL_TURN, BY_FIELD
+from tasks.states import EventKind, TaskStatus, ToolPolicy
+from tasks.workspace import artifacts_dir, workspace_dir
+
+__all__ = ["AgentLoop", "Outcome", "RunSignals"]
+
+log = logging.getLogger("acthelm.loop")
+MCP_CALLS = BY_FIELD["limit_mcp_calls"]
+NETWORK_REQUESTS = BY_FIELD["limit_network_requests"]
+
+
+@dataclass
+class RunSignals:
+    """Set by the worker's heartbeat and signal handlers; read at every safe point."""
+
+    # attempt lost or cancelled; wakes a waiting model request itself (no polling)
+    cancel: threading.Event = field(default_factory=CancelEvent)
+    stop: threading.Event = field(default_factory=threading.Event)  # graceful shutdown
+    pause: threading.Event = field(default_factory=threading.Event)  # a person asked to pause
+
+
+class _Stop(Exception):
+    def __init__(self, outcome: Outcome):
+        self.outcome = outcome
+
+
+def _fail(code: str, message: str, *, retryable: bool = True, health: bool = False) -> _Stop:
+    return _Stop(
+        Outcome(Outcome.FAILED, code=code, message=message, retryable=retryable, health=health)
+    )
+
+
+@dataclass(frozen=True)
+class Decision:
+    """What to do with one tool call: run it, refuse it, or ask a person."""
+
+    verdict: str  # "run" | "refuse" | "ask"
+    tool: object = None
+    args: object = None
+    hash: str = ""
+    canonical: dict | None = None
+    code: str = ""
+    message: str = ""
+    reason: str = ""
+
+
+def _refuse(code: str, message: str) -> Decision:
+    return Decision("refuse", code=code, message=message)
+
+
+class AgentLoop:
+    def __init__(self, *, task_id: int, run_id: int, worker_id: str, signals: RunSignals):
+        self.task_id = task_id
+        self.run_id = run_id
+        self.actor = Actor.worker(worker_id)
+        self.signals = signals
+        self.step = Step()
+        self._clock = time.monotonic()
+        self.mine_seconds = 0.0
+        self.recorder: Recorder | None = None
+
+    # -- entry points ----------------------------------------------------------------------------
+
+    def run(self) -> Outcome:
+        try:
+            self._load()
+        except AttemptLost:
+            return Outcome(Outcome.LOST)
+        task = self.task
+        with telemetry.invoke_agent(
+            task_id=self.task_id,
+            run_id=self.run_id,
+            model=task.model.name if task.model_id else "",
+            provider_kind=task.connection.kind if task.connection_id else "",
+        ) as span:
+            outcome = self._run()
+            span.set_attribute("acthelm.outcome", str(outcome.kind))
+            if outcome.kind == OutcomeKind.FAILED and outcome.code:
+                span.set_attribute("error.type", outcome.code)
+            return outcome
+
+    def _run(self) -> Outcome:
+        try:
+            self._validate()
+            self._prepare()
+            return self._loop()
+        except _Stop as stop:
+            return stop.outcome
+        except AttemptLost:
+            return Outcome(Outcome.LOST)
+
+    def commit(self) -> None:
+        """Write what the run produced since its last commit (one fenced transaction)."""
+        self.recorder.commit(self.step, active_seconds=self._elapsed(), checkpoint=self._checkpoint)
+        self.step = Step()
+
+    def finish(self, outcome: Outcome, verdict=None) -> str | None:
+        """Record the last step together with the run's outcome, in one fenced transaction.
+        Returns the task's new status (None for a lost run: nothing is written)."""
+        if outcome.kind == OutcomeKind.LOST:
+            return None
+        if self.recorder is None:  # the run never loaded its task
+            return apply_outcome(
+                task_id=self.task_id,
+                run_id=self.run_id,
+                worker_id=self.actor.label,
+                outcome=outcome,
+                verdict=verdict,
+            )
+        status = self.recorder.commit(
+            self.step,
+            active_seconds=self._elapsed(),
+            checkpoint=self._checkpoint,
+            outcome=outcome,
+            verdict=verdict,
+        )
+        self.step = Step()
+        return status
+
+    # -- the saved state, read once ---------------------------------------------------------------
+
+    def _load(self) -> None:
+        saved = load_state(self.task_id, self.run_id)
+        self.task, self.claim_count = saved.task, saved.claim_count
+        self.recorder = Recorder(
+            task_id=self.task_id,
+            run_id=self.run_id,
+            actor=self.actor,
+            connection_id=saved.connection_id,
+        )
+        self.conversation = saved.conversation
+        self.plan_exists = bool(self.conversation and self.conversation.plan is not None)
+        self.next_index = saved.next_index
+        self.history = History(self.conversation.system_prompt if self.conversation else "")
+        self.calls: list[CallState] = []
+        self.last: tuple[str, str, list[CallState]] | None = None  # role, content, calls
+        for role, content, discarded, calls in saved.turns:
+            self.calls += calls
+            if discarded:
+                continue
+            self.history.add_turn(role, content, calls)
+            self.last = (role, content, calls)
+        self.approvals, self.run_again = saved.approvals, saved.run_again
+        self.memory_from_run = saved.memory_from_run
+        # Usage of the earlier runs, read once; this run's own is counted here as it goes.
+        self.base, self.mine = saved.usage, Usage()
+
+    # -- 1. validate ------------------------------------------------------------------------------
+
+    def _validate(self) -> None:
+        task = self.task
+        if task.connection_id is None or task.model_id is None:
+            raise _fail(
+                "connection_missing",
+                "the task has no connection and model to run on",
+                retryable=False,
+            )
+        if not task.connection.enabled:
+            raise _fail(
+                "connection_disabled", f"connection {task.connection} is disabled", retryable=False
+            )
+        if task.model.test_status != ModelTestStatus.PASSED:
+            raise _fail(
+                "model_untested",
+                f"model {task.model} has not passed its test ({task.model.test_status}); "
+                "run acthelm_connection test first",
+                retryable=False,
+            )
+        cooldown = task.connection.cooldown_until
+        if cooldown and cooldown > timezone.now():
+            raise _fail(
+                "provider_cooling_down",
+                f"connection {task.connection} cools down until {cooldown.isoformat()}",
+                health=True,
+            )
+        self.provider = provider_for(task.connection)
+        use_tools = bool(task.tools) and task.model.supports_tools and self.provider.supports_tools
+        known = set(tool_names())
+        self.offered = [name for name in task.tools if name in known] if use_tools else []
+        # Resolved once: an MCP tool (SERVER__TOOL) is read from its server's recorded list.
+        self.tools = {name: get_tool(name) for name in self.offered}
+        self.specs = [
+            ToolSpec(name=t.name, description=t.description, parameters=t.json_schema())
+            for t in self.tools.values()
+        ]
+        if "write_artifact" in self.offered:
+            # From now on, no older run of this task can replace an artifact file.
+
+            stamp_fence(artifacts_dir(self.task_id), self.claim_count)
+
+    # -- 2 + 3. memory and the system prompt, once per task ---------------------------------------
+
+    def _prepare(self) -> None:
+        step = self.step
+        if self.conversation is None:
+            chosen = memory_services.rank_for_task(
+                self.task, budget_chars=settings.ACTHELM_MEMORY_BUDGET_CHARS
+            )
+            prompt = system_prompt(
+                offered=self.offered, memory=memory_services.render_memory(chosen)
+            )
+            step.selection = ("record", chosen) if chosen else None
+            step.system_prompt = prompt
+            self.history = History(prompt)
+            self._user_turn(f"## Task\n{self.task.instruction}")
+        elif self.memory_from_run:
+            step.selection = ("copy", self.memory_from_run)
+        if self.task.feedback:
+            self._user_turn(f"Feedback on your previous attempt:\n{self.task.feedback}")
+            step.clear_feedback = True
+
+    def _user_turn(self, content: str) -> None:
+        self.step.turns.append(NewTurn(index=self.next_index, role=Role.USER, content=content))
+        self.next_index += 1
+        self.history.add_turn(Role.USER, content)
+        self.last = (Role.USER, content, [])
+
+    # -- usage, time and the checkpoint -----------------------------------------------------------
+
+    def _elapsed(self) -> float:
+        now = time.monotonic()
+        delta, self._clock = now - self._clock, now
+        self.mine_seconds += delta
+        return delta
+
+    def usage(self) -> Usage:
+        base, mine = self.base, self.mine
+        return Usage(
+            model_turns=base.model_turns + mine.model_turns,
+            tokens=base.tokens + mine.tokens,
+            active_seconds=base.active_seconds
+            + self.mine_seconds
+            + (time.monotonic() - self._clock),
+            network_requests=base.network_requests + mine.network_requests,
+            mcp_calls=base.mcp_calls + mine.mcp_calls,
+            cost=base.cost + mine.cost,
+        )
+
+    def _book_turn(self, completion: Completion, cost: Decimal | None) -> None:
+        """The one place a model turn's usage is booked (in memory and in the step); its cost
+        is stored on the turn itself (`NewTurn.cost`)."""
+        tokens = completion.input_tokens + completion.output_tokens
+        self.mine = replace(
+            self.mine,
+            model_turns=self.mine.model_turns + 1,
+            tokens=self.mine.tokens + tokens,
+            cost=self.mine.cost + (cost or 0),
+        )
+        self.step.model_turns += 1
+        self.step.input_tokens += completion.input_tokens
+        self.step.output_tokens += completion.output_tokens
+
+    def _book_requests(self, count: int) -> None:
+        if count:
+            self.mine = replace(self.mine, network_requests=self.mine.network_requests + count)
+            self.step.network_requests += count
+
+    def _book_mcp_call(self) -> None:
+        """An MCP call starts (its run_count rises in the same commit as its start or result)."""
+        self.mine = replace(self.mine, mcp_calls=self.mine.mcp_calls + 1)
+
+    def open_operations(self) -> list[CallState]:
+        return [c for c in self.calls if c.status not in TOOL_CALL_DONE]
+
+    def _checkpoint(self) -> dict:
+        """After each round: what remains of each limit and which operations are pending."""
+        usage = self.usage()
+        last_calls = self.last[2] if self.last else []
+        return {
+            "at": timezone.now().isoformat(),
+            "remaining": remaining(self.task, usage),
+            "usage": usage.as_dict(),
+            "pending_operations": [
+                {"id": c.pk, "tool": c.tool, "status": str(c.status)}
+                for c in self.open_operations()
+            ],
+            "turn_calls": [c.pk for c in last_calls],
+        }
+
+    # -- the loop ---------------------------------------------------------------------------------
+
+    def _safe_point(self) -> None:
+        """Before every model request and between any two tool calls: a cancel, a shutdown or a
+        pause request (delivered by the worker's heartbeat, at once through NOTIFY) stops the run
+        here. Then the run gives its database connection back: it holds none while it waits for
+        the model or a tool."""
+        if self.signals.cancel.is_set():
+            raise AttemptLost("the run was cancelled or lost its lease")
+        if self.signals.stop.is_set():
+            raise _Stop(Outcome(Outcome.HANDED_BACK))
+        if self.signals.pause.is_set():
+            # The heartbeat saw a pause request; it may have been withdrawn since.
+            if self.recorder.status() == TaskStatus.PAUSE_REQUESTED:
+                raise _Stop(Outcome(Outcome.PAUSED))
+            self.signals.pause.clear()
+        release_connection()
+
+    def _before_an_effect(self) -> None:
+        """Just before a tool with an effect starts: the fence's checks as one read, so that no
+        such tool starts after a person's cancel has committed, whatever the NOTIFY's timing (an
+        external call's intent commit is fenced already)."""
+        status = holds_now(task_id=self.task_id, run_id=self.run_id)
+        if status == TaskStatus.PAUSE_REQUESTED:
+            self.signals.pause.set()
+        self._safe_point()
+
+    def _loop(self) -> Outcome:
+        while True:
+            self._safe_point()
+            if self.last is not None and self.last[0] == Role.ASSISTANT:
+                calls = self.last[2]
+                if not calls:
+                    # The answer was stored before anything else: never ask the model again.
+                    return Outcome(Outcome.FINAL, answer=self.last[1])
+                self._round(calls)
+                self._safe_point()
+            self._check_limits()
+            self._model_turn()
+
+    def _check_limits(self) -> None:
+        usage = self.usage()
+        for limit in BEFORE_A_MODEL_TURN:
+            if message := reached(limit, self.task, usage):
+                raise _fail(limit.failure_code, message, retryable=False)
+
+    # -- one model turn ---------------------------------------------------------------------------
+
+    def _model_turn(self) -> None:
+        task = self.task
+        window = task.model.context_window
+        compaction = self.history.compact(
+            window=window, reserve=min(task.limit_output_tokens, (window or 0) // 4)
+        )
+        if compaction is not None:
+            self.step.compaction = compaction
+            log.info(
+                "loop.compacted",
+                extra={
+                    "task_id": self.task_id,
+                    "run_id": self.run_id,
+                    "replaced": len(compaction[0]),
+                },
+            )
+        remaining_budget = task.limit_token_budget - self.usage().tokens
+        try:
+            completion = self.provider.complete(
+                model=task.model.name,
+                messages=self.history.messages(),
+                tools=self.specs,
+                max_tokens=max(1, min(task.limit_output_tokens, remaining_budget)),
+                cancel_event=self.signals.cancel,
+            )
+        except ProviderError as exc:
+            if exc.code == "provider_cancelled":
+                raise AttemptLost("cancelled during the model request") from None
+            raise _fail(
+                exc.code,
+                exc.message,
+                health=exc.health,
+                retryable=exc.code not in PERMANENT_CODES,
+            ) from None
+        completion, adjusted = _storable(completion)
+        usage = turn_usage_fields(task.model, completion)
+        usage["cost"], cost_adjusted = storable.money(usage["cost"])
+        if cost_adjusted:
+            adjusted.append("cost")
+        self._book_turn(completion, usage["cost"])
+        self._store_turn(completion, usage, adjusted)
+
+    def _store_turn(self, completion: Completion, usage: dict, adjusted: list[str]) -> None:
+        discarded = completion.truncated_or_declined
+        turn = NewTurn(
+            index=self.next_index,
+            role=Role.ASSISTANT,
+            content=completion.text,
+            stop_reason=completion.stop_reason,
+            discarded=discarded,
+            **usage,
+        )
+        self.next_index += 1
+        self.step.turns.append(turn)
+        self.step.event(
+            EventKind.MODEL_TURN,
+            {
+                "turn": turn.index,
+                "stop_reason": completion.stop_reason,
+                "tool_calls": len(completion.tool_calls),
+                "discarded": discarded,
+                "tokens": completion.input_tokens + completion.output_tokens,
+                **({"adjusted": adjusted} if adjusted else {}),
+            },
+        )
+        plan = self.plan_exists
+        calls = []
+        for position, request in enumerate(completion.tool_calls):
+            state = CallState(
+                call_id=request.id or f"call_{turn.index}_{position}",
+                tool=request.name[:100],
+                arguments=jsonb_order(request.arguments),
+                arguments_raw=request.arguments_raw,
+                recovery_class=self._recovery_class(request.name),
+                position=position,
+            )
+            new = NewCall(state)
+            if discarded:
+                state.status, state.error_code = TC.REFUSED, "turn_discarded"
+            else:
+                plan = self._decide_new(new, plan)
+            turn.calls.append(new)
+            calls.append(state)
+        self.calls += calls
+        if discarded:
+            self._user_turn(DISCARDED_NOTE.format(reason=completion.stop_reason))
+            self.commit()
+            return
+        self.history.add_turn(Role.ASSISTANT, completion.text, calls)
+        self.last = (Role.ASSISTANT, completion.text, calls)
+        if not calls:
+            # A final answer: it is written with the verdict (or before a slow supervisor), or
+            # with a hand-back or pause asked for meanwhile (then the next run uses it).
+            self.step.answer = completion.text
+            self._safe_point()
+            raise _Stop(Outcome(Outcome.FINAL, answer=completion.text))
+        self.commit()
+
+    def _decide_new(self, new: NewCall, plan: bool) -> bool:
+        """Decide a new call in memory; returns whether a plan exists after it."""
+        state = new.state
+        decision = self._admit(state, plan_exists=plan)
+        if decision.verdict == "refuse":
+            _span_outcome(state, "refused", decision.code)
+            state.status, state.error_code = TC.REFUSED, decision.code
+            new.result = f"{decision.code}: {decision.message}"
+            state.result_for_model = f"Error ({decision.code}): {decision.message}"
+            self.step.event(
+                EventKind.TOOL_RESULT,
+                {"tool": state.tool, "ok": False, "error": decision.code},
+                call=state,
+            )
+            return plan
+        state.arguments, state.arguments_hash = decision.canonical, decision.hash
+        if decision.verdict == "ask":
+            _span_outcome(state, "awaiting_approval")
+            state.status = TC.AWAITING_APPROVAL
+            new.approval = self._approval(decision)
+            self._approval_event(decision)
+            return plan
+        return plan or state.tool == "update_plan"
+
+    # -- one path for every call: parse the arguments, then refuse, ask or run --------------------
+
+    def _admit(self, call: CallState, *, plan_exists: bool) -> Decision:
+        """The checks, in order: on the task's list → plan first → arguments valid → bound to
+        the operation a person decided (when one did) → needs approval. Pure."""
+        if call.tool not in self.offered:
+            return _refuse(
+                "tool_not_allowed", f"the tool {call.tool!r} is not available for this task"
+            )
+        fresh = call.status == TC.PENDING
+        if (
+            fresh
+            and call.tool != "update_plan"
+            and "update_plan" in self.offered
+            and not plan_exists
+        ):
+            return _refuse("plan_required", "call update_plan with your plan first")
+        tool = self.tools[call.tool]
+        try:
+            args = tool.parse(call.arguments)
+            digest = operation_hash(tool.name, args)
+            canonical = args.model_dump(mode="json")
+        except ToolError as exc:
+            return _refuse(exc.code, exc.message)
+        except (ValueError, TypeError) as exc:  # e.g. NaN in the arguments: no hash, no jsonb
+            return _refuse("invalid_arguments", f"the arguments cannot be used: {exc}")
+        canonical = jsonb_order(canonical)
+        decision = Decision("run", tool=tool, args=args, hash=digest, canonical=canonical)
+        if call.arguments_hash and call.arguments_hash != digest:
+            return _refuse("approval_mismatch", "the operation's arguments changed")
+        if call.status == TC.APPROVED:
+            if not self._bound(call, digest):
+                return _refuse(
+                    "approval_mismatch", "the approval does not match this operation's arguments"
+                )
+            return decision
+        if not fresh:  # a read-only or idempotent call found running after a crash
+            return decision
+        ctx = self._context()
+        reason = None
+        # The task's policy for the tool, else the tool's own default (an MCP tool of an
+        # untrusted server asks).
+        policy = self.task.tool_policies.get(tool.name) or getattr(
+            tool, "default_policy", ToolPolicy.ALLOW
+        )
+        if policy == ToolPolicy.ASK:
+            reason = ApprovalReason.POLICY_ASK
+        elif tool.approval_reason(args, ctx):
+            reason = ApprovalReason.DOMAIN_NOT_ALLOWED
+        if reason:
+            try:
+                tool.preflight(args, ctx)
+            except ToolError as exc:  # refuse what no approval could make valid
+                return _refuse(exc.code, exc.message)
+            return Decision(
+                "ask", tool=tool, args=args, hash=digest, canonical=canonical, reason=reason
+            )
+        return decision
+
+    def _bound(self, call: CallState, digest: str) -> bool:
+        """A person approved this exact operation, or chose "run again" for it."""
+        if call.pk in self.approvals:
+            return self.approvals[call.pk] == digest
+        return call.pk in self.run_again and call.arguments_hash == digest
+
+    def _approval(self, d: Decision) -> dict:
+        return {
+            "tool": d.tool.name,
+            "target": d.tool.target(d.args),
+            "arguments": d.canonical,
+            "arguments_hash": d.hash,
+            "reason": d.reason,
+            "effect": d.tool.describe_effect(d.args),
+        }
+
+    def _approval_event(self, d: Decision) -> None:
+        self.step.event(
+            EventKind.APPROVAL_REQUESTED,
+            {"tool": d.tool.name, "target": d.tool.target(d.args), "reason": d.reason},
+        )
+
+    def _context(self) -> ToolContext:
+        return ToolContext(
+            workspace=workspace_dir(self.task_id),
+            artifacts_dir=artifacts_dir(self.task_id),
+            allowed_domains=tuple(self.task.allowed_domains),
+            allow_private_network=settings.ACTHELM_FETCH_ALLOW_PRIVATE,
+            max_artifact_bytes=self.task.limit_artifact_bytes,
+            network_requests_remaining=max(
+                0, self.task.limit_network_requests - self.usage().network_requests
+            ),
+            cancel_event=self.signals.cancel,
+            fence_token=self.claim_count,
+        )
+
+    # -- a round: bring every open call of the last turn to a result, or stop for a person --------
+
+    def _round(self, calls: list[CallState]) -> None:
+        waiting = unknown = False
+        for call in calls:
+            if call.status in TOOL_CALL_DONE:
+                continue
+            self._safe_point()
+            if call.status == TC.AWAITING_APPROVAL:
+                waiting = True
+            elif call.status == TC.UNKNOWN:
+                unknown = True
+            elif call.status == TC.RUNNING and call.recovery_class == RecoveryClass.EXTERNAL:
+                self._mark_unknown(call)  # in flight when a worker stopped: never replayed
+                unknown = True
+            else:
+                waiting |= self._handle(call) == "waiting"
+        self.history.touch_last()
+        if unknown:
+            raise _Stop(Outcome(Outcome.NEEDS_REVIEW))
+        if waiting:
+            raise _Stop(Outcome(Outcome.AWAITING_APPROVAL))
+
+    def _handle(self, call: CallState) -> str:
+        d = self._admit(call, plan_exists=self.plan_exists)
+        if d.verdict == "refuse":
+            _span_outcome(call, "refused", d.code)
+            self._result(call, TC.REFUSED, error=(d.code, d.message), runs=0)
+            return "done"
+        if d.verdict == "ask":
+            _span_outcome(call, "awaiting_approval")
+            self.step.results.append(
+                Result(
+                    call,
+                    TC.AWAITING_APPROVAL,
+                    finished=False,
+                    arguments=d.canonical,
+                    arguments_hash=d.hash,
+                    approval=self._approval(d),
+                )
+            )
+            call.status = TC.AWAITING_APPROVAL
+            self._approval_event(d)
+            return "waiting"
+        self._execute(call, d)
+        return "done"
+
+    def _execute(self, call: CallState, d: Decision) -> None:
+        tool = d.tool
+        mcp = is_mcp_tool(tool.name)
+        if mcp and (message := reached(MCP_CALLS, self.task, self.usage())):
+            # Checked before the call starts: it stays open (nothing ran) for a run after the
+            # limit is raised.
+            _span_outcome(call, "refused", MCP_CALLS.failure_code)
+            raise _fail(MCP_CALLS.failure_code, message, retryable=False)
+        call.arguments, call.arguments_hash = d.canonical, d.hash
+        with telemetry.execute_tool(
+            tool=tool.name,
+            call_id=call.call_id,
+            arguments=d.canonical,
+            recovery_class=str(tool.recovery_class),
+        ) as span:
+            if mcp:
+                self._book_mcp_call()
+            self._execute_in_span(call, d, span)
+
+    def _execute_in_span(self, call: CallState, d: Decision, span) -> None:
+        tool, args = d.tool, d.args
+        counted = 0
+        if tool.recovery_class == RecoveryClass.EXTERNAL:
+            # The intent commit: recorded running before the request leaves, so that after a
+            # crash the call's outcome is unknown and a person decides (never replayed).
+            self.step.results.append(
+                Result(
+                    call,
+                    TC.RUNNING,
+                    finished=False,
+                    runs=1,
+                    started=True,
+                    arguments=d.canonical,
+                    arguments_hash=d.hash,
+                )
+            )
+            call.status, counted = TC.RUNNING, 1
+            self.commit()
+            release_connection()
+        elif tool.recovery_class != RecoveryClass.READ_ONLY and not tool.internal:
+            self._before_an_effect()
+        if tool.internal:
+            self._execute_internal(call, tool, args, counted)
+            span.outcome("failed" if call.error_code else "succeeded", error_code=call.error_code)
+            return
+        error = None
+        try:
+            result = tool.run(args, self._context())
+            text, requests, artifact = result.text, result.network_requests, result.artifact
+        except ToolError as exc:
+            error, text, requests, artifact = exc, "", exc.network_requests, None
+        if error is not None and error.code == "cancelled":
+            span.outcome("cancelled")
+            raise AttemptLost("cancelled while a tool ran")
+        self._book_requests(requests or 0)
+        if artifact is not None:
+            self.step.artifacts.append((call, artifact))
+        if error is not None:
+            span.outcome("failed", error_code=error.code)
+            self._result(call, TC.FAILED, error=(error.code, error.message), runs=1 - counted)
+        else:
+            span.outcome("succeeded")
+            self._result(call, TC.SUCCEEDED, text=text, runs=1 - counted)
+        if counted:
+            # An external call's result commits as soon as it returns: a crash during the next
+            # model request must not turn a call that took effect into an unknown outcome
+            # (whose "run again" would repeat it).
+            self.commit()
+        if error is not None and error.code == "network_limit":
+            message = NETWORK_REQUESTS.reached.format(granted=self.task.limit_network_requests)
+            raise _fail(NETWORK_REQUESTS.failure_code, message, retryable=False)
+
+    def _execute_internal(self, call: CallState, tool, args, counted: int) -> None:
+        result = tool.run(args, self._context())
+        if tool.name == "update_plan":
+            self.step.plan = result.data
+            self.plan_exists = True
+            self._result(call, TC.SUCCEEDED, text=result.text, runs=1 - counted)
+            return
+        # propose_task: the new task's id is part of the result the model gets, so the proposal
+        # is written now (follow_up_create; proposing the same title again returns the first).
+        self.step.proposals.append((call, args))
+        self.commit()
+
+    def _result(self, call: CallState, to: str, *, text="", error=None, runs: int) -> None:
+        """A call's result (or refusal) for the next commit, with its tool_result event."""
+        # What a tool returns is hostile: stored as the database can store it.
+        text = storable.text(text)
+        if error is not None:
+            code, message = error[0], storable.text(error[1])
+            full, for_model = f"{code}: {message}", f"Error ({code}): {message}"
+        else:
+            code, full = "", text
+            for_model = result_for_model(text, self.task.limit_tool_output_chars)
+        self.step.results.append(
+            Result(
+                call,
+                to,
+                result=full,
+                result_for_model=for_model,
+                error_code=code,
+                runs=max(0, runs),
+                started=runs > 0,
+                arguments=call.arguments,
+                arguments_hash=call.arguments_hash or None,
+            )
+        )
+        call.status, call.result_for_model, call.error_code = to, for_model, code
+        data = {"tool": call.tool, "ok": error is None, "error": code or None}
+        if to != TC.REFUSED:
+            data["chars"] = len(full)
+        self.step.event(EventKind.TOOL_RESULT, data, call=call)
+
+    def _recovery_class(self, name: str) -> str:
+        """Read from the tool object: a tool declares what recovery may do with it. A name the
+        task does not offer is refused before it runs; an unknown MCP name counts as external."""
+        tool = self.tools.get(name) or all_tools().get(name)
+        if tool is not None:
+            return str(tool.recovery_class)
+        return RecoveryClass.EXTERNAL if is_mcp_tool(name) else RecoveryClass.READ_ONLY
+
+    def _mark_unknown(self, call: CallState) -> None:
+        self.step.results.append(Result(call, TC.UNKNOWN, finished=False, unknown=True))
+        call.status = TC.UNKNOWN
+        # The request may have reached the server before the crash: it counts against the
+        # task's network limit like any other request (an MCP call counts as one when it starts).
+        if not is_mcp_tool(call.tool):
+            self._book_requests(1)
+        self.step.event(EventKind.NEEDS_REVIEW, {"tool": call.tool}, call=call)
+
+
+def _storable(completion: Completion) -> tuple[Completion, list[str]]:
+    """The provider's answer as the database can store it (`agents.storable`): text and call
+    arguments escaped, counts in their columns' range; returns what was changed, by name."""
+    adjusted, fields = [], {}
+    for name in ("input_tokens", "cached_input_tokens", "cache_write_tokens", "output_tokens"):
+        value, changed = storable.count(getattr(completion, name))
+        if changed:
+            adjusted.append(name)
+            fields[name] = value
+    content = storable.text(completion.text)
+    if content != completion.text:
+        adjusted.append("text")
+        fields["text"] = content
+    calls, calls_adjusted = [], False
+    for position, request in enumerate(completion.tool_calls):
+        safe = {
+            "id": storable.text(request.id)[:200],
+            "name": storable.text(request.name),
+            "arguments": storable.json(request.arguments),
+            "arguments_raw": storable.text(request.arguments_raw),
+        }
+        if any(safe[k] != getattr(request, k) for k in safe):
+            adjusted.append(f"tool_call:{position}")
+            calls_adjusted = True
+        calls.append(request.model_copy(update=safe))
+    if calls_adjusted:
+        fields["tool_calls"] = calls
+    if not adjusted:
+        return completion, adjusted
+    return completion.model_copy(update=fields), adjusted
+
+
+def jsonb_order(value):
+    """`value` with its keys in the order PostgreSQL's jsonb keeps them (shorter keys first),
+    so that the history this run keeps in memory is sent exactly as a later run, reading it
+    back from the database, sends it."""
+    if isinstance(value, dict):
+        keys = sorted(value, key=lambda k: (len(k.encode()), k.encode()))
+        return {k: jsonb_order(value[k]) for k in keys}
+    if isinstance(value, list):
+        return [jsonb_order(v) for v in value]
+    return value
+
+
+def _span_outcome(call: CallState, outcome: str, error_code: str = "") -> None:
+    """An execute_tool span for a call that does not run now (refused, or waiting for a
+    person); the arguments go to the span only when the setting allows it."""
+    with telemetry.execute_tool(
+        tool=call.tool,
+        call_id=call.call_id,
+        arguments=call.arguments,
+        recovery_class=call.recovery_class,
+    ) as span:
+        span.outcome(outcome, error_code=error_code)

@@ -1,0 +1,151 @@
+"""acthelm_connection add|list|test — model connections, scriptable, with --json output."""
+
+import json
+
+from django.core.management.base import BaseCommand
+
+from agents.models import Connection
+from agents.services import connection_add, connection_test
+from agents.states import ConnectionKind, CostTier
+from tasks.cli import emit, fail, person_actor
+from tasks.exceptions import ActhelmError, InvalidInput
+
+
+def connection_as_dict(conn: Connection) -> dict:
+    return {
+        "name": conn.name,
+        "kind": conn.kind,
+        "base_url": conn.base_url or None,
+        "command": conn.command or None,
+        "answer_field": conn.answer_field or None,
+        "credential_env": conn.credential_env or None,
+        "cost_tier": conn.cost_tier,
+        "priority": conn.priority,
+        "enabled": conn.enabled,
+        "cooldown_until": conn.cooldown_until.isoformat() if conn.cooldown_until else None,
+        "last_error_code": conn.last_error_code or None,
+        "models": [
+            {
+                "name": m.name,
+                "context_window": m.context_window,
+                "supports_tools": m.supports_tools,
+                "test_status": m.test_status,
+                "test_message": m.test_message or None,
+                "tools_override_by": str(m.tools_override_by) if m.tools_override_by_id else None,
+                "tools_override_at": (
+                    m.tools_override_at.isoformat() if m.tools_override_at else None
+                ),
+            }
+            for m in conn.models.all()
+        ],
+    }
+
+
+class Command(BaseCommand):
+    help = "Add, list and test connections to model providers."
+
+    def add_arguments(self, parser):
+        parser.add_argument("--json", action="store_true")
+        parser.add_argument("--user", help="act as this person (default: $ACTHELM_USER)")
+        sub = parser.add_subparsers(dest="action", required=True)
+        add = sub.add_parser("add")
+        add.add_argument("name")
+        add.add_argument("--kind", required=True, choices=ConnectionKind.values)
+        add.add_argument("--base-url", default="")
+        add.add_argument(
+            "--command",
+            dest="cli_command",
+            default="",
+            help='JSON argument list, e.g. \'["llm", "-m", "gpt-4o-mini"]\'',
+        )
+        add.add_argument("--answer-field", default="")
+        add.add_argument(
+            "--credential-env", default="", help="NAME of the environment variable holding the key"
+        )
+        add.add_argument("--cost-tier", choices=CostTier.values, default=CostTier.PAID)
+        add.add_argument("--priority", type=int, default=0)
+        add.add_argument("--timeout", type=float, default=120)
+        add.add_argument("--model", action="append", default=[], dest="models")
+        add.add_argument("--context-window", type=int)
+        add.add_argument("--no-tools", action="store_true", help="the models cannot call tools")
+        sub.add_parser("list")
+        test = sub.add_parser("test", help="make a real request; record pass or fail")
+        test.add_argument("name")
+        test.add_argument("--model", dest="model_name")
+        test.add_argument(
+            "--override-tools",
+            action="store_true",
+            help="count the model(s) as tool-capable even if the probe tool is not called "
+            "(recorded with who overrode it)",
+        )
+
+    def handle(self, *args, **opts):
+        try:
+            return getattr(self, "do_" + opts["action"])(opts)
+        except ActhelmError as exc:
+            fail(self, exc, as_json=opts["json"])
+
+    def do_list(self, opts):
+        rows = [connection_as_dict(c) for c in Connection.objects.prefetch_related("models")]
+        text = "\n".join(
+            f"{r['name']:<24} {r['kind']:<18} {r['cost_tier']:<10} "
+            + ", ".join(f"{m['name']} ({m['test_status']})" for m in r["models"])
+            for r in rows
+        )
+        emit(self, rows, as_json=opts["json"], text=text or "no connections")
+
+    def do_add(self, opts):
+        command = []
+        if opts["cli_command"]:
+            try:
+                command = json.loads(opts["cli_command"])
+            except json.JSONDecodeError:
+                raise InvalidInput("--command must be a JSON list of strings") from None
+            if not isinstance(command, list) or not all(isinstance(a, str) for a in command):
+                raise InvalidInput("--command must be a JSON list of strings")
+        conn = connection_add(
+            actor=person_actor(opts["user"]),
+            name=opts["name"],
+            kind=opts["kind"],
+            base_url=opts["base_url"],
+            command=command,
+            answer_field=opts["answer_field"],
+            credential_env=opts["credential_env"],
+            cost_tier=opts["cost_tier"],
+            priority=opts["priority"],
+            timeout_seconds=opts["timeout"],
+            models=[
+                {
+                    "name": m,
+                    "context_window": opts["context_window"],
+                    "supports_tools": not opts["no_tools"] and opts["kind"] != ConnectionKind.CLI,
+                }
+                for m in opts["models"]
+            ],
+        )
+        emit(
+            self,
+            connection_as_dict(conn),
+            as_json=opts["json"],
+            text=f"connection {conn.name} added",
+        )
+
+    def do_test(self, opts):
+        results = connection_test(
+            actor=person_actor(opts["user"]),
+            name=opts["name"],
+            model_name=opts["model_name"],
+            override_tools=opts["override_tools"],
+        )
+        failed = [r for r in results if not r["ok"]]
+        emit(
+            self,
+            results,
+            as_json=opts["json"],
+            text="\n".join(
+                f"{r['model']}: {'passed' if r['ok'] else 'FAILED'} — {r['message']}"
+                for r in results
+            ),
+        )
+        if failed:
+            raise SystemExit(1)

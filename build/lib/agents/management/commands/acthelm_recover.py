@@ -1,0 +1,21 @@
+"""One pass of stale-run recovery (every worker also runs it periodically)."""
+
+import json
+
+from django.core.management.base import BaseCommand
+
+from agents.outcomes import recover_stale
+
+
+class Command(BaseCommand):
+    help = "Fail runs whose lease expired (or that overran), requeue their task once."
+
+    def add_arguments(self, parser):
+        parser.add_argument("--json", action="store_true")
+
+    def handle(self, *args, **opts):
+        recovered = recover_stale()
+        if opts["json"]:
+            self.stdout.write(json.dumps({"recovered": recovered}))
+        else:
+            self.stdout.write(f"recovered {len(recovered)} task(s): {recovered}")

@@ -1,0 +1,30 @@
+"""Run Acthelm workers: claim ready tasks from PostgreSQL and run them."""
+
+from django.conf import settings
+from django.core.management.base import BaseCommand, CommandError
+
+from agents.worker import Worker, configure_pool, default_worker_id
+
+# A running task is a thread that holds a database connection only while it reads or writes (the
+# pool, ACTHELM_DB_POOL_SIZE); more than this in one process is a typo, not a plan.
+MAX_CONCURRENCY = 5000
+
+
+class Command(BaseCommand):
+    help = "Run workers that claim and run tasks (SIGTERM hands running tasks back, then exits)."
+
+    def add_arguments(self, parser):
+        parser.add_argument("--concurrency", type=int, default=1, help="tasks run at once")
+        parser.add_argument("--burst", action="store_true", help="exit when nothing is claimable")
+        parser.add_argument("--worker-id", default=None, help="default: host:pid")
+
+    def handle(self, *args, **opts):
+        if not 1 <= opts["concurrency"] <= MAX_CONCURRENCY:
+            raise CommandError(f"--concurrency must be at least 1 and at most {MAX_CONCURRENCY}")
+        worker_id = opts["worker_id"] or default_worker_id()
+        configure_pool(settings.ACTHELM_DB_POOL_SIZE, worker_id=worker_id)
+        worker = Worker(worker_id=worker_id, concurrency=opts["concurrency"], burst=opts["burst"])
+        worker.install_signal_handlers()
+        code = worker.run()
+        if code:
+            raise SystemExit(code)

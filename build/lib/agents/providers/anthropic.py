@@ -1,0 +1,229 @@
+"""``anthropic``: the Anthropic Messages API.
+
+``base_url`` defaults to ``https://api.anthropic.com``; requests go to
+``{base_url}/v1/messages`` (a base_url that already ends in ``/v1`` is accepted too).
+Extended thinking is never requested; thinking blocks in answers are dropped.
+"""
+
+from __future__ import annotations
+
+import json
+import threading
+import uuid
+from typing import Any
+
+from acthelm_site import telemetry
+
+from . import _http
+from .base import (
+    Completion,
+    Message,
+    ProbeResult,
+    Provider,
+    ToolCallRequest,
+    ToolSpec,
+    probe_by_chat,
+    register,
+)
+
+DEFAULT_BASE_URL = "https://api.anthropic.com"
+ANTHROPIC_VERSION = "2023-06-01"
+#: Prompt caching of the stable prefix (tools, then the system prompt).
+CACHE_CONTROL = {"type": "ephemeral"}
+
+_STOP_MAP = {
+    "end_turn": "end",
+    "stop_sequence": "end",
+    "tool_use": "tool_calls",
+    "max_tokens": "length",
+    "model_context_window_exceeded": "length",
+    "refusal": "refusal",
+}
+
+
+@register
+class AnthropicProvider(Provider):
+    kind = "anthropic"
+    supports_tools = True
+    supports_cancel = True
+
+    def __init__(self, **kwargs: Any) -> None:
+        super().__init__(**kwargs)
+        base = self.base_url or DEFAULT_BASE_URL
+        if base.endswith("/v1"):
+            base = base[: -len("/v1")]
+        self.base_url = base
+
+    # -- wire mapping --------------------------------------------------------------------
+
+    def headers(self) -> dict[str, str]:
+        headers = {
+            "accept": "application/json",
+            "anthropic-version": ANTHROPIC_VERSION,
+            **self.extra_headers,
+        }
+        if self.api_key:
+            headers["x-api-key"] = self.api_key
+        return headers
+
+    @staticmethod
+    def wire_messages(messages: list[Message]) -> tuple[str, list[dict]]:
+        """Return ``(system, messages)`` in Messages API shape.
+
+        System messages are joined into ``system``; tool results become ``tool_result``
+        blocks in a user message; adjacent messages of the same role are merged (so
+        consecutive tool results, and a user note after them, form one user message).
+        """
+        system_parts: list[str] = []
+        turns: list[tuple[str, list[dict]]] = []
+        for msg in messages:
+            if msg.role == "system":
+                if msg.content:
+                    system_parts.append(msg.content)
+                continue
+            blocks: list[dict] = []
+            if msg.role == "tool":
+                role = "user"
+                blocks.append(
+                    {
+                        "type": "tool_result",
+                        "tool_use_id": msg.tool_call_id or "",
+                        "content": msg.content,
+                    }
+                )
+            else:
+                role = msg.role
+                if msg.content:
+                    blocks.append({"type": "text", "text": msg.content})
+                if msg.role == "assistant":
+                    for call in msg.tool_calls:
+                        blocks.append(
+                            {
+                                "type": "tool_use",
+                                "id": call.id,
+                                "name": call.name,
+                                "input": call.arguments if call.arguments is not None else {},
+                            }
+                        )
+            if not blocks:
+                continue
+            if turns and turns[-1][0] == role:
+                turns[-1][1].extend(blocks)
+            else:
+                turns.append((role, blocks))
+        wire = [{"role": role, "content": blocks} for role, blocks in turns]
+        return "\n\n".join(system_parts), wire
+
+    @staticmethod
+    def wire_tools(tools: list[ToolSpec]) -> list[dict]:
+        wire = [
+            {"name": tool.name, "description": tool.description, "input_schema": tool.parameters}
+            for tool in tools
+        ]
+        if wire:  # the tools are part of the stable prefix: cache up to the last one
+            wire[-1]["cache_control"] = dict(CACHE_CONTROL)
+        return wire
+
+    def payload(
+        self, model: str, messages: list[Message], tools: list[ToolSpec], max_tokens: int
+    ) -> dict:
+        system, wire = self.wire_messages(messages)
+        body: dict[str, Any] = {"model": model, "max_tokens": max_tokens, "messages": wire}
+        if tools:
+            body["tools"] = self.wire_tools(tools)
+        if system:
+            # The system prompt is stored once per task and byte-stable: mark it (tools come
+            # first in Anthropic's cache order, so this breakpoint covers tools + system).
+            body["system"] = [
+                {"type": "text", "text": system, "cache_control": dict(CACHE_CONTROL)}
+            ]
+        return body
+
+    def parse_completion(self, data: Any, model: str, status: int) -> Completion:
+        if not isinstance(data, dict):
+            raise _http.bad_shape(self, "body is not a JSON object", status)
+        if data.get("type") == "error":
+            summary, _ = _http.error_text(json.dumps(data).encode())
+            raise _http.bad_shape(self, f"error object in a 2xx answer: {summary}", status)
+        content = data.get("content")
+        if not isinstance(content, list):
+            raise _http.bad_shape(self, "missing content list", status)
+        texts: list[str] = []
+        calls: list[ToolCallRequest] = []
+        for block in content:
+            if not isinstance(block, dict):
+                raise _http.bad_shape(self, "content block is not an object", status)
+            kind = block.get("type")
+            if kind == "text":
+                value = block.get("text")
+                if not isinstance(value, str):
+                    raise _http.bad_shape(self, "text block without text", status)
+                texts.append(value)
+            elif kind == "tool_use":
+                name = block.get("name")
+                if not isinstance(name, str) or not name:
+                    raise _http.bad_shape(self, "tool_use block without a name", status)
+                raw_input = block.get("input")
+                call_id = block.get("id")
+                if not isinstance(call_id, str) or not call_id:
+                    call_id = f"toolu_{uuid.uuid4().hex[:16]}"
+                calls.append(
+                    ToolCallRequest(
+                        id=call_id,
+                        name=name,
+                        arguments=raw_input if isinstance(raw_input, dict) else None,
+                        arguments_raw=json.dumps(raw_input, ensure_ascii=False),
+                    )
+                )
+            # thinking / redacted_thinking and unknown block types are dropped.
+
+        raw_stop = data.get("stop_reason")
+        raw_stop = raw_stop if isinstance(raw_stop, str) else ""
+        stop_reason = _STOP_MAP.get(raw_stop, "other")
+
+        usage = data.get("usage") if isinstance(data.get("usage"), dict) else {}
+        # input_tokens is only the uncached part; the total counts every input token, and the
+        # cache reads and writes are kept apart because they are priced apart.
+        cache_read = _http.as_int(usage.get("cache_read_input_tokens"))
+        cache_write = _http.as_int(usage.get("cache_creation_input_tokens"))
+        return Completion(
+            text="".join(texts),
+            tool_calls=calls,
+            stop_reason=stop_reason,
+            raw_stop_reason=raw_stop,
+            input_tokens=_http.as_int(usage.get("input_tokens")) + cache_read + cache_write,
+            cached_input_tokens=cache_read,
+            cache_write_tokens=cache_write,
+            output_tokens=_http.as_int(usage.get("output_tokens")),
+            model=data.get("model") if isinstance(data.get("model"), str) else model,
+        )
+
+    # -- API -----------------------------------------------------------------------------
+
+    def complete(
+        self,
+        *,
+        model: str,
+        messages: list[Message],
+        tools: list[ToolSpec],
+        max_tokens: int,
+        cancel_event: threading.Event | None = None,
+    ) -> Completion:
+        with telemetry.chat(
+            provider_kind=self.kind, model=model, max_tokens=max_tokens, server=self.base_url
+        ) as span:
+            resp = _http.request(
+                self,
+                "POST",
+                f"{self.base_url}/v1/messages",
+                headers=self.headers(),
+                json_body=self.payload(model, messages, tools, max_tokens),
+                cancel_event=cancel_event,
+            )
+            _http.raise_for_status(self, resp)
+            completion = self.parse_completion(resp.json(self), model, resp.status)
+            span.completed(completion)
+            return completion
+
+    def probe(self, *, model: str, tools: bool) -> ProbeResult:
+        return probe_by_chat(self, model=model, tools=tools)

@@ -1,0 +1,494 @@
+"""Provider-neutral message format, errors, the abstract ``Provider`` and the kind registry.
+
+This package is deliberately Django-free: connection settings and credentials are passed
+to the provider constructor as plain arguments.
+"""
+
+from __future__ import annotations
+
+import abc
+import math
+import re
+import threading
+from decimal import Decimal
+from typing import Any, ClassVar, Literal
+
+from pydantic import BaseModel, ConfigDict, Field, field_validator
+
+from agents.tools.base import non_finite_path
+
+# --------------------------------------------------------------------------------------
+# Stable error codes
+# --------------------------------------------------------------------------------------
+
+PROVIDER_AUTH = "provider_auth"
+PROVIDER_RATE_LIMITED = "provider_rate_limited"
+PROVIDER_QUOTA = "provider_quota"
+PROVIDER_SERVER_ERROR = "provider_server_error"
+PROVIDER_TIMEOUT = "provider_timeout"
+PROVIDER_UNREACHABLE = "provider_unreachable"
+PROVIDER_BAD_RESPONSE = "provider_bad_response"
+PROVIDER_BAD_REQUEST = "provider_bad_request"
+PROVIDER_CANCELLED = "provider_cancelled"
+PROVIDER_CLI_FAILED = "provider_cli_failed"
+PROVIDER_OUTPUT_TOO_LARGE = "provider_output_too_large"
+#: The connection's configuration is refused (a credential name or an executable that is not
+#: allowed): no request was made. A person must fix the connection; retrying cannot help.
+PROVIDER_CONFIG = "provider_config"
+
+ALL_CODES = frozenset(
+    {
+        PROVIDER_AUTH,
+        PROVIDER_RATE_LIMITED,
+        PROVIDER_QUOTA,
+        PROVIDER_SERVER_ERROR,
+        PROVIDER_TIMEOUT,
+        PROVIDER_UNREACHABLE,
+        PROVIDER_BAD_RESPONSE,
+        PROVIDER_BAD_REQUEST,
+        PROVIDER_CANCELLED,
+        PROVIDER_CLI_FAILED,
+        PROVIDER_OUTPUT_TOO_LARGE,
+        PROVIDER_CONFIG,
+    }
+)
+
+#: Codes that say something about the provider account/connection health rather than
+#: about one particular request.
+HEALTH_CODES = frozenset({PROVIDER_AUTH, PROVIDER_RATE_LIMITED, PROVIDER_QUOTA})
+
+#: Codes that no retry can cure: the request or the connection itself must change first.
+PERMANENT_CODES = frozenset({PROVIDER_BAD_REQUEST, PROVIDER_CONFIG})
+
+#: Codes for which retrying the same request later can reasonably succeed.
+TRANSIENT_CODES = frozenset(
+    {PROVIDER_RATE_LIMITED, PROVIDER_SERVER_ERROR, PROVIDER_TIMEOUT, PROVIDER_UNREACHABLE}
+)
+
+
+class ProviderError(Exception):
+    """The single root of every error raised by a provider.
+
+    ``code`` is one of the ``PROVIDER_*`` constants, ``message`` a human readable text that
+    never contains the API key, ``status`` the HTTP status (or CLI exit code) if any, and
+    ``retry_after`` the seconds a server asked us to wait (``Retry-After``), if any.
+    """
+
+    def __init__(
+        self,
+        code: str,
+        message: str,
+        *,
+        status: int | None = None,
+        retry_after: float | None = None,
+    ) -> None:
+        self.code = code
+        self.message = message
+        self.status = status
+        self.retry_after = retry_after
+        super().__init__(code, message)
+
+    @property
+    def health(self) -> bool:
+        """True when the error is about provider health (auth, rate limit, quota)."""
+        return self.code in HEALTH_CODES
+
+    @property
+    def transient(self) -> bool:
+        """True when retrying later may succeed (rate limit, 5xx, timeout, unreachable)."""
+        return self.code in TRANSIENT_CODES
+
+    def __reduce__(self):  # keep status/retry_after when pickled (e.g. across processes)
+        return (
+            _rebuild_provider_error,
+            (self.code, self.message, self.status, self.retry_after),
+        )
+
+    def __str__(self) -> str:
+        suffix = f" (status {self.status})" if self.status is not None else ""
+        return f"{self.code}: {self.message}{suffix}"
+
+    def __repr__(self) -> str:
+        return (
+            f"ProviderError(code={self.code!r}, message={self.message!r}, status={self.status!r})"
+        )
+
+
+def _rebuild_provider_error(
+    code: str, message: str, status: int | None, retry_after: float | None
+) -> ProviderError:
+    return ProviderError(code, message, status=status, retry_after=retry_after)
+
+
+# --------------------------------------------------------------------------------------
+# Credential names
+# --------------------------------------------------------------------------------------
+
+#: A connection's credential may never name one of these: they hold the server's own secrets.
+#: Checked case-insensitively, and even when a person lists them among the allowed prefixes.
+FORBIDDEN_CREDENTIAL_PREFIXES = ("DJANGO_", "DATABASE_URL", "POSTGRES_", "PG", "ACTHELM_METRICS")
+_ENV_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]{0,99}")
+
+
+def credential_name_refusal(name: str, allowed_prefixes: list[str] | tuple[str, ...]) -> str | None:
+    """Why ``name`` may not be used as a connection's credential, or None when it may."""
+    if not _ENV_NAME.fullmatch(name or ""):
+        return (
+            "the credential is the NAME of an environment variable (letters, digits, _), "
+            "never the key itself"
+        )
+    upper = name.upper()
+    if any(upper.startswith(prefix) for prefix in FORBIDDEN_CREDENTIAL_PREFIXES):
+        return f"{name} holds one of the server's own secrets and can never be a credential"
+    allowed = [p for p in allowed_prefixes if p]
+    if not any(name.startswith(prefix) for prefix in allowed):
+        return f"{name} does not start with an allowed credential prefix ({', '.join(allowed)})"
+    return None
+
+
+# --------------------------------------------------------------------------------------
+# Internal message format
+# --------------------------------------------------------------------------------------
+
+
+def _empty_object_schema() -> dict:
+    return {"type": "object", "properties": {}}
+
+
+class ToolSpec(BaseModel):
+    """A tool offered to the model; ``parameters`` is a JSON schema (an object schema)."""
+
+    model_config = ConfigDict(frozen=True)
+
+    name: str
+    description: str = ""
+    parameters: dict = Field(default_factory=_empty_object_schema)
+
+
+class ToolCallRequest(BaseModel):
+    """A tool call requested by the model.
+
+    ``arguments`` is None when the model's argument text did not parse as a JSON object;
+    ``arguments_raw`` always holds the text the model sent.
+    """
+
+    model_config = ConfigDict(frozen=True)
+
+    id: str
+    name: str
+    arguments: dict | None
+    arguments_raw: str
+
+    @field_validator("arguments", mode="before")
+    @classmethod
+    def _finite_numbers_only(cls, value: Any) -> Any:
+        """JSON has no NaN or Infinity, though Python's parser accepts them: arguments holding
+        one are not valid JSON, so they count as unparsable (the loop refuses the call as
+        ``invalid_arguments``) and no non-finite number ever reaches a jsonb column."""
+        if value is not None and non_finite_path(value) is not None:
+            return None
+        return value
+
+
+class Message(BaseModel):
+    model_config = ConfigDict(frozen=True)
+
+    role: Literal["system", "user", "assistant", "tool"]
+    content: str = ""
+    tool_calls: list[ToolCallRequest] = Field(default_factory=list)
+    tool_call_id: str | None = None
+    name: str | None = None
+
+
+StopReason = Literal["end", "tool_calls", "length", "content_filter", "refusal", "other"]
+
+
+class CancelEvent(threading.Event):
+    """A `threading.Event` that also calls back when it is set, so that a waiting request is
+    woken by the cancel itself instead of polling for it (a thousand waiting agents polling ten
+    times a second would cost a core). Callbacks run in the thread that sets the event."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self._callbacks: list = []
+        self._callbacks_lock = threading.Lock()
+
+    def set(self) -> None:
+        super().set()
+        with self._callbacks_lock:
+            callbacks, self._callbacks = self._callbacks, []
+        for callback in callbacks:
+            callback()
+
+    def add_callback(self, callback) -> None:
+        """Call `callback()` once when the event is set (at once if it is)."""
+        with self._callbacks_lock:
+            if not self.is_set():
+                self._callbacks.append(callback)
+                return
+        callback()
+
+    def remove_callback(self, callback) -> None:
+        with self._callbacks_lock:
+            if callback in self._callbacks:
+                self._callbacks.remove(callback)
+
+
+class Completion(BaseModel):
+    model_config = ConfigDict(frozen=True)
+
+    text: str
+    tool_calls: list[ToolCallRequest] = Field(default_factory=list)
+    stop_reason: StopReason
+    raw_stop_reason: str = ""
+    #: Every input token, cached ones included.
+    input_tokens: int = 0
+    #: Of ``input_tokens``: read from the provider's prompt cache (a cheaper price) ...
+    cached_input_tokens: int = 0
+    #: ... and written to it (Anthropic's cache_creation_input_tokens; a dearer price).
+    cache_write_tokens: int = 0
+    output_tokens: int = 0
+    #: What the provider says the request cost, in US dollars (OpenRouter's usage.cost).
+    reported_cost: Decimal | None = None
+    model: str = ""
+
+    @property
+    def truncated_or_declined(self) -> bool:
+        return self.stop_reason in ("length", "content_filter", "refusal")
+
+
+class ProbeResult(BaseModel):
+    model_config = ConfigDict(frozen=True)
+
+    ok: bool
+    message: str
+    context_window: int | None = None
+    supports_tools: bool | None = None
+    #: The ProviderError code when the probe failed because of a provider error.
+    error_code: str | None = None
+    #: True when the request with the probe tool was accepted but the model did not call it.
+    tool_ignored: bool = False
+
+
+#: The message a probe gives for a model that accepted the tool but never called it.
+TOOL_IGNORED_MESSAGE = (
+    "the model did not call the probe tool: recorded as NOT tool-capable "
+    "(a person may override: acthelm_connection test --override-tools, or the admin action)"
+)
+
+
+def probe_answer_problem(answer: Completion) -> str | None:
+    """Why a probe's plain answer fails the test (an empty answer proves nothing), or None."""
+    if not answer.text.strip():
+        reason = answer.raw_stop_reason or answer.stop_reason
+        return f"the model answered with empty text (stop reason {reason})"
+    return None
+
+
+# --------------------------------------------------------------------------------------
+# Provider base class
+# --------------------------------------------------------------------------------------
+
+DEFAULT_MAX_RESPONSE_BYTES = 8 * 1024 * 1024
+PROBE_PROMPT = "Reply with OK."
+PING_TOOL = ToolSpec(
+    name="ping",
+    description="Health check. Call this tool when asked to ping.",
+    parameters={"type": "object", "properties": {}, "additionalProperties": False},
+)
+
+
+class Provider(abc.ABC):
+    """Base class of all providers.
+
+    A provider instance is cheap, holds no open connection and may be used from any thread;
+    each ``complete()`` call opens and closes its own connection (or process).
+    """
+
+    kind: ClassVar[str] = ""
+    supports_tools: ClassVar[bool] = True
+    supports_cancel: ClassVar[bool] = True
+
+    def __init__(
+        self,
+        *,
+        base_url: str = "",
+        command: list[str] | None = None,
+        api_key: str | None = None,
+        timeout: float = 120.0,
+        answer_field: str = "",
+        max_response_bytes: int = DEFAULT_MAX_RESPONSE_BYTES,
+        extra_headers: dict | None = None,
+        api_key_env: str | None = None,
+        config_error: str | None = None,
+    ) -> None:
+        if timeout is None or not math.isfinite(timeout) or timeout <= 0:
+            raise ValueError("timeout must be a positive, finite number of seconds")
+        if max_response_bytes <= 0:
+            raise ValueError("max_response_bytes must be positive")
+        self.base_url = (base_url or "").strip().rstrip("/")
+        self.command = list(command) if command else []
+        self.api_key = api_key or None
+        self.timeout = float(timeout)
+        self.answer_field = (answer_field or "").strip()
+        self.max_response_bytes = int(max_response_bytes)
+        self.extra_headers = {str(k): str(v) for k, v in (extra_headers or {}).items()}
+        self.api_key_env = api_key_env or None
+        # Set when the connection's configuration is refused: no request is ever sent.
+        self.config_error = config_error or None
+        if self.api_key_env and any(
+            self.api_key_env.upper().startswith(prefix) for prefix in FORBIDDEN_CREDENTIAL_PREFIXES
+        ):
+            self.config_error = f"the credential {self.api_key_env} is one of the server's secrets"
+
+    def __repr__(self) -> str:  # never show the key
+        target = self.base_url or " ".join(self.command)
+        return f"<{type(self).__name__} kind={self.kind!r} target={target!r}>"
+
+    # -- helpers -----------------------------------------------------------------------
+
+    def redact(self, text: str) -> str:
+        """Remove the API key (and secret-looking extra header values) from ``text``."""
+        if not text:
+            return text
+        secrets = [self.api_key] if self.api_key else []
+        for name, value in self.extra_headers.items():
+            if name.lower() in ("authorization", "x-api-key", "api-key") and value:
+                secrets.append(value)
+                secrets.append(value.split(" ", 1)[-1])
+        for secret in sorted(set(secrets), key=len, reverse=True):
+            if secret and len(secret) >= 4:
+                text = text.replace(secret, "[redacted]")
+        return text
+
+    def check_config(self) -> None:
+        """Refuse to send anything (a request, a key, a process) for a refused configuration."""
+        if self.config_error:
+            raise ProviderError(PROVIDER_CONFIG, self.config_error)
+
+    def error(
+        self,
+        code: str,
+        message: str,
+        *,
+        status: int | None = None,
+        retry_after: float | None = None,
+    ) -> ProviderError:
+        """Build a ProviderError whose message is guaranteed not to contain the key."""
+        return ProviderError(code, self.redact(message), status=status, retry_after=retry_after)
+
+    # -- API ---------------------------------------------------------------------------
+
+    @abc.abstractmethod
+    def complete(
+        self,
+        *,
+        model: str,
+        messages: list[Message],
+        tools: list[ToolSpec],
+        max_tokens: int,
+        cancel_event: threading.Event | None = None,
+    ) -> Completion:
+        """Run one model turn. Raises ProviderError (never anything else for provider
+        problems); raises ``provider_cancelled`` soon after ``cancel_event`` is set."""
+
+    @abc.abstractmethod
+    def probe(self, *, model: str, tools: bool) -> ProbeResult:
+        """Make a real minimal request; never raises ProviderError (reports ok=False)."""
+
+
+def probe_by_chat(
+    provider: Provider, *, model: str, tools: bool, context_window: int | None = None
+) -> ProbeResult:
+    """The model test of a chat provider: a real minimal request that must come back with a
+    non-empty answer, then (when the model claims tools) a request offering the ``ping`` tool that
+    the model must call — a model that accepts the tool but never calls it is recorded as not
+    tool-capable. Never raises ProviderError."""
+    window = context_window
+    try:
+        answer = provider.complete(
+            model=model,
+            messages=[Message(role="user", content=PROBE_PROMPT)],
+            tools=[],
+            max_tokens=16,
+        )
+    except ProviderError as exc:
+        return ProbeResult(ok=False, message=str(exc), context_window=window, error_code=exc.code)
+    problem = probe_answer_problem(answer)
+    if problem:
+        return ProbeResult(
+            ok=False, message=problem, context_window=window, error_code=PROVIDER_BAD_RESPONSE
+        )
+    message = f"model answered ({answer.stop_reason}): {answer.text.strip()[:80]!r}"
+    if not tools:
+        return ProbeResult(ok=True, message=message, context_window=window)
+    try:
+        tool_answer = provider.complete(
+            model=model,
+            messages=[Message(role="user", content="Call the ping tool now.")],
+            tools=[PING_TOOL],
+            max_tokens=64,
+        )
+    except ProviderError as exc:
+        return ProbeResult(
+            ok=False,
+            message=f"{message}; but the request with a tool failed: {exc}",
+            context_window=window,
+            supports_tools=False,
+            error_code=exc.code,
+        )
+    if not any(call.name == PING_TOOL.name for call in tool_answer.tool_calls):
+        return ProbeResult(
+            ok=True,
+            message=f"{message}; {TOOL_IGNORED_MESSAGE}",
+            context_window=window,
+            supports_tools=False,
+            tool_ignored=True,
+        )
+    message += "; tool calling works (ping was called)"
+    return ProbeResult(ok=True, message=message, context_window=window, supports_tools=True)
+
+
+# --------------------------------------------------------------------------------------
+# Registry
+# --------------------------------------------------------------------------------------
+
+
+class UnknownProviderKind(KeyError, ValueError):
+    """Raised by get_provider_class() for a kind nobody registered."""
+
+    def __str__(self) -> str:
+        return str(self.args[0]) if self.args else "unknown provider kind"
+
+
+_REGISTRY: dict[str, type[Provider]] = {}
+
+
+def register(cls: type[Provider]) -> type[Provider]:
+    """Class decorator: register a Provider subclass under its ``kind``."""
+    if not cls.kind:
+        raise ValueError(f"{cls.__name__} has no kind")
+    existing = _REGISTRY.get(cls.kind)
+    if existing is not None and existing is not cls:
+        raise ValueError(f"provider kind {cls.kind!r} already registered by {existing.__name__}")
+    _REGISTRY[cls.kind] = cls
+    return cls
+
+
+def get_provider_class(kind: str) -> type[Provider]:
+    try:
+        return _REGISTRY[kind]
+    except KeyError:
+        known = ", ".join(sorted(_REGISTRY)) or "none"
+        raise UnknownProviderKind(
+            f"unknown provider kind {kind!r} (known kinds: {known})"
+        ) from None
+
+
+def registered_kinds() -> list[str]:
+    return sorted(_REGISTRY)
+
+
+def build_provider(kind: str, **kwargs: Any) -> Provider:
+    """Instantiate the provider registered for ``kind`` with the given settings."""
+    return get_provider_class(kind)(**kwargs)

@@ -1,0 +1,325 @@
+"""``openai_compatible``: the Chat Completions API (OpenAI, Ollama, vLLM, llama.cpp,
+OpenRouter, LM Studio, ...).
+
+``base_url`` is the API root including the version, e.g. ``https://api.openai.com/v1`` or
+``http://localhost:11434/v1``; requests go to ``{base_url}/chat/completions``.
+"""
+
+from __future__ import annotations
+
+import json
+import threading
+import uuid
+from typing import Any
+
+import httpx
+
+from acthelm_site import telemetry
+
+from . import _http
+from .base import (
+    PROVIDER_BAD_REQUEST,
+    Completion,
+    Message,
+    ProbeResult,
+    Provider,
+    ProviderError,
+    ToolCallRequest,
+    ToolSpec,
+    probe_by_chat,
+    register,
+)
+
+_FINISH_MAP = {
+    "stop": "end",
+    "end_turn": "end",
+    "eos": "end",
+    "tool_calls": "tool_calls",
+    "function_call": "tool_calls",
+    "length": "length",
+    "content_filter": "content_filter",
+}
+
+_CONTEXT_KEYS = ("context_length", "max_model_len", "context_window", "max_context_length")
+
+
+def parse_arguments(raw: Any) -> tuple[dict | None, str]:
+    """Turn a tool call's ``arguments`` (normally a JSON string) into ``(dict|None, raw)``.
+
+    An empty string counts as ``{}`` (several servers send it for argument-less calls).
+    """
+    if isinstance(raw, dict):
+        return raw, json.dumps(raw, ensure_ascii=False)
+    if raw is None:
+        return {}, ""
+    if not isinstance(raw, str):
+        return None, json.dumps(raw, ensure_ascii=False)
+    if not raw.strip():
+        return {}, raw
+    try:
+        value = json.loads(raw)
+    except ValueError:
+        return None, raw
+    return (value if isinstance(value, dict) else None), raw
+
+
+def context_window_from_model_entry(entry: dict) -> int | None:
+    """Context window reported in a ``/v1/models`` entry (vLLM, Ollama, llama.cpp,
+    OpenRouter), or None."""
+    candidates: list[Any] = [entry.get(key) for key in _CONTEXT_KEYS]
+    meta = entry.get("meta")
+    if isinstance(meta, dict):
+        candidates += [meta.get("n_ctx"), meta.get("n_ctx_train")]
+    top = entry.get("top_provider")
+    if isinstance(top, dict):
+        candidates.append(top.get("context_length"))
+    for value in candidates:
+        if isinstance(value, int) and not isinstance(value, bool) and value > 0:
+            return value
+    return None
+
+
+@register
+class OpenAICompatibleProvider(Provider):
+    kind = "openai_compatible"
+    supports_tools = True
+    supports_cancel = True
+
+    # -- wire mapping --------------------------------------------------------------------
+
+    def headers(self) -> dict[str, str]:
+        headers = {"accept": "application/json", **self.extra_headers}
+        if self.api_key:
+            headers["authorization"] = f"Bearer {self.api_key}"
+        return headers
+
+    @staticmethod
+    def wire_messages(messages: list[Message]) -> list[dict]:
+        out: list[dict] = []
+        for msg in messages:
+            if msg.role == "tool":
+                out.append(
+                    {"role": "tool", "tool_call_id": msg.tool_call_id or "", "content": msg.content}
+                )
+            elif msg.role == "assistant" and msg.tool_calls:
+                out.append(
+                    {
+                        "role": "assistant",
+                        "content": msg.content or None,
+                        "tool_calls": [
+                            {
+                                "id": call.id,
+                                "type": "function",
+                                "function": {
+                                    "name": call.name,
+                                    "arguments": (
+                                        json.dumps(call.arguments, ensure_ascii=False)
+                                        if call.arguments is not None
+                                        else call.arguments_raw
+                                    ),
+                                },
+                            }
+                            for call in msg.tool_calls
+                        ],
+                    }
+                )
+            else:
+                out.append({"role": msg.role, "content": msg.content})
+        return out
+
+    @staticmethod
+    def wire_tools(tools: list[ToolSpec]) -> list[dict]:
+        return [
+            {
+                "type": "function",
+                "function": {
+                    "name": tool.name,
+                    "description": tool.description,
+                    "parameters": tool.parameters,
+                },
+            }
+            for tool in tools
+        ]
+
+    def payload(
+        self, model: str, messages: list[Message], tools: list[ToolSpec], max_tokens: int
+    ) -> dict:
+        body: dict[str, Any] = {
+            "model": model,
+            "messages": self.wire_messages(messages),
+            "max_tokens": max_tokens,
+            "stream": False,
+        }
+        if tools:
+            body["tools"] = self.wire_tools(tools)
+        return body
+
+    def parse_completion(self, data: Any, model: str, status: int) -> Completion:
+        if not isinstance(data, dict):
+            raise _http.bad_shape(self, "body is not a JSON object", status)
+        if "error" in data and not data.get("choices"):
+            # Some gateways (OpenRouter) answer upstream errors with 200 and an error object
+            # carrying the real HTTP code; classify it like that status.
+            err = data["error"]
+            err_code = err.get("code") if isinstance(err, dict) else None
+            encoded = json.dumps(data).encode()
+            if isinstance(err_code, int) and 400 <= err_code < 600:
+                _http.raise_for_status(self, _http.HttpResponse(err_code, httpx.Headers(), encoded))
+            summary, _ = _http.error_text(encoded)
+            raise _http.bad_shape(self, f"error object in a 2xx answer: {summary}", status)
+        choices = data.get("choices")
+        if not isinstance(choices, list) or not choices or not isinstance(choices[0], dict):
+            raise _http.bad_shape(self, "missing choices[0]", status)
+        choice = choices[0]
+        message = choice.get("message")
+        if not isinstance(message, dict):
+            raise _http.bad_shape(self, "missing choices[0].message", status)
+
+        text = self._content_text(message.get("content"), status)
+        # reasoning_content / reasoning are deliberately ignored (never stored as text).
+        tool_calls = self._tool_calls(message, status)
+
+        raw_finish = choice.get("finish_reason")
+        raw_finish = raw_finish if isinstance(raw_finish, str) else ""
+        stop_reason = _FINISH_MAP.get(raw_finish, "other")
+        if tool_calls and stop_reason == "end":
+            stop_reason = "tool_calls"  # e.g. Ollama reports "stop" with tool calls
+        refusal = message.get("refusal")
+        if isinstance(refusal, str) and refusal.strip() and not tool_calls:
+            stop_reason = "refusal"
+            text = text or refusal
+
+        usage = data.get("usage") if isinstance(data.get("usage"), dict) else {}
+        input_tokens = _http.as_int(usage.get("prompt_tokens"))
+        details = usage.get("prompt_tokens_details")
+        details = details if isinstance(details, dict) else {}
+        # OpenAI / OpenRouter: prompt_tokens_details.cached_tokens; DeepSeek:
+        # prompt_cache_hit_tokens. Both are part of prompt_tokens.
+        cached = _http.as_int(details.get("cached_tokens")) or _http.as_int(
+            usage.get("prompt_cache_hit_tokens")
+        )
+        return Completion(
+            text=text,
+            tool_calls=tool_calls,
+            stop_reason=stop_reason,
+            raw_stop_reason=raw_finish,
+            input_tokens=input_tokens,
+            cached_input_tokens=min(cached, input_tokens),
+            output_tokens=_http.as_int(usage.get("completion_tokens")),
+            reported_cost=_http.as_cost(usage.get("cost")),
+            model=data.get("model") if isinstance(data.get("model"), str) else model,
+        )
+
+    def _content_text(self, content: Any, status: int) -> str:
+        if content is None:
+            return ""
+        if isinstance(content, str):
+            return content
+        if isinstance(content, list):  # content parts
+            texts = []
+            for part in content:
+                if isinstance(part, dict) and part.get("type") in ("text", "output_text"):
+                    value = part.get("text")
+                    if isinstance(value, str):
+                        texts.append(value)
+            return "".join(texts)
+        raise _http.bad_shape(self, "message.content is neither a string nor null", status)
+
+    def _tool_calls(self, message: dict, status: int) -> list[ToolCallRequest]:
+        raw_calls = message.get("tool_calls")
+        if raw_calls is None:
+            raw_calls = []
+            legacy = message.get("function_call")
+            if isinstance(legacy, dict):
+                raw_calls = [{"type": "function", "function": legacy}]
+        if not isinstance(raw_calls, list):
+            raise _http.bad_shape(self, "message.tool_calls is not a list", status)
+        calls = []
+        for raw in raw_calls:
+            if not isinstance(raw, dict) or not isinstance(raw.get("function"), dict):
+                raise _http.bad_shape(self, "tool call without a function object", status)
+            function = raw["function"]
+            name = function.get("name")
+            if not isinstance(name, str) or not name:
+                raise _http.bad_shape(self, "tool call without a function name", status)
+            arguments, arguments_raw = parse_arguments(function.get("arguments"))
+            call_id = raw.get("id")
+            if not isinstance(call_id, str) or not call_id:
+                call_id = f"call_{uuid.uuid4().hex[:16]}"
+            calls.append(
+                ToolCallRequest(
+                    id=call_id, name=name, arguments=arguments, arguments_raw=arguments_raw
+                )
+            )
+        return calls
+
+    # -- API -----------------------------------------------------------------------------
+
+    def complete(
+        self,
+        *,
+        model: str,
+        messages: list[Message],
+        tools: list[ToolSpec],
+        max_tokens: int,
+        cancel_event: threading.Event | None = None,
+    ) -> Completion:
+        body = self.payload(model, messages, tools, max_tokens)
+        with telemetry.chat(
+            provider_kind=self.kind, model=model, max_tokens=max_tokens, server=self.base_url
+        ) as span:
+            try:
+                completion = self._post(body, model, cancel_event)
+            except ProviderError as exc:
+                # Newer OpenAI models reject max_tokens and ask for max_completion_tokens.
+                if exc.code != PROVIDER_BAD_REQUEST or "max_completion_tokens" not in exc.message:
+                    raise
+                body["max_completion_tokens"] = body.pop("max_tokens")
+                completion = self._post(body, model, cancel_event)
+            span.completed(completion)
+            return completion
+
+    def _post(self, body: dict, model: str, cancel_event: threading.Event | None) -> Completion:
+        resp = _http.request(
+            self,
+            "POST",
+            f"{self.base_url}/chat/completions",
+            headers=self.headers(),
+            json_body=body,
+            cancel_event=cancel_event,
+        )
+        _http.raise_for_status(self, resp)
+        return self.parse_completion(resp.json(self), model, resp.status)
+
+    def context_window(self, model: str) -> int | None:
+        """Best effort: the model's context window from ``GET {base_url}/models``."""
+        try:
+            resp = _http.request(
+                self,
+                "GET",
+                f"{self.base_url}/models",
+                headers=self.headers(),
+                timeout=min(self.timeout, 15.0),
+            )
+            if resp.status != 200:
+                return None
+            data = resp.json(self)
+        except ProviderError:
+            return None
+        entries = data.get("data") if isinstance(data, dict) else data
+        if not isinstance(entries, list):
+            return None
+        entries = [e for e in entries if isinstance(e, dict)]
+        matching = [e for e in entries if e.get("id") == model or e.get("name") == model]
+        if not matching and len(entries) == 1:
+            matching = entries  # single-model servers (llama.cpp) name the model freely
+        for entry in matching:
+            window = context_window_from_model_entry(entry)
+            if window:
+                return window
+        return None
+
+    def probe(self, *, model: str, tools: bool) -> ProbeResult:
+        return probe_by_chat(
+            self, model=model, tools=tools, context_window=self.context_window(model)
+        )

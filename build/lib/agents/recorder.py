@@ -1,0 +1,486 @@
+"""The recorder: every write a worker makes for a run, each batch in ONE fenced transaction.
+
+The agent loop decides in memory and collects what a step produced in a `Step` (turns, tool calls
+in their decided states with their approvals, results, artifacts, the plan, follow-up proposals,
+compaction, events, usage, the answer). `Recorder.commit` writes all of it in one transaction
+that starts with the one-statement fence (`agents.leases.fence`) and ends with the checkpoint
+on the run row — and, at the end of a run, with the outcome (`agents.outcomes.handle`). A run
+that lost its task writes nothing. The loop owns no SQL.
+
+Commits per step: one. An external call (recovery class `external`) adds its intent commit
+("running", before the request leaves), so that a crash leads to needs_review; a follow-up
+proposal commits at once, because its result (the new task's id) goes to the model.
+"""
+
+from __future__ import annotations
+
+import logging
+from dataclasses import dataclass, field
+from decimal import Decimal
+from typing import TYPE_CHECKING, Any
+
+from django.db import InterfaceError, OperationalError, transaction
+from django.db import connection as db
+from django.db.models import F, Prefetch
+from django.utils import timezone
+
+from agents.leases import fence, renew_lease
+from agents.limits import Usage, task_usage
+from agents.models import AgentRun, Artifact, CompactionDecision, Conversation, ToolCall, Turn
+from agents.outcomes import handle
+from agents.states import RunStatus, ToolCallStatus
+from agents.task_services import propose_follow_up
+from agents.transitions import CallUpdate, set_calls_status
+from approvals.models import Approval, ReviewDecision
+from approvals.states import ApprovalStatus, ReviewChoice
+from memory import services as memory_services
+from tasks.actors import Actor
+from tasks.exceptions import AttemptLost
+from tasks.models import Task, TaskEvent
+from tasks.states import EventKind
+from tasks.transitions import record_events
+
+if TYPE_CHECKING:
+    from agents.outcomes import Outcome
+
+log = logging.getLogger("acthelm.loop")
+
+
+@dataclass(eq=False)
+class CallState:
+    """A tool call as the loop keeps it in memory (pk is None until the step is written)."""
+
+    call_id: str
+    tool: str
+    arguments: dict | None
+    arguments_raw: str
+    recovery_class: str
+    position: int
+    status: str = ToolCallStatus.PENDING
+    pk: int | None = None
+    arguments_hash: str = ""
+    result_for_model: str = ""
+    error_code: str = ""
+    compacted: bool = False
+    run_count: int = 0
+
+    @classmethod
+    def from_row(cls, row: ToolCall) -> CallState:
+        return cls(
+            call_id=row.call_id,
+            tool=row.tool,
+            arguments=row.arguments,
+            arguments_raw=row.arguments_raw,
+            recovery_class=row.recovery_class,
+            position=row.position,
+            status=row.status,
+            pk=row.pk,
+            arguments_hash=row.arguments_hash,
+            result_for_model=row.result_for_model,
+            error_code=row.error_code,
+            compacted=row.compacted,
+            run_count=row.run_count,
+        )
+
+
+@dataclass
+class NewCall:
+    """A call of a new turn in its decided state: pending (to run), refused or awaiting."""
+
+    state: CallState
+    result: str = ""
+    approval: dict | None = None  # Approval fields when it awaits a person
+
+
+@dataclass
+class NewTurn:
+    index: int
+    role: str
+    content: str
+    stop_reason: str = ""
+    discarded: bool = False
+    input_tokens: int = 0
+    output_tokens: int = 0
+    # agents.costs.turn_usage_fields: cached input, cache writes, cost in US dollars (or None)
+    cached_input_tokens: int = 0
+    cache_write_tokens: int = 0
+    cost: Decimal | None = None
+    calls: list[NewCall] = field(default_factory=list)
+
+
+@dataclass
+class Result:
+    """A call's move (a result, a refusal, awaiting a person, unknown) for the next commit."""
+
+    call: CallState
+    to: str
+    result: str | None = None
+    result_for_model: str | None = None
+    error_code: str | None = None
+    finished: bool = True
+    runs: int = 0
+    started: bool = False
+    arguments: dict | None = None
+    arguments_hash: str | None = None
+    approval: dict | None = None
+    unknown: bool = False
+
+
+@dataclass
+class Event:
+    kind: str
+    data: dict
+    call: CallState | None = None  # its id goes into data["tool_call_id"] once known
+
+
+@dataclass
+class Step:
+    """What the loop produced since the last commit."""
+
+    selection: tuple | None = None  # ("record", chosen) or ("copy", run id)
+    system_prompt: str | None = None
+    clear_feedback: bool = False
+    turns: list[NewTurn] = field(default_factory=list)
+    results: list[Result] = field(default_factory=list)
+    artifacts: list[tuple[CallState, Any]] = field(default_factory=list)
+    plan: dict | None = None
+    proposals: list[tuple[CallState, Any]] = field(default_factory=list)
+    compaction: tuple | None = None
+    events: list[Event] = field(default_factory=list)
+    model_turns: int = 0
+    input_tokens: int = 0
+    output_tokens: int = 0
+    network_requests: int = 0
+    answer: str | None = None
+
+    def event(self, kind: str, data: dict, call: CallState | None = None) -> None:
+        self.events.append(Event(kind, data, call))
+
+
+@dataclass
+class SavedState:
+    """What a run resumes from, read once when it starts."""
+
+    task: Task
+    claim_count: int
+    connection_id: int | None
+    conversation: Conversation | None
+    turns: list[tuple[str, str, bool, list[CallState]]]  # role, content, discarded, calls
+    next_index: int
+    approvals: dict[int, str]  # approved call -> the hash a person approved
+    run_again: set[int]  # calls a person chose to run again
+    usage: Usage
+    memory_from_run: int | None  # the earlier run whose memory selection this run repeats
+
+
+def load_state(task_id: int, run_id: int) -> SavedState:
+    """The task's saved state: the conversation, every turn with its calls, what people decided
+    for calls they let run, and the usage of earlier runs. AttemptLost when it is gone."""
+    task = Task.objects.select_related("connection", "model").filter(pk=task_id).first()
+    run = AgentRun.objects.filter(pk=run_id).first()
+    if task is None or run is None:
+        raise AttemptLost(f"task {task_id} or run {run_id} no longer exists")
+    conversation = Conversation.objects.filter(task_id=task_id).first()
+    rows = list(
+        Turn.objects.filter(task_id=task_id)
+        .order_by("index")
+        .prefetch_related(
+            Prefetch("tool_calls", queryset=ToolCall.objects.defer("result").order_by("position"))
+        )
+    )
+    turns = [
+        (t.role, t.content, t.discarded, [CallState.from_row(c) for c in t.tool_calls.all()])
+        for t in rows
+    ]
+    approved = [c.pk for *_, calls in turns for c in calls if c.status == ToolCallStatus.APPROVED]
+    approvals, run_again = {}, set()
+    if approved:
+        approvals = dict(
+            Approval.objects.filter(
+                tool_call_id__in=approved, status=ApprovalStatus.APPROVED
+            ).values_list("tool_call_id", "arguments_hash")
+        )
+        run_again = set(
+            ReviewDecision.objects.filter(
+                tool_call_id__in=approved, choice=ReviewChoice.RUN_AGAIN
+            ).values_list("tool_call_id", flat=True)
+        )
+    memory_from_run = None
+    if conversation is not None:
+        memory_from_run = (
+            AgentRun.objects.filter(task_id=task_id, memory__isnull=False)
+            .exclude(pk=run_id)
+            .order_by("number")
+            .values_list("id", flat=True)
+            .first()
+        )
+    return SavedState(
+        task=task,
+        claim_count=run.claim_count,
+        connection_id=run.connection_id or task.connection_id,
+        conversation=conversation,
+        turns=turns,
+        next_index=rows[-1].index + 1 if rows else 0,
+        approvals=approvals,
+        run_again=run_again,
+        usage=task_usage(task_id),
+        memory_from_run=memory_from_run,
+    )
+
+
+class Recorder:
+    """Writes a run's steps. `checkpoint` is called inside each transaction, after the step's
+    rows exist, for what remains of each limit and which operations are pending."""
+
+    def __init__(self, *, task_id: int, run_id: int, actor: Actor, connection_id=None):
+        self.task_id = task_id
+        self.run_id = run_id
+        self.actor = actor
+        self.run = AgentRun(pk=run_id, task_id=task_id, connection_id=connection_id)
+
+    def status(self) -> str:
+        """The task's status, through the fence (one statement; AttemptLost when lost)."""
+        return renew_lease(task_id=self.task_id, run_id=self.run_id)
+
+    def commit(
+        self,
+        step: Step,
+        *,
+        active_seconds: float,
+        checkpoint,
+        outcome: Outcome | None = None,
+        verdict=None,
+    ) -> str:
+        """Write `step` (and the run's `outcome`, if given) in one fenced transaction. Returns
+        the task's status. A connection that died while the model or a tool ran (nothing was
+        written yet) is reopened once; AttemptLost when the run no longer holds its task."""
+        try:
+            return self._commit(step, active_seconds, checkpoint, outcome, verdict)
+        except (OperationalError, InterfaceError):
+            if db.in_atomic_block:
+                raise
+            log.warning("loop.reconnect", extra={"task_id": self.task_id})
+            db.close()
+            return self._commit(step, active_seconds, checkpoint, outcome, verdict)
+
+    def _commit(self, step, active_seconds, checkpoint, outcome, verdict) -> str:
+        with transaction.atomic():
+            held = fence(self.run_id, self.task_id, full=outcome is not None)
+            self._write(step, held.task, active_seconds, checkpoint)
+            status = held.status
+            if outcome is not None:
+                if step.clear_feedback:
+                    held.task.feedback = ""
+                status = handle(
+                    held.task,
+                    self.run,
+                    actor=self.actor,
+                    outcome=outcome,
+                    verdict=verdict,
+                    now=held.now,
+                )
+        return status
+
+    # -- the writes, in the order their foreign keys need -----------------------------------------
+
+    def _write(self, step: Step, task: Task | None, active_seconds: float, checkpoint) -> None:
+        now = timezone.now()
+        if step.selection:
+            how, what = step.selection
+            if how == "record":
+                memory_services.record_selection(self.run, what)
+            else:
+                memory_services.copy_selection(from_run_id=what, to_run=self.run)
+        if step.system_prompt is not None:
+            import hashlib
+
+            Conversation.objects.create(
+                task_id=self.task_id,
+                system_prompt=step.system_prompt,
+                system_prompt_sha256=hashlib.sha256(step.system_prompt.encode()).hexdigest(),
+            )
+        self._insert_turns(step.turns, now)
+        proposed = [self._propose(task, call, args) for call, args in step.proposals]
+        self._move_calls([*step.results, *proposed], now)
+        events = [*step.events]
+        for result in proposed:  # its event says how it went, which is known only now
+            error = result.error_code or None
+            events.append(
+                Event(
+                    EventKind.TOOL_RESULT,
+                    {"tool": result.call.tool, "ok": not error, "error": error},
+                    result.call,
+                )
+            )
+        if step.artifacts:
+            Artifact.objects.bulk_create(
+                [
+                    Artifact(
+                        task_id=self.task_id,
+                        run_id=self.run_id,
+                        tool_call_id=call.pk,
+                        name=a.name,
+                        path=str(a.path),
+                        size=a.size,
+                        sha256=a.sha256,
+                        content_type=a.content_type,
+                    )
+                    for call, a in step.artifacts
+                ],
+                update_conflicts=True,
+                unique_fields=["task", "name"],
+                update_fields=["run", "tool_call", "path", "size", "sha256", "content_type"],
+            )
+        if step.plan is not None:
+            Conversation.objects.filter(task_id=self.task_id).update(
+                plan=step.plan, plan_updated_at=now
+            )
+        if step.compaction is not None:
+            chosen, before, after = step.compaction
+            ids = [c.pk for c in chosen if c.pk is not None]
+            ToolCall.objects.filter(pk__in=ids).update(compacted=True)
+            decision = CompactionDecision.objects.create(
+                task_id=self.task_id,
+                run_id=self.run_id,
+                estimated_tokens_before=before,
+                estimated_tokens_after=after,
+            )
+            decision.tool_calls.set(ids)
+        if step.clear_feedback:
+            Task.objects.filter(pk=self.task_id).update(feedback="")
+        record_events(
+            [
+                TaskEvent(
+                    task_id=self.task_id,
+                    run_id=self.run_id,
+                    kind=e.kind,
+                    actor_kind=self.actor.kind,
+                    actor_label=self.actor.label,
+                    data={**e.data, "tool_call_id": e.call.pk} if e.call else e.data,
+                )
+                for e in events
+            ]
+        )
+        answer = {}
+        if step.answer is not None:
+            answer = {"answer": step.answer, "answer_stored_at": now}
+        updated = AgentRun.objects.filter(pk=self.run_id, status=RunStatus.STARTED).update(
+            model_turns=F("model_turns") + step.model_turns,
+            input_tokens=F("input_tokens") + step.input_tokens,
+            output_tokens=F("output_tokens") + step.output_tokens,
+            network_requests=F("network_requests") + step.network_requests,
+            active_seconds=F("active_seconds") + active_seconds,
+            checkpoint=checkpoint(),
+            **answer,
+        )
+        if updated != 1:  # the fence proved it; a second look costs nothing here
+            raise AttemptLost(f"run {self.run_id} is no longer started")
+
+    def _insert_turns(self, turns: list[NewTurn], now) -> None:
+        if not turns:
+            return
+        rows = Turn.objects.bulk_create(
+            [
+                Turn(
+                    task_id=self.task_id,
+                    run_id=self.run_id,
+                    index=t.index,
+                    role=t.role,
+                    content=t.content,
+                    stop_reason=t.stop_reason,
+                    discarded=t.discarded,
+                    input_tokens=t.input_tokens,
+                    output_tokens=t.output_tokens,
+                    cached_input_tokens=t.cached_input_tokens,
+                    cache_write_tokens=t.cache_write_tokens,
+                    cost=t.cost,
+                )
+                for t in turns
+            ]
+        )
+        pairs = [(row, c) for row, t in zip(rows, turns, strict=True) for c in t.calls]
+        if not pairs:
+            return
+        done = ToolCallStatus.REFUSED
+        calls = ToolCall.objects.bulk_create(
+            [
+                ToolCall(
+                    task_id=self.task_id,
+                    run_id=self.run_id,
+                    turn_id=row.pk,
+                    position=c.state.position,
+                    call_id=c.state.call_id,
+                    tool=c.state.tool[:100],
+                    arguments=c.state.arguments,
+                    arguments_raw=c.state.arguments_raw[:100_000],
+                    arguments_hash=c.state.arguments_hash,
+                    recovery_class=c.state.recovery_class,
+                    status=c.state.status,
+                    error_code=c.state.error_code,
+                    result=c.result,
+                    result_for_model=c.state.result_for_model,
+                    finished_at=now if c.state.status == done else None,
+                )
+                for row, c in pairs
+            ]
+        )
+        for (_, c), row in zip(pairs, calls, strict=True):
+            c.state.pk = row.pk
+        approvals = [(c.state, c.approval) for _, c in pairs if c.approval]
+        if approvals:
+            Approval.objects.bulk_create(
+                [
+                    Approval(task_id=self.task_id, run_id=self.run_id, tool_call_id=s.pk, **a)
+                    for s, a in approvals
+                ]
+            )
+
+    def _move_calls(self, results: list[Result], now) -> None:
+        if not results:
+            return
+        set_calls_status(
+            self.run_id,
+            [
+                CallUpdate(
+                    call_id=r.call.pk,
+                    to=r.to,
+                    result=r.result,
+                    result_for_model=r.result_for_model,
+                    error_code=r.error_code,
+                    finished_at=now if r.finished else None,
+                    started_at=now if r.started else None,
+                    runs=r.runs,
+                    arguments=r.arguments,
+                    arguments_hash=r.arguments_hash,
+                )
+                for r in results
+            ],
+        )
+        for r in results:
+            if r.approval:
+                Approval.objects.create(
+                    task_id=self.task_id, run_id=self.run_id, tool_call_id=r.call.pk, **r.approval
+                )
+            if r.unknown:
+                # A person may already have chosen "run again" and that run was lost as well:
+                # the old choice is spent, and the operation needs a new decision.
+                ReviewDecision.objects.update_or_create(
+                    tool_call_id=r.call.pk,
+                    defaults={
+                        "task_id": self.task_id,
+                        "choice": ReviewChoice.PENDING,
+                        "decided_by": None,
+                        "decided_at": None,
+                    },
+                )
+
+    def _propose(self, task: Task | None, call: CallState, args) -> Result:
+        """propose_task: a linked follow-up task, created in this transaction."""
+
+        parent = task or Task.objects.get(pk=self.task_id)
+        text, error = propose_follow_up(actor=self.actor, parent=parent, proposal=args)
+        call.result_for_model, call.error_code = text, error
+        call.status = ToolCallStatus.FAILED if error else ToolCallStatus.SUCCEEDED
+        return Result(
+            call, call.status, result=text, result_for_model=text, error_code=error, runs=1
+        )

@@ -1,0 +1,402 @@
+"""Connections and models: adding them, testing them, and checking a model for a task."""
+
+import logging
+import math
+from dataclasses import asdict, dataclass, field
+
+from django.conf import settings
+from django.db import transaction
+
+from agents.connection_rules import (
+    credential_problem,
+    validate_connection,
+)
+from agents.models import Connection, Model, Turn
+from agents.providers import ProviderError, build_provider
+from agents.states import ConnectionKind, CostTier, ModelTestStatus
+from tasks.actors import Actor
+from tasks.exceptions import InvalidInput, ModelCheckFailed
+from tasks.numbers import INT32_MAX, whole_number
+
+log = logging.getLogger("acthelm.agents")
+
+# A rough, provider-independent estimate: about four characters per token.
+CHARS_PER_TOKEN = 4
+
+
+def estimate_tokens(text: str) -> int:
+    return len(text) // CHARS_PER_TOKEN + 1
+
+
+@dataclass
+class ModelCheck:
+    ok: bool = True
+    problems: list[str] = field(default_factory=list)
+    window_checked: bool = True
+    estimated_tokens: int = 0
+    context_window: int | None = None
+    notes: list[str] = field(default_factory=list)
+
+    def as_dict(self) -> dict:
+        return asdict(self)
+
+    def raise_if_failed(self) -> None:
+        if not self.ok:
+            raise ModelCheckFailed("; ".join(self.problems))
+
+
+def conversation_tokens(task) -> int:
+    """Estimate what the saved conversation costs in tokens if sent to a model now."""
+    total = estimate_tokens(task.instruction)
+    conversation = getattr(task, "conversation", None) if task.pk else None
+    if conversation is not None:
+        total += estimate_tokens(conversation.system_prompt)
+    for content in Turn.objects.filter(task=task, discarded=False).values_list(
+        "content", flat=True
+    ):
+        total += estimate_tokens(content)
+    for call in task.tool_calls.filter(turn__discarded=False).values_list(
+        "result_for_model", "arguments_raw"
+    ):
+        total += estimate_tokens(call[0]) + estimate_tokens(call[1])
+    return total
+
+
+def model_check_for_task(*, task, model: Model) -> ModelCheck:
+    """The checks before a task is queued on another model (resume, retry)."""
+    check = ModelCheck(context_window=model.context_window)
+    if model.test_status != ModelTestStatus.PASSED:
+        check.problems.append(f"model {model} has not passed its test ({model.test_status})")
+    if not model.connection.enabled:
+        check.problems.append(f"connection {model.connection} is disabled")
+    if [t for t in task.tools if t] and not model.supports_tools:
+        check.problems.append(f"model {model} does not support tool calling and the task has tools")
+    check.estimated_tokens = conversation_tokens(task)
+    if model.context_window is None:
+        check.window_checked = False
+        check.notes.append("context window unknown: the check could not be made")
+    elif check.estimated_tokens > model.context_window:
+        check.problems.append(
+            f"the saved conversation (~{check.estimated_tokens} tokens) exceeds the context "
+            f"window of {model} ({model.context_window} tokens)"
+        )
+    check.ok = not check.problems
+    return check
+
+
+MAX_CONTEXT_WINDOW = INT32_MAX
+
+
+def connection_add(
+    *,
+    actor: Actor,
+    name: str,
+    kind: str,
+    base_url: str = "",
+    command: list[str] | None = None,
+    answer_field: str = "",
+    credential_env: str = "",
+    cost_tier: str = CostTier.PAID,
+    priority: int = 0,
+    timeout_seconds: float = 120,
+    models: list[dict] | None = None,
+) -> Connection:
+    """Add a connection and its models. The credential is an environment variable's name."""
+    actor.require("agents.manage_connections")
+    numbers = validate_connection(
+        kind=kind,
+        base_url=base_url,
+        command=command,
+        credential_env=credential_env,
+        cost_tier=cost_tier,
+        priority=priority,
+        timeout_seconds=timeout_seconds,
+    )
+    priority, timeout_seconds = numbers["priority"], numbers["timeout_seconds"]
+    for spec in models or []:
+        if spec.get("context_window") is not None:
+            whole_number(
+                spec["context_window"],
+                name="context window",
+                minimum=1,
+                maximum=MAX_CONTEXT_WINDOW,
+            )
+    if Connection.objects.filter(name=name).exists():
+        raise InvalidInput(f"a connection named {name!r} exists already")
+    with transaction.atomic():
+        conn = Connection.objects.create(
+            name=name,
+            kind=kind,
+            base_url=base_url,
+            command=list(command or []),
+            answer_field=answer_field,
+            credential_env=credential_env,
+            cost_tier=cost_tier,
+            priority=priority,
+            timeout_seconds=timeout_seconds,
+        )
+        for spec in models or []:
+            Model.objects.create(
+                connection=conn,
+                name=spec["name"],
+                context_window=spec.get("context_window"),
+                supports_tools=spec.get("supports_tools", kind != ConnectionKind.CLI),
+            )
+    return conn
+
+
+#: What a model's test was made against: changing any of these makes the test say nothing.
+TESTED_AGAINST = ("kind", "base_url", "command", "answer_field", "credential_env")
+CONNECTION_EDITABLE = (
+    "name",
+    *TESTED_AGAINST,
+    "cost_tier",
+    "priority",
+    "timeout_seconds",
+    "enabled",
+)
+MODEL_EDITABLE = (
+    "name",
+    "context_window",
+    "supports_tools",
+    "price_input_per_mtok",
+    "price_output_per_mtok",
+    "price_cached_input_per_mtok",
+    "price_cache_write_per_mtok",
+    "prices_source",
+)
+
+
+def _untest(models, *, reason: str, actor: Actor) -> int:
+    """Reset models to untested: what they passed against is gone. A tool override goes too."""
+    return models.exclude(test_status=ModelTestStatus.UNTESTED, tools_override_at=None).update(
+        test_status=ModelTestStatus.UNTESTED,
+        tested_at=None,
+        test_message=f"{reason} (by {actor.label}): test again"[:2000],
+        tools_override_by=None,
+        tools_override_at=None,
+    )
+
+
+def connection_update(*, actor: Actor, connection_id: int, changes: dict) -> Connection:
+    """A person's edit of a connection (the admin): validated like a new one; when what its models
+    were tested against changes (kind, URL, command, answer field, credential), they are untested
+    again and tasks will not run on them until a new test passes."""
+    actor.require("agents.manage_connections")
+    unknown = sorted(set(changes) - set(CONNECTION_EDITABLE))
+    if unknown:
+        raise InvalidInput(f"these fields cannot be edited: {', '.join(unknown)}")
+    with transaction.atomic():
+        conn = Connection.objects.select_for_update().filter(pk=connection_id).first()
+        if conn is None:
+            raise InvalidInput(f"connection {connection_id} does not exist")
+        changed = [k for k, v in changes.items() if getattr(conn, k) != v]
+        for field in changed:
+            setattr(conn, field, changes[field])
+        numbers = validate_connection(
+            kind=conn.kind,
+            base_url=conn.base_url,
+            command=conn.command,
+            credential_env=conn.credential_env,
+            cost_tier=conn.cost_tier,
+            priority=conn.priority,
+            timeout_seconds=conn.timeout_seconds,
+        )
+        conn.priority, conn.timeout_seconds = numbers["priority"], numbers["timeout_seconds"]
+        if (
+            "name" in changed
+            and Connection.objects.filter(name=conn.name).exclude(pk=conn.pk).exists()
+        ):
+            raise InvalidInput(f"a connection named {conn.name!r} exists already")
+        if not changed:
+            return conn
+        conn.save(update_fields=changed)
+        retest = [f for f in changed if f in TESTED_AGAINST]
+        untested = 0
+        if retest:
+            untested = _untest(
+                conn.models.all(),
+                reason=f"the connection's {', '.join(retest)} changed",
+                actor=actor,
+            )
+    # Field names only: a base URL or command could carry a secret by mistake.
+    log.info(
+        "connection.changed",
+        extra={
+            "connection": conn.name,
+            "fields": changed,
+            "models_untested": untested,
+            "actor": actor.label,
+        },
+    )
+    return conn
+
+
+def model_update(*, actor: Actor, model_id: int, changes: dict) -> Model:
+    """A person's edit of a model (the admin). A new name or a change of tool support makes the
+    old test say nothing: the model is untested again (and a tool override is dropped)."""
+    actor.require("agents.manage_connections")
+    unknown = sorted(set(changes) - set(MODEL_EDITABLE))
+    if unknown:
+        raise InvalidInput(f"these fields cannot be edited: {', '.join(unknown)}")
+    if changes.get("context_window") is not None:
+        whole_number(
+            changes["context_window"], name="context window", minimum=1, maximum=MAX_CONTEXT_WINDOW
+        )
+    with transaction.atomic():
+        model = Model.objects.select_for_update().filter(pk=model_id).first()
+        if model is None:
+            raise InvalidInput(f"model {model_id} does not exist")
+        changed = [k for k, v in changes.items() if getattr(model, k) != v]
+        if not changed:
+            return model
+        for field in changed:
+            setattr(model, field, changes[field])
+        model.save(update_fields=changed)
+        retest = [f for f in changed if f in ("name", "supports_tools")]
+        if retest:
+            _untest(
+                Model.objects.filter(pk=model.pk),
+                reason=f"the model's {', '.join(retest)} changed",
+                actor=actor,
+            )
+            model.refresh_from_db()
+    log.info(
+        "model.changed",
+        extra={"model": str(model), "fields": changed, "actor": actor.label},
+    )
+    return model
+
+
+def provider_for(conn: Connection):
+    """Build the provider of a connection; the key is read from its environment variable now.
+
+    The credential's name is checked again here, at use time: a row written before the rules
+    (or around them) gets a provider that refuses every request (``provider_config``) and never
+    reads the variable."""
+    import os
+
+    refusal = credential_problem(conn.credential_env)
+    api_key = None
+    if conn.credential_env and not refusal:
+        api_key = os.environ.get(conn.credential_env)
+    timeout = conn.timeout_seconds
+    if not (isinstance(timeout, int | float) and math.isfinite(timeout) and timeout > 0):
+        refusal = refusal or f"the timeout {timeout!r} is not a positive, finite number"
+        timeout = 120
+    kwargs = {"timeout": timeout, "api_key": api_key, "config_error": refusal}
+    if conn.kind == ConnectionKind.CLI:
+        kwargs |= {
+            "command": list(conn.command),
+            "answer_field": conn.answer_field,
+            "allowed_executables": list(settings.ACTHELM_CLI_EXECUTABLES),
+        }
+        if conn.credential_env:
+            kwargs["api_key_env"] = conn.credential_env
+    else:
+        kwargs["base_url"] = conn.base_url
+    return build_provider(conn.kind, **kwargs)
+
+
+def model_override_tools(*, actor: Actor, model_id: int) -> Model:
+    """A person's explicit override: the model counts as tool-capable although the probe saw no
+    tool call. Recorded on the model row (who, when) and in the log."""
+    from django.utils import timezone
+
+    actor.require("agents.manage_connections")
+    if not actor.is_person:
+        raise InvalidInput("only a person can override the tool-calling probe")
+    with transaction.atomic():
+        model = Model.objects.select_for_update().filter(pk=model_id).first()
+        if model is None:
+            raise InvalidInput(f"model {model_id} does not exist")
+        model.supports_tools = True
+        model.tools_override_by = actor.user
+        model.tools_override_at = timezone.now()
+        model.test_message = (
+            f"tool-capable by the explicit override of {actor.label} "
+            f"(the probe did not prove it); {model.test_message}"
+        )[:2000]
+        model.save(
+            update_fields=[
+                "supports_tools",
+                "tools_override_by",
+                "tools_override_at",
+                "test_message",
+            ]
+        )
+    log.info(
+        "model.tools_overridden",
+        extra={"model": str(model), "model_id": model.pk, "actor": actor.label},
+    )
+    return model
+
+
+def connection_test(
+    *, actor: Actor, name: str, model_name: str | None = None, override_tools: bool = False
+) -> list[dict]:
+    """A real request per model (and a tool-calling probe when the model claims tools);
+    records pass or fail, the message and the context window when the provider reports it.
+
+    An empty answer fails. A model that accepts the probe tool but never calls it is recorded as
+    not tool-capable, unless a person overrode that (``override_tools`` records the override now
+    for the models tested; the admin has the same action)."""
+    from django.utils import timezone
+
+    actor.require("agents.manage_connections")
+    conn = Connection.objects.filter(name=name).first()
+    if conn is None:
+        raise InvalidInput(f"connection {name!r} does not exist")
+    models = list(conn.models.all())
+    if model_name:
+        models = [m for m in models if m.name == model_name]
+    if not models:
+        raise InvalidInput(f"connection {name} has no model {model_name or ''}".strip())
+    if override_tools:
+        models = [model_override_tools(actor=actor, model_id=m.pk) for m in models]
+    provider = provider_for(conn)
+    results = []
+    for model in models:
+        overridden = model.tools_override_by_id is not None or model.tools_override_at is not None
+        try:
+            probe = provider.probe(model=model.name, tools=model.supports_tools)
+            ok, message = probe.ok, probe.message
+            window = probe.context_window
+            if probe.tool_ignored and model.supports_tools:
+                if overridden:
+                    who = model.tools_override_by or "a person"
+                    message += (
+                        f"; kept tool-capable by the explicit override of {who} "
+                        f"on {model.tools_override_at:%Y-%m-%d %H:%M} UTC"
+                    )
+                else:
+                    model.supports_tools = False
+            elif probe.supports_tools is False and model.supports_tools:
+                ok, message = False, f"tool-calling probe failed: {probe.message}"
+        except ProviderError as exc:
+            ok, message, window = False, f"{exc.code}: {exc.message}", None
+        model.test_status = ModelTestStatus.PASSED if ok else ModelTestStatus.FAILED
+        model.test_message = message[:2000]
+        model.tested_at = timezone.now()
+        if window:
+            model.context_window = window
+        model.save(
+            update_fields=[
+                "test_status",
+                "test_message",
+                "tested_at",
+                "context_window",
+                "supports_tools",
+            ]
+        )
+        results.append(
+            {
+                "model": model.name,
+                "ok": ok,
+                "message": model.test_message,
+                "context_window": model.context_window,
+                "supports_tools": model.supports_tools,
+                "tools_override_by": str(model.tools_override_by) if overridden else None,
+            }
+        )
+    return results

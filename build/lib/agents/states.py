@@ -1,0 +1,97 @@
+"""Run states and the vocabulary of connections, models, turns and tool calls. Pure."""
+
+from django.db import models
+
+from agents.recovery import RecoveryClass  # noqa: F401  (defined once, with the tools)
+
+
+class RunStatus(models.TextChoices):
+    STARTED = "started", "Started"
+    SUCCEEDED = "succeeded", "Succeeded"
+    FAILED = "failed", "Failed"
+    CANCELLED = "cancelled", "Cancelled"
+
+
+RUN_TRANSITIONS: dict[str, frozenset[str]] = {
+    RunStatus.STARTED: frozenset({RunStatus.SUCCEEDED, RunStatus.FAILED, RunStatus.CANCELLED}),
+    RunStatus.SUCCEEDED: frozenset(),
+    RunStatus.FAILED: frozenset(),
+    RunStatus.CANCELLED: frozenset(),
+}
+
+
+class ConnectionKind(models.TextChoices):
+    OPENAI_COMPATIBLE = "openai_compatible", "OpenAI-compatible (OpenAI, Ollama, vLLM, llama.cpp)"
+    ANTHROPIC = "anthropic", "Anthropic"
+    CLI = "cli", "Model CLI"
+
+
+class CostTier(models.TextChoices):
+    ZERO_COST = "zero_cost", "Zero-cost"
+    PAID = "paid", "Paid"
+
+
+class ModelTestStatus(models.TextChoices):
+    UNTESTED = "untested", "Not tested"
+    PASSED = "passed", "Passed"
+    FAILED = "failed", "Failed"
+
+
+class ToolServerTransport(models.TextChoices):
+    STDIO = "stdio", "Local command (stdio)"
+    HTTP = "http", "Streamable HTTP"
+
+
+class Verdict(models.TextChoices):
+    APPROVED = "approved", "Approved"
+    REJECTED = "rejected", "Rejected"
+
+
+class Role(models.TextChoices):
+    SYSTEM = "system", "System"
+    USER = "user", "User"
+    ASSISTANT = "assistant", "Assistant"
+
+
+class ToolCallStatus(models.TextChoices):
+    PENDING = "pending", "Pending"
+    AWAITING_APPROVAL = "awaiting_approval", "Awaiting approval"
+    APPROVED = "approved", "Approved, not yet run"
+    RUNNING = "running", "Running"
+    SUCCEEDED = "succeeded", "Succeeded"
+    FAILED = "failed", "Failed"
+    REFUSED = "refused", "Refused"
+    DENIED = "denied", "Denied by a person"
+    UNKNOWN = "unknown", "Outcome unknown"
+    SKIPPED = "skipped", "Skipped by a person"
+
+
+# Tool-call states after which the model has been (or will be) given a result.
+TOOL_CALL_DONE = frozenset(
+    {
+        ToolCallStatus.SUCCEEDED,
+        ToolCallStatus.FAILED,
+        ToolCallStatus.REFUSED,
+        ToolCallStatus.DENIED,
+        ToolCallStatus.SKIPPED,
+    }
+)
+
+
+TC = ToolCallStatus
+# Where a tool call may go from each state; agents.transitions.set_call_status enforces it.
+TOOL_CALL_TRANSITIONS: dict[str, frozenset[str]] = {
+    # PENDING/APPROVED -> SUCCEEDED/FAILED: a read-only or idempotent call runs without an
+    # intent record; its result is written with the step (recovery runs it again if lost).
+    TC.PENDING: frozenset({TC.AWAITING_APPROVAL, TC.RUNNING, TC.REFUSED, TC.SUCCEEDED, TC.FAILED}),
+    TC.AWAITING_APPROVAL: frozenset({TC.APPROVED, TC.DENIED}),
+    TC.APPROVED: frozenset({TC.RUNNING, TC.REFUSED, TC.SUCCEEDED, TC.FAILED}),
+    # RUNNING -> RUNNING: a read-only or idempotent call run again after a crash.
+    TC.RUNNING: frozenset({TC.SUCCEEDED, TC.FAILED, TC.RUNNING, TC.UNKNOWN, TC.REFUSED}),
+    TC.UNKNOWN: frozenset({TC.APPROVED, TC.SKIPPED}),
+    TC.SUCCEEDED: frozenset(),
+    TC.FAILED: frozenset(),
+    TC.REFUSED: frozenset(),
+    TC.DENIED: frozenset(),
+    TC.SKIPPED: frozenset(),
+}

@@ -1,0 +1,554 @@
+"""A task's services that reach past the ledger: its tools checked against the engine's
+catalogue, its model against its connection, its runs ended and its open decisions settled when it
+is cancelled, what remains of its limits counted for a retry or a follow-up.
+
+They live in the engine's app because they touch the ledger (`tasks`), the decisions
+(`approvals`) and the runs and tool calls here; `tasks.services` holds the actions that touch the
+ledger alone (pause, close, reopen, limits, delete, goals, dependencies). Each still moves the
+task's status only through `tasks.transitions`."""
+
+import logging
+from decimal import Decimal
+from pathlib import Path
+
+from django.conf import settings
+from django.db import transaction
+from django.utils import timezone
+
+from agents.limits import exhausted_limits, remaining, task_usage
+from agents.models import ToolCall
+from agents.services import model_check_for_task
+from agents.states import RunStatus, ToolCallStatus
+from agents.tools import find_tool, tool_names
+from agents.transitions import end_started_runs, set_call_status
+from approvals.services import settle_for_cancelled_task
+from tasks.actors import Actor
+from tasks.exceptions import (
+    InvalidInput,
+    LimitNotRaised,
+    TransitionNotAllowed,
+)
+from tasks.limits import (
+    CUMULATIVE,
+    LIMIT_FIELDS,
+    limit_for_failure,
+)
+from tasks.models import Goal, Task, TaskDependency
+from tasks.numbers import whole_number
+from tasks.services import (
+    act,
+    default_limits,
+    note_stuck_dependants,
+    task_set_limits,
+    validate_limits,
+)
+from tasks.states import (
+    EventKind,
+    TaskKind,
+    TaskOrigin,
+    TaskStatus,
+    ToolPolicy,
+)
+from tasks.transitions import (
+    lock_task,
+    notify_ready,
+    record_event,
+    set_status,
+)
+from tasks.workspace import add_input_file, remove_task_files, safe_file_name
+
+log = logging.getLogger("acthelm.tasks")
+
+
+def known_tool_names() -> set[str]:
+    return set(tool_names())
+
+
+def _validate_tools(tools: list[str], policies: dict[str, str]) -> None:
+    if not isinstance(tools, list | tuple) or not all(isinstance(t, str) for t in tools):
+        raise InvalidInput("tools must be a list of tool names")
+    if not isinstance(policies, dict):
+        raise InvalidInput('tool policies must be an object such as {"fetch_url": "ask"}')
+    known = known_tool_names()
+    unknown = sorted(set(tools) - known)
+    if unknown:
+        raise InvalidInput(
+            f"unknown tools: {', '.join(unknown)} (known: {', '.join(sorted(known))})",
+            field="tools",
+        )
+    for tool, policy in policies.items():
+        if tool not in known:
+            raise InvalidInput(f"a policy names the unknown tool {tool!r}", field="tool_policies")
+        if policy not in ToolPolicy.values:
+            raise InvalidInput(
+                f"the policy for {tool} must be allow or ask, not {policy!r}",
+                field="tool_policies",
+            )
+
+
+def _with_default_policies(tools: list[str], policies: dict[str, str]) -> dict[str, str]:
+    """A tool whose own default is ``ask`` (an MCP tool of an untrusted server) is stored with
+    that policy unless its author set one, so the task shows and keeps what applies."""
+
+    out = dict(policies)
+    for name in tools:
+        if name in out:
+            continue
+        tool = find_tool(name)
+        if tool is not None and getattr(tool, "default_policy", "allow") == ToolPolicy.ASK:
+            out[name] = ToolPolicy.ASK
+    return out
+
+
+def task_create(
+    *,
+    actor: Actor,
+    title: str,
+    instruction: str,
+    goal: Goal | None = None,
+    kind: str = TaskKind.WORK,
+    origin: str = TaskOrigin.PERSON,
+    spawned_by: Task | None = None,
+    depends_on: list[Task] | tuple = (),
+    priority: int = 0,
+    tools: list[str] | None = None,
+    tool_policies: dict[str, str] | None = None,
+    allowed_domains: list[str] | None = None,
+    connection=None,
+    model=None,
+    tags: list[str] | None = None,
+    limits: dict | None = None,
+    evaluation: bool = False,
+) -> Task:
+    """Create a task, `ready` or `blocked` by its dependencies, with limits from the defaults.
+
+    `evaluation`: a case of the graded suite (agents.eval), hidden from the review queue, the
+    inbox and the scorecard's real-work figures."""
+    title, instruction = (title or "").strip(), (instruction or "").strip()
+    if not title:
+        raise InvalidInput("a task needs a title", field="title")
+    if not instruction:
+        raise InvalidInput("a task needs an instruction", field="instruction")
+    if len(title) > 200:
+        raise InvalidInput("a title is at most 200 characters", field="title")
+    if kind not in TaskKind.values:
+        raise InvalidInput(f"kind must be one of {', '.join(TaskKind.values)}", field="kind")
+    priority = whole_number(priority, name="priority")
+    tools = list(settings.ACTHELM_DEFAULT_TOOLS if tools is None else tools)
+    tool_policies = dict(tool_policies or {})
+    _validate_tools(tools, tool_policies)
+    tool_policies = _with_default_policies(tools, tool_policies)
+    if model is not None and connection is None:
+        connection = model.connection
+    if model is not None and model.connection_id != connection.pk:
+        raise InvalidInput(
+            f"model {model} does not belong to connection {connection}", field="model"
+        )
+    domains = sorted({d.strip().lower().rstrip(".") for d in (allowed_domains or []) if d.strip()})
+    fields = default_limits() | validate_limits(limits or {})
+    with transaction.atomic():
+        deps = list(Task.objects.select_for_update().filter(pk__in=[d.pk for d in depends_on]))
+        if len(deps) != len({d.pk for d in depends_on}):
+            raise InvalidInput("a dependency does not exist", field="depends_on")
+        blocked = any(dep.status != TaskStatus.DONE for dep in deps)
+        task = Task(
+            title=title,
+            instruction=instruction,
+            goal=goal,
+            kind=kind,
+            origin=origin,
+            spawned_by=spawned_by,
+            priority=priority,
+            tools=tools,
+            tool_policies=tool_policies,
+            allowed_domains=domains,
+            connection=connection,
+            model=model,
+            tags=sorted(set(tags or [])),
+            is_evaluation=bool(evaluation),
+            created_by=actor.user if actor.is_person else None,
+            status=TaskStatus.BLOCKED if blocked else TaskStatus.READY,
+            **fields,
+        )
+        task.save()
+        TaskDependency.objects.bulk_create(
+            [TaskDependency(task=task, depends_on=dep) for dep in deps]
+        )
+        record_event(
+            task,
+            actor=actor,
+            kind=EventKind.CREATED,
+            to_status=task.status,
+            data={"depends_on": [d.pk for d in deps], "origin": origin}
+            | ({"evaluation": True} if evaluation else {}),
+        )
+        if task.status == TaskStatus.READY:
+            notify_ready()
+    return task
+
+
+def task_create_with_files(*, actor: Actor, files: list[tuple[str, object]] = (), **fields) -> Task:
+    """task_create plus input files copied into the task's workspace: (name, data) pairs where
+    data is bytes, an uploaded file or a Path. The files are in the workspace before the task
+    commits, so no worker can claim it and find its folder empty; if anything fails, neither the
+    task nor its files remain."""
+    names = set()
+    for name, _data in files:
+        try:
+            name = safe_file_name(name)
+        except InvalidInput as exc:
+            raise InvalidInput(exc.message, field="files") from None
+        if name in names:
+            raise InvalidInput(f"two files are named {name}", field="files")
+        names.add(name)
+    task = None
+    try:
+        with transaction.atomic():
+            task = task_create(actor=actor, **fields)
+            for name, data in files:
+                if isinstance(data, Path):
+                    add_input_file(task.pk, name=name, source=data)
+                else:
+                    add_input_file(task.pk, name=name, data=data)
+    except BaseException:
+        if task is not None:
+            remove_task_files(task.pk)
+        raise
+    return task
+
+
+def task_resume(*, actor: Actor, task_id: int, model=None) -> Task:
+    """Queue a paused task again, optionally on another connection/model that passes the checks."""
+
+    with transaction.atomic():
+        task = act(task_id, "resume", actor)
+        data = {}
+        if model is not None:
+            check = model_check_for_task(task=task, model=model)
+            check.raise_if_failed()
+            data = {"model_id": model.pk, "model": str(model), "check": check.as_dict()}
+            task.connection, task.model = model.connection, model
+        set_status(task, TaskStatus.READY, actor=actor, kind=EventKind.RESUMED, data=data)
+    return task
+
+
+def task_cancel(*, actor: Actor, task_id: int, reason: str = "") -> Task:
+    """No further step starts. A running attempt ends now; its worker notices at its heartbeat."""
+    with transaction.atomic():
+        task = act(task_id, "cancel", actor)
+        runs = end_started_runs(task.pk, RunStatus.CANCELLED, error_code="cancelled")
+        # An external call in flight may have taken effect: its outcome is unknown, never left
+        # "running" (the run that made it is over and writes nothing more).
+        in_flight = [
+            call.pk for call in ToolCall.objects.filter(task=task, status=ToolCallStatus.RUNNING)
+        ]
+        for call_id in in_flight:
+            set_call_status(
+                call_id,
+                ToolCallStatus.UNKNOWN,
+                error_code="cancelled_in_flight",
+                finished_at=timezone.now(),
+            )
+        settled = settle_for_cancelled_task(task)
+        set_status(
+            task,
+            TaskStatus.CANCELLED,
+            actor=actor,
+            kind=EventKind.CANCELLED,
+            data={
+                "reason": reason,
+                "runs_cancelled": runs,
+                "calls_in_flight": in_flight,
+                **settled,
+            },
+        )
+        note_stuck_dependants(task, actor=actor)
+    return task
+
+
+def task_retry(
+    *,
+    actor: Actor,
+    task_id: int,
+    model=None,
+    limits: dict | None = None,
+    raised_limit: int | None = None,
+) -> Task:
+    """Queue a failed task again from its checkpoint. After a limit, the limit must be raised:
+    `limits` are set first, in the same transaction (all or nothing; unchanged ones are skipped).
+    `raised_limit` is a new value for the limit the task stopped at, whichever that is."""
+
+    if raised_limit is not None:
+        code = Task.objects.filter(pk=task_id).values_list("failure_code", flat=True).first()
+        field = limit_for_failure(code or "")
+        if field:
+            limits = {**(limits or {}), field: raised_limit}
+    raised = validate_limits(limits or {})
+    with transaction.atomic():
+        if raised:
+            current = Task.objects.filter(pk=task_id).values(*raised).first() or {}
+            changed = {f: v for f, v in raised.items() if current.get(f) != v}
+            if changed:
+                task_set_limits(actor=actor, task_id=task_id, **changed)
+        task = act(task_id, "retry", actor)
+        if task.failure_code.startswith("limit_") and task.failure_code in exhausted_limits(task):
+            raise LimitNotRaised(
+                f"task {task_id} stopped at {task.failure_code}; raise that limit before retrying"
+            )
+        data = {"previous_failure": task.failure_code}
+        if model is not None:
+            check = model_check_for_task(task=task, model=model)
+            check.raise_if_failed()
+            data |= {"model_id": model.pk, "model": str(model), "check": check.as_dict()}
+            task.connection, task.model = model.connection, model
+        set_status(
+            task,
+            TaskStatus.READY,
+            actor=actor,
+            kind=EventKind.RETRIED,
+            data=data,
+            failure_code="",
+            failure_message="",
+            failed_attempts=0,
+            lost_count=0,
+            not_before=None,
+        )
+    return task
+
+
+#: What a person may edit on a task's admin page (status and lease fields are never edited).
+EDITABLE_FIELDS = (
+    "title",
+    "instruction",
+    "goal",
+    "kind",
+    "spawned_by",
+    "tags",
+    "priority",
+    *LIMIT_FIELDS,
+    "tools",
+    "tool_policies",
+    "allowed_domains",
+    "connection",
+    "model",
+)
+
+
+def _normalize_domains(domains) -> list[str]:
+    if not isinstance(domains, list | tuple) or not all(isinstance(d, str) for d in domains):
+        raise InvalidInput("allowed domains must be a list of host names")
+    return sorted({d.strip().lower().rstrip(".") for d in domains if d.strip()})
+
+
+def task_edit_check(*, task: Task, changes: dict) -> dict:
+    """The edit a person asks for, checked as task_create checks a new task; returns it normalized.
+    Raises InvalidInput naming the first problem."""
+    unknown = sorted(set(changes) - set(EDITABLE_FIELDS))
+    if unknown:
+        raise InvalidInput(f"these fields cannot be edited: {', '.join(unknown)}")
+    clean = dict(changes)
+    merged = {name: getattr(task, name) for name in EDITABLE_FIELDS} | clean
+    if "title" in clean:
+        clean["title"] = (clean["title"] or "").strip()
+        if not clean["title"] or len(clean["title"]) > 200:
+            raise InvalidInput("a task needs a title of at most 200 characters")
+    if "instruction" in clean:
+        clean["instruction"] = (clean["instruction"] or "").strip()
+        if not clean["instruction"]:
+            raise InvalidInput("a task needs an instruction")
+    if "kind" in clean and clean["kind"] not in TaskKind.values:
+        raise InvalidInput(f"kind must be one of {', '.join(TaskKind.values)}")
+    if "priority" in clean:
+        clean["priority"] = whole_number(clean["priority"], name="priority")
+    clean |= validate_limits({k: v for k, v in clean.items() if k in LIMIT_FIELDS})
+    if {"tools", "tool_policies"} & set(clean):
+        _validate_tools(list(merged["tools"] or []), merged["tool_policies"])
+    if "allowed_domains" in clean:
+        clean["allowed_domains"] = _normalize_domains(clean["allowed_domains"])
+    if "tags" in clean:
+        clean["tags"] = sorted({str(t).strip() for t in clean["tags"] or [] if str(t).strip()})
+    if {"connection", "model"} & set(clean):
+        model, conn = merged["model"], merged["connection"]
+        if model is not None and conn is None:
+            clean["connection"] = conn = model.connection
+        if model is not None and model.connection_id != conn.pk:
+            raise InvalidInput(f"model {model} does not belong to connection {conn}")
+    return clean
+
+
+def _event_value(value):
+    if hasattr(value, "pk"):
+        return value.pk
+    return value
+
+
+def task_update(*, actor: Actor, task_id: int, changes: dict) -> Task:
+    """A person's edit of a task's settings (the admin page): checked like a new task, refused
+    while a worker holds the task, written with an `edited` event naming each change."""
+    actor.require("tasks.operate_task")
+    with transaction.atomic():
+        task = lock_task(task_id)
+        if task.is_held:
+            raise TransitionNotAllowed(f"task {task_id} is running; pause it to edit it")
+        clean = task_edit_check(task=task, changes=changes)
+        changed = {k: v for k, v in clean.items() if getattr(task, k) != v}
+        if not changed:
+            return task
+        before = {k: _event_value(getattr(task, k)) for k in changed}
+        for field, value in changed.items():
+            setattr(task, field, value)
+        task.save(update_fields=[*changed, "updated_at"])
+        after = {k: _event_value(v) for k, v in changed.items()}
+        if "instruction" in changed:  # long text: the event says it changed, the task has it
+            before["instruction"] = after["instruction"] = "…"
+        record_event(
+            task,
+            actor=actor,
+            kind=EventKind.EDITED,
+            data={"fields": sorted(changed), "before": before, "after": after},
+        )
+    return task
+
+
+# Tools a follow-up never inherits: proposing is a planning task's work, and a proposed task is
+# a work task (so proposals cannot chain without bound).
+NOT_INHERITED_TOOLS = frozenset({"propose_task"})
+
+
+# Per-call caps copied from the parent as they are; the cumulative limits give what remains.
+_COPIED_LIMITS = ("limit_output_tokens", "limit_tool_output_chars", "limit_artifact_bytes")
+
+
+def follow_up_permissions(parent: Task, tools: list[str] | None = None) -> dict:
+    """What a follow-up of ``parent`` gets: never more than the parent has.
+
+    Tools: the parent's (without ``propose_task``), or the subset asked for; the parent's
+    policies for those tools; its allowed domains; and what remains of each of its cumulative
+    limits (turns, runtime, token budget, network requests, MCP calls, and the money budget
+    when it has one) with its per-call caps. Raises
+    InvalidInput (``tool_not_allowed``, ``limit_exhausted``) when that cannot be met.
+    """
+
+    own = [t for t in parent.tools if t not in NOT_INHERITED_TOOLS]
+    if tools is None:
+        child_tools = own
+    else:
+        extra = [t for t in dict.fromkeys(tools) if t not in own]
+        if extra:
+            raise InvalidInput(
+                f"a follow-up can only get tools this task has ({', '.join(own) or 'none'}), "
+                f"not {', '.join(extra)}",
+                code="tool_not_allowed",
+            )
+        child_tools = [t for t in own if t in tools]
+    left = remaining(parent, task_usage(parent.pk))
+    limits = {}
+    for limit in CUMULATIVE:
+        field = limit.field
+        if limit.failure_code not in left:  # a limit the parent does not set (no money budget)
+            continue
+        # What remains: a whole number, or an amount of money (a string in `remaining`).
+        rest = left[limit.failure_code]
+        rest = Decimal(rest) if limit.money else int(rest)
+        if rest <= 0 or (not limit.money and rest < 1):
+            raise InvalidInput(
+                f"this task has used up its {field.removeprefix('limit_').replace('_', ' ')}; "
+                "a follow-up cannot be given more than remains",
+                code="limit_exhausted",
+            )
+        limits[field] = rest
+    limits.update({field: getattr(parent, field) for field in _COPIED_LIMITS})
+    return {
+        "tools": child_tools,
+        "tool_policies": {t: p for t, p in parent.tool_policies.items() if t in child_tools},
+        "allowed_domains": list(parent.allowed_domains),
+        "limits": limits,
+    }
+
+
+def follow_up_create(
+    *,
+    actor: Actor,
+    parent: Task,
+    title: str,
+    instruction: str,
+    depends_on: list[Task] | tuple = (),
+    tools: list[str] | None = None,
+) -> Task:
+    """A planning task's `propose_task`: a linked work task for the parent's goal, on the parent's
+    connection and model, `blocked` or `ready` by its dependencies, with at most the parent's
+    permissions (`follow_up_permissions`); at most ACTHELM_MAX_PROPOSALS_PER_TASK per parent.
+
+    Proposing the same title twice from one parent returns the first follow-up: the tool is
+    replayed after a crash, and the loop names dependencies by title, so titles stay unique.
+    Refusals raise InvalidInput with the codes ``proposal_limit``, ``tool_not_allowed`` and
+    ``limit_exhausted``.
+    """
+    title = (title or "").strip()
+    with transaction.atomic():
+        # Serialises two proposals from one parent (the worker already holds this lock).
+        parent = lock_task(parent.pk)
+        existing = Task.objects.filter(spawned_by=parent, title=title).order_by("id").first()
+        if existing is not None:
+            log.info(
+                "task.follow_up_exists",
+                extra={"task_id": existing.pk, "parent_id": parent.pk, "actor": actor.label},
+            )
+            return existing
+        cap = int(settings.ACTHELM_MAX_PROPOSALS_PER_TASK)
+        if Task.objects.filter(spawned_by=parent).count() >= cap:
+            raise InvalidInput(
+                f"this task has proposed {cap} follow-up tasks, the most one task may "
+                "propose (ACTHELM_MAX_PROPOSALS_PER_TASK); propose no more",
+                code="proposal_limit",
+            )
+        inherited = follow_up_permissions(parent, tools)
+        task = task_create(
+            actor=actor,
+            title=title,
+            instruction=instruction,
+            goal=parent.goal,
+            kind=TaskKind.WORK,
+            origin=TaskOrigin.AGENT,
+            spawned_by=parent,
+            depends_on=depends_on,
+            connection=parent.connection,
+            model=parent.model,
+            **inherited,
+        )
+    log.info(
+        "task.follow_up_created",
+        extra={
+            "task_id": task.pk,
+            "parent_id": parent.pk,
+            "status": task.status,
+            "actor": actor.label,
+        },
+    )
+    return task
+
+
+def propose_follow_up(*, actor: Actor, parent: Task, proposal) -> tuple[str, str]:
+    """The agent loop's `propose_task` (``proposal``: its parsed arguments), inside the worker's
+    fenced transaction. Returns (text for the model, error code or "")."""
+    titles = list(proposal.depends_on_titles)
+    deps = list(Task.objects.filter(spawned_by=parent, title__in=titles))
+    missing = set(titles) - {d.title for d in deps}
+    if missing:
+        code = "unknown_dependency"
+        return (
+            f"Error ({code}): no proposed task titled {sorted(missing)[0]!r}; propose it first",
+            code,
+        )
+    try:
+        child = follow_up_create(
+            actor=actor,
+            parent=parent,
+            title=proposal.title,
+            instruction=proposal.instruction,
+            depends_on=deps,
+            tools=proposal.tools,
+        )
+    except InvalidInput as exc:
+        return f"Error ({exc.code}): {exc.message}", exc.code
+    return f"Follow-up task proposed: {child.title} (task #{child.pk}, {child.status})", ""

@@ -1,0 +1,63 @@
+"""Agent tools: pure Python (no Django).  See ``base`` for how the loop drives them.
+
+Importing this package registers the built-in tools: list_files, read_file,
+search_files, analyze_csv, write_artifact, fetch_url.  Loop-internal tools
+(update_plan, propose_task) register themselves with ``register`` elsewhere.
+"""
+
+from . import artifacts, csv_tool, fetch, files, plan  # noqa: F401  (import registers the tools)
+from .base import (
+    ERROR_CODES,
+    ArtifactWritten,
+    RecoveryClass,
+    Tool,
+    ToolArgs,
+    ToolContext,
+    ToolError,
+    ToolResult,
+    canonical_arguments,
+    operation_hash,
+)
+from .fetch import host_allowed
+from .files import resolve_in_workspace
+from .registry import (
+    Resolver,
+    UnknownTool,
+    add_resolver,
+    all_tools,
+    find_tool,
+    get_tool,
+    register,
+    remove_resolver,
+    tool_names,
+)
+
+try:  # loop-internal tools (update_plan, propose_task), maintained beside the loop
+    from . import plan  # noqa: F401
+except ModuleNotFoundError as exc:  # pragma: no cover - only while that module is absent
+    if exc.name != f"{__name__}.plan":
+        raise
+
+__all__ = [
+    "ERROR_CODES",
+    "ArtifactWritten",
+    "Resolver",
+    "RecoveryClass",
+    "Tool",
+    "ToolArgs",
+    "ToolContext",
+    "ToolError",
+    "ToolResult",
+    "UnknownTool",
+    "add_resolver",
+    "all_tools",
+    "find_tool",
+    "canonical_arguments",
+    "get_tool",
+    "host_allowed",
+    "operation_hash",
+    "register",
+    "remove_resolver",
+    "resolve_in_workspace",
+    "tool_names",
+]

@@ -1,0 +1,593 @@
+"""Tools from MCP servers: the client side (official ``mcp`` SDK) and the ``Tool`` adapter.
+
+Django-free like the rest of ``agents.tools``: a server is described by a ``ServerSpec`` (built
+from the ``ToolServer`` row by ``agents.toolservers``) and a tool by the schema and annotations
+recorded when a person last tested the server.  The registry finds ``SERVER__TOOL`` names
+through a resolver that ``agents.toolservers`` installs.
+
+Every call opens its own session in a private thread with its own event loop, so the caller
+(a worker thread) only waits on an event: it polls the task's cancel event and the deadline,
+and on either it cancels the session, which closes the HTTP connection or ends the server
+process (stdin closed, then SIGTERM, then SIGKILL by the SDK).  A server that dies, hangs or
+answers garbage becomes a ``ToolError`` with a stable code; nothing of it reaches the worker.
+
+Trust (the MCP specification: annotations from an untrusted server must not be relied on):
+an MCP tool is *external* and asks a person first, unless a person marked its server trusted;
+then ``readOnlyHint`` makes it read-only (and allowed without asking) and ``idempotentHint``
+makes it idempotent.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import os
+import re
+import threading
+import time
+from dataclasses import dataclass, field
+from datetime import timedelta
+from typing import Any
+
+from pydantic import BaseModel, ConfigDict
+
+from .base import RecoveryClass, Tool, ToolContext, ToolError, ToolResult
+
+#: ``SERVER__TOOL``: the separator between a server's name and its tool's name.
+SEPARATOR = "__"
+#: A server name: lower-case letters, digits and single underscores (no ``__``).
+SERVER_NAME_RE = re.compile(r"^[a-z][a-z0-9]*(?:_[a-z0-9]+)*$")
+SERVER_NAME_MAX = 30
+#: Tool names the model APIs accept (OpenAI: ``^[a-zA-Z0-9_-]{1,64}$``).
+QUALIFIED_NAME_RE = re.compile(r"^[A-Za-z0-9_-]{1,64}$")
+
+POLICY_ALLOW = "allow"
+POLICY_ASK = "ask"
+
+# Stable error codes of MCP calls (``ToolError.code``).
+MCP_UNREACHABLE = "mcp_unreachable"  # could not start the process / connect / HTTP error
+MCP_CONNECTION_CLOSED = "mcp_connection_closed"  # the server went away during the call
+MCP_TIMEOUT = "mcp_timeout"  # no answer before the deadline
+MCP_BAD_RESPONSE = "mcp_bad_response"  # the server answered something that is not MCP
+MCP_TOOL_ERROR = "mcp_tool_error"  # the tool ran and reported an error (isError)
+MCP_PROTOCOL_ERROR = "mcp_protocol_error"  # a JSON-RPC error answer (unknown tool, ...)
+MCP_SERVER_MISSING = "mcp_server_missing"  # the server or the tool is no longer registered
+MCP_CODES = frozenset(
+    {
+        MCP_UNREACHABLE,
+        MCP_CONNECTION_CLOSED,
+        MCP_TIMEOUT,
+        MCP_BAD_RESPONSE,
+        MCP_TOOL_ERROR,
+        MCP_PROTOCOL_ERROR,
+        MCP_SERVER_MISSING,
+    }
+)
+
+#: How long the caller waits for an aborted session to close; the SDK finishes closing it in
+#: the background (stdin closed, SIGTERM after 2 s, SIGKILL after 2 s more).
+CLOSE_GRACE_SECONDS = 1.0
+POLL_SECONDS = 0.05
+
+
+def qualified_name(server: str, tool: str) -> str:
+    return f"{server}{SEPARATOR}{tool}"
+
+
+def split_name(name: str) -> tuple[str, str] | None:
+    """``"gh__search"`` -> ``("gh", "search")``; None for a name that is not ``SERVER__TOOL``."""
+    if not isinstance(name, str) or SEPARATOR not in name:
+        return None
+    server, _, tool = name.partition(SEPARATOR)
+    if not SERVER_NAME_RE.match(server) or not tool:
+        return None
+    return server, tool
+
+
+@dataclass(frozen=True)
+class ServerSpec:
+    """How to reach one MCP server.  ``credential_env`` is a variable's *name*."""
+
+    name: str
+    transport: str  # "stdio" | "http"
+    command: tuple[str, ...] = ()
+    url: str = ""
+    credential_env: str = ""
+    trusted: bool = False
+    timeout: float = 60.0
+    cwd: str | None = None
+
+    def credential(self) -> str | None:
+        return os.environ.get(self.credential_env) if self.credential_env else None
+
+    def redact(self, text: str) -> str:
+        secret = self.credential()
+        if secret and len(secret) >= 4:
+            text = text.replace(secret, "[redacted]")
+        return text
+
+
+@dataclass(frozen=True)
+class RemoteTool:
+    """A tool as its server listed it: name, description, input schema, annotations."""
+
+    name: str
+    description: str = ""
+    input_schema: dict[str, Any] = field(default_factory=dict)
+    annotations: dict[str, Any] = field(default_factory=dict)
+
+    def as_dict(self) -> dict[str, Any]:
+        return {
+            "name": self.name,
+            "description": self.description,
+            "input_schema": self.input_schema,
+            "annotations": self.annotations,
+        }
+
+    @classmethod
+    def from_dict(cls, data: dict[str, Any]) -> RemoteTool:
+        return cls(
+            name=str(data.get("name", "")),
+            description=str(data.get("description") or ""),
+            input_schema=dict(data.get("input_schema") or {}),
+            annotations=dict(data.get("annotations") or {}),
+        )
+
+
+# ----------------------------------------------------------------------------------------------
+# The session: one per operation, in its own thread and event loop
+# ----------------------------------------------------------------------------------------------
+
+
+class _Garbage(Exception):
+    """The server sent bytes that are not a JSON-RPC message."""
+
+
+def _transport(spec: ServerSpec, on_dropped=None):
+    if spec.transport == "stdio":
+        from mcp.client.stdio import StdioServerParameters, stdio_client
+
+        if not spec.command:
+            raise ToolError(MCP_UNREACHABLE, f"MCP server {spec.name!r} has no command.")
+        env = {}
+        secret = spec.credential()
+        if secret is not None:
+            env[spec.credential_env] = secret
+        params = StdioServerParameters(
+            command=spec.command[0], args=list(spec.command[1:]), env=env or None, cwd=spec.cwd
+        )
+        return stdio_client(params, errlog=_DEVNULL)
+    if spec.transport == "http":
+        import httpx
+
+        headers = {}
+        secret = spec.credential()
+        if secret:
+            headers["authorization"] = f"Bearer {secret}"
+        client = httpx.AsyncClient(
+            headers=headers,
+            timeout=httpx.Timeout(spec.timeout, read=spec.timeout),
+            follow_redirects=False,
+            transport=_watched_transport(on_dropped),
+        )
+        return _http_transport(spec.url, client)
+    raise ToolError(MCP_UNREACHABLE, f"unknown MCP transport {spec.transport!r}")
+
+
+def _watched_transport(on_dropped):
+    """An httpx transport that reports a connection the server dropped mid-answer: the SDK only
+    logs a response stream that ends without an answer and waits for the deadline."""
+    import httpx
+
+    class Watched(httpx.AsyncByteStream):
+        def __init__(self, inner):
+            self.inner = inner
+
+        async def __aiter__(self):
+            try:
+                async for chunk in self.inner:
+                    yield chunk
+            except httpx.TransportError as exc:
+                if on_dropped is not None:
+                    on_dropped(f"{type(exc).__name__}: {exc}")
+                raise
+
+        async def aclose(self):
+            await self.inner.aclose()
+
+    class Transport(httpx.AsyncHTTPTransport):
+        async def handle_async_request(self, request):
+            response = await super().handle_async_request(request)
+            response.stream = Watched(response.stream)
+            return response
+
+    return Transport()
+
+
+# stderr of a stdio server goes nowhere (it may echo anything, credentials included).
+_DEVNULL = open(os.devnull, "w")  # noqa: SIM115 - one sink for the process's lifetime
+
+
+class _http_transport:  # noqa: N801 - an async context manager used like the SDK's functions
+    def __init__(self, url: str, client):
+        self.url, self.client = url, client
+
+    async def __aenter__(self):
+        from mcp.client.streamable_http import streamable_http_client
+
+        await self.client.__aenter__()
+        self._cm = streamable_http_client(self.url, http_client=self.client)
+        try:
+            return await self._cm.__aenter__()
+        except BaseException:
+            await self.client.__aexit__(None, None, None)
+            raise
+
+    async def __aexit__(self, *exc):
+        try:
+            return await self._cm.__aexit__(*exc)
+        finally:
+            await self.client.__aexit__(None, None, None)
+
+
+async def _with_session(spec: ServerSpec, operation, on_garbage, on_dropped=None):
+    """Open a session, run ``operation(session)``, close.  A line that is not JSON-RPC is
+    reported through ``on_garbage``, an HTTP answer cut off through ``on_dropped`` (the SDK
+    would only log them and wait for the deadline)."""
+    from mcp import ClientSession
+
+    finished = False
+
+    async def on_message(message):
+        if isinstance(message, Exception):
+            on_garbage(str(message))
+
+    def dropped(text: str) -> None:
+        if not finished and on_dropped is not None:  # closing our own streams is no error
+            on_dropped(text)
+
+    async with _transport(spec, dropped) as streams:
+        read, write = streams[0], streams[1]
+        async with ClientSession(
+            read,
+            write,
+            read_timeout_seconds=timedelta(seconds=spec.timeout),
+            message_handler=on_message,
+        ) as session:
+            await session.initialize()
+            result = await operation(session)
+            finished = True
+            return result
+
+
+class _Runner:
+    """Runs one coroutine in a private thread; the caller waits, polls cancel and deadline."""
+
+    def __init__(self, make_coro):
+        self.make_coro = make_coro
+        self.done = threading.Event()
+        self.garbage: str | None = None
+        self.dropped: str | None = None
+        self.loop: asyncio.AbstractEventLoop | None = None
+        self.task: asyncio.Task | None = None
+        self.result: Any = None
+        self.error: BaseException | None = None
+        self.started = threading.Event()
+
+    def _thread(self):
+        async def main():
+            self.task = asyncio.current_task()
+            self.loop = asyncio.get_running_loop()
+            self.started.set()
+            return await self.make_coro()
+
+        try:
+            self.result = asyncio.run(main())
+        except BaseException as exc:  # noqa: BLE001 - handed to the waiting thread
+            self.error = exc
+        finally:
+            self.started.set()
+            self.done.set()
+
+    def cancel(self):
+        if self.loop is not None and self.task is not None:
+            try:
+                self.loop.call_soon_threadsafe(self.task.cancel)
+            except RuntimeError:  # the loop already closed: the call is over anyway
+                pass
+
+    def run(self, *, deadline: float, cancel_event: threading.Event | None) -> Any:
+        thread = threading.Thread(target=self._thread, name="mcp-call", daemon=True)
+        thread.start()
+        self.started.wait()
+        why = None
+        while not self.done.wait(POLL_SECONDS):
+            if cancel_event is not None and cancel_event.is_set():
+                why = "cancelled"
+            elif self.garbage is not None:
+                why = "garbage"
+            elif self.dropped is not None:
+                why = "dropped"
+            elif time.monotonic() >= deadline:
+                why = "timeout"
+            if why:
+                self.cancel()
+                # The SDK closes the connection / ends the process; don't wait forever for it.
+                self.done.wait(CLOSE_GRACE_SECONDS)
+                break
+        if why == "cancelled":
+            raise ToolError("cancelled", "The task was cancelled while this tool was running.")
+        if why == "timeout":
+            raise ToolError(MCP_TIMEOUT, "The MCP server did not answer in time.")
+        if why == "garbage":
+            raise _Garbage(self.garbage)
+        if why == "dropped":
+            raise ToolError(MCP_CONNECTION_CLOSED, f"the server went away: {self.dropped[:200]}")
+        if self.error is not None:
+            raise self.error
+        return self.result
+
+
+def _classify(spec: ServerSpec, exc: BaseException) -> ToolError:
+    """Map whatever the SDK / transport raised to a ToolError with a stable code."""
+    import httpx
+    from mcp.shared.exceptions import McpError
+    from pydantic import ValidationError
+
+    if isinstance(exc, ToolError):
+        return exc
+    if isinstance(exc, BaseExceptionGroup):
+        # anyio task groups wrap the real error; the first leaf says what happened.
+        leaves = list(_leaves(exc))
+        for leaf in leaves:
+            if not isinstance(leaf, asyncio.CancelledError):
+                return _classify(spec, leaf)
+        return ToolError(MCP_CONNECTION_CLOSED, f"MCP server {spec.name!r} closed the session.")
+    if isinstance(exc, _Garbage):
+        return ToolError(
+            MCP_BAD_RESPONSE,
+            f"MCP server {spec.name!r} sent something that is not an MCP message: {exc}",
+        )
+    if isinstance(exc, McpError):
+        code = getattr(exc.error, "code", None)
+        message = spec.redact(str(exc.error.message))[:500]
+        if code == -32000 or "closed" in message.lower():  # CONNECTION_CLOSED
+            return ToolError(
+                MCP_CONNECTION_CLOSED,
+                f"MCP server {spec.name!r} went away during the call: {message}",
+            )
+        if code == 408 or "timed out" in message.lower():
+            return ToolError(MCP_TIMEOUT, f"MCP server {spec.name!r} did not answer in time.")
+        return ToolError(
+            MCP_PROTOCOL_ERROR, f"MCP server {spec.name!r} refused the request: {message}"
+        )
+    if isinstance(exc, ValidationError):
+        return ToolError(
+            MCP_BAD_RESPONSE, f"MCP server {spec.name!r} answered with a malformed result."
+        )
+    if isinstance(exc, httpx.HTTPStatusError):
+        return ToolError(
+            MCP_UNREACHABLE,
+            f"MCP server {spec.name!r} answered HTTP {exc.response.status_code}.",
+        )
+    if isinstance(exc, httpx.HTTPError | OSError | EOFError):
+        return ToolError(
+            MCP_UNREACHABLE,
+            f"Cannot reach MCP server {spec.name!r}: {spec.redact(str(exc))[:300]}",
+        )
+    if isinstance(exc, asyncio.CancelledError | TimeoutError):
+        return ToolError(MCP_TIMEOUT, f"MCP server {spec.name!r} did not answer in time.")
+    if isinstance(exc, ValueError | TypeError | KeyError | RuntimeError):
+        return ToolError(
+            MCP_BAD_RESPONSE,
+            f"MCP server {spec.name!r} failed: {type(exc).__name__}: {spec.redact(str(exc))[:300]}",
+        )
+    raise exc
+
+
+def _leaves(group: BaseExceptionGroup):
+    for exc in group.exceptions:
+        if isinstance(exc, BaseExceptionGroup):
+            yield from _leaves(exc)
+        else:
+            yield exc
+
+
+def _run(spec: ServerSpec, operation, *, timeout: float, cancel_event=None) -> Any:
+    def on_garbage(text: str) -> None:
+        if runner.garbage is None:
+            runner.garbage = text[:300]
+
+    def on_dropped(text: str) -> None:
+        if runner.dropped is None:
+            runner.dropped = text
+
+    runner = _Runner(lambda: _with_session(spec, operation, on_garbage, on_dropped))
+    try:
+        return runner.run(deadline=time.monotonic() + timeout, cancel_event=cancel_event)
+    except ToolError as exc:
+        if exc.code == MCP_TIMEOUT:
+            raise ToolError(
+                MCP_TIMEOUT, f"MCP server {spec.name!r} did not answer in time."
+            ) from None
+        raise
+    except BaseException as exc:  # noqa: BLE001 - classified; anything unknown is re-raised
+        raise _classify(spec, exc) from None
+
+
+def list_tools(spec: ServerSpec, *, timeout: float | None = None) -> list[RemoteTool]:
+    """Connect, initialize, list every tool (following pagination).  ToolError on failure."""
+
+    async def operation(session):
+        tools, cursor = [], None
+        for _ in range(100):  # pages; a server that never ends its list is cut here
+            page = await session.list_tools(cursor=cursor) if cursor else await session.list_tools()
+            tools.extend(page.tools)
+            cursor = page.nextCursor
+            if not cursor:
+                break
+        return tools
+
+    raw = _run(spec, operation, timeout=timeout or spec.timeout)
+    out = []
+    for tool in raw:
+        annotations = tool.annotations.model_dump(exclude_none=True) if tool.annotations else {}
+        out.append(
+            RemoteTool(
+                name=tool.name,
+                description=(tool.description or "")[:4000],
+                input_schema=dict(tool.inputSchema or {}),
+                annotations=annotations,
+            )
+        )
+    return out
+
+
+def call_tool(
+    spec: ServerSpec,
+    tool: str,
+    arguments: dict[str, Any],
+    *,
+    timeout: float | None = None,
+    cancel_event: threading.Event | None = None,
+):
+    """One ``tools/call``; returns the SDK's ``CallToolResult``.  ToolError on failure."""
+
+    async def operation(session):
+        return await session.call_tool(tool, arguments)
+
+    return _run(spec, operation, timeout=timeout or spec.timeout, cancel_event=cancel_event)
+
+
+def result_text(result) -> str:
+    """The text of a ``CallToolResult``: text blocks as they are, anything else as JSON."""
+    parts: list[str] = []
+    for block in result.content or []:
+        kind = getattr(block, "type", "")
+        if kind == "text":
+            parts.append(block.text)
+        elif kind in ("image", "audio"):
+            parts.append(f"[{kind} {getattr(block, 'mimeType', '')}, not shown]")
+        else:
+            parts.append(json.dumps(block.model_dump(mode="json", exclude_none=True)))
+    if not parts and result.structuredContent is not None:
+        parts.append(json.dumps(result.structuredContent, ensure_ascii=False, sort_keys=True))
+    return "\n".join(parts)
+
+
+# ----------------------------------------------------------------------------------------------
+# The Tool adapter
+# ----------------------------------------------------------------------------------------------
+
+
+class McpArgs(BaseModel):
+    """Arguments of an MCP tool: whatever object the server's schema accepts, kept as given."""
+
+    model_config = ConfigDict(extra="allow")
+
+
+def _json_path(path) -> str:
+    out = ""
+    for part in path:
+        out += f"[{part}]" if isinstance(part, int) else ("." if out else "") + str(part)
+    return out or "(arguments)"
+
+
+class McpTool(Tool):
+    """One tool of one MCP server, offered to the model as ``SERVER__TOOL``."""
+
+    Args = McpArgs
+    effect = "Calls {target} on an MCP server"
+
+    def __init__(self, spec: ServerSpec, remote: RemoteTool) -> None:
+        self.spec = spec
+        self.remote = remote
+        self.name = qualified_name(spec.name, remote.name)  # type: ignore[misc]
+        self.description = remote.description or f"Tool {remote.name} of MCP server {spec.name}."  # type: ignore[misc]
+        hints = remote.annotations if spec.trusted else {}
+        read_only = hints.get("readOnlyHint") is True
+        if read_only:
+            recovery = RecoveryClass.READ_ONLY
+        elif hints.get("idempotentHint") is True:
+            recovery = RecoveryClass.IDEMPOTENT
+        else:
+            recovery = RecoveryClass.EXTERNAL
+        self.recovery_class = recovery  # type: ignore[misc]
+        #: The policy a task gets for this tool when its author sets none.
+        self.default_policy = POLICY_ALLOW if read_only else POLICY_ASK
+        self._schema = self._object_schema(remote.input_schema)
+
+    @staticmethod
+    def _object_schema(schema: dict[str, Any]) -> dict[str, Any]:
+        schema = dict(schema or {})
+        schema.setdefault("type", "object")
+        schema.setdefault("properties", {})
+        return schema
+
+    def json_schema(self) -> dict[str, Any]:
+        return json.loads(json.dumps(self._schema))
+
+    def parse(self, arguments: dict[str, Any] | None) -> BaseModel:
+        import jsonschema
+
+        if not isinstance(arguments, dict):
+            got = "none" if arguments is None else type(arguments).__name__
+            raise ToolError(
+                "invalid_arguments",
+                f"Tool '{self.name}' needs a JSON object of arguments, got {got}.",
+            )
+        try:
+            validator_cls = jsonschema.validators.validator_for(
+                self._schema, default=jsonschema.Draft202012Validator
+            )
+            validator = validator_cls(self._schema)
+            errors = sorted(validator.iter_errors(arguments), key=lambda e: list(e.path))
+        except jsonschema.exceptions.SchemaError as exc:
+            raise ToolError(
+                "invalid_arguments",
+                f"The input schema that MCP server {self.spec.name!r} gave for "
+                f"{self.remote.name!r} is not valid JSON Schema ({exc.message[:200]}).",
+            ) from None
+        if errors:
+            lines = [f"Invalid arguments for tool '{self.name}':"]
+            fields = []
+            for err in errors[:10]:
+                where = _json_path(err.absolute_path)
+                if err.validator == "required" and isinstance(err.instance, dict):
+                    missing = [r for r in err.validator_value if r not in err.instance]
+                    if missing:
+                        where = ".".join(filter(None, [_json_path(err.absolute_path), missing[0]]))
+                        where = where.replace("(arguments).", "")
+                fields.append(where)
+                lines.append(f"- {where}: {err.message[:300]}")
+            raise ToolError("invalid_arguments", "\n".join(lines), details={"fields": fields})
+        return McpArgs.model_validate(arguments)
+
+    def target(self, args: BaseModel) -> str:
+        return f"{self.remote.name} ({self.spec.name})"
+
+    def run(self, args: BaseModel, ctx: ToolContext) -> ToolResult:
+        ctx.check_cancelled()
+        arguments = args.model_dump(mode="json")
+        result = call_tool(
+            self.spec,
+            self.remote.name,
+            arguments,
+            timeout=self.spec.timeout,
+            cancel_event=ctx.cancel_event,
+        )
+        try:
+            text = result_text(result)
+        except (AttributeError, TypeError, ValueError):
+            raise ToolError(
+                MCP_BAD_RESPONSE, f"MCP server {self.spec.name!r} answered a malformed result."
+            ) from None
+        if result.isError:
+            raise ToolError(MCP_TOOL_ERROR, text[:4000] or "The MCP tool reported an error.")
+        data: dict[str, Any] = {"server": self.spec.name, "tool": self.remote.name}
+        if result.structuredContent is not None:
+            data["structured"] = result.structuredContent
+        return ToolResult(text=text, data=data)
+
+    def __repr__(self) -> str:
+        return f"<McpTool {self.name}>"

@@ -1,0 +1,103 @@
+"""Name -> Tool registry.
+
+Tools register with the ``@register`` decorator on their class (an instance is
+created once and shared; tools keep no per-call state).  Loop-internal tools
+(``update_plan``, ``propose_task``) written elsewhere register the same way.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass
+
+from .base import Tool, ToolError
+
+_REGISTRY: dict[str, Tool] = {}
+
+
+@dataclass(frozen=True)
+class Resolver:
+    """Tools that exist outside this process's code, e.g. an MCP server's (``SERVER__TOOL``).
+
+    ``find(name)`` returns a Tool or None; ``names()`` lists every name it can resolve now.
+    Installed by the app that knows where such tools are recorded (``agents.toolservers``).
+    """
+
+    find: Callable[[str], Tool | None]
+    names: Callable[[], Iterable[str]]
+
+
+_RESOLVERS: dict[str, Resolver] = {}
+
+
+def add_resolver(key: str, resolver: Resolver) -> None:
+    _RESOLVERS[key] = resolver
+
+
+def remove_resolver(key: str) -> None:
+    _RESOLVERS.pop(key, None)
+
+
+def find_tool(name: str) -> Tool | None:
+    """The tool registered or resolvable under ``name``, or None."""
+    if not isinstance(name, str):
+        return None
+    tool = _REGISTRY.get(name)
+    if tool is not None:
+        return tool
+    for resolver in _RESOLVERS.values():
+        tool = resolver.find(name)
+        if tool is not None:
+            return tool
+    return None
+
+
+class UnknownTool(ToolError, KeyError):
+    """Raised by ``get_tool`` for a name nobody registered (code ``tool_unknown``)."""
+
+    def __init__(self, name: str) -> None:
+        # Built-in names only: this message must not need the database (MCP tools are listed by
+        # tool_names(), and the task's list says what the model may call).
+        known = ", ".join(sorted(_REGISTRY)) or "none"
+        super().__init__("tool_unknown", f"There is no tool named {name!r}. Known tools: {known}.")
+        self.tool_name = name
+
+    def __str__(self) -> str:  # KeyError would otherwise print the repr of its args
+        return f"{self.code}: {self.message}"
+
+
+def register[T: type[Tool]](cls: T) -> T:
+    """Class decorator: instantiate the tool and register it under ``cls.name``."""
+    if not isinstance(cls, type) or not issubclass(cls, Tool):
+        raise TypeError("register() expects a Tool subclass")
+    name = cls.name
+    if not name or not isinstance(name, str):
+        raise ValueError(f"{cls.__name__} has no tool name")
+    existing = _REGISTRY.get(name)
+    if existing is not None and type(existing) is not cls:
+        # The same class re-registered (module reload) is fine; a different one is a bug.
+        if f"{type(existing).__module__}.{type(existing).__qualname__}" != (
+            f"{cls.__module__}.{cls.__qualname__}"
+        ):
+            raise ValueError(f"tool name {name!r} is already registered by {existing!r}")
+    _REGISTRY[name] = cls()
+    return cls
+
+
+def get_tool(name: str) -> Tool:
+    tool = find_tool(name)
+    if tool is None:
+        raise UnknownTool(str(name))
+    return tool
+
+
+def all_tools() -> dict[str, Tool]:
+    return dict(_REGISTRY)
+
+
+def tool_names() -> list[str]:
+    """Every usable tool name: the built-in ones and those the resolvers know now."""
+    names = set(_REGISTRY)
+    for resolver in _RESOLVERS.values():
+        names.update(resolver.names())
+    return sorted(names)

@@ -1,0 +1,131 @@
+"""The only writer of a run's status; the caller holds the task's row lock."""
+
+from dataclasses import dataclass
+
+from django.db import connection
+from django.utils import timezone
+from psycopg.types.json import Jsonb
+
+from agents import storable
+from agents.models import AgentRun, ToolCall
+from agents.states import RUN_TRANSITIONS, TOOL_CALL_TRANSITIONS, RunStatus
+from tasks.exceptions import TransitionNotAllowed
+
+
+def finish_run(run: AgentRun | int, status: str, **fields) -> None:
+    """Move a started run to succeeded, failed or cancelled, with its result fields."""
+    if not connection.in_atomic_block:
+        raise RuntimeError("run transitions must run inside transaction.atomic()")
+    if status not in RUN_TRANSITIONS[RunStatus.STARTED]:
+        raise TransitionNotAllowed(f"a run cannot finish as {status}")
+    run_id = run.pk if isinstance(run, AgentRun) else run
+    fields = {k: storable.text(v) if isinstance(v, str) else v for k, v in fields.items()}
+    updated = AgentRun.objects.filter(pk=run_id, status=RunStatus.STARTED).update(
+        status=status, finished_at=timezone.now(), **fields
+    )
+    if updated != 1:
+        raise TransitionNotAllowed(f"run {run_id} is not started; it cannot become {status}")
+    if isinstance(run, AgentRun):
+        run.status = status
+        for name, value in fields.items():
+            setattr(run, name, value)
+
+
+def end_started_runs(task_id: int, status: str, **fields) -> list[int]:
+    """A person's action ends whatever attempt was running (the worker notices at its heartbeat)."""
+    ids = list(
+        AgentRun.objects.filter(task_id=task_id, status=RunStatus.STARTED).values_list(
+            "id", flat=True
+        )
+    )
+    for run_id in ids:
+        finish_run(run_id, status, **fields)
+    return ids
+
+
+def set_call_status(call: ToolCall | int, to: str, **fields) -> None:
+    """Move a tool call along TOOL_CALL_TRANSITIONS with its result fields, in one conditional
+    UPDATE; the caller is in the transaction that holds the task's lock (a fenced write, or a
+    person's decision)."""
+    if not connection.in_atomic_block:
+        raise RuntimeError("tool-call transitions must run inside transaction.atomic()")
+    call_id = call.pk if isinstance(call, ToolCall) else call
+    sources = [state for state, targets in TOOL_CALL_TRANSITIONS.items() if to in targets]
+    updated = ToolCall.objects.filter(pk=call_id, status__in=sources).update(status=to, **fields)
+    if updated != 1:
+        raise TransitionNotAllowed(f"tool call {call_id} cannot become {to}")
+    if isinstance(call, ToolCall):
+        call.status = to
+        for name, value in fields.items():
+            setattr(call, name, value)
+
+
+@dataclass
+class CallUpdate:
+    """One tool call's move with its result fields, for `set_calls_status`. None keeps a field."""
+
+    call_id: int
+    to: str
+    result: str | None = None
+    result_for_model: str | None = None
+    error_code: str | None = None
+    finished_at: object = None
+    started_at: object = None
+    runs: int = 0
+    arguments: dict | None = None
+    arguments_hash: str | None = None
+
+
+_CALLS_SQL = """
+UPDATE agents_toolcall c SET
+    status = v.status,
+    result = coalesce(v.result, c.result),
+    result_for_model = coalesce(v.rfm, c.result_for_model),
+    error_code = coalesce(v.code, c.error_code),
+    finished_at = coalesce(v.finished, c.finished_at),
+    started_at = coalesce(v.started, c.started_at),
+    run_count = c.run_count + v.runs,
+    arguments = coalesce(v.arguments, c.arguments),
+    arguments_hash = coalesce(v.hash, c.arguments_hash),
+    run_id = %s
+FROM (VALUES {rows}) AS v(id, status, result, rfm, code, finished, started, runs, arguments, hash,
+                         sources)
+WHERE c.id = v.id AND c.status = ANY(v.sources)
+"""
+_CALL_ROW = (
+    "(%s::bigint, %s::varchar, %s::text, %s::text, %s::varchar, %s::timestamptz, "
+    "%s::timestamptz, %s::int, %s::jsonb, %s::varchar, %s::varchar[])"
+)
+
+
+def set_calls_status(run_id: int, updates: list[CallUpdate]) -> None:
+    """Move several tool calls of one step along TOOL_CALL_TRANSITIONS in ONE statement; every
+    row must move, else TransitionNotAllowed (and the caller's transaction rolls back)."""
+    if not updates:
+        return
+    if not connection.in_atomic_block:
+        raise RuntimeError("tool-call transitions must run inside transaction.atomic()")
+    params: list = [run_id]
+    for u in updates:
+        sources = [state for state, targets in TOOL_CALL_TRANSITIONS.items() if u.to in targets]
+        params += [
+            u.call_id,
+            u.to,
+            u.result,
+            u.result_for_model,
+            u.error_code,
+            u.finished_at,
+            u.started_at,
+            u.runs,
+            Jsonb(u.arguments) if u.arguments is not None else None,
+            u.arguments_hash,
+            [str(s) for s in sources],
+        ]
+    sql = _CALLS_SQL.format(rows=", ".join([_CALL_ROW] * len(updates)))
+    with connection.cursor() as cursor:
+        cursor.execute(sql, params)
+        moved = cursor.rowcount
+    if moved != len(updates):
+        raise TransitionNotAllowed(
+            f"{len(updates) - moved} of {len(updates)} tool calls cannot make their move"
+        )

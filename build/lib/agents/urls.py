@@ -1,0 +1,11 @@
+from django.urls import path
+
+from agents import views
+
+app_name = "agents"
+
+urlpatterns = [
+    path("", views.connections, name="connections"),
+    path("add/", views.connection_add, name="connection_add"),
+    path("<int:pk>/test/", views.connection_test, name="connection_test"),
+]

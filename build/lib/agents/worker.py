@@ -1,0 +1,582 @@
+"""The worker: claim tasks, hold them with one heartbeat, run each in a thread, apply the outcome.
+
+No broker: PostgreSQL is the queue. A dispatcher claims for the free places (several tasks in one
+statement) and starts a thread per claimed task, which ends with its run; free places hold no
+thread and no connection. One heartbeat renews every lease the process holds in one statement.
+One listener (`LISTEN`) wakes the dispatcher for new work and the heartbeat for a person's
+action on a task that runs here. A maintenance thread runs `recover_stale()` and the reconciler;
+a thread of its own delivers the notification outbox, so no receiver can delay recovery.
+A run borrows a pooled connection only to read or write (`configure_pool`). The first
+SIGTERM/SIGINT stops claiming and lets every run hand its task back at its next safe point; a
+second one exits at once (the leases then expire and another worker recovers the tasks).
+"""
+
+import logging
+import os
+import signal
+import socket
+import threading
+import time
+from dataclasses import dataclass
+
+import psycopg
+from django.conf import settings
+from django.db import DatabaseError, InterfaceError, OperationalError
+from django.db import connection as db
+from psycopg.conninfo import make_conninfo
+
+from acthelm_site.dbpool import release_connection
+from agents.leases import Claim, claim_batch, claim_next, renew_leases
+from agents.loop import AgentLoop, RunSignals
+from agents.models import AgentRun
+from agents.outcomes import Outcome, apply_outcome, recover_stale
+from agents.reconciler import reconcile
+from agents.supervisor import supervise
+from agents.supervisor import uses_model as supervisor_uses_model
+from tasks.exceptions import AttemptLost
+from tasks.notify.delivery import deliver_in_maintenance
+from tasks.states import TaskStatus
+from tasks.transitions import READY_CHANNEL, SIGNAL_CHANNEL
+
+log = logging.getLogger("acthelm.worker")
+
+# Only these mean "the database went away": the task is handed back (not an attempt). Any other
+# DatabaseError is the database refusing what was written, which fails the attempt.
+CONNECTION_ERRORS = (OperationalError, InterfaceError)
+DB_ERRORS = (*CONNECTION_ERRORS, DatabaseError)
+DELIVERY_INTERVAL_SECONDS = 1.0  # between delivery passes (a pass sends every row that is due)
+
+
+def storage_message(exc: Exception, loop) -> str:
+    """Why a step could not be stored, with what the model said in it (escaped and bounded),
+    so that a person can read it on the failed run."""
+    lines = [f"the database refused the run's step: {type(exc).__name__}: {exc}"[:2000]]
+    for turn in getattr(getattr(loop, "step", None), "turns", []) or []:
+        if turn.content:
+            lines.append(f"[{turn.role}] {turn.content[:4000]}")
+        for call in turn.calls:
+            lines.append(f"[tool call {call.state.tool}] {call.state.arguments_raw[:2000]}")
+    return "\n".join(lines)[:10_000]
+
+
+def default_worker_id() -> str:
+    return f"{socket.gethostname()}:{os.getpid()}"
+
+
+class Heartbeat(threading.Thread):
+    """One heartbeat for the whole process: every ACTHELM_HEARTBEAT_SECONDS it renews the lease
+    of every task the process runs in ONE statement (`renew_leases`, the fence's checks for each
+    pair), and its answer tells each run whether it lost its task (cancelled, recovered, reset,
+    deleted: the run's cancel event, which also aborts an in-flight model request or fetch) or
+    has a pause request. `poke(task_id)` checks those tasks at once: a person's action arrives as
+    a NOTIFY (`tasks.transitions.SIGNAL_CHANNEL`); the interval is the fallback where
+    notifications do not arrive (PgBouncer in transaction mode)."""
+
+    def __init__(self, worker: "Worker"):
+        super().__init__(name="heartbeat", daemon=True)
+        self.worker = worker
+        self._wake = threading.Condition()
+        self._poked: set[int] = set()
+        self._ended = threading.Event()
+        self.beats = 0
+
+    def end(self) -> None:
+        self._ended.set()
+        self.poke(0)
+
+    def poke(self, task_id: int) -> None:
+        with self._wake:
+            self._poked.add(task_id)
+            self._wake.notify()
+
+    def run(self) -> None:
+        interval = settings.ACTHELM_HEARTBEAT_SECONDS
+        next_beat = time.monotonic() + interval
+        while not (self.worker.halted.is_set() or self._ended.is_set()):
+            with self._wake:
+                timeout = next_beat - time.monotonic()
+                if not self._poked and timeout > 0:
+                    self._wake.wait(timeout)
+                poked, self._poked = self._poked, set()
+            if time.monotonic() >= next_beat:
+                self.beat(None)
+                next_beat = time.monotonic() + interval
+            elif poked:
+                self.beat(poked)
+        db.close()
+
+    def beat(self, only: set[int] | None) -> None:
+        running = self.worker.running_snapshot()
+        if only is not None:
+            running = {run_id: r for run_id, r in running.items() if r.claim.task_id in only}
+        if not running:
+            return
+        try:
+            held = renew_leases((r.claim.task_id, run_id) for run_id, r in running.items())
+        except DB_ERRORS:
+            log.exception("heartbeat.db_error", extra={"worker": self.worker.worker_id})
+            db.close()
+            return
+        except Exception:  # a bug must not silence the heartbeat of the running tasks
+            log.exception("heartbeat.error", extra={"worker": self.worker.worker_id})
+            return
+        finally:
+            db.close()  # with the pool: back to it; without: no idle connection between beats
+        self.beats += 1
+        for run_id, r in running.items():
+            status = held.get(r.claim.task_id)
+            if status is None:
+                # Else the run just ended (its task moved on), or it was told already.
+                if self.worker.is_running(run_id) and not r.signals.cancel.is_set():
+                    log.warning("run.lost", extra={"task_id": r.claim.task_id, "run_id": run_id})
+                    r.signals.cancel.set()
+            elif status == TaskStatus.PAUSE_REQUESTED:
+                r.signals.pause.set()
+            else:
+                r.signals.pause.clear()
+
+
+@dataclass(frozen=True)
+class Running:
+    claim: Claim
+    signals: RunSignals
+
+
+def configure_pool(size: int, *, worker_id: str = "") -> None:
+    """Make this process's connections a pool of at most `size` (Django's own psycopg pool,
+    `OPTIONS["pool"]`): every thread borrows a connection for a transaction or a statement and
+    gives it back (`release_connection`), so a worker process opens at most `size` connections
+    plus its LISTEN connection, whatever `--concurrency` says. Call it before any query."""
+    if size <= 0:
+        return
+    db.close()
+    options = db.settings_dict.setdefault("OPTIONS", {})
+    options["pool"] = {
+        "min_size": 1,
+        "max_size": size,
+        "timeout": settings.ACTHELM_DB_POOL_TIMEOUT_SECONDS,
+        "name": "acthelm-worker",
+    }
+    db.settings_dict["CONN_MAX_AGE"] = 0
+    if worker_id:  # so that pg_stat_activity says whose connections these are
+        options.setdefault("application_name", f"acthelm-worker {worker_id}"[:63])
+
+
+class Worker:
+    """`concurrency` runs at once, each in a thread of its own that exists only while it runs a
+    task; one dispatcher claims for the free places (several ready tasks in one statement), one
+    heartbeat renews every lease, one listener hears new work and people's actions."""
+
+    def __init__(self, *, worker_id: str | None = None, concurrency: int = 1, burst: bool = False):
+        if concurrency < 1:
+            raise ValueError("concurrency must be at least 1")
+        self.worker_id = worker_id or default_worker_id()
+        self.concurrency = concurrency
+        self.burst = burst
+        self.stopping = threading.Event()  # no more claims; runs hand back at a safe point
+        self.halted = threading.Event()  # every run has ended: the helpers end too
+        self._cond = threading.Condition()
+        self._generation = 0
+        self._running: dict[int, Running] = {}
+        self._threads: set[threading.Thread] = set()
+        self._lock = threading.Lock()
+        self.heartbeat: Heartbeat | None = None
+        self.processed = 0
+
+    # -- signals -------------------------------------------------------------------------------
+
+    def install_signal_handlers(self) -> None:
+        signal.signal(signal.SIGTERM, self._on_signal)
+        signal.signal(signal.SIGINT, self._on_signal)
+
+    def _on_signal(self, signum, frame) -> None:
+        if self.stopping.is_set():
+            log.warning("worker.exit_now", extra={"worker": self.worker_id})
+            os._exit(1)
+        log.info("worker.stopping", extra={"worker": self.worker_id, "signal": signum})
+        self.stop()
+
+    def stop(self) -> None:
+        self.stopping.set()
+        with self._lock:
+            for r in self._running.values():
+                r.signals.stop.set()
+        self._wake()
+
+    def _wake(self) -> None:
+        with self._cond:
+            self._generation += 1
+            self._cond.notify_all()
+
+    def running_snapshot(self) -> dict[int, Running]:
+        with self._lock:
+            return dict(self._running)
+
+    def is_running(self, run_id: int) -> bool:
+        with self._lock:
+            return run_id in self._running
+
+    def signal(self, task_id: int) -> None:
+        """A person acted on `task_id` (a NOTIFY): if it runs here, check it now."""
+        if self.heartbeat is not None:
+            self.heartbeat.poke(task_id)
+
+    # -- main ----------------------------------------------------------------------------------
+
+    def run(self) -> int:
+        log.info(
+            "worker.started",
+            extra={"worker": self.worker_id, "concurrency": self.concurrency, "burst": self.burst},
+        )
+        self._start_heartbeat()
+        helpers = [
+            threading.Thread(target=self._listen, name="listen", daemon=True),
+            threading.Thread(target=self._maintain, name="maintain", daemon=True),
+            threading.Thread(target=self._deliver, name="deliver", daemon=True),
+        ]
+        for t in helpers:
+            t.start()
+        dispatcher = threading.Thread(target=self._dispatch, name="dispatch")
+        dispatcher.start()
+        while dispatcher.is_alive():
+            dispatcher.join(0.2)  # keep the main thread responsive to signals
+        self.stopping.set()
+        self.halted.set()
+        self._wake()
+        if self.heartbeat is not None:
+            self.heartbeat.poke(0)
+        log.info(
+            "worker.stopped",
+            extra={
+                "worker": self.worker_id,
+                "processed": self.processed,
+                "heartbeats": self.heartbeat.beats if self.heartbeat else 0,
+            },
+        )
+        return 0
+
+    def _start_heartbeat(self) -> bool:
+        """Start the process heartbeat unless it runs; True when this call started it."""
+        with self._lock:
+            if self.heartbeat is not None:
+                return False
+            self.heartbeat = Heartbeat(self)
+        self.heartbeat.start()
+        return True
+
+    def _dispatch(self) -> None:
+        """Claim for the free places, start a thread per claimed task, wait for a free place or
+        new work (a NOTIFY, a run ending, the poll interval). In burst mode, end when nothing is
+        claimable and nothing runs (after one pass of recovery)."""
+        idle_recovered = False
+        try:
+            while True:
+                seen = self._generation
+                with self._lock:
+                    free = self.concurrency - len(self._running)
+                    busy = bool(self._running)
+                if self.stopping.is_set():
+                    if not busy:
+                        return
+                    free = 0
+                claims = self._claim(free) if free > 0 else []
+                for claim in claims:
+                    self._start_run(claim)
+                if claims:
+                    idle_recovered = False
+                    continue
+                if self.burst and free > 0 and not busy:
+                    if idle_recovered:
+                        return
+                    self._recover_once()
+                    idle_recovered = True
+                    continue
+                with self._cond:
+                    if self._generation == seen:
+                        self._cond.wait(settings.ACTHELM_POLL_SECONDS)
+        finally:
+            self._join_runs()
+            db.close()
+
+    def _claim(self, free: int) -> list[Claim]:
+        try:
+            return claim_batch(
+                worker_id=self.worker_id, limit=min(free, settings.ACTHELM_CLAIM_BATCH)
+            )
+        except DB_ERRORS:
+            log.exception("worker.claim_failed", extra={"worker": self.worker_id})
+            db.close()
+            self.stopping.wait(1.0)
+        except Exception:  # nothing may end the dispatcher
+            log.exception("worker.claim_error", extra={"worker": self.worker_id})
+            self.stopping.wait(1.0)
+        finally:
+            release_connection()
+        return []
+
+    def _start_run(self, claim: Claim) -> None:
+        thread = threading.Thread(
+            target=self._run_thread, args=(claim,), name=f"run-{claim.task_id}", daemon=True
+        )
+        with self._lock:
+            self._threads.add(thread)
+        thread.start()
+
+    def _run_thread(self, claim: Claim) -> None:
+        try:
+            self.process(claim)
+        except Exception:  # nothing may end the worker
+            log.exception("worker.process_error", extra={"task_id": claim.task_id})
+        finally:
+            db.close()
+            with self._lock:
+                self._threads.discard(threading.current_thread())
+            self._wake()
+
+    def _join_runs(self) -> None:
+        while True:
+            with self._lock:
+                threads = list(self._threads)
+            if not threads:
+                return
+            for t in threads:
+                t.join(0.2)
+
+    def drain(self) -> int:
+        """Claim and run tasks one at a time in THIS thread until nothing is claimable (what a
+        burst worker of concurrency 1 does, without its threads): for the benchmarks' measuring
+        process, which must see every statement on its own thread's connection."""
+        while (claim := claim_next(worker_id=self.worker_id)) is not None:
+            self.process(claim)
+        return self.processed
+
+    def process(self, claim: Claim) -> str | None:
+        """Run one claimed task to an outcome and record it with the run's last step."""
+        signals = RunSignals()
+        if self.stopping.is_set():
+            signals.stop.set()
+        # Outside `run` (a test, a benchmark's measuring thread), the run has a heartbeat of its
+        # own for as long as it runs.
+        own_heartbeat = self._start_heartbeat()
+        with self._lock:
+            self._running[claim.run_id] = Running(claim, signals)
+        status = loop = None
+        try:
+            loop = AgentLoop(
+                task_id=claim.task_id,
+                run_id=claim.run_id,
+                worker_id=self.worker_id,
+                signals=signals,
+            )
+            outcome = loop.run()
+            if outcome.kind == Outcome.LOST:
+                self._log_lost(claim)
+                return None
+            verdict = None
+            if outcome.kind == Outcome.FINAL:
+                if supervisor_uses_model():
+                    loop.commit()  # the answer is stored before a slow supervisor call
+                verdict = supervise(
+                    loop.task,
+                    outcome.answer,
+                    usage=loop.usage(),
+                    open_operations=bool(loop.open_operations()),
+                )
+            status = loop.finish(outcome, verdict)
+            log.info(
+                "run.finished",
+                extra={
+                    "task_id": claim.task_id,
+                    "run_id": claim.run_id,
+                    "outcome": str(outcome.kind),
+                    "code": outcome.code,
+                    "status": status,
+                },
+            )
+        except AttemptLost:
+            self._log_lost(claim)
+        except CONNECTION_ERRORS:
+            # The database went away mid-run: reconnect and hand the task back, rather than let
+            # the lease expire (which recovery would count as a lost worker).
+            log.exception("run.db_error", extra={"task_id": claim.task_id})
+            status = self._hand_back(claim)
+        except DatabaseError as exc:
+            # The database refused what the run tried to store (a data, integrity or programming
+            # error): the same step would be refused again, so this is a failed attempt — it
+            # counts, and the attempts' limit ends it — never a hand-back.
+            log.exception("run.storage_rejected", extra={"task_id": claim.task_id})
+            status = self._fail_attempt(
+                claim, "storage_rejected", storage_message(exc, loop), retryable=True
+            )
+        except Exception as exc:  # a bug must not kill the worker; the run fails visibly
+            log.exception("run.crashed", extra={"task_id": claim.task_id})
+            status = self._fail_attempt(
+                claim, "internal_error", f"{type(exc).__name__}: {exc}", retryable=True
+            )
+        finally:
+            with self._lock:
+                self._running.pop(claim.run_id, None)
+                self.processed += 1
+                heartbeat = self.heartbeat
+                if own_heartbeat:
+                    self.heartbeat = None
+            if own_heartbeat:
+                heartbeat.end()
+                heartbeat.join(5)
+            release_connection()
+        return status
+
+    def _log_lost(self, claim: Claim) -> None:
+        """A run that lost its task says why: a person's cancel, or fenced out (recovered,
+        reset, deleted)."""
+        try:
+            status = AgentRun.objects.filter(pk=claim.run_id).values_list("error_code", flat=True)
+            code = status.first()
+        except DB_ERRORS:
+            db.close()
+            code = None
+        finally:
+            release_connection()
+        event = "run.cancelled" if code == "cancelled" else "run.fenced_out"
+        log.warning(event, extra={"task_id": claim.task_id, "run_id": claim.run_id})
+
+    def _fail_attempt(self, claim: Claim, code: str, message: str, *, retryable: bool):
+        """Record a failed attempt after the run's own write failed (nothing of its last step
+        was stored). None when that cannot be recorded either: the lease then expires and
+        recovery, which counts lost runs, takes the task."""
+        try:
+            return apply_outcome(
+                task_id=claim.task_id,
+                run_id=claim.run_id,
+                worker_id=self.worker_id,
+                outcome=Outcome(Outcome.FAILED, code=code, message=message, retryable=retryable),
+            )
+        except (AttemptLost, *DB_ERRORS):
+            log.exception("run.failure_not_recorded", extra={"task_id": claim.task_id})
+            db.close()
+            return None
+
+    def _hand_back(self, claim: Claim) -> str | None:
+        """After a database error: reconnect and hand the task back (retried while the lease
+        lasts); whatever the run recorded before stays, and the next run resumes from it."""
+        deadline = time.monotonic() + settings.ACTHELM_LEASE_SECONDS
+        delay = 0.1
+        while True:
+            db.close()
+            try:
+                return apply_outcome(
+                    task_id=claim.task_id,
+                    run_id=claim.run_id,
+                    worker_id=self.worker_id,
+                    outcome=Outcome(Outcome.HANDED_BACK, message="database connection lost"),
+                )
+            except AttemptLost:
+                return None
+            except DB_ERRORS:
+                if time.monotonic() + delay > deadline:
+                    log.exception("run.hand_back_failed", extra={"task_id": claim.task_id})
+                    db.close()
+                    return None
+                time.sleep(delay)
+                delay = min(delay * 2, 1.0)
+
+    # -- helpers -------------------------------------------------------------------------------
+
+    def _recover_once(self) -> None:
+        try:
+            recovered = recover_stale()
+            if recovered:
+                log.info("worker.recovered", extra={"tasks": recovered})
+        except DB_ERRORS:
+            log.exception("worker.recover_failed")
+            db.close()
+        except Exception:  # recovery must keep running for the other workers' tasks
+            log.exception("worker.recover_error")
+
+    def _maintain(self) -> None:
+        """Recovery and reconciliation. Recovery runs when the earliest lease among held tasks
+        expires (so a dead worker's task resumes within about one lease), and at least every
+        ACTHELM_RECOVER_INTERVAL_SECONDS for runs that overran their timeout."""
+        next_recover = next_reconcile = 0.0
+        while not self.stopping.is_set():
+            now = time.monotonic()
+            if now >= next_reconcile:
+                self._reconcile_once()
+                next_reconcile = now + settings.ACTHELM_RECONCILE_INTERVAL_SECONDS
+            expiry = self._seconds_to_earliest_expiry()
+            if now >= next_recover or (expiry is not None and expiry <= 0):
+                self._recover_once()
+                next_recover = now + settings.ACTHELM_RECOVER_INTERVAL_SECONDS
+                expiry = None
+            wake = min(next_recover, next_reconcile)
+            if expiry is not None:
+                wake = min(wake, now + expiry + 0.05)
+            release_connection()
+            self.stopping.wait(min(max(0.2, wake - time.monotonic()), 5.0))
+        db.close()
+
+    def _deliver(self) -> None:
+        """The notification outbox, in a thread of its own: a slow or hostile receiver holds at
+        most this thread (one send's deadline at a time), never recovery or reconciliation."""
+        while not self.stopping.is_set():
+            deliver_in_maintenance()  # bounded, never raises: see tasks/notify/delivery.py
+            release_connection()
+            self.stopping.wait(DELIVERY_INTERVAL_SECONDS)
+        db.close()
+
+    def _seconds_to_earliest_expiry(self) -> float | None:
+        """Seconds until the earliest lease of a held task expires, by the database's clock."""
+        try:
+            with db.cursor() as cursor:
+                cursor.execute(
+                    "SELECT EXTRACT(EPOCH FROM min(lease_expires_at) - now()) FROM tasks_task "
+                    "WHERE status IN ('in_progress', 'pause_requested')"
+                )
+                value = cursor.fetchone()[0]
+        except DB_ERRORS:
+            db.close()
+            return None
+        except Exception:  # the maintenance thread must not end
+            log.exception("worker.expiry_error")
+            return None
+        return None if value is None else float(value)
+
+    def _reconcile_once(self) -> None:
+        try:
+            reconcile()
+        except DB_ERRORS:
+            log.exception("worker.reconcile_failed")
+            db.close()
+        except Exception:
+            log.exception("worker.reconcile_error")
+
+    def _listen(self) -> None:
+        """LISTEN on its own connection (outside the pool): new work wakes the dispatcher; a
+        person's action on a task that runs here makes the heartbeat check it at once."""
+        while not self.halted.is_set():
+            try:
+                params = db.get_connection_params()
+                conninfo = make_conninfo(
+                    **{
+                        k: v
+                        for k, v in params.items()
+                        if k in ("dbname", "user", "password", "host", "port")
+                    },
+                    application_name=f"acthelm-listen {self.worker_id}"[:63],
+                )
+                with psycopg.connect(conninfo, autocommit=True) as conn:
+                    conn.execute(f"LISTEN {READY_CHANNEL}")
+                    conn.execute(f"LISTEN {SIGNAL_CHANNEL}")
+                    self._wake()  # anything that became ready while we were not listening
+                    if self.heartbeat is not None:
+                        self.heartbeat.poke(0)  # and any action missed meanwhile
+                    while not self.halted.is_set():
+                        for note in conn.notifies(timeout=1.0, stop_after=100):
+                            if note.channel == SIGNAL_CHANNEL:
+                                if note.payload.isdigit():
+                                    self.signal(int(note.payload))
+                            else:
+                                self._wake()
+            except psycopg.Error:
+                log.warning("worker.listen_reconnect", extra={"worker": self.worker_id})
+                self.halted.wait(1.0)

@@ -1,0 +1,113 @@
+"""Reads of the operations a person can decide now: pending approvals of tasks awaiting approval
+and pending needs_review decisions of tasks that need review. Each carries what the deciding
+commands need (the id and the arguments hash they are bound to)."""
+
+from approvals.models import Approval, ReviewDecision
+from approvals.states import ApprovalStatus, ReviewChoice
+from tasks.states import TaskStatus
+
+#: The keys whose value names what an operation touches, for a decision without its own target.
+_TARGET_KEYS = ("url", "path", "name", "title")
+
+
+def _target_of(arguments) -> str:
+    if isinstance(arguments, dict):
+        for key in _TARGET_KEYS:
+            if isinstance(arguments.get(key), str):
+                return arguments[key]
+    return ""
+
+
+def _command(action: str, task_id: int, op_id: int, arguments_hash: str) -> str:
+    return f"manage.py acthelm_task {action} {task_id} {op_id} --hash {arguments_hash}"
+
+
+def open_operations(*, task_id: int | None = None, limit: int | None = None) -> list[dict]:
+    """Every operation a person can decide now, oldest first (of one task with ``task_id``)."""
+    approvals = (
+        Approval.objects.filter(
+            status=ApprovalStatus.PENDING, task__status=TaskStatus.AWAITING_APPROVAL
+        )
+        .select_related("task")
+        .order_by("created_at", "id")
+    )
+    reviews = (
+        ReviewDecision.objects.filter(
+            choice=ReviewChoice.PENDING, task__status=TaskStatus.NEEDS_REVIEW
+        )
+        .select_related("task", "tool_call")
+        .defer("tool_call__result", "tool_call__result_for_model")
+        .order_by("created_at", "id")
+    )
+    if task_id is not None:
+        approvals = approvals.filter(task_id=task_id)
+        reviews = reviews.filter(task_id=task_id)
+    else:  # the evaluation suite decides its own tasks' operations, like the inbox hides them
+        approvals = approvals.filter(task__is_evaluation=False)
+        reviews = reviews.filter(task__is_evaluation=False)
+    if limit is not None:
+        approvals, reviews = approvals[:limit], reviews[:limit]
+    rows = [
+        {
+            "kind": "approval",
+            "id": a.pk,
+            "task_id": a.task_id,
+            "task_title": a.task.title,
+            "tool": a.tool,
+            "target": a.target,
+            "arguments": a.arguments,
+            "arguments_hash": a.arguments_hash,
+            "reason": a.reason,
+            "effect": a.effect,
+            "created_at": a.created_at.isoformat(),
+            "decide": {
+                action: _command(action, a.task_id, a.pk, a.arguments_hash)
+                for action in ("approve", "deny")
+            },
+        }
+        for a in approvals
+    ]
+    for d in reviews:
+        call = d.tool_call
+        rows.append(
+            {
+                "kind": "review",
+                "id": d.pk,
+                "task_id": d.task_id,
+                "task_title": d.task.title,
+                "tool": call.tool,
+                "target": _target_of(call.arguments),
+                "arguments": call.arguments,
+                "arguments_hash": call.arguments_hash,
+                "reason": "outcome_unknown",
+                "effect": "the call may or may not have run before a worker was lost",
+                "created_at": d.created_at.isoformat(),
+                "decide": {
+                    action: _command(action, d.task_id, d.pk, call.arguments_hash)
+                    for action in ("run-again", "skip")
+                },
+            }
+        )
+    rows.sort(key=lambda row: (row["created_at"], row["kind"], row["id"]))
+    return rows[:limit] if limit is not None else rows
+
+
+def operations_as_text(rows: list[dict]) -> str:
+    """The operations for a terminal: what, on which target, with which arguments, and how to
+    decide (the printed commands carry the id and the hash)."""
+    import json
+
+    if not rows:
+        return "no open operations"
+    lines = []
+    for row in rows:
+        lines.append(
+            f"{row['kind']} {row['id']}  task {row['task_id']} ({row['task_title']})  "
+            f"{row['tool']}  {row['target'] or '-'}  [{row['reason']}]"
+        )
+        arguments = json.dumps(row["arguments"], sort_keys=True, ensure_ascii=False)
+        lines.append(f"  arguments: {arguments}")
+        lines.append(f"  hash: {row['arguments_hash']}")
+        for command in row["decide"].values():
+            lines.append(f"  decide: {command}")
+    return "\n".join(lines)

@@ -1,0 +1,44 @@
+"""The one writer of an approval's status and a needs_review decision's choice. A person's
+decision as a whole (hash checked, the tool call released or settled, the task queued again) is
+`agents.decisions`, which calls these inside its transaction."""
+
+from django.utils import timezone
+
+from approvals.models import Approval, ReviewDecision
+from approvals.states import ApprovalStatus, ReviewChoice
+from tasks.actors import Actor
+from tasks.exceptions import StaleDecision
+
+
+def decide_approval_row(approval: Approval, status: str, actor: Actor) -> None:
+    """The one writer of an approval's status: pending → approved or denied, once."""
+    updated = Approval.objects.filter(pk=approval.pk, status=ApprovalStatus.PENDING).update(
+        status=status, decided_by=actor.user, decided_at=timezone.now()
+    )
+    if updated != 1:
+        raise StaleDecision("this operation was decided elsewhere")
+    approval.refresh_from_db(fields=["status", "decided_by", "decided_at"])
+
+
+def settle_for_cancelled_task(task) -> dict:
+    """The task was cancelled: its open approvals and needs_review decisions can no longer be
+    decided. Settle them (in the cancel's transaction) so the inbox shows only live ones; the
+    operations stay unrun."""
+    now = timezone.now()
+    approvals = Approval.objects.filter(task=task, status=ApprovalStatus.PENDING).update(
+        status=ApprovalStatus.CANCELLED, decided_at=now
+    )
+    reviews = ReviewDecision.objects.filter(task=task, choice=ReviewChoice.PENDING).update(
+        choice=ReviewChoice.CANCELLED, decided_at=now
+    )
+    return {"approvals_settled": approvals, "reviews_settled": reviews}
+
+
+def decide_review_row(decision: ReviewDecision, choice: str, actor: Actor) -> None:
+    """pending → run_again or skip, once; the caller holds the decision's row lock."""
+    if decision.choice != ReviewChoice.PENDING:
+        raise StaleDecision(f"this operation was already decided: {decision.choice}")
+    decision.choice = choice
+    decision.decided_by = actor.user
+    decision.decided_at = timezone.now()
+    decision.save(update_fields=["choice", "decided_by", "decided_at"])

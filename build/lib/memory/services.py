@@ -1,0 +1,78 @@
+"""What a run is told: memory entries in the task's scopes, ranked against its instruction."""
+
+import re
+
+from django.contrib.postgres.search import SearchQuery, SearchRank, SearchVector
+from django.db.models import F, Q
+
+from memory.models import MemoryEntry, MemoryScope, MemorySelection
+
+_WORD = re.compile(r"[A-Za-z0-9]{3,}")
+
+
+def entries_in_scope(task):
+    scope = Q(scope=MemoryScope.GLOBAL)
+    if task.goal_id:
+        scope |= Q(scope=MemoryScope.GOAL, goal_id=task.goal_id)
+    if task.tags:
+        scope |= Q(scope=MemoryScope.TAG, tag__in=task.tags)
+    return MemoryEntry.objects.filter(scope, active=True)
+
+
+def rank_for_task(task, *, budget_chars: int) -> list[tuple[MemoryEntry, float]]:
+    """Entries in scope, best match with the instruction first (PostgreSQL full-text search),
+    then newest, as many as fit in `budget_chars`."""
+    words = sorted(set(_WORD.findall(task.instruction.lower())))[:64]
+    qs = entries_in_scope(task)
+    if words:
+        query = SearchQuery(" OR ".join(words), search_type="websearch", config="english")
+        vector = SearchVector("title", "body", config="english")
+        qs = qs.annotate(rank=SearchRank(vector, query))
+    else:
+        qs = qs.annotate(rank=F("id") * 0.0)
+    chosen, used = [], 0
+    for entry in qs.order_by("-rank", "-updated_at", "id")[:200]:
+        size = len(entry.title) + len(entry.body) + 8
+        if used + size > budget_chars:
+            continue
+        chosen.append((entry, float(entry.rank or 0.0)))
+        used += size
+    return chosen
+
+
+def record_selection(run, chosen: list[tuple[MemoryEntry, float]]) -> list[MemorySelection]:
+    return MemorySelection.objects.bulk_create(
+        [
+            MemorySelection(
+                run=run,
+                entry=entry,
+                position=i,
+                rank=rank,
+                title=entry.title,
+                chars=len(entry.title) + len(entry.body),
+            )
+            for i, (entry, rank) in enumerate(chosen)
+        ]
+    )
+
+
+def copy_selection(*, from_run_id: int, to_run) -> None:
+    """A later run of the task sends the same stored prompt, so it records the same entries."""
+    rows = MemorySelection.objects.filter(run_id=from_run_id).order_by("position")
+    MemorySelection.objects.bulk_create(
+        [
+            MemorySelection(
+                run=to_run,
+                entry_id=r.entry_id,
+                position=r.position,
+                rank=r.rank,
+                title=r.title,
+                chars=r.chars,
+            )
+            for r in rows
+        ]
+    )
+
+
+def render_memory(chosen: list[tuple[MemoryEntry, float]]) -> str:
+    return "\n\n".join(f"### {entry.title}\n{entry.body.strip()}" for entry, _ in chosen)

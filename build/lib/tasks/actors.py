@@ -1,0 +1,36 @@
+"""Who acts on a task: a person, a worker, or the system itself. Every event names one."""
+
+from dataclasses import dataclass
+from typing import Any
+
+from tasks.exceptions import NotPermitted
+from tasks.states import ActorKind
+
+
+@dataclass(frozen=True)
+class Actor:
+    kind: str
+    label: str
+    user: Any = None
+
+    @classmethod
+    def person(cls, user) -> "Actor":
+        return cls(kind=ActorKind.PERSON, label=user.get_username(), user=user)
+
+    @classmethod
+    def worker(cls, worker_id: str) -> "Actor":
+        return cls(kind=ActorKind.WORKER, label=worker_id)
+
+    @classmethod
+    def system(cls, label: str = "system") -> "Actor":
+        return cls(kind=ActorKind.SYSTEM, label=label)
+
+    @property
+    def is_person(self) -> bool:
+        return self.kind == ActorKind.PERSON
+
+    def require(self, perm: str) -> None:
+        """Refuse a person without the permission; workers and the system act by design."""
+
+        if self.is_person and not self.user.has_perm(perm):
+            raise NotPermitted(f"{self.label} lacks the permission {perm}")

@@ -1,0 +1,83 @@
+"""acthelm_goal create|list|show|deactivate — goals, scriptable, with --json output."""
+
+from django.core.management.base import BaseCommand
+
+from tasks import services
+from tasks.cli import emit, fail, person_actor
+from tasks.exceptions import ActhelmError, GoalNotFound
+from tasks.models import Goal
+from tasks.selectors import goal_as_dict
+
+SHOW_TASKS = 100
+
+
+class Command(BaseCommand):
+    help = "Create, list, show and deactivate goals (the reconciler plans active goals)."
+
+    def add_arguments(self, parser):
+        parser.add_argument("--json", action="store_true", help="print JSON")
+        parser.add_argument("--user", help="act as this person (default: $ACTHELM_USER)")
+        sub = parser.add_subparsers(dest="action", required=True)
+        create = sub.add_parser("create", help="create an active goal")
+        create.add_argument("--title", required=True)
+        create.add_argument("--description", default="")
+        lst = sub.add_parser("list", help="list goals, newest first")
+        state = lst.add_mutually_exclusive_group()
+        state.add_argument("--active", action="store_true", help="only active goals")
+        state.add_argument("--inactive", action="store_true", help="only inactive goals")
+        show = sub.add_parser("show", help="a goal with its newest tasks")
+        show.add_argument("goal", type=int)
+        deactivate = sub.add_parser("deactivate", help="the reconciler stops planning it")
+        deactivate.add_argument("goal", type=int)
+
+    def handle(self, *args, **opts):
+        as_json = opts["json"]
+        try:
+            return getattr(self, "_" + opts["action"])(opts, as_json)
+        except ActhelmError as exc:
+            fail(self, exc, as_json=as_json)
+
+    def _goal(self, goal_id: int) -> Goal:
+        goal = Goal.objects.select_related("created_by").filter(pk=goal_id).first()
+        if goal is None:
+            raise GoalNotFound(f"goal {goal_id} does not exist")
+        return goal
+
+    def _create(self, opts, as_json):
+        actor = person_actor(opts["user"])
+        goal = services.goal_create(
+            actor=actor, title=opts["title"], description=opts["description"]
+        )
+        data = goal_as_dict(self._goal(goal.pk))
+        emit(self, data, as_json=as_json, text=f"goal {goal.pk} created: {goal.title}")
+
+    def _list(self, opts, as_json):
+        goals = Goal.objects.select_related("created_by").order_by("-id")
+        if opts["active"]:
+            goals = goals.filter(active=True)
+        elif opts["inactive"]:
+            goals = goals.filter(active=False)
+        rows = [goal_as_dict(g) for g in goals]
+        text = "\n".join(
+            f"#{r['id']:<5} {'active' if r['active'] else 'inactive':<9} "
+            f"open {r['open_tasks']:<4} "
+            f"{r['title']}"
+            for r in rows
+        )
+        emit(self, rows, as_json=as_json, text=text or "no goals")
+
+    def _show(self, opts, as_json):
+        data = goal_as_dict(self._goal(opts["goal"]), with_tasks=SHOW_TASKS)
+        lines = [
+            f"goal {data['id']}: {data['title']} ({'active' if data['active'] else 'inactive'})"
+        ]
+        if data["description"]:
+            lines.append(data["description"])
+        lines += [f"  #{t['id']:<6} {t['status']:<18} {t['title']}" for t in data["tasks"]]
+        emit(self, data, as_json=as_json, text="\n".join(lines))
+
+    def _deactivate(self, opts, as_json):
+        actor = person_actor(opts["user"])
+        services.goal_deactivate(actor=actor, goal_id=opts["goal"])
+        data = goal_as_dict(self._goal(opts["goal"]))
+        emit(self, data, as_json=as_json, text=f"goal {opts['goal']} deactivated")

@@ -1,0 +1,209 @@
+"""Sending one notification: email through Django's mail framework, or a signed JSON POST.
+
+No database access here: delivery calls `send()` outside any transaction. A failed send raises
+`DeliveryFailed` with a stable code; nothing else escapes for the errors a peer can cause.
+
+A webhook is hostile like any page a tool fetches: its host must resolve to public addresses
+(or ones `ACTHELM_NOTIFY_ALLOW_ADDRESSES` names), the connection goes to exactly the addresses
+checked, one deadline covers the whole send (a receiver that trickles bytes is cut off at
+`ACTHELM_NOTIFY_TIMEOUT_SECONDS`), at most `MAX_RESPONSE_BYTES` of the answer are read, and only
+its status code is kept.
+"""
+
+import hashlib
+import hmac
+import json
+import os
+import smtplib
+import time
+from dataclasses import dataclass
+
+import httpx
+from django.conf import settings
+from django.core.mail import EmailMessage, mailers
+
+from acthelm_site.egress import (
+    EgressError,
+    Guard,
+    PinnedTransport,
+    ResolveError,
+    address_allowed_by,
+    address_refusal,
+    checked_addresses,
+    ip_literal,
+)
+from tasks.exceptions import ActhelmError
+from tasks.notify.states import TargetKind
+
+SIGNATURE_HEADER = "X-Acthelm-Signature"
+TIMESTAMP_HEADER = "X-Acthelm-Timestamp"
+# A receiver refuses a signed request whose timestamp is further than this from its clock
+# (docs/operations.md), so a captured request cannot be replayed later.
+SIGNATURE_TOLERANCE_SECONDS = 300
+USER_AGENT = "Acthelm-Notify/1"
+MAX_RESPONSE_BYTES = 4096
+
+
+class DeliveryFailed(ActhelmError):
+    code = "delivery_failed"
+
+
+@dataclass(frozen=True)
+class Message:
+    idempotency_key: str
+    event_kind: str
+    subject: str
+    text: str
+    url: str
+    payload: dict
+
+
+def body_bytes(message: Message) -> bytes:
+    """The exact bytes that are POSTed and signed: the same on every attempt."""
+    body = {"id": message.idempotency_key, "idempotency_key": message.idempotency_key}
+    body.update(message.payload)
+    body["text"] = message.text
+    return json.dumps(body, sort_keys=True, ensure_ascii=False, separators=(",", ":")).encode()
+
+
+def sign(secret: str, body: bytes, timestamp: str) -> str:
+    """HMAC-SHA256 over `<timestamp>.<body>`: the signature covers when it was sent."""
+    signed = timestamp.encode() + b"." + body
+    return "sha256=" + hmac.new(secret.encode(), signed, hashlib.sha256).hexdigest()
+
+
+def send(target, message: Message) -> str:
+    """Send `message` to `target`; return a short receipt, or raise DeliveryFailed."""
+    if target.kind == TargetKind.EMAIL:
+        return _send_email(target, message)
+    if target.kind == TargetKind.WEBHOOK:
+        return _send_webhook(target, message)
+    raise DeliveryFailed(f"unknown target kind {target.kind!r}", code="invalid_target")
+
+
+def _send_email(target, message: Message) -> str:
+    domain = settings.ACTHELM_NOTIFY_MESSAGE_ID_DOMAIN
+    email = EmailMessage(
+        subject=message.subject,
+        body=f"{message.text}\n\n{message.url}\n",
+        from_email=settings.DEFAULT_FROM_EMAIL,
+        to=[target.address],
+        headers={
+            # The same Message-ID on every attempt: a mail system can drop the repeat.
+            "Message-ID": f"<{message.idempotency_key}@{domain}>",
+            "X-Acthelm-Idempotency-Key": message.idempotency_key,
+            "X-Acthelm-Event": message.event_kind,
+        },
+    )
+    try:
+        # The timeout is the mailer's OPTIONS["timeout"] (ACTHELM_NOTIFY_TIMEOUT_SECONDS).
+        sent = mailers.default.send_messages([email])
+    except TimeoutError as exc:
+        raise DeliveryFailed(f"the mail server did not answer: {exc}", code="timeout") from None
+    except smtplib.SMTPRecipientsRefused as exc:
+        raise DeliveryFailed(f"recipient refused: {exc}", code="smtp_refused") from None
+    except smtplib.SMTPException as exc:
+        raise DeliveryFailed(f"SMTP error: {exc}", code="smtp_error") from None
+    except OSError as exc:
+        raise DeliveryFailed(
+            f"cannot reach the mail server: {exc}", code="connection_failed"
+        ) from None
+    if not sent:
+        raise DeliveryFailed("the mail backend sent nothing", code="smtp_error")
+    return "accepted by the mail server"
+
+
+def webhook_host(address: str) -> tuple[str, int]:
+    """The host (IDNA, lower case, no brackets or trailing dot) and port a webhook URL reaches."""
+    try:
+        url = httpx.URL(address)
+        host = url.raw_host.decode("ascii").strip("[]").lower().rstrip(".")
+    except (httpx.InvalidURL, UnicodeError, ValueError):
+        raise DeliveryFailed("the webhook URL is not valid", code="invalid_target") from None
+    if url.scheme not in ("http", "https") or not host:
+        raise DeliveryFailed("a webhook target needs an http(s) URL", code="invalid_target")
+    return host, url.port or (443 if url.scheme == "https" else 80)
+
+
+def webhook_address_refusal(address: str) -> str | None:
+    """Why a webhook URL may not be saved, judged without DNS: an address written in the URL (in
+    any spelling) or `localhost` that is not public and not allowed. A name that resolves inside
+    is refused at each send instead."""
+    try:
+        host, _port = webhook_host(address)
+    except DeliveryFailed as exc:
+        return exc.message
+    allowed = settings.ACTHELM_NOTIFY_ALLOW_ADDRESSES
+    if host == "localhost" or host.endswith(".localhost"):
+        if any(address_allowed_by(ip_literal(a), allowed) for a in ("127.0.0.1", "::1")):
+            return None
+        return "localhost is not a public address (ACTHELM_NOTIFY_ALLOW_ADDRESSES may allow it)"
+    ip = ip_literal(host)
+    if ip is None:
+        return None
+    reason = address_refusal(ip)
+    if reason and not address_allowed_by(ip, allowed):
+        return (
+            f"{host} is a {reason} address ({ip}); a webhook reaches public addresses only, "
+            "unless ACTHELM_NOTIFY_ALLOW_ADDRESSES names it"
+        )
+    return None
+
+
+def _send_webhook(target, message: Message) -> str:
+    body = body_bytes(message)
+    timestamp = str(int(time.time()))
+    headers = {
+        "Content-Type": "application/json",
+        "User-Agent": USER_AGENT,
+        "Idempotency-Key": message.idempotency_key,
+        "X-Acthelm-Event": message.event_kind,
+        TIMESTAMP_HEADER: timestamp,
+    }
+    if target.secret_env:
+        secret = os.environ.get(target.secret_env, "")
+        if not secret:
+            raise DeliveryFailed(
+                f"the environment variable {target.secret_env} is not set", code="secret_missing"
+            )
+        headers[SIGNATURE_HEADER] = sign(secret, body, timestamp)
+    timeout = settings.ACTHELM_NOTIFY_TIMEOUT_SECONDS
+    deadline = time.monotonic() + timeout
+    host, port = webhook_host(target.address)
+    try:
+        addresses = checked_addresses(
+            host, port, timeout=timeout, allowed=settings.ACTHELM_NOTIFY_ALLOW_ADDRESSES
+        )
+    except ResolveError as exc:
+        code = "timeout" if exc.code == "timeout" else "connection_failed"
+        raise DeliveryFailed(exc.message, code=code) from None
+    except EgressError as exc:
+        raise DeliveryFailed(exc.message, code="address_not_allowed") from None
+    guard = Guard(deadline, None)
+    try:
+        # No redirects: a POST that is redirected is not the POST that was signed for this URL.
+        with httpx.Client(
+            transport=PinnedTransport(host, addresses, guard),
+            follow_redirects=False,
+            trust_env=False,
+            timeout=timeout,
+        ) as client:
+            with client.stream("POST", target.address, content=body, headers=headers) as response:
+                status = response.status_code
+                read = 0
+                for chunk in response.iter_raw():  # drained a little, never kept
+                    read += len(chunk)
+                    if read >= MAX_RESPONSE_BYTES:
+                        break
+    except httpx.TimeoutException:
+        raise DeliveryFailed(f"no answer within {timeout:g} s", code="timeout") from None
+    except httpx.HTTPError as exc:
+        raise DeliveryFailed(
+            f"cannot reach the receiver: {exc.__class__.__name__}: {exc}", code="connection_failed"
+        ) from None
+    finally:
+        guard.stop()
+    if not 200 <= status < 300:
+        # The status only: what an internal peer answers is not ours to store or show.
+        raise DeliveryFailed(f"the receiver answered HTTP {status}", code=f"http_{status}")
+    return f"HTTP {status}"

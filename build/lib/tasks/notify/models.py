@@ -1,0 +1,174 @@
+"""Notification targets and the outbox. Imported by `tasks.models`, so both belong to `tasks`."""
+
+import re
+import uuid
+from urllib.parse import urlsplit
+
+from django.contrib.postgres.fields import ArrayField
+from django.core.exceptions import ValidationError
+from django.core.validators import EmailValidator, URLValidator
+from django.db import models
+from django.db.models import Q
+
+from tasks.notify.channels import webhook_address_refusal
+from tasks.notify.states import NotificationStatus, NotifyEvent, TargetKind, all_events
+
+ENV_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
+
+
+class NotificationTarget(models.Model):
+    """Where notifications go. A webhook's secret is the *name* of an environment variable."""
+
+    name = models.CharField(max_length=100, unique=True)
+    kind = models.CharField(max_length=16, choices=TargetKind.choices)
+    address = models.CharField(
+        max_length=2000, help_text="An email address, or the webhook's http(s) URL."
+    )
+    secret_env = models.CharField(
+        max_length=100,
+        blank=True,
+        help_text="Webhooks: name of the environment variable holding the signing secret "
+        "(never the secret itself). Empty: the body is not signed.",
+    )
+    events = ArrayField(
+        models.CharField(max_length=32, choices=NotifyEvent.choices), default=all_events
+    )
+    enabled = models.BooleanField(default=True)
+    created_at = models.DateTimeField(auto_now_add=True)
+
+    # The target's state, written by delivery.
+    last_delivered_at = models.DateTimeField(null=True, blank=True, editable=False)
+    last_error_at = models.DateTimeField(null=True, blank=True, editable=False)
+    last_error_code = models.CharField(max_length=64, blank=True, editable=False)
+    last_error = models.TextField(blank=True, editable=False)
+    # Notifications that failed for good since the last delivery.
+    failed_in_a_row = models.PositiveIntegerField(default=0, editable=False)
+
+    class Meta:
+        ordering = ["name"]
+
+    def __str__(self) -> str:
+        return f"{self.name} ({self.kind})"
+
+    @property
+    def state(self) -> str:
+        if not self.enabled:
+            return "disabled"
+        if self.failed_in_a_row:
+            return "failing"
+        if self.last_error_at and (
+            self.last_delivered_at is None or self.last_error_at > self.last_delivered_at
+        ):
+            return "retrying"
+        return "ok" if self.last_delivered_at else "new"
+
+    @property
+    def shown_address(self) -> str:
+        """The address for pages and lists: a webhook URL's path is often its secret (Slack,
+        Mattermost), so only the scheme and host are shown; the admin shows the whole URL."""
+        if self.kind != TargetKind.WEBHOOK:
+            return self.address
+        parts = urlsplit(self.address)
+        host = parts.hostname or ""
+        port = f":{parts.port}" if parts.port else ""
+        return f"{parts.scheme}://{host}{port}/…"
+
+    def clean(self) -> None:
+        errors = {}
+        if self.kind == TargetKind.EMAIL:
+            try:
+                EmailValidator()(self.address)
+            except ValidationError:
+                errors["address"] = "an email target needs an email address"
+            if self.secret_env:
+                errors["secret_env"] = "only webhooks are signed"
+        elif self.kind == TargetKind.WEBHOOK:
+            try:
+                URLValidator(schemes=["http", "https"])(self.address)
+            except ValidationError:
+                errors["address"] = "a webhook target needs an http:// or https:// URL"
+            else:
+                refusal = webhook_address_refusal(self.address)
+                if refusal:
+                    errors["address"] = refusal
+        if self.secret_env and not ENV_NAME.match(self.secret_env):
+            errors["secret_env"] = (
+                "secret_env is the NAME of an environment variable (letters, digits, _), "
+                "never the secret itself"
+            )
+        unknown = [e for e in self.events or [] if e not in NotifyEvent.values]
+        if unknown or not self.events:
+            errors["events"] = f"choose events among {', '.join(NotifyEvent.values)}"
+        if errors:
+            raise ValidationError(errors)
+
+
+class Notification(models.Model):
+    """One outbox row: one event for one target, written in the transaction of the event.
+
+    Delivery is at-least-once; `idempotency_key` is sent with every attempt so receivers can drop
+    a repeat."""
+
+    idempotency_key = models.UUIDField(default=uuid.uuid4, unique=True, editable=False)
+    target = models.ForeignKey(
+        NotificationTarget,
+        null=True,
+        on_delete=models.SET_NULL,
+        related_name="notifications",
+    )
+    target_name = models.CharField(max_length=100)
+    channel = models.CharField(max_length=16, choices=TargetKind.choices)
+    # Indexed by notification_task_idx (task, id).
+    task = models.ForeignKey(
+        "tasks.Task",
+        null=True,
+        on_delete=models.CASCADE,
+        related_name="notifications",
+        db_index=False,
+    )
+    event = models.ForeignKey(
+        "tasks.TaskEvent", null=True, on_delete=models.SET_NULL, related_name="notifications"
+    )
+    event_kind = models.CharField(max_length=32, choices=NotifyEvent.choices)
+    subject = models.CharField(max_length=300)
+    text = models.TextField()
+    url = models.CharField(max_length=2000)
+    payload = models.JSONField()
+
+    status = models.CharField(
+        max_length=16, choices=NotificationStatus.choices, default=NotificationStatus.PENDING
+    )
+    attempts = models.PositiveIntegerField(default=0)
+    next_attempt_at = models.DateTimeField(db_index=False)
+    last_attempt_at = models.DateTimeField(null=True, blank=True)
+    last_error_code = models.CharField(max_length=64, blank=True)
+    last_error = models.TextField(blank=True)
+    delivered_at = models.DateTimeField(null=True, blank=True)
+    created_at = models.DateTimeField(auto_now_add=True)
+
+    class Meta:
+        ordering = ["-id"]
+        indexes = [
+            # deliver_due(): the due pending rows, oldest first.
+            models.Index(
+                fields=["next_attempt_at", "id"],
+                name="notification_due_idx",
+                condition=Q(status=NotificationStatus.PENDING),
+            ),
+            models.Index(fields=["task", "id"], name="notification_task_idx"),
+        ]
+        constraints = [
+            models.CheckConstraint(
+                condition=Q(status__in=NotificationStatus.values), name="notification_status_valid"
+            ),
+            models.CheckConstraint(
+                condition=~Q(status=NotificationStatus.DELIVERED) | Q(delivered_at__isnull=False),
+                name="notification_delivered_has_time",
+            ),
+            models.UniqueConstraint(
+                fields=["event", "target"], name="notification_event_target_unique"
+            ),
+        ]
+
+    def __str__(self) -> str:
+        return f"{self.event_kind} → {self.target_name} ({self.status})"

@@ -1,0 +1,225 @@
+"""Writing the outbox: one row per target that wants the event, in the event's transaction.
+
+`enqueue_for_event()` is called where the timeline event is written (`tasks.transitions.
+record_event`). Because the row is written by the same transaction, a notification exists exactly
+when its event committed: nothing is lost when a worker dies after the commit, and nothing is sent
+for a transition that rolled back. The message is composed now, from the rows the transaction
+sees, so a retry sends the same words and the same body.
+"""
+
+import json
+import logging
+import re
+from collections.abc import Callable
+
+from django.conf import settings
+from django.urls import reverse
+from django.utils import timezone
+
+from tasks.notify.models import Notification, NotificationTarget
+from tasks.notify.states import NotifyEvent
+from tasks.states import EventKind, TaskStatus
+
+log = logging.getLogger("acthelm.notify")
+
+# A task entering one of these states waits for a person.
+STATE_EVENTS = {
+    TaskStatus.AWAITING_APPROVAL: NotifyEvent.AWAITING_APPROVAL,
+    TaskStatus.NEEDS_REVIEW: NotifyEvent.NEEDS_REVIEW,
+    TaskStatus.REVIEW: NotifyEvent.REVIEW,
+    TaskStatus.FAILED: NotifyEvent.FAILED,
+}
+# The cooldown event is also written for a task that met an already cooling connection; only the
+# event that started the cooldown is news.
+_ALREADY_COOLING = "provider_cooling_down"
+
+SUMMARY_CHARS = 300
+_SECRETISH = re.compile(r"(key|token|secret|passw|pwd|auth|credential|cookie|session)", re.I)
+_SECRET_IN_TEXT = re.compile(
+    r"((?:api[_-]?key|token|secret|password|passwd|pwd|auth|sig|signature|credential)"
+    r"[\w-]*\s*[=:]\s*)([^\s&,;\"']+)",
+    re.I,
+)
+_URL_USERINFO = re.compile(r"(://)[^/@\s]+@")
+_BEARER = re.compile(r"\b(bearer|basic|token)\s+[\w.~+/=-]+", re.I)
+
+
+# What is open on a task for a person to decide, by notification: each a function of the task
+# returning dicts (id, tool, arguments as a summary, the inbox anchor; an approval also its
+# target). The app that owns those decisions registers them (`approvals.apps`), so the ledger,
+# below it, composes the message without importing it.
+_open_decisions: dict[str, Callable] = {}
+
+
+def describe_open_decisions(which: str, describe: Callable) -> None:
+    _open_decisions[which] = describe
+
+
+def _with_links(items: list[dict], inbox: str) -> list[dict]:
+    return [
+        {k: v for k, v in item.items() if k != "anchor"} | {"url": f"{inbox}#{item['anchor']}"}
+        for item in items
+    ]
+
+
+def notify_event_of(event) -> str | None:
+    """Which notification an event is, if any (no query)."""
+    if event.to_status and event.to_status != event.from_status:
+        return STATE_EVENTS.get(event.to_status)
+    if event.kind == EventKind.PROVIDER_COOLDOWN and event.data.get("code") != _ALREADY_COOLING:
+        return NotifyEvent.COOLDOWN
+    return None
+
+
+def enqueue_for_event(event) -> list[Notification]:
+    """Write the outbox rows for `event` (inside its transaction); nothing for other events."""
+    which = notify_event_of(event)
+    if which is None:
+        return []
+    targets = list(NotificationTarget.objects.filter(enabled=True, events__contains=[which]))
+    if not targets:
+        return []
+    message = compose(event, which)
+    now = timezone.now()
+    rows = Notification.objects.bulk_create(
+        [
+            Notification(
+                target=target,
+                target_name=target.name,
+                channel=target.kind,
+                task_id=event.task_id,
+                event=event,
+                event_kind=which,
+                subject=message["subject"],
+                text=message["text"],
+                url=message["url"],
+                payload=message["payload"],
+                next_attempt_at=now,
+            )
+            for target in targets
+        ]
+    )
+    log.info(
+        "notify.enqueued",
+        extra={"task_id": event.task_id, "event": str(which), "targets": len(rows)},
+    )
+    return rows
+
+
+# --- Composing the message -----------------------------------------------------------------------
+
+
+def console_url(path: str) -> str:
+    return settings.ACTHELM_BASE_URL.rstrip("/") + path
+
+
+def redact(text: str) -> str:
+    """Blank what looks like a credential in a line meant for a chat or a mailbox."""
+    text = _URL_USERINFO.sub(r"\1***@", text)
+    text = _BEARER.sub(r"\1 ***", text)
+    return _SECRET_IN_TEXT.sub(r"\1***", text)
+
+
+def clip(text: str, limit: int) -> str:
+    text = " ".join(str(text).split())
+    return text if len(text) <= limit else text[: limit - 1] + "…"
+
+
+def argument_summary(arguments) -> str:
+    """`name="report.md", content="# Hello…"`: short, one line, secrets blanked."""
+    if not isinstance(arguments, dict):
+        return clip(redact(json.dumps(arguments, default=str)), SUMMARY_CHARS)
+    parts = []
+    for key, value in arguments.items():
+        if _SECRETISH.search(str(key)):
+            shown = "***"
+        else:
+            shown = clip(redact(json.dumps(value, ensure_ascii=False, default=str)), 60)
+        parts.append(f"{key}={shown}")
+    return clip(", ".join(parts), SUMMARY_CHARS)
+
+
+def _upper_first(text: str) -> str:
+    return text[:1].upper() + text[1:]
+
+
+def _whose(task) -> str:
+    user = task.created_by
+    return f" (created by {user.get_username()})" if user else ""
+
+
+def compose(event, which: str) -> dict:
+    """Subject, one readable line (`text`), the console link and the JSON payload."""
+    task = event.task
+    task_url = console_url(reverse("tasks:detail", args=[task.pk]))
+    inbox = console_url(reverse("approvals:inbox"))
+    name = f"task #{task.pk} “{clip(task.title, 80)}”"
+    payload = {
+        "event": str(which),
+        "occurred_at": event.created_at.isoformat(),
+        "task": {
+            "id": task.pk,
+            "title": task.title,
+            "status": task.status,
+            "url": task_url,
+            "created_by": task.created_by.get_username() if task.created_by else None,
+        },
+    }
+    url = task_url
+    if which == NotifyEvent.AWAITING_APPROVAL:
+        payload["approvals"] = _with_links(_open_decisions[which](task), inbox)
+        pending = payload["approvals"]
+        if pending:
+            url = payload["approvals"][0]["url"]
+        ops = "; ".join(
+            f"{a['tool']} {a['target']} ({a['arguments']})" for a in payload["approvals"]
+        )
+        subject = f"Approval needed: {name}"
+        text = (
+            f"{_upper_first(name)} waits for a person who may decide operations{_whose(task)}: "
+            f"{ops or 'an operation'}. Approve or deny: {url}"
+        )
+    elif which == NotifyEvent.NEEDS_REVIEW:
+        payload["operations"] = _with_links(_open_decisions[which](task), inbox)
+        pending = payload["operations"]
+        if pending:
+            url = payload["operations"][0]["url"]
+        ops = "; ".join(f"{o['tool']} ({o['arguments']})" for o in payload["operations"])
+        subject = f"Decision needed: {name} has an operation with an unknown outcome"
+        text = (
+            f"{_upper_first(name)} waits for a person who may decide operations{_whose(task)}: "
+            f"the outcome of {ops or 'an operation'} is unknown. Run it again or skip it: {url}"
+        )
+    elif which == NotifyEvent.REVIEW:
+        subject = f"Ready for review: {name}"
+        text = (
+            f"{_upper_first(name)} finished and the supervisor approved it; it waits for a person "
+            f"who may close tasks{_whose(task)}. Close it or reopen with feedback: {url}"
+        )
+    elif which == NotifyEvent.FAILED:
+        code = task.failure_code or event.data.get("code", "")
+        message = clip(redact(task.failure_message or event.data.get("message", "")), 200)
+        payload["failure"] = {"code": code, "message": message}
+        subject = f"Failed ({code}): {name}"
+        text = (
+            f"{_upper_first(name)} failed with {code}: {message} It waits for a person who may "
+            f"operate tasks{_whose(task)}: retry from the last checkpoint or delete it: {url}"
+        )
+    else:  # cooldown
+        data = event.data
+        payload["connection"] = {
+            "name": data.get("connection"),
+            "code": data.get("code"),
+            "until": data.get("until"),
+        }
+        url = console_url(reverse("agents:connections"))
+        subject = f"Connection {data.get('connection')} is cooling down ({data.get('code')})"
+        text = (
+            f"Connection {data.get('connection')} is cooling down until {data.get('until')} "
+            f"after {data.get('code')} on {name}; its tasks move to another zero-cost connection "
+            f"or wait. A person who manages connections can check it: {url}"
+        )
+    payload["url"] = url
+    payload["subject"] = subject
+    payload["text"] = text
+    return {"subject": clip(subject, 300), "text": text, "url": url, "payload": payload}

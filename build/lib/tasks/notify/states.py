@@ -1,0 +1,29 @@
+"""Values of the notification outbox."""
+
+from django.db import models
+
+
+class NotifyEvent(models.TextChoices):
+    """What a target can subscribe to: a task entering a state that waits for a person, and a
+    connection starting a cooldown."""
+
+    AWAITING_APPROVAL = "awaiting_approval", "Task awaits an approval"
+    NEEDS_REVIEW = "needs_review", "Task needs a decision on an operation"
+    REVIEW = "review", "Task waits for review"
+    FAILED = "failed", "Task failed"
+    COOLDOWN = "cooldown", "Connection started a cooldown"
+
+
+class TargetKind(models.TextChoices):
+    EMAIL = "email", "Email"
+    WEBHOOK = "webhook", "Webhook (JSON POST)"
+
+
+class NotificationStatus(models.TextChoices):
+    PENDING = "pending", "Pending"
+    DELIVERED = "delivered", "Delivered"
+    FAILED = "failed", "Failed"
+
+
+def all_events() -> list[str]:
+    return list(NotifyEvent.values)

@@ -1,0 +1,168 @@
+"""Reads of tasks for the console, the CLI and the API."""
+
+from dataclasses import dataclass
+
+from django.db.models import Count
+
+from tasks.limits import LIMITS, Limit
+from tasks.models import Goal, Task, TaskEvent
+from tasks.states import OPEN, TaskStatus, allowed_actions
+
+
+def _limit_value(value, limit: Limit):
+    return str(value) if limit.money and value is not None else value
+
+
+def task_as_dict(task: Task) -> dict:
+    data = {
+        "id": task.pk,
+        "title": task.title,
+        "instruction": task.instruction,
+        "status": task.status,
+        "kind": task.kind,
+        "origin": task.origin,
+        "is_evaluation": task.is_evaluation,
+        "goal_id": task.goal_id,
+        "priority": task.priority,
+        "depends_on": list(task.dependency_links.values_list("depends_on_id", flat=True)),
+        "tools": list(task.tools),
+        "tool_policies": task.tool_policies,
+        "allowed_domains": list(task.allowed_domains),
+        "connection": task.connection.name if task.connection_id else None,
+        "model": task.model.name if task.model_id else None,
+        "limits": {limit.key: _limit_value(getattr(task, limit.field), limit) for limit in LIMITS},
+        "claim_count": task.claim_count,
+        "lease_owner": task.lease_owner or None,
+        "lease_expires_at": task.lease_expires_at.isoformat() if task.lease_expires_at else None,
+        "not_before": task.not_before.isoformat() if task.not_before else None,
+        "failed_attempts": task.failed_attempts,
+        "failure_code": task.failure_code or None,
+        "failure_message": task.failure_message or None,
+        "feedback": task.feedback or None,
+        "actions": sorted(allowed_actions(task.status)),
+        "created_at": task.created_at.isoformat(),
+        "updated_at": task.updated_at.isoformat(),
+    }
+    if task.failure_code == "error_loop":
+        data["loop"] = True
+    if hasattr(task, "cost_total"):
+        data["cost"] = str(task.cost_total) if task.cost_total is not None else None
+    return data
+
+
+def event_as_dict(event: TaskEvent) -> dict:
+    return {
+        "id": event.pk,
+        "kind": event.kind,
+        "actor": event.actor_label,
+        "actor_kind": event.actor_kind,
+        "from": event.from_status or None,
+        "to": event.to_status or None,
+        "run_id": event.run_id,
+        "data": event.data,
+        "at": event.created_at.isoformat(),
+    }
+
+
+def blocking_reason(task: Task) -> str | None:
+    """Why a blocked task waits, naming each unfinished dependency and its state; None when the
+    task is not blocked. A cancelled or failed dependency is called out: it will not finish by
+    itself, so the task stays blocked until a person acts."""
+    if task.status != TaskStatus.BLOCKED:
+        return None
+    deps = list(
+        Task.objects.filter(dependant_links__task=task)
+        .exclude(status=TaskStatus.DONE)
+        .order_by("id")
+        .values("id", "title", "status")
+    )
+    if not deps:
+        return "All its dependencies are done; it becomes ready at the next reconciler pass."
+    waiting, stuck = [], []
+    for dep in deps:
+        name = f"#{dep['id']} “{dep['title']}”"
+        if dep["status"] == TaskStatus.CANCELLED:
+            stuck.append(f"{name} was cancelled and will never be done")
+        elif dep["status"] == TaskStatus.FAILED:
+            stuck.append(f"{name} failed and is done only if it is retried and closed")
+        else:
+            waiting.append(f"{name} ({TaskStatus(dep['status']).label.lower()})")
+    parts = []
+    if waiting:
+        parts.append("Waits for " + ", ".join(waiting) + " to be done.")
+    if stuck:
+        parts.append(
+            "Stuck: "
+            + "; ".join(stuck)
+            + ". This task stays blocked until every dependency is done; cancel it if it is no "
+            "longer needed."
+        )
+    return " ".join(parts)
+
+
+@dataclass(frozen=True)
+class TaskPage:
+    """One page of a newest-first task list, and the keys of the pages around it."""
+
+    tasks: list
+    older: int | None  # pass as `before` for the next (older) page
+    newer: int | None  # pass as `after` for the previous (newer) page
+
+
+def task_keyset_page(tasks, *, before: int | None, after: int | None, size: int) -> TaskPage:
+    """Newest first, keyset-paginated on the primary key (no COUNT, no OFFSET): `before` gives
+    the page of tasks older than that id, `after` the page newer than it."""
+    if after and not before:
+        rows = list(tasks.filter(id__gt=after).order_by("id")[: size + 1])
+        has_newer = len(rows) > size
+        rows = rows[:size][::-1]
+        has_older = True
+    else:
+        if before:
+            tasks = tasks.filter(id__lt=before)
+        rows = list(tasks.order_by("-id")[: size + 1])
+        has_older = len(rows) > size
+        rows = rows[:size]
+        has_newer = bool(before)
+    return TaskPage(
+        tasks=rows,
+        older=rows[-1].pk if rows and has_older else None,
+        newer=rows[0].pk if rows and has_newer else None,
+    )
+
+
+def goal_as_dict(goal: Goal, *, with_tasks: int = 0) -> dict:
+    """A goal, its open-task counts by state, and (with_tasks) its newest tasks."""
+    counts = dict(
+        Task.objects.filter(goal=goal)
+        .values_list("status")
+        .annotate(n=Count("id"))
+        .values_list("status", "n")
+    )
+    data = {
+        "id": goal.pk,
+        "title": goal.title,
+        "description": goal.description,
+        "active": goal.active,
+        "created_by": goal.created_by.get_username() if goal.created_by_id else None,
+        "created_at": goal.created_at.isoformat(),
+        "task_counts": counts,
+        "open_tasks": sum(n for status, n in counts.items() if status in OPEN),
+    }
+    if with_tasks:
+        tasks = Task.objects.filter(goal=goal).order_by("-id")[:with_tasks]
+        data["tasks"] = [
+            {
+                "id": t.pk,
+                "title": t.title,
+                "status": t.status,
+                "kind": t.kind,
+                "origin": t.origin,
+                "failure_code": t.failure_code or None,
+                "created_at": t.created_at.isoformat(),
+            }
+            for t in tasks.only(
+                "id", "title", "status", "kind", "origin", "failure_code", "created_at"
+            )
+        ]
+    return data

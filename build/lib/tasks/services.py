@@ -1,0 +1,259 @@
+"""Every person's action on a task, plus task creation. Views, admin actions, management commands
+and the worker call these; the state changes themselves happen in tasks.transitions."""
+
+import logging
+from decimal import Decimal
+
+from django.conf import settings
+from django.db import connection as db_connection
+from django.db import transaction
+from django.db.models import Q
+
+from tasks.actors import Actor
+from tasks.exceptions import (
+    DependencyCycle,
+    GoalNotFound,
+    InvalidInput,
+    TransitionNotAllowed,
+)
+from tasks.limits import (
+    BY_FIELD,
+    LIMITS,
+    BadLimit,
+    money_amount,
+)
+from tasks.models import Goal, Task, TaskDependency
+from tasks.numbers import INT32_MAX, whole_number
+from tasks.states import (
+    DELETABLE,
+    EventKind,
+    TaskStatus,
+    allowed_actions,
+)
+from tasks.transitions import (
+    lock_task,
+    promote_dependants,
+    record_event,
+    set_status,
+)
+from tasks.workspace import remove_task_files
+
+log = logging.getLogger("acthelm.tasks")
+
+
+def default_limits() -> dict:
+    """The limits a new task gets: each limit's setting (`tasks.limits.LIMITS`)."""
+    return {
+        limit.field: money_limit(limit.field, value) if limit.money else int(value)
+        for limit in LIMITS
+        for value in [getattr(settings, limit.setting)]
+    }
+
+
+def money_limit(field: str, value) -> Decimal | None:
+    """A money limit as stored (empty: no limit); InvalidInput when it is not an amount."""
+    try:
+        return money_amount(field, value)
+    except BadLimit as exc:
+        raise InvalidInput(str(exc), field="limits") from None
+
+
+def validate_limits(limits: dict) -> dict:
+    clean = {}
+    for field, value in limits.items():
+        limit = BY_FIELD.get(field)
+        if limit is None:
+            raise InvalidInput(f"unknown limit {field!r}", field="limits")
+        if limit.money:
+            clean[field] = money_limit(field, value)
+        else:
+            clean[field] = whole_number(value, name=field, minimum=1, maximum=INT32_MAX)
+    return clean
+
+
+_CYCLE_SQL = """
+WITH RECURSIVE reach(id) AS (
+    SELECT %s::bigint
+    UNION
+    SELECT d.depends_on_id FROM tasks_taskdependency d JOIN reach r ON d.task_id = r.id
+)
+SELECT EXISTS (SELECT 1 FROM reach WHERE id = %s)
+"""
+
+
+def task_add_dependency(*, actor: Actor, task_id: int, depends_on_id: int) -> None:
+    """Make task wait for depends_on; refuses a cycle. A ready task becomes blocked."""
+    actor.require("tasks.operate_task")
+    if task_id == depends_on_id:
+        raise DependencyCycle("a task cannot depend on itself")
+    with transaction.atomic():
+        task = lock_task(task_id)
+        dep = lock_task(depends_on_id)
+        with db_connection.cursor() as cursor:
+            cursor.execute(_CYCLE_SQL, [depends_on_id, task_id])
+            if cursor.fetchone()[0]:
+                raise DependencyCycle(
+                    f"task {depends_on_id} already depends on task {task_id}: that is a cycle"
+                )
+        TaskDependency.objects.get_or_create(task=task, depends_on=dep)
+        if dep.status != TaskStatus.DONE and task.status == TaskStatus.READY:
+            set_status(
+                task,
+                TaskStatus.BLOCKED,
+                actor=actor,
+                kind=EventKind.BLOCKED,
+                data={"dependency_added": dep.pk},
+            )
+
+
+def act(task_id: int, action: str, actor: Actor, perm: str = "tasks.operate_task") -> Task:
+    actor.require(perm)
+    task = lock_task(task_id)
+
+    if action not in allowed_actions(task.status):
+        raise TransitionNotAllowed(f"task {task_id} is {task.status}; {action} is not possible")
+    return task
+
+
+def task_pause(*, actor: Actor, task_id: int) -> Task:
+    """A ready task pauses at once; a running one stops at its next safe point."""
+    with transaction.atomic():
+        task = act(task_id, "pause", actor)
+        if task.status == TaskStatus.READY:
+            set_status(task, TaskStatus.PAUSED, actor=actor, kind=EventKind.PAUSED)
+        else:
+            set_status(
+                task, TaskStatus.PAUSE_REQUESTED, actor=actor, kind=EventKind.PAUSE_REQUESTED
+            )
+    return task
+
+
+def task_withdraw_pause(*, actor: Actor, task_id: int) -> Task:
+    with transaction.atomic():
+        task = act(task_id, "withdraw_pause", actor)
+        set_status(task, TaskStatus.IN_PROGRESS, actor=actor, kind=EventKind.PAUSE_WITHDRAWN)
+    return task
+
+
+def note_stuck_dependants(task: Task, *, actor: Actor) -> list[int]:
+    """`task` was cancelled or failed: each blocked dependant stays blocked, and its timeline says
+    why. Called in the transaction that moved `task` (task_cancel here; the worker when it fails a
+    task). Returns the dependants noted."""
+    noted = []
+    for dependant in Task.objects.filter(
+        dependency_links__depends_on=task, status=TaskStatus.BLOCKED
+    ).order_by("id"):
+        record_event(
+            dependant,
+            actor=actor,
+            kind=EventKind.UNBLOCK_BLOCKED,
+            data={"dependency": task.pk, "dependency_status": task.status},
+        )
+        noted.append(dependant.pk)
+    return noted
+
+
+def task_close(*, actor: Actor, task_id: int) -> Task:
+    """A person closes a task in review: done. Dependants whose dependencies are done get ready."""
+    if not actor.is_person:
+        raise TransitionNotAllowed("only a person closes a task")
+    with transaction.atomic():
+        task = act(task_id, "close", actor, perm="tasks.close_task")
+        set_status(task, TaskStatus.DONE, actor=actor, kind=EventKind.CLOSED)
+        promote_dependants(task, actor=actor)
+    return task
+
+
+def task_reopen(*, actor: Actor, task_id: int, feedback: str) -> Task:
+    feedback = (feedback or "").strip()
+    if not feedback:
+        raise InvalidInput("reopening needs feedback for the next attempt", field="feedback")
+    with transaction.atomic():
+        task = act(task_id, "reopen", actor, perm="tasks.close_task")
+        set_status(
+            task,
+            TaskStatus.READY,
+            actor=actor,
+            kind=EventKind.REOPENED,
+            data={"feedback": feedback},
+            feedback=feedback,
+            failed_attempts=0,
+            not_before=None,
+        )
+    return task
+
+
+def _jsonable(value):
+    return str(value) if isinstance(value, Decimal) else value
+
+
+def task_set_limits(*, actor: Actor, task_id: int, **limits) -> Task:
+    """Raise or lower a task's limits while no worker holds it."""
+    clean = validate_limits(limits)
+    with transaction.atomic():
+        actor.require("tasks.operate_task")
+        task = lock_task(task_id)
+        if task.is_held:
+            raise TransitionNotAllowed(f"task {task_id} is running; pause it to change its limits")
+        before = {field: _jsonable(getattr(task, field)) for field in clean}
+        for field, value in clean.items():
+            setattr(task, field, value)
+        task.save(update_fields=[*clean, "updated_at"])
+        record_event(
+            task,
+            actor=actor,
+            kind=EventKind.LIMITS_CHANGED,
+            data={"before": before, "after": {k: _jsonable(v) for k, v in clean.items()}},
+        )
+    return task
+
+
+def task_delete(*, actor: Actor, task_id: int) -> None:
+    """Delete a done, failed or cancelled task with its transcript, events, artifacts and its
+    files (input files and artifacts on disk)."""
+    with transaction.atomic():
+        task = act(task_id, "delete", actor)
+        if task.status not in DELETABLE:  # the actions table says so too; belt and braces
+            raise TransitionNotAllowed(f"task {task_id} is {task.status}; it cannot be deleted")
+        if task.dependant_links.filter(~Q(task__status__in=DELETABLE)).exists():
+            raise TransitionNotAllowed(f"open tasks depend on task {task_id}")
+        task.delete()
+    # Only once the row is gone: a refused delete (any raise above) keeps the files. Called
+    # inside a caller's transaction that later rolls back, the files would be gone with the
+    # row kept; no caller does that (the console, the CLI and the API call it on its own).
+    remove_task_files(task_id)
+    log.info("task.deleted", extra={"task_id": task_id, "actor": actor.label})
+
+
+# --- Goals -----------------------------------------------------------------------------------
+
+
+def goal_create(*, actor: Actor, title: str, description: str = "") -> Goal:
+    """A new active goal; the reconciler plans it at its next pass while it has no open work."""
+    actor.require("tasks.add_goal")
+    title, description = (title or "").strip(), (description or "").strip()
+    if not title:
+        raise InvalidInput("a goal needs a title", field="title")
+    if len(title) > 200:
+        raise InvalidInput("a title is at most 200 characters", field="title")
+    goal = Goal.objects.create(
+        title=title, description=description, created_by=actor.user if actor.is_person else None
+    )
+    log.info("goal.created", extra={"goal_id": goal.pk, "actor": actor.label})
+    return goal
+
+
+def goal_deactivate(*, actor: Actor, goal_id: int) -> Goal:
+    """The reconciler stops planning the goal. Its tasks keep their states: a person cancels
+    or closes them one by one."""
+    actor.require("tasks.change_goal")
+    with transaction.atomic():
+        goal = Goal.objects.select_for_update().filter(pk=goal_id).first()
+        if goal is None:
+            raise GoalNotFound(f"goal {goal_id} does not exist")
+        if not goal.active:
+            raise TransitionNotAllowed(f"goal {goal_id} is already inactive")
+        goal.active = False
+        goal.save(update_fields=["active"])
+    log.info("goal.deactivated", extra={"goal_id": goal_id, "actor": actor.label})
+    return goal

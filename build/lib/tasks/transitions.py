@@ -1,0 +1,173 @@
+"""The only writer of a task's status.
+
+Every function here locks the task row (`SELECT … FOR UPDATE`), checks the move against
+`tasks.states.TRANSITIONS`, writes the new state and a `TaskEvent` in one transaction, and raises
+`TransitionNotAllowed` for a move the table does not allow. The claim (`agents.leases`) is the one
+exception to the lock-then-write shape: a single conditional UPDATE whose WHERE clause decides the
+race.
+"""
+
+import logging
+
+from django.db import connection, transaction
+
+from tasks.actors import Actor
+from tasks.exceptions import TaskNotFound, TransitionNotAllowed
+from tasks.models import Task, TaskEvent
+from tasks.notify.outbox import enqueue_for_event
+from tasks.states import (
+    COOPERATIVE_EVENTS,
+    HELD,
+    ActorKind,
+    EventKind,
+    TaskStatus,
+    can_transition,
+)
+
+log = logging.getLogger("acthelm.tasks")
+
+READY_CHANNEL = "acthelm_ready"
+# A person's (or recovery's) action on a task a worker holds: pause, withdraw, cancel, a fencing
+# event. The payload is the task id; the worker that runs it checks at once (docs/worker.md).
+SIGNAL_CHANNEL = "acthelm_signal"
+
+
+def require_atomic() -> None:
+    if not connection.in_atomic_block:
+        raise RuntimeError("task transitions must run inside transaction.atomic()")
+
+
+def lock_task(task_id: int) -> Task:
+    """Lock and return the task row; the caller is inside transaction.atomic()."""
+    require_atomic()
+    try:
+        return Task.objects.select_for_update().get(pk=task_id)
+    except Task.DoesNotExist:
+        raise TaskNotFound(f"task {task_id} does not exist") from None
+
+
+def record_event(
+    task: Task,
+    *,
+    actor: Actor,
+    kind: str,
+    run=None,
+    data: dict | None = None,
+    from_status: str = "",
+    to_status: str = "",
+) -> TaskEvent:
+    event = TaskEvent.objects.create(
+        task=task,
+        run=run,
+        kind=kind,
+        actor_kind=actor.kind,
+        actor_user=actor.user if actor.is_person else None,
+        actor_label=actor.label,
+        from_status=from_status,
+        to_status=to_status,
+        data=data or {},
+    )
+    if actor.is_person and kind not in COOPERATIVE_EVENTS:
+        # The fence reads this column of the row it locks: a person's action committed while a
+        # worker's fence waited for the lock is seen (a subquery on the events would not see it).
+        Task.objects.filter(pk=task.pk).update(last_person_event_id=event.pk)
+        task.last_person_event_id = event.pk
+        if task.status in HELD and not to_status:
+            notify_signal(task.pk)  # a fencing event on a running task: its run stops
+    enqueue_for_event(event)  # the outbox row commits (or rolls back) with its event
+    return event
+
+
+def record_events(events: list[TaskEvent]) -> list[TaskEvent]:
+    """Several events of one worker step in one INSERT (the worker's recorder). Worker events
+    only: a person's action goes through `record_event`, which also marks the task row."""
+    if any(e.actor_kind == ActorKind.PERSON for e in events):
+        raise ValueError("a person's events go through record_event")
+    if not events:
+        return []
+    created = TaskEvent.objects.bulk_create(events)
+    for event in created:
+        enqueue_for_event(event)  # none of a step's events notifies today; kept for the rule
+    return created
+
+
+def notify_ready() -> None:
+    """Wake idle workers; PostgreSQL delivers the NOTIFY only when the transaction commits."""
+    with connection.cursor() as cursor:
+        cursor.execute("SELECT pg_notify(%s, '')", [READY_CHANNEL])
+
+
+def notify_signal(task_id: int) -> None:
+    """Tell the worker running `task_id` that a person acted on it; delivered on commit, so
+    the worker sees the new state when it looks."""
+    with connection.cursor() as cursor:
+        cursor.execute("SELECT pg_notify(%s, %s)", [SIGNAL_CHANNEL, str(task_id)])
+
+
+def set_status(
+    task: Task,
+    to: str,
+    *,
+    actor: Actor,
+    kind: str,
+    run=None,
+    data: dict | None = None,
+    **fields,
+) -> TaskEvent:
+    """Move a task that the caller has locked (see `lock_task`) and record why."""
+    require_atomic()
+    current = task.status
+    if not can_transition(current, to):
+        raise TransitionNotAllowed(
+            f"task {task.pk} is {current}; it cannot move to {to} ({kind})",
+        )
+    task.status = to
+    if to not in HELD:
+        task.lease_owner = ""
+        task.lease_expires_at = None
+    for name, value in fields.items():
+        setattr(task, name, value)
+    task.save()
+    if to == TaskStatus.READY:
+        notify_ready()
+    if current in HELD and actor.kind != ActorKind.WORKER:
+        notify_signal(task.pk)  # pause, withdraw, cancel, recovery: the run learns it at once
+    event = record_event(
+        task, actor=actor, kind=kind, run=run, data=data, from_status=current, to_status=to
+    )
+    log.info(
+        "task.%s",
+        kind,
+        extra={"task_id": task.pk, "from": current, "to": to, "actor": actor.label},
+    )
+    return event
+
+
+def transition(task_id: int, to: str, *, actor: Actor, kind: str, **kwargs) -> Task:
+    """Lock, check, move and record, in one transaction."""
+    with transaction.atomic():
+        task = lock_task(task_id)
+        set_status(task, to, actor=actor, kind=kind, **kwargs)
+        return task
+
+
+def promote_dependants(task: Task, *, actor: Actor) -> list[int]:
+    """After `task` became done: each blocked dependant whose dependencies are all done is ready."""
+    require_atomic()
+    promoted = []
+    candidates = (
+        Task.objects.select_for_update()
+        .filter(dependency_links__depends_on=task, status=TaskStatus.BLOCKED)
+        .order_by("id")
+    )
+    for dependant in candidates:
+        if not dependant.dependency_links.exclude(depends_on__status=TaskStatus.DONE).exists():
+            set_status(
+                dependant,
+                TaskStatus.READY,
+                actor=actor,
+                kind=EventKind.PROMOTED,
+                data={"dependency": task.pk},
+            )
+            promoted.append(dependant.pk)
+    return promoted

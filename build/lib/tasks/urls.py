@@ -1,0 +1,28 @@
+from django.urls import include, path
+
+from acthelm_site.console.actions import task_actions
+from tasks import views
+
+task_patterns = [
+    path("", views.task_list, name="list"),
+    path("tasks/new/", views.task_create, name="create"),
+    path("tasks/<int:pk>/", views.task_detail, name="detail"),
+    # One URL per task-wide action, all served by the one view: /tasks/7/withdraw-pause/.
+    *(
+        path(
+            f"tasks/<int:pk>/{action.slug}/",
+            views.task_action,
+            {"action": action.name},
+            name=action.name,
+        )
+        for action in task_actions()
+    ),
+    path("tasks/<int:pk>/model-check/", views.task_model_check, name="model_check"),
+    path("tasks/<int:pk>/calls/<int:call_pk>/result/", views.task_call_result, name="call_result"),
+    path("tasks/<int:pk>/artifacts/<int:artifact_pk>/", views.task_artifact, name="artifact"),
+]
+
+urlpatterns = [
+    path("", include((task_patterns, "tasks"))),
+    path("connections/", include("agents.urls")),
+]

@@ -1,0 +1,71 @@
+"""Where a task's files live: one folder per task under ACTHELM_MEDIA_ROOT, with the input files
+the agent may read (`workspace/`) and the artifacts it writes (`artifacts/`)."""
+
+import re
+import shutil
+from pathlib import Path
+
+from django.conf import settings
+
+from tasks.exceptions import InvalidInput
+
+_SAFE_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,99}$")
+
+
+def task_dir(task_id: int) -> Path:
+    return Path(settings.ACTHELM_MEDIA_ROOT) / "tasks" / str(int(task_id))
+
+
+def workspace_dir(task_id: int, *, create: bool = True) -> Path:
+    path = task_dir(task_id) / "workspace"
+    if create:
+        path.mkdir(parents=True, exist_ok=True)
+    return path
+
+
+def artifacts_dir(task_id: int, *, create: bool = True) -> Path:
+    path = task_dir(task_id) / "artifacts"
+    if create:
+        path.mkdir(parents=True, exist_ok=True)
+    return path
+
+
+def safe_file_name(name: str) -> str:
+    name = Path(name or "").name
+    if not _SAFE_NAME.match(name):
+        raise InvalidInput(
+            f"file name {name!r} is not allowed: use letters, digits, '.', '_' and '-' only"
+        )
+    return name
+
+
+def add_input_file(task_id: int, *, name: str, source: Path | None = None, data=None) -> Path:
+    """Copy a file into the task's workspace (from a path, or from bytes / an uploaded file)."""
+    target = workspace_dir(task_id) / safe_file_name(name)
+    if source is not None:
+        source = Path(source)
+        if not source.is_file():
+            raise InvalidInput(f"{source} is not a regular file")
+        shutil.copyfile(source, target)
+    elif isinstance(data, bytes | str):
+        target.write_bytes(data.encode() if isinstance(data, str) else data)
+    else:
+        with target.open("wb") as out:
+            for chunk in data.chunks():
+                out.write(chunk)
+    return target
+
+
+def list_input_files(task_id: int) -> list[dict]:
+    folder = workspace_dir(task_id, create=False)
+    if not folder.is_dir():
+        return []
+    return [
+        {"name": p.name, "size": p.stat().st_size}
+        for p in sorted(folder.iterdir())
+        if p.is_file() and not p.is_symlink()
+    ]
+
+
+def remove_task_files(task_id: int) -> None:
+    shutil.rmtree(task_dir(task_id), ignore_errors=True)
