@@ -39,7 +39,7 @@ lock:
 	var/lock-venv/bin/python -m pip install -q '.[dev]'; \
 	{ echo "# Exact versions for pip install -c $(LOCK); written by 'make lock' from pyproject.toml."; \
 	  var/lock-venv/bin/python -m pip freeze --exclude-editable | grep -v '^acthelm'; } > $(LOCK); \
-	rm -rf var/lock-venv; \
+	rm -rf var/lock-venv build; \
 	echo "$(LOCK): $$(grep -vc '^#' $(LOCK)) pinned packages"
 
 venv: $(STAMP)

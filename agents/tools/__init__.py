@@ -32,12 +32,6 @@ from .registry import (
     tool_names,
 )
 
-try:  # loop-internal tools (update_plan, propose_task), maintained beside the loop
-    from . import plan  # noqa: F401
-except ModuleNotFoundError as exc:  # pragma: no cover - only while that module is absent
-    if exc.name != f"{__name__}.plan":
-        raise
-
 __all__ = [
     "ERROR_CODES",
     "ArtifactWritten",

@@ -1,8 +1,0 @@
-from django.apps import AppConfig
-
-
-class ApiConfig(AppConfig):
-    name = "acthelm_site.api"
-    label = "api"
-    verbose_name = "API"
-    default_auto_field = "django.db.models.BigAutoField"

@@ -1,6 +1,0 @@
-from django.apps import AppConfig
-
-
-class MemoryConfig(AppConfig):
-    name = "memory"
-    verbose_name = "Memory"

@@ -1,6 +1,0 @@
-from django.apps import AppConfig
-
-
-class TasksConfig(AppConfig):
-    name = "tasks"
-    verbose_name = "Tasks"
