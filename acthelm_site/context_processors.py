@@ -2,22 +2,12 @@
 
 from django.utils.functional import SimpleLazyObject
 
-from approvals.models import Approval, ReviewDecision
-from approvals.states import ApprovalStatus, ReviewChoice
+from approvals.selectors import decidable_counts
 
 
 def pending_decisions_count() -> int:
-    """Pending approvals plus pending needs_review decisions, in one query.
-
-    Both counts read a small set: pending approvals through their partial index.
-    """
-    approvals = Approval.objects.filter(
-        status=ApprovalStatus.PENDING, task__is_evaluation=False
-    ).values("id")
-    reviews = ReviewDecision.objects.filter(
-        choice=ReviewChoice.PENDING, task__is_evaluation=False
-    ).values("id")
-    return approvals.union(reviews, all=True).count()
+    """What a person can still decide (`approvals.selectors`): approvals and unknown outcomes."""
+    return sum(decidable_counts())
 
 
 def console(request) -> dict:

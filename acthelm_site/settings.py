@@ -170,6 +170,10 @@ ACTHELM_DEFAULT_TOOLS = env_list(
     ["update_plan", "list_files", "read_file", "search_files", "analyze_csv", "write_artifact"],
 )
 ACTHELM_FETCH_ALLOW_PRIVATE = env_bool("ACTHELM_FETCH_ALLOW_PRIVATE", False)
+# Exact "address:port" endpoints fetch_url may reach although they are not public (comma-separated),
+# e.g. the evaluation's page server, which `acthelm_eval run --allow-loopback-fetch` sets for the
+# workers it starts: that one server, not all of loopback.
+ACTHELM_FETCH_ALLOW_ENDPOINTS = env_list("ACTHELM_FETCH_ALLOW_ENDPOINTS", [])
 # How many follow-up tasks one task may create with propose_task.
 ACTHELM_MAX_PROPOSALS_PER_TASK = env_int("ACTHELM_MAX_PROPOSALS_PER_TASK", 20)
 ACTHELM_AUTO_CLOSE_GOAL_NO_WORK = env_bool("ACTHELM_AUTO_CLOSE_GOAL_NO_WORK", False)

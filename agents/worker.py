@@ -164,9 +164,17 @@ class Worker:
     task; one dispatcher claims for the free places (several ready tasks in one statement), one
     heartbeat renews every lease, one listener hears new work and people's actions."""
 
-    def __init__(self, *, worker_id: str | None = None, concurrency: int = 1, burst: bool = False):
+    def __init__(
+        self,
+        *,
+        worker_id: str | None = None,
+        concurrency: int = 1,
+        burst: bool = False,
+        evaluation_only: bool = False,
+    ):
         if concurrency < 1:
             raise ValueError("concurrency must be at least 1")
+        self.evaluation_only = evaluation_only  # claim evaluation tasks only (acthelm_eval)
         self.worker_id = worker_id or default_worker_id()
         self.concurrency = concurrency
         self.burst = burst
@@ -297,7 +305,9 @@ class Worker:
     def _claim(self, free: int) -> list[Claim]:
         try:
             return claim_batch(
-                worker_id=self.worker_id, limit=min(free, settings.ACTHELM_CLAIM_BATCH)
+                worker_id=self.worker_id,
+                limit=min(free, settings.ACTHELM_CLAIM_BATCH),
+                evaluation_only=self.evaluation_only,
             )
         except DB_ERRORS:
             log.exception("worker.claim_failed", extra={"worker": self.worker_id})
@@ -342,7 +352,9 @@ class Worker:
         """Claim and run tasks one at a time in THIS thread until nothing is claimable (what a
         burst worker of concurrency 1 does, without its threads): for the benchmarks' measuring
         process, which must see every statement on its own thread's connection."""
-        while (claim := claim_next(worker_id=self.worker_id)) is not None:
+        while (
+            claim := claim_next(worker_id=self.worker_id, evaluation_only=self.evaluation_only)
+        ) is not None:
             self.process(claim)
         return self.processed
 

@@ -1,6 +1,14 @@
 """Reads of the operations a person can decide now: pending approvals of tasks awaiting approval
 and pending needs_review decisions of tasks that need review. Each carries what the deciding
-commands need (the id and the arguments hash they are bound to)."""
+commands need (the id and the arguments hash they are bound to).
+
+"What a person can still decide" is defined here once (`decidable_approvals`,
+`decidable_reviews`): the console inbox, the nav count, the API's approvals list and the
+notifications all read it. An evaluation task's operations are decided by the evaluation runner,
+never by a person, so they are not in it.
+"""
+
+from django.db.models import Count
 
 from approvals.models import Approval, ReviewDecision
 from approvals.states import ApprovalStatus, ReviewChoice
@@ -22,29 +30,73 @@ def _command(action: str, task_id: int, op_id: int, arguments_hash: str) -> str:
     return f"manage.py acthelm_task {action} {task_id} {op_id} --hash {arguments_hash}"
 
 
-def open_operations(*, task_id: int | None = None, limit: int | None = None) -> list[dict]:
-    """Every operation a person can decide now, oldest first (of one task with ``task_id``)."""
-    approvals = (
+def decidable_approvals():
+    """Pending approvals a person can still decide: the task waits for them, and it is not an
+    evaluation task. Oldest first."""
+    return (
         Approval.objects.filter(
-            status=ApprovalStatus.PENDING, task__status=TaskStatus.AWAITING_APPROVAL
+            status=ApprovalStatus.PENDING,
+            task__status=TaskStatus.AWAITING_APPROVAL,
+            task__is_evaluation=False,
         )
         .select_related("task")
         .order_by("created_at", "id")
     )
-    reviews = (
+
+
+def decidable_reviews():
+    """Pending needs_review decisions a person can still decide (as `decidable_approvals`),
+    with their tool call (without its result). Oldest first."""
+    return (
         ReviewDecision.objects.filter(
-            choice=ReviewChoice.PENDING, task__status=TaskStatus.NEEDS_REVIEW
+            choice=ReviewChoice.PENDING,
+            task__status=TaskStatus.NEEDS_REVIEW,
+            task__is_evaluation=False,
         )
         .select_related("task", "tool_call")
         .defer("tool_call__result", "tool_call__result_for_model")
         .order_by("created_at", "id")
     )
-    if task_id is not None:
-        approvals = approvals.filter(task_id=task_id)
-        reviews = reviews.filter(task_id=task_id)
-    else:  # the evaluation suite decides its own tasks' operations, like the inbox hides them
-        approvals = approvals.filter(task__is_evaluation=False)
-        reviews = reviews.filter(task__is_evaluation=False)
+
+
+def decidable_counts() -> tuple[int, int]:
+    """(approvals, unknown outcomes) a person can still decide: two counts over the pending
+    rows' partial indexes."""
+    approvals = Approval.objects.filter(
+        status=ApprovalStatus.PENDING,
+        task__status=TaskStatus.AWAITING_APPROVAL,
+        task__is_evaluation=False,
+    ).aggregate(n=Count("id"))["n"]
+    reviews = ReviewDecision.objects.filter(
+        choice=ReviewChoice.PENDING,
+        task__status=TaskStatus.NEEDS_REVIEW,
+        task__is_evaluation=False,
+    ).aggregate(n=Count("id"))["n"]
+    return approvals, reviews
+
+
+def open_operations(*, task_id: int | None = None, limit: int | None = None) -> list[dict]:
+    """Every operation a person can decide now, oldest first (of one task with ``task_id``)."""
+    if task_id is not None:  # one task's, an evaluation task's too (`acthelm_task show`)
+        approvals = (
+            Approval.objects.filter(
+                status=ApprovalStatus.PENDING,
+                task__status=TaskStatus.AWAITING_APPROVAL,
+                task_id=task_id,
+            )
+            .select_related("task")
+            .order_by("created_at", "id")
+        )
+        reviews = (
+            ReviewDecision.objects.filter(
+                choice=ReviewChoice.PENDING, task__status=TaskStatus.NEEDS_REVIEW, task_id=task_id
+            )
+            .select_related("task", "tool_call")
+            .defer("tool_call__result", "tool_call__result_for_model")
+            .order_by("created_at", "id")
+        )
+    else:
+        approvals, reviews = decidable_approvals(), decidable_reviews()
     if limit is not None:
         approvals, reviews = approvals[:limit], reviews[:limit]
     rows = [

@@ -21,11 +21,9 @@ from acthelm_site.console.shared import (
     positive_int,
     pretty_json,
 )
-from approvals.models import Approval, ReviewDecision
-from approvals.states import ApprovalStatus, ReviewChoice
+from approvals.selectors import decidable_approvals, decidable_reviews
 from tasks.actors import Actor
 from tasks.exceptions import ActhelmError, NotPermitted
-from tasks.states import TaskStatus
 from tasks.views import render_task_page
 
 log = logging.getLogger("acthelm.console")
@@ -37,31 +35,9 @@ def _may_view(user) -> bool:
     return any(user.has_perm(perm) for perm in INBOX_PERMS)
 
 
-def pending_approvals():
-    """Only what a person can still decide: the task waits for it."""
-    return (
-        # Evaluation tasks' approvals are decided by the evaluation runner, not by a person.
-        Approval.objects.filter(
-            status=ApprovalStatus.PENDING,
-            task__status=TaskStatus.AWAITING_APPROVAL,
-            task__is_evaluation=False,
-        )
-        .select_related("task")
-        .order_by("created_at", "id")
-    )
-
-
-def pending_reviews():
-    return (
-        ReviewDecision.objects.filter(
-            choice=ReviewChoice.PENDING,
-            task__status=TaskStatus.NEEDS_REVIEW,
-            task__is_evaluation=False,
-        )
-        .select_related("task", "tool_call")
-        .defer("tool_call__result", "tool_call__result_for_model")
-        .order_by("created_at", "id")
-    )
+# What a person can still decide (approvals.selectors); the hostile tests import these names.
+pending_approvals = decidable_approvals
+pending_reviews = decidable_reviews
 
 
 @require_GET
