@@ -141,6 +141,9 @@ ACTHELM_RUN_TIMEOUT_SECONDS = env_float("ACTHELM_RUN_TIMEOUT_SECONDS", 900)
 ACTHELM_RECOVER_INTERVAL_SECONDS = env_float("ACTHELM_RECOVER_INTERVAL_SECONDS", 30)
 ACTHELM_RECONCILE_INTERVAL_SECONDS = env_float("ACTHELM_RECONCILE_INTERVAL_SECONDS", 60)
 ACTHELM_POLL_SECONDS = env_float("ACTHELM_POLL_SECONDS", 5)
+# How often the console's pages refresh what needs a person (the nav's counts, the task list, the
+# inbox, the review page) without a reload.
+ACTHELM_CONSOLE_REFRESH_SECONDS = env_int("ACTHELM_CONSOLE_REFRESH_SECONDS", 10)
 # A worker process's database connections: a pool of this many (Django's psycopg pool), borrowed
 # only to read or write, plus one LISTEN connection, whatever --concurrency says. 0 = no pool
 # (a connection per thread). A thread waits this long for a free connection.

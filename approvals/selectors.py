@@ -8,10 +8,13 @@ notifications all read it. An evaluation task's operations are decided by the ev
 never by a person, so they are not in it.
 """
 
-from django.db.models import Count
+from dataclasses import dataclass
+
+from django.db import connection
 
 from approvals.models import Approval, ReviewDecision
 from approvals.states import ApprovalStatus, ReviewChoice
+from tasks.models import Task
 from tasks.states import TaskStatus
 
 #: The keys whose value names what an operation touches, for a decision without its own target.
@@ -59,20 +62,56 @@ def decidable_reviews():
     )
 
 
+def _count_all(*querysets) -> list[int]:
+    """How many rows each queryset has, in ONE statement (a scalar count per queryset)."""
+    parts, params = [], []
+    for qs in querysets:
+        sql, qs_params = qs.order_by().values("id").query.sql_with_params()
+        parts.append(f"(SELECT count(*) FROM ({sql}) AS q{len(parts)})")
+        params.extend(qs_params)
+    with connection.cursor() as cursor:
+        cursor.execute("SELECT " + ", ".join(parts), params)
+        return list(cursor.fetchone())
+
+
 def decidable_counts() -> tuple[int, int]:
-    """(approvals, unknown outcomes) a person can still decide: two counts over the pending
-    rows' partial indexes."""
-    approvals = Approval.objects.filter(
-        status=ApprovalStatus.PENDING,
-        task__status=TaskStatus.AWAITING_APPROVAL,
-        task__is_evaluation=False,
-    ).aggregate(n=Count("id"))["n"]
-    reviews = ReviewDecision.objects.filter(
-        choice=ReviewChoice.PENDING,
-        task__status=TaskStatus.NEEDS_REVIEW,
-        task__is_evaluation=False,
-    ).aggregate(n=Count("id"))["n"]
+    """(approvals, unknown outcomes) a person can still decide, in one statement over the
+    pending rows' partial indexes."""
+    approvals, reviews = _count_all(decidable_approvals(), decidable_reviews())
     return approvals, reviews
+
+
+@dataclass(frozen=True)
+class NeedsMe:
+    """What waits for a person, counted: decisions (approvals and unknown outcomes), tasks in
+    review, failed tasks. Evaluation tasks are never counted."""
+
+    approvals: int
+    unknown: int
+    review: int
+    failed: int
+
+    @property
+    def decisions(self) -> int:
+        return self.approvals + self.unknown
+
+    @property
+    def total(self) -> int:
+        return self.decisions + self.review + self.failed
+
+
+def needs_me_counts() -> NeedsMe:
+    """Four small counts in one statement: the pending approvals and decisions (their partial
+    indexes) and the tasks in review or failed (task_status_idx)."""
+    work = Task.objects.filter(is_evaluation=False)
+    return NeedsMe(
+        *_count_all(
+            decidable_approvals(),
+            decidable_reviews(),
+            work.filter(status=TaskStatus.REVIEW),
+            work.filter(status=TaskStatus.FAILED),
+        )
+    )
 
 
 def open_operations(*, task_id: int | None = None, limit: int | None = None) -> list[dict]:

@@ -12,6 +12,7 @@ from django.shortcuts import redirect, render
 from django.views.decorators.http import require_GET, require_POST
 
 from acthelm_site.console.actions import REGISTRY, decision_buttons
+from acthelm_site.console.preview import proposed_file
 from acthelm_site.console.shared import (
     DECIDE_PERM,
     INBOX_PERMS,
@@ -54,6 +55,7 @@ def _render_inbox(request, *, error: ActhelmError | None = None, status: int = 2
     reviews = list(pending_reviews()[: INBOX_SIZE + 1])
     for approval in approvals:
         approval.arguments_pretty = pretty_json(approval.arguments)
+        approval.proposed_file = proposed_file(approval.tool, approval.arguments)
     for decision in reviews:
         decision.arguments_pretty = pretty_json(decision.tool_call.arguments)
     context = {
@@ -65,7 +67,11 @@ def _render_inbox(request, *, error: ActhelmError | None = None, status: int = 2
         "outcome_unknown": OUTCOME_UNKNOWN,
         "error": error,
     }
-    return render(request, "console/inbox.html", context, status=status)
+    # The inbox refreshes itself: a poll asks for the decisions only.
+    template = (
+        "console/inbox.html#decisions" if request.htmx and not error else "console/inbox.html"
+    )
+    return render(request, template, context, status=status)
 
 
 @require_POST

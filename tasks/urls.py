@@ -2,6 +2,8 @@ from django.urls import include, path
 
 from acthelm_site.console.actions import task_actions
 from tasks import views
+from tasks.files import views as file_views
+from tasks.review import views as review_views
 
 task_patterns = [
     path("", views.task_list, name="list"),
@@ -20,6 +22,19 @@ task_patterns = [
     path("tasks/<int:pk>/model-check/", views.task_model_check, name="model_check"),
     path("tasks/<int:pk>/calls/<int:call_pk>/result/", views.task_call_result, name="call_result"),
     path("tasks/<int:pk>/artifacts/<int:artifact_pk>/", views.task_artifact, name="artifact"),
+    path(
+        "tasks/<int:pk>/artifacts/<int:artifact_pk>/view/",
+        file_views.artifact_view,
+        name="artifact_view",
+    ),
+    path("tasks/<int:pk>/inputs/<str:name>/", file_views.input_view, name="input_view"),
+    path(
+        "tasks/<int:pk>/inputs/<str:name>/download/",
+        file_views.input_download,
+        name="input_download",
+    ),
+    path("review/", review_views.review_queue, name="review"),
+    path("review/bulk/", review_views.review_bulk, name="review_bulk"),
 ]
 
 urlpatterns = [

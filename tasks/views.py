@@ -25,6 +25,7 @@ from acthelm_site.console.actions import (
     decision_buttons,
     task_actions,
 )
+from acthelm_site.console.preview import proposed_file
 from acthelm_site.console.shared import (
     ADD_PERM,
     OPERATE_PERM,
@@ -49,7 +50,7 @@ from tasks.forms import TaskCreateForm, model_queryset
 from tasks.limits import BY_FIELD, CUMULATIVE, PER_ITEM, limit_for_failure
 from tasks.models import Task
 from tasks.notify.selectors import task_notifications
-from tasks.selectors import task_keyset_page
+from tasks.selectors import status_counts, task_keyset_page
 from tasks.states import Action, TaskStatus, allowed_actions
 from tasks.workspace import artifacts_dir, list_input_files, safe_file_name
 
@@ -104,16 +105,19 @@ def task_list(request):
     page = task_keyset_page(tasks, before=before, after=after, size=PAGE_SIZE)
     for row in page.tasks:
         row.cost_text = money(row.cost_total) if row.cost_total is not None else ""
+    counts = status_counts(evaluation=evaluation)
     context = {
         "tasks": page.tasks,
         "status": status,
         "evaluation": evaluation,
-        "statuses": TaskStatus.choices,
+        "statuses": [(value, label, counts.get(value)) for value, label in TaskStatus.choices],
         "older": page.older,
         "newer": page.newer,
         "can_add": request.user.has_perm(ADD_PERM),
     }
-    return render(request, "console/task_list.html", context)
+    # The list refreshes itself: a poll asks for its rows only.
+    template = "console/task_list.html#rows" if request.htmx else "console/task_list.html"
+    return render(request, template, context)
 
 
 # --- Creating a task ------------------------------------------------------------------------
@@ -277,6 +281,7 @@ def task_page_context(request, pk: int) -> dict:
             approval = getattr(call, "approval", None)
             if approval is not None and approval.status == ApprovalStatus.PENDING:
                 approval.arguments_pretty = pretty_json(approval.arguments)
+                approval.proposed_file = proposed_file(approval.tool, approval.arguments)
                 approvals.append(approval)
             decision = getattr(call, "review_decision", None)
             if decision is not None and decision.choice == ReviewChoice.PENDING:
