@@ -29,6 +29,7 @@ from agents.loop import AgentLoop, RunSignals
 from agents.models import AgentRun
 from agents.outcomes import Outcome, apply_outcome, recover_stale
 from agents.reconciler import reconcile
+from agents.seen import record_seen
 from agents.supervisor import supervise
 from agents.supervisor import uses_model as supervisor_uses_model
 from tasks.exceptions import AttemptLost
@@ -507,6 +508,7 @@ class Worker:
         ACTHELM_RECOVER_INTERVAL_SECONDS for runs that overran their timeout."""
         next_recover = next_reconcile = 0.0
         while not self.stopping.is_set():
+            record_seen(self.worker_id)  # the Workers page lists idle workers too; never raises
             deliver_in_maintenance()  # bounded, never raises: see tasks/notify/delivery.py
             now = time.monotonic()
             if now >= next_reconcile:

@@ -3,6 +3,7 @@ from django.urls import include, path
 from acthelm_site.console.actions import task_actions
 from tasks import views
 from tasks.files import views as file_views
+from tasks.goals import views as goal_views
 from tasks.review import views as review_views
 
 task_patterns = [
@@ -20,6 +21,7 @@ task_patterns = [
         for action in task_actions()
     ),
     path("tasks/<int:pk>/model-check/", views.task_model_check, name="model_check"),
+    path("tasks/<int:pk>/retry-now/", views.task_retry_now, name="retry_now"),
     path("tasks/<int:pk>/calls/<int:call_pk>/result/", views.task_call_result, name="call_result"),
     path("tasks/<int:pk>/artifacts/<int:artifact_pk>/", views.task_artifact, name="artifact"),
     path(
@@ -33,6 +35,7 @@ task_patterns = [
         file_views.input_download,
         name="input_download",
     ),
+    path("goals/<int:pk>/", goal_views.goal_detail, name="goal"),
     path("review/", review_views.review_queue, name="review"),
     path("review/bulk/", review_views.review_bulk, name="review_bulk"),
 ]
