@@ -51,7 +51,7 @@ from tasks.limits import BY_FIELD, CUMULATIVE, PER_ITEM, limit_for_failure
 from tasks.models import Task
 from tasks.notify.selectors import task_notifications
 from tasks.selectors import status_counts, task_keyset_page
-from tasks.states import Action, EventKind, TaskStatus, allowed_actions
+from tasks.states import Action, EventKind, TaskKind, TaskStatus, allowed_actions
 from tasks.workspace import artifacts_dir, list_input_files, safe_file_name
 
 log = logging.getLogger("acthelm.console")
@@ -374,8 +374,12 @@ def state_why(task: Task, events: list, now) -> dict:
         if task.spawned_by_id
         else None
     )
-    why["follow_ups"] = list(
-        task.follow_ups.only("id", "title", "status").order_by("id")[:FOLLOW_UPS_SHOWN]
+    # Follow-ups come from propose_task (planning tasks): no query for the others.
+    may_spawn = task.kind == TaskKind.PLANNING or "propose_task" in task.tools
+    why["follow_ups"] = (
+        list(task.follow_ups.only("id", "title", "status").order_by("id")[:FOLLOW_UPS_SHOWN])
+        if may_spawn
+        else []
     )
     return why
 

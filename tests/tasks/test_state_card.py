@@ -15,7 +15,7 @@ from tasks.actors import Actor
 from tasks.exceptions import TransitionNotAllowed
 from tasks.models import Task, TaskDependency, TaskEvent
 from tasks.services import task_retry_now
-from tasks.states import EventKind, TaskStatus
+from tasks.states import EventKind, TaskKind, TaskStatus
 from tests.factories import (
     AgentRunFactory,
     ApprovalFactory,
@@ -99,7 +99,9 @@ def test_a_cooling_connection_says_until_when(page):
 
 def test_goal_parent_and_follow_ups_are_links_and_the_goal_page_lists_its_tasks(client, page):
     goal = GoalFactory(title="Launch in April")
-    parent = TaskFactory(title="Plan the launch", goal=goal, status=TaskStatus.DONE)
+    parent = TaskFactory(
+        title="Plan the launch", goal=goal, status=TaskStatus.DONE, kind=TaskKind.PLANNING
+    )
     child = TaskFactory(title="Book the venue", goal=goal, spawned_by=parent)
     card = _card(page(parent))
     assert f'href="/goals/{goal.pk}/"' in card and f"#{child.pk} Book the venue" in card
