@@ -26,6 +26,8 @@ CSV_ROWS = 200
 CSV_COLUMNS = 30
 CELL_CHARS = 500
 DIFF_LINES = 400
+# A longer line is shown escaped but not formatted (the inline patterns stay linear on it).
+INLINE_CHARS = 2000
 
 MARKDOWN_SUFFIXES = (".md", ".markdown")
 CSV_SUFFIXES = (".csv",)
@@ -139,6 +141,8 @@ _PLACEHOLDER = "\x00{}\x00"
 
 def _inline(line: str) -> str:
     """One line of Markdown as HTML: escape first, then format the escaped text."""
+    if len(line) > INLINE_CHARS:
+        return escape(line)
     spans: list[str] = []
 
     def keep(match):
@@ -237,18 +241,20 @@ def render_markdown(text: str) -> SafeString:
 
 
 def unified_diff(before: str, after: str, *, name: str) -> tuple[str, bool]:
-    """A unified diff (text; the template escapes it) of at most DIFF_LINES lines."""
+    """A unified diff (text; the template escapes it) of at most DIFF_LINES lines, of at most
+    PREVIEW_BYTES characters of each side."""
+    cut = len(before) > PREVIEW_BYTES or len(after) > PREVIEW_BYTES
     lines = list(
         difflib.unified_diff(
-            before.splitlines(),
-            after.splitlines(),
+            before[:PREVIEW_BYTES].splitlines(),
+            after[:PREVIEW_BYTES].splitlines(),
             fromfile=f"{name} (previous run)",
             tofile=f"{name} (this run)",
             lineterm="",
             n=2,
         )
     )
-    return "\n".join(lines[:DIFF_LINES]), len(lines) > DIFF_LINES
+    return "\n".join(lines[:DIFF_LINES]), cut or len(lines) > DIFF_LINES
 
 
 def artifact_change(task_id: int, name: str) -> dict | None:

@@ -102,3 +102,11 @@ def test_a_reopened_task_shows_what_changed_since_the_previous_run():
         status=ToolCallStatus.SUCCEEDED,
     )
     assert preview.artifact_change(once.pk, "a.md") is None
+
+
+def test_hostile_sizes_stay_bounded():
+    line = "*a " * 50_000  # a long line full of emphasis markers: escaped, not formatted
+    html = preview.render_markdown(line)
+    assert "<em>" not in html and html.startswith("<p>*a")
+    diff, cut = preview.unified_diff("x\n" * 300_000, "y\n" * 300_000, name="big.txt")
+    assert cut and diff.count("\n") < preview.DIFF_LINES
