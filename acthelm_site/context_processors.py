@@ -1,28 +1,24 @@
-"""What every console page needs: the number of operations waiting for a person's decision."""
+"""What every console page needs: what waits for a person (the nav's counts)."""
 
+from django.conf import settings
 from django.utils.functional import SimpleLazyObject
 
-from approvals.models import Approval, ReviewDecision
-from approvals.states import ApprovalStatus, ReviewChoice
+from approvals.selectors import decidable_counts, needs_me_counts
 
 
 def pending_decisions_count() -> int:
-    """Pending approvals plus pending needs_review decisions, in one query.
-
-    Both counts read a small set: pending approvals through their partial index.
-    """
-    approvals = Approval.objects.filter(
-        status=ApprovalStatus.PENDING, task__is_evaluation=False
-    ).values("id")
-    reviews = ReviewDecision.objects.filter(
-        choice=ReviewChoice.PENDING, task__is_evaluation=False
-    ).values("id")
-    return approvals.union(reviews, all=True).count()
+    """What a person can still decide (`approvals.selectors`): approvals and unknown outcomes."""
+    return sum(decidable_counts())
 
 
 def console(request) -> dict:
-    """Lazy: pages that never show the badge (the admin's) make no query for it."""
+    """Lazy: pages that never show the counts (the admin's) make no query for them."""
     user = getattr(request, "user", None)
     if user is None or not user.is_authenticated:
         return {}
-    return {"pending_decisions": SimpleLazyObject(pending_decisions_count)}
+    needs = SimpleLazyObject(needs_me_counts)
+    return {
+        "needs_me": needs,
+        "pending_decisions": SimpleLazyObject(lambda: needs.decisions),
+        "refresh_seconds": settings.ACTHELM_CONSOLE_REFRESH_SECONDS,
+    }

@@ -20,10 +20,11 @@ from django.db.models import Case, Count, IntegerField, Max, Min, Q, Sum, Value,
 from django.db.models.functions import Now
 from django.http import Http404, HttpResponse, JsonResponse
 from django.shortcuts import render
+from django.utils import timezone
 from django.views.decorators.cache import never_cache
 from django.views.decorators.http import require_GET
 
-from agents.models import AgentRun, Connection
+from agents.models import AgentRun, Connection, WorkerSeen
 from agents.states import RunStatus
 from tasks.models import Task, TaskEvent
 from tasks.states import HELD, EventKind, TaskStatus
@@ -271,11 +272,23 @@ class WorkerRow:
     lease_expires_at: datetime | None
     runs_started: int
     last_heartbeat: datetime | None
+    last_seen: datetime | None = None  # WorkerSeen: its maintenance loop's last pass
+    started: datetime | None = None
+    pid: int | None = None
+    gone: bool = False  # not seen for WORKER_GONE_SECONDS and holding nothing
 
     @property
     def stale(self) -> bool:
         """A worker whose lease on some task ran out: it stopped renewing (dead or cut off)."""
         return self.stale_tasks > 0
+
+    @property
+    def busy(self) -> bool:
+        return bool(self.tasks_held or self.runs_started)
+
+    @property
+    def idle(self) -> bool:
+        return not self.busy and not self.gone
 
 
 def worker_host(worker_id: str) -> str:
@@ -284,8 +297,15 @@ def worker_host(worker_id: str) -> str:
     return host if sep else ""
 
 
+# A worker process records itself every few seconds (agents.seen); one not seen for this long
+# is shown as gone, and one not seen for a day is not listed.
+WORKER_GONE_SECONDS = 60
+WORKER_FORGOTTEN = timedelta(days=1)
+
+
 def live_workers() -> list[WorkerRow]:
-    """Workers as the leases and started runs show them (an idle worker holds no lease)."""
+    """Workers as the leases and started runs show them, and the processes that recorded
+    themselves (`WorkerSeen`): an idle worker holds no lease but is seen."""
     leases = {
         row["lease_owner"]: row
         for row in Task.objects.order_by()
@@ -310,23 +330,34 @@ def live_workers() -> list[WorkerRow]:
             newest_start=Max("started_at"),
         )
     }
+    now = timezone.now()
+    seen = {
+        row.worker_id: row
+        for row in WorkerSeen.objects.filter(last_seen__gte=now - WORKER_FORGOTTEN).order_by()
+    }
+    gone_before = now - timedelta(seconds=WORKER_GONE_SECONDS)
     rows = []
-    for worker_id in sorted(set(leases) | set(runs)):
+    for worker_id in sorted(set(leases) | set(runs) | set(seen)):
         lease = leases.get(worker_id, {})
         run = runs.get(worker_id, {})
+        me = seen.get(worker_id)
         rows.append(
             WorkerRow(
                 worker_id=worker_id,
-                host=worker_host(worker_id),
+                host=(me.host if me and me.host else worker_host(worker_id)),
                 tasks_held=lease.get("tasks_held", 0),
                 task_ids=lease.get("task_ids") or [],
                 stale_tasks=lease.get("stale_tasks", 0),
                 lease_expires_at=lease.get("lease_expires_at"),
                 runs_started=run.get("runs_started", 0),
                 last_heartbeat=_last_heartbeat(lease, run),
+                last_seen=me.last_seen if me else None,
+                started=me.started if me else None,
+                pid=me.pid if me else None,
+                gone=bool(me and not lease and not run and me.last_seen < gone_before),
             )
         )
-    return sorted(rows, key=lambda r: (not r.stale, r.host, r.worker_id))
+    return sorted(rows, key=lambda r: (not r.stale, r.gone, r.host, r.worker_id))
 
 
 def _last_heartbeat(lease: dict, run: dict) -> datetime | None:
@@ -349,6 +380,10 @@ def workers(request):
     context = {
         "workers": rows,
         "stale_count": sum(1 for r in rows if r.stale),
+        "busy_count": sum(1 for r in rows if r.busy),
+        "idle_count": sum(1 for r in rows if r.idle),
+        "gone_count": sum(1 for r in rows if r.gone),
+        "gone_seconds": WORKER_GONE_SECONDS,
         "lease_seconds": settings.ACTHELM_LEASE_SECONDS,
         "heartbeat_seconds": settings.ACTHELM_HEARTBEAT_SECONDS,
     }

@@ -142,6 +142,9 @@ ACTHELM_RUN_TIMEOUT_SECONDS = env_float("ACTHELM_RUN_TIMEOUT_SECONDS", 900)
 ACTHELM_RECOVER_INTERVAL_SECONDS = env_float("ACTHELM_RECOVER_INTERVAL_SECONDS", 30)
 ACTHELM_RECONCILE_INTERVAL_SECONDS = env_float("ACTHELM_RECONCILE_INTERVAL_SECONDS", 60)
 ACTHELM_POLL_SECONDS = env_float("ACTHELM_POLL_SECONDS", 5)
+# How often the console's pages refresh what needs a person (the nav's counts, the task list, the
+# inbox, the review page) without a reload.
+ACTHELM_CONSOLE_REFRESH_SECONDS = env_int("ACTHELM_CONSOLE_REFRESH_SECONDS", 10)
 # A worker process's database connections: a pool of this many (Django's psycopg pool), borrowed
 # only to read or write, plus one LISTEN connection, whatever --concurrency says. 0 = no pool
 # (a connection per thread). A thread waits this long for a free connection.
@@ -171,6 +174,10 @@ ACTHELM_DEFAULT_TOOLS = env_list(
     ["update_plan", "list_files", "read_file", "search_files", "analyze_csv", "write_artifact"],
 )
 ACTHELM_FETCH_ALLOW_PRIVATE = env_bool("ACTHELM_FETCH_ALLOW_PRIVATE", False)
+# Exact "address:port" endpoints fetch_url may reach although they are not public (comma-separated),
+# e.g. the evaluation's page server, which `acthelm_eval run --allow-loopback-fetch` sets for the
+# workers it starts: that one server, not all of loopback.
+ACTHELM_FETCH_ALLOW_ENDPOINTS = env_list("ACTHELM_FETCH_ALLOW_ENDPOINTS", [])
 # How many follow-up tasks one task may create with propose_task.
 ACTHELM_MAX_PROPOSALS_PER_TASK = env_int("ACTHELM_MAX_PROPOSALS_PER_TASK", 20)
 ACTHELM_AUTO_CLOSE_GOAL_NO_WORK = env_bool("ACTHELM_AUTO_CLOSE_GOAL_NO_WORK", False)

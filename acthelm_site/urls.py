@@ -12,6 +12,7 @@ urlpatterns = [
     path("api/", api.urls),
     path("", include("acthelm_site.ops_urls")),
     path("approvals/", include("approvals.urls")),
+    path("needs-me/", include("approvals.needs.urls")),
     path("scorecard/", include("agents.scorecard.urls")),
     path("notifications/", include("tasks.notify.urls")),
     path("eval/", include("agents.eval.urls")),

@@ -74,7 +74,8 @@ _EVENT_COLUMNS = {
 # LOCKED spreads workers over rows; the `t.status = 'ready'` guard of the UPDATE decides a race
 # (the loser updates nothing, so it inserts nothing). The ids come from their sequences inside the
 # statement, one pair per claimed task (the foreign keys are checked at commit). A task whose
-# connection cools down is not a candidate.
+# connection cools down is not a candidate. A worker started by an evaluation
+# (`evaluation_only`) takes the evaluation's tasks only.
 _CLAIM_SQL = """
 WITH candidate AS (
     SELECT t.id FROM tasks_task t
@@ -87,6 +88,7 @@ WITH candidate AS (
       AND NOT EXISTS (
           SELECT 1 FROM agents_connection k
           WHERE k.id = t.connection_id AND k.cooldown_until > now())
+      AND (t.is_evaluation OR NOT %(evaluation_only)s)
     ORDER BY t.priority DESC, t.id
     LIMIT %(limit)s
     FOR UPDATE OF t SKIP LOCKED
@@ -137,13 +139,28 @@ def _claim_statement() -> tuple[str, dict]:
     return sql, {**run_params, **event_params}
 
 
-def claim_batch(*, worker_id: str, limit: int, lease_seconds: float | None = None) -> list[Claim]:
+def claim_batch(
+    *,
+    worker_id: str,
+    limit: int,
+    lease_seconds: float | None = None,
+    evaluation_only: bool = False,
+) -> list[Claim]:
     """Claim up to `limit` due ready tasks for `worker_id` (highest priority first): ONE
     statement (`_CLAIM_SQL`), one commit, whatever `limit` is. Each run starts at the
-    database's clock."""
+    database's clock. With `evaluation_only` only evaluation tasks (`Task.is_evaluation`) are
+    claimed: what a worker started by `acthelm_eval run` does, so that its wider fetch policy
+    never reaches real work. A worker without it claims every task, evaluation tasks included
+    (`acthelm_eval run --no-worker` relies on it)."""
     lease = settings.ACTHELM_LEASE_SECONDS if lease_seconds is None else lease_seconds
     sql, defaults = _claim_statement()
-    params = {"worker": worker_id, "lease": lease, "limit": max(1, int(limit)), **defaults}
+    params = {
+        "worker": worker_id,
+        "lease": lease,
+        "limit": max(1, int(limit)),
+        "evaluation_only": bool(evaluation_only),
+        **defaults,
+    }
     with transaction.atomic():
         with connection.cursor() as cursor:
             cursor.execute(sql, params)
@@ -157,9 +174,16 @@ def claim_batch(*, worker_id: str, limit: int, lease_seconds: float | None = Non
     return claims
 
 
-def claim_next(*, worker_id: str, lease_seconds: float | None = None) -> Claim | None:
+def claim_next(
+    *, worker_id: str, lease_seconds: float | None = None, evaluation_only: bool = False
+) -> Claim | None:
     """Claim the next due ready task for `worker_id`, or return None when there is none."""
-    claims = claim_batch(worker_id=worker_id, limit=1, lease_seconds=lease_seconds)
+    claims = claim_batch(
+        worker_id=worker_id,
+        limit=1,
+        lease_seconds=lease_seconds,
+        evaluation_only=evaluation_only,
+    )
     return claims[0] if claims else None
 
 

@@ -578,6 +578,7 @@ class AgentLoop:
             artifacts_dir=artifacts_dir(self.task_id),
             allowed_domains=tuple(self.task.allowed_domains),
             allow_private_network=settings.ACTHELM_FETCH_ALLOW_PRIVATE,
+            allowed_endpoints=tuple(settings.ACTHELM_FETCH_ALLOW_ENDPOINTS),
             max_artifact_bytes=self.task.limit_artifact_bytes,
             network_requests_remaining=max(
                 0, self.task.limit_network_requests - self.usage().network_requests

@@ -367,5 +367,24 @@ class ToolServer(models.Model):
         return self.name
 
 
+class WorkerSeen(models.Model):
+    """When each worker process was last seen: upserted from its maintenance loop
+    (`agents.seen.record_seen`), so the Workers page lists idle workers too, not only those that
+    hold a lease."""
+
+    worker_id = models.CharField(max_length=200, unique=True)
+    host = models.CharField(max_length=200, blank=True)
+    pid = models.PositiveIntegerField(null=True, blank=True)
+    started = models.DateTimeField()
+    last_seen = models.DateTimeField()
+
+    class Meta:
+        verbose_name = "worker seen"
+        verbose_name_plural = "workers seen"
+
+    def __str__(self) -> str:
+        return self.worker_id
+
+
 # The evaluation suite's records live in their own module; importing them registers them here.
 from agents.eval.models import EvalResult, EvalRun  # noqa: E402, F401

@@ -31,6 +31,7 @@ from agents.loop import AgentLoop, RunSignals
 from agents.models import AgentRun
 from agents.outcomes import Outcome, apply_outcome, recover_stale
 from agents.reconciler import reconcile
+from agents.seen import record_seen
 from agents.supervisor import supervise
 from agents.supervisor import uses_model as supervisor_uses_model
 from tasks.exceptions import AttemptLost
@@ -167,9 +168,17 @@ class Worker:
     task; one dispatcher claims for the free places (several ready tasks in one statement), one
     heartbeat renews every lease, one listener hears new work and people's actions."""
 
-    def __init__(self, *, worker_id: str | None = None, concurrency: int = 1, burst: bool = False):
+    def __init__(
+        self,
+        *,
+        worker_id: str | None = None,
+        concurrency: int = 1,
+        burst: bool = False,
+        evaluation_only: bool = False,
+    ):
         if concurrency < 1:
             raise ValueError("concurrency must be at least 1")
+        self.evaluation_only = evaluation_only  # claim evaluation tasks only (acthelm_eval)
         self.worker_id = worker_id or default_worker_id()
         self.concurrency = concurrency
         self.burst = burst
@@ -301,7 +310,9 @@ class Worker:
     def _claim(self, free: int) -> list[Claim]:
         try:
             return claim_batch(
-                worker_id=self.worker_id, limit=min(free, settings.ACTHELM_CLAIM_BATCH)
+                worker_id=self.worker_id,
+                limit=min(free, settings.ACTHELM_CLAIM_BATCH),
+                evaluation_only=self.evaluation_only,
             )
         except DB_ERRORS:
             log.exception("worker.claim_failed", extra={"worker": self.worker_id})
@@ -346,7 +357,9 @@ class Worker:
         """Claim and run tasks one at a time in THIS thread until nothing is claimable (what a
         burst worker of concurrency 1 does, without its threads): for the benchmarks' measuring
         process, which must see every statement on its own thread's connection."""
-        while (claim := claim_next(worker_id=self.worker_id)) is not None:
+        while (
+            claim := claim_next(worker_id=self.worker_id, evaluation_only=self.evaluation_only)
+        ) is not None:
             self.process(claim)
         return self.processed
 
@@ -499,6 +512,7 @@ class Worker:
         ACTHELM_RECOVER_INTERVAL_SECONDS for runs that overran their timeout."""
         next_recover = next_reconcile = 0.0
         while not self.stopping.is_set():
+            record_seen(self.worker_id)  # the Workers page lists idle workers too; never raises
             now = time.monotonic()
             if now >= next_reconcile:
                 self._reconcile_once()

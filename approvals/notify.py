@@ -1,8 +1,8 @@
-"""What a notification says is open on a task: its pending approvals and needs_review decisions.
-Registered with the ledger's outbox (`tasks.notify.outbox`) when the app is ready."""
+"""What a notification says is open on a task: its pending approvals and needs_review decisions
+that a person can still decide (`approvals.selectors`: none for an evaluation task). Registered
+with the ledger's outbox (`tasks.notify.outbox`) when the app is ready."""
 
-from approvals.models import Approval, ReviewDecision
-from approvals.states import ApprovalStatus, ReviewChoice
+from approvals.selectors import decidable_approvals, decidable_reviews
 from tasks.notify.outbox import argument_summary, clip, redact
 
 
@@ -16,16 +16,12 @@ def pending_approvals(task) -> list[dict]:
             "arguments_hash": a.arguments_hash,
             "anchor": f"approval-{a.pk}",
         }
-        for a in Approval.objects.filter(task=task, status=ApprovalStatus.PENDING).order_by("id")
+        for a in decidable_approvals().filter(task=task).order_by("id")
     ]
 
 
 def pending_reviews(task) -> list[dict]:
-    decisions = (
-        ReviewDecision.objects.filter(task=task, choice=ReviewChoice.PENDING)
-        .select_related("tool_call")
-        .order_by("id")
-    )
+    decisions = decidable_reviews().filter(task=task).order_by("id")
     return [
         {
             "id": d.pk,

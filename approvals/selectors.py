@@ -1,9 +1,20 @@
 """Reads of the operations a person can decide now: pending approvals of tasks awaiting approval
 and pending needs_review decisions of tasks that need review. Each carries what the deciding
-commands need (the id and the arguments hash they are bound to)."""
+commands need (the id and the arguments hash they are bound to).
+
+"What a person can still decide" is defined here once (`decidable_approvals`,
+`decidable_reviews`): the console inbox, the nav count, the API's approvals list and the
+notifications all read it. An evaluation task's operations are decided by the evaluation runner,
+never by a person, so they are not in it.
+"""
+
+from dataclasses import dataclass
+
+from django.db import connection
 
 from approvals.models import Approval, ReviewDecision
 from approvals.states import ApprovalStatus, ReviewChoice
+from tasks.models import Task
 from tasks.states import TaskStatus
 
 #: The keys whose value names what an operation touches, for a decision without its own target.
@@ -22,29 +33,109 @@ def _command(action: str, task_id: int, op_id: int, arguments_hash: str) -> str:
     return f"manage.py acthelm_task {action} {task_id} {op_id} --hash {arguments_hash}"
 
 
-def open_operations(*, task_id: int | None = None, limit: int | None = None) -> list[dict]:
-    """Every operation a person can decide now, oldest first (of one task with ``task_id``)."""
-    approvals = (
+def decidable_approvals():
+    """Pending approvals a person can still decide: the task waits for them, and it is not an
+    evaluation task. Oldest first."""
+    return (
         Approval.objects.filter(
-            status=ApprovalStatus.PENDING, task__status=TaskStatus.AWAITING_APPROVAL
+            status=ApprovalStatus.PENDING,
+            task__status=TaskStatus.AWAITING_APPROVAL,
+            task__is_evaluation=False,
         )
         .select_related("task")
         .order_by("created_at", "id")
     )
-    reviews = (
+
+
+def decidable_reviews():
+    """Pending needs_review decisions a person can still decide (as `decidable_approvals`),
+    with their tool call (without its result). Oldest first."""
+    return (
         ReviewDecision.objects.filter(
-            choice=ReviewChoice.PENDING, task__status=TaskStatus.NEEDS_REVIEW
+            choice=ReviewChoice.PENDING,
+            task__status=TaskStatus.NEEDS_REVIEW,
+            task__is_evaluation=False,
         )
         .select_related("task", "tool_call")
         .defer("tool_call__result", "tool_call__result_for_model")
         .order_by("created_at", "id")
     )
-    if task_id is not None:
-        approvals = approvals.filter(task_id=task_id)
-        reviews = reviews.filter(task_id=task_id)
-    else:  # the evaluation suite decides its own tasks' operations, like the inbox hides them
-        approvals = approvals.filter(task__is_evaluation=False)
-        reviews = reviews.filter(task__is_evaluation=False)
+
+
+def _count_all(*querysets) -> list[int]:
+    """How many rows each queryset has, in ONE statement (a scalar count per queryset)."""
+    parts, params = [], []
+    for qs in querysets:
+        sql, qs_params = qs.order_by().values("id").query.sql_with_params()
+        parts.append(f"(SELECT count(*) FROM ({sql}) AS q{len(parts)})")
+        params.extend(qs_params)
+    with connection.cursor() as cursor:
+        cursor.execute("SELECT " + ", ".join(parts), params)
+        return list(cursor.fetchone())
+
+
+def decidable_counts() -> tuple[int, int]:
+    """(approvals, unknown outcomes) a person can still decide, in one statement over the
+    pending rows' partial indexes."""
+    approvals, reviews = _count_all(decidable_approvals(), decidable_reviews())
+    return approvals, reviews
+
+
+@dataclass(frozen=True)
+class NeedsMe:
+    """What waits for a person, counted: decisions (approvals and unknown outcomes), tasks in
+    review, failed tasks. Evaluation tasks are never counted."""
+
+    approvals: int
+    unknown: int
+    review: int
+    failed: int
+
+    @property
+    def decisions(self) -> int:
+        return self.approvals + self.unknown
+
+    @property
+    def total(self) -> int:
+        return self.decisions + self.review + self.failed
+
+
+def needs_me_counts() -> NeedsMe:
+    """Four small counts in one statement: the pending approvals and decisions (their partial
+    indexes) and the tasks in review or failed (task_status_idx)."""
+    work = Task.objects.filter(is_evaluation=False)
+    return NeedsMe(
+        *_count_all(
+            decidable_approvals(),
+            decidable_reviews(),
+            work.filter(status=TaskStatus.REVIEW),
+            work.filter(status=TaskStatus.FAILED),
+        )
+    )
+
+
+def open_operations(*, task_id: int | None = None, limit: int | None = None) -> list[dict]:
+    """Every operation a person can decide now, oldest first (of one task with ``task_id``)."""
+    if task_id is not None:  # one task's, an evaluation task's too (`acthelm_task show`)
+        approvals = (
+            Approval.objects.filter(
+                status=ApprovalStatus.PENDING,
+                task__status=TaskStatus.AWAITING_APPROVAL,
+                task_id=task_id,
+            )
+            .select_related("task")
+            .order_by("created_at", "id")
+        )
+        reviews = (
+            ReviewDecision.objects.filter(
+                choice=ReviewChoice.PENDING, task__status=TaskStatus.NEEDS_REVIEW, task_id=task_id
+            )
+            .select_related("task", "tool_call")
+            .defer("tool_call__result", "tool_call__result_for_model")
+            .order_by("created_at", "id")
+        )
+    else:
+        approvals, reviews = decidable_approvals(), decidable_reviews()
     if limit is not None:
         approvals, reviews = approvals[:limit], reviews[:limit]
     rows = [

@@ -12,6 +12,7 @@ from django.shortcuts import redirect, render
 from django.views.decorators.http import require_GET, require_POST
 
 from acthelm_site.console.actions import REGISTRY, decision_buttons
+from acthelm_site.console.preview import proposed_file
 from acthelm_site.console.shared import (
     DECIDE_PERM,
     INBOX_PERMS,
@@ -21,11 +22,9 @@ from acthelm_site.console.shared import (
     positive_int,
     pretty_json,
 )
-from approvals.models import Approval, ReviewDecision
-from approvals.states import ApprovalStatus, ReviewChoice
+from approvals.selectors import decidable_approvals, decidable_reviews
 from tasks.actors import Actor
 from tasks.exceptions import ActhelmError, NotPermitted
-from tasks.states import TaskStatus
 from tasks.views import render_task_page
 
 log = logging.getLogger("acthelm.console")
@@ -37,31 +36,9 @@ def _may_view(user) -> bool:
     return any(user.has_perm(perm) for perm in INBOX_PERMS)
 
 
-def pending_approvals():
-    """Only what a person can still decide: the task waits for it."""
-    return (
-        # Evaluation tasks' approvals are decided by the evaluation runner, not by a person.
-        Approval.objects.filter(
-            status=ApprovalStatus.PENDING,
-            task__status=TaskStatus.AWAITING_APPROVAL,
-            task__is_evaluation=False,
-        )
-        .select_related("task")
-        .order_by("created_at", "id")
-    )
-
-
-def pending_reviews():
-    return (
-        ReviewDecision.objects.filter(
-            choice=ReviewChoice.PENDING,
-            task__status=TaskStatus.NEEDS_REVIEW,
-            task__is_evaluation=False,
-        )
-        .select_related("task", "tool_call")
-        .defer("tool_call__result", "tool_call__result_for_model")
-        .order_by("created_at", "id")
-    )
+# What a person can still decide (approvals.selectors); the hostile tests import these names.
+pending_approvals = decidable_approvals
+pending_reviews = decidable_reviews
 
 
 @require_GET
@@ -78,6 +55,7 @@ def _render_inbox(request, *, error: ActhelmError | None = None, status: int = 2
     reviews = list(pending_reviews()[: INBOX_SIZE + 1])
     for approval in approvals:
         approval.arguments_pretty = pretty_json(approval.arguments)
+        approval.proposed_file = proposed_file(approval.tool, approval.arguments)
     for decision in reviews:
         decision.arguments_pretty = pretty_json(decision.tool_call.arguments)
     context = {
@@ -89,7 +67,11 @@ def _render_inbox(request, *, error: ActhelmError | None = None, status: int = 2
         "outcome_unknown": OUTCOME_UNKNOWN,
         "error": error,
     }
-    return render(request, "console/inbox.html", context, status=status)
+    # The inbox refreshes itself: a poll asks for the decisions only.
+    template = (
+        "console/inbox.html#decisions" if request.htmx and not error else "console/inbox.html"
+    )
+    return render(request, template, context, status=status)
 
 
 @require_POST

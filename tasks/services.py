@@ -32,6 +32,7 @@ from tasks.states import (
 )
 from tasks.transitions import (
     lock_task,
+    notify_ready,
     promote_dependants,
     record_event,
     set_status,
@@ -161,6 +162,30 @@ def task_close(*, actor: Actor, task_id: int) -> Task:
         task = act(task_id, "close", actor, perm="tasks.close_task")
         set_status(task, TaskStatus.DONE, actor=actor, kind=EventKind.CLOSED)
         promote_dependants(task, actor=actor)
+    return task
+
+
+def task_retry_now(*, actor: Actor, task_id: int) -> Task:
+    """A ready task waiting for its retry back-off (or a cooldown) becomes claimable now: the
+    wait is dropped and the workers are woken. Only a ready task with a wait; its attempts
+    still count."""
+    actor.require("tasks.operate_task")
+    with transaction.atomic():
+        task = lock_task(task_id)
+        if task.status != TaskStatus.READY or task.not_before is None:
+            raise TransitionNotAllowed(
+                f"task {task_id} is {task.status} and waits for no retry; retry now is not possible"
+            )
+        waited_until = task.not_before
+        task.not_before = None
+        task.save(update_fields=["not_before", "updated_at"])
+        record_event(
+            task,
+            actor=actor,
+            kind=EventKind.RETRIED,
+            data={"retry_now": True, "not_before_was": waited_until.isoformat()},
+        )
+        notify_ready()
     return task
 
 

@@ -2,6 +2,9 @@ from django.urls import include, path
 
 from acthelm_site.console.actions import task_actions
 from tasks import views
+from tasks.files import views as file_views
+from tasks.goals import views as goal_views
+from tasks.review import views as review_views
 
 task_patterns = [
     path("", views.task_list, name="list"),
@@ -18,8 +21,23 @@ task_patterns = [
         for action in task_actions()
     ),
     path("tasks/<int:pk>/model-check/", views.task_model_check, name="model_check"),
+    path("tasks/<int:pk>/retry-now/", views.task_retry_now, name="retry_now"),
     path("tasks/<int:pk>/calls/<int:call_pk>/result/", views.task_call_result, name="call_result"),
     path("tasks/<int:pk>/artifacts/<int:artifact_pk>/", views.task_artifact, name="artifact"),
+    path(
+        "tasks/<int:pk>/artifacts/<int:artifact_pk>/view/",
+        file_views.artifact_view,
+        name="artifact_view",
+    ),
+    path("tasks/<int:pk>/inputs/<str:name>/", file_views.input_view, name="input_view"),
+    path(
+        "tasks/<int:pk>/inputs/<str:name>/download/",
+        file_views.input_download,
+        name="input_download",
+    ),
+    path("goals/<int:pk>/", goal_views.goal_detail, name="goal"),
+    path("review/", review_views.review_queue, name="review"),
+    path("review/bulk/", review_views.review_bulk, name="review_bulk"),
 ]
 
 urlpatterns = [

@@ -25,6 +25,7 @@ from acthelm_site.console.actions import (
     decision_buttons,
     task_actions,
 )
+from acthelm_site.console.preview import proposed_file
 from acthelm_site.console.shared import (
     ADD_PERM,
     OPERATE_PERM,
@@ -49,8 +50,8 @@ from tasks.forms import TaskCreateForm, model_queryset
 from tasks.limits import BY_FIELD, CUMULATIVE, PER_ITEM, limit_for_failure
 from tasks.models import Task
 from tasks.notify.selectors import task_notifications
-from tasks.selectors import task_keyset_page
-from tasks.states import Action, TaskStatus, allowed_actions
+from tasks.selectors import status_counts, task_keyset_page
+from tasks.states import Action, EventKind, TaskKind, TaskStatus, allowed_actions
 from tasks.workspace import artifacts_dir, list_input_files, safe_file_name
 
 log = logging.getLogger("acthelm.console")
@@ -65,6 +66,7 @@ TIMELINE_SIZE = 200
 TRANSCRIPT_SIZE = 100
 EVENT_DATA_CHARS = 300
 POLL_SECONDS = 2
+FOLLOW_UPS_SHOWN = 50
 
 # Artifact types that a browser could run as a page; they are served as plain text.
 _ACTIVE_TYPES = ("html", "xml", "javascript", "ecmascript", "svg")
@@ -104,16 +106,19 @@ def task_list(request):
     page = task_keyset_page(tasks, before=before, after=after, size=PAGE_SIZE)
     for row in page.tasks:
         row.cost_text = money(row.cost_total) if row.cost_total is not None else ""
+    counts = status_counts(evaluation=evaluation)
     context = {
         "tasks": page.tasks,
         "status": status,
         "evaluation": evaluation,
-        "statuses": TaskStatus.choices,
+        "statuses": [(value, label, counts.get(value)) for value, label in TaskStatus.choices],
         "older": page.older,
         "newer": page.newer,
         "can_add": request.user.has_perm(ADD_PERM),
     }
-    return render(request, "console/task_list.html", context)
+    # The list refreshes itself: a poll asks for its rows only.
+    template = "console/task_list.html#rows" if request.htmx else "console/task_list.html"
+    return render(request, template, context)
 
 
 # --- Creating a task ------------------------------------------------------------------------
@@ -245,7 +250,7 @@ def task_page_context(request, pk: int) -> dict:
     run_numbers = {run.pk: run.number for run in runs}
     calls = (
         ToolCall.objects.defer("result")
-        .select_related("approval", "review_decision")
+        .select_related("approval__decided_by", "review_decision__decided_by")
         .annotate(
             full_result_chars=Length("result"),
             full_differs=Case(
@@ -277,6 +282,7 @@ def task_page_context(request, pk: int) -> dict:
             approval = getattr(call, "approval", None)
             if approval is not None and approval.status == ApprovalStatus.PENDING:
                 approval.arguments_pretty = pretty_json(approval.arguments)
+                approval.proposed_file = proposed_file(approval.tool, approval.arguments)
                 approvals.append(approval)
             decision = getattr(call, "review_decision", None)
             if decision is not None and decision.choice == ReviewChoice.PENDING:
@@ -301,8 +307,11 @@ def task_page_context(request, pk: int) -> dict:
     answer_run = next((r for r in reversed(runs) if r.answer), None)
     verdict_run = next((r for r in reversed(runs) if r.verdict), None)
 
+    now = timezone.now()
     context = {
-        "now": timezone.now(),  # a cooling connection the task waits for
+        "now": now,  # a cooling connection the task waits for
+        "why": state_why(task, events, now),
+        "can_retry_now": request.user.has_perm(OPERATE_PERM),
         "task": task,
         "polling": task.status in POLLING,
         "poll_seconds": POLL_SECONDS,
@@ -344,6 +353,35 @@ def task_page_context(request, pk: int) -> dict:
         if BY_FIELD[field].money:  # an amount of money, not a count
             context["retry_limit"] |= {"min": "0.0001", "step": "0.0001"}
     return context
+
+
+def state_why(task: Task, events: list, now) -> dict:
+    """What the state card says besides the state: the unfinished dependencies of a blocked
+    task, a scheduled retry's reason, the parent and the follow-ups (a few small queries)."""
+    why: dict = {"blockers": [], "retry": None}
+    if task.status == TaskStatus.BLOCKED:
+        why["blockers"] = list(
+            Task.objects.filter(dependant_links__task=task)
+            .exclude(status=TaskStatus.DONE)
+            .only("id", "title", "status")
+            .order_by("id")
+        )
+    if task.status == TaskStatus.READY and task.not_before and task.not_before > now:
+        scheduled = next((e for e in reversed(events) if e.kind == EventKind.RETRY_SCHEDULED), None)
+        why["retry"] = {"until": task.not_before, "data": scheduled.data if scheduled else {}}
+    why["parent"] = (
+        Task.objects.only("id", "title", "status").filter(pk=task.spawned_by_id).first()
+        if task.spawned_by_id
+        else None
+    )
+    # Follow-ups come from propose_task (planning tasks): no query for the others.
+    may_spawn = task.kind == TaskKind.PLANNING or "propose_task" in task.tools
+    why["follow_ups"] = (
+        list(task.follow_ups.only("id", "title", "status").order_by("id")[:FOLLOW_UPS_SHOWN])
+        if may_spawn
+        else []
+    )
+    return why
 
 
 def render_task_page(request, pk: int, *, error: ActhelmError | None = None, status: int = 200):
@@ -501,6 +539,20 @@ def task_action(request, pk: int, action: str):
         if request.htmx:
             return HttpResponseClientRedirect("/")
         return redirect("tasks:list")
+    if request.htmx:
+        return render_task_page(request, pk)
+    return redirect("tasks:detail", pk=pk)
+
+
+@require_POST
+@console_view(OPERATE_PERM)
+def task_retry_now(request, pk: int):
+    """Drop a ready task's retry back-off (tasks.services.task_retry_now)."""
+    try:
+        services.task_retry_now(actor=Actor.person(request.user), task_id=pk)
+    except ActhelmError as exc:
+        return render_task_page(request, pk, error=exc, status=exc.http_status)
+    messages.success(request, f"Task #{pk} may run now: its retry wait was dropped.")
     if request.htmx:
         return render_task_page(request, pk)
     return redirect("tasks:detail", pk=pk)

@@ -197,6 +197,9 @@ class TaskFilters(s.Schema):
     goal_id: int | None = None
     kind: s.KindName | None = None
     tag: str | None = None
+    evaluation: bool = Field(
+        False, description="List the evaluation suite's tasks (acthelm_eval) instead of work tasks"
+    )
     before: int | None = Field(None, ge=1, description="Tasks older than this id")
     after: int | None = Field(None, ge=1, description="Tasks newer than this id")
     limit: int = Field(PAGE_SIZE, ge=1, le=MAX_PAGE_SIZE)
@@ -206,7 +209,9 @@ class TaskFilters(s.Schema):
 def list_tasks(request, filters: Query[TaskFilters]):
     """Newest first, keyset-paginated on the id like the console's list (no COUNT, no OFFSET)."""
     _require(request, VIEW_PERM)
-    tasks = Task.objects.select_related("connection", "model")
+    tasks = Task.objects.select_related("connection", "model").filter(
+        is_evaluation=filters.evaluation
+    )
     if filters.status:
         tasks = tasks.filter(status=filters.status)
     if filters.goal_id:

@@ -58,6 +58,7 @@ class TaskSummaryOut(Schema):
     status: str
     kind: str
     origin: str
+    is_evaluation: bool
     goal_id: int | None
     priority: int
     tags: list[str]
@@ -82,6 +83,7 @@ class TaskOut(Schema):
     status: str
     kind: str
     origin: str
+    is_evaluation: bool
     goal_id: int | None
     priority: int
     depends_on: list[int]

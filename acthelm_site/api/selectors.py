@@ -6,6 +6,7 @@ from django.db.models import Prefetch
 from agents.limits import task_usage
 from agents.models import ToolCall
 from approvals.models import Approval, ReviewDecision
+from approvals.selectors import decidable_approvals, decidable_reviews
 from approvals.states import ApprovalStatus, ReviewChoice
 from tasks.models import Task
 from tasks.selectors import blocking_reason, event_as_dict, task_as_dict
@@ -31,6 +32,7 @@ def task_summary(task: Task) -> dict:
         "status": task.status,
         "kind": task.kind,
         "origin": task.origin,
+        "is_evaluation": task.is_evaluation,
         "goal_id": task.goal_id,
         "priority": task.priority,
         "tags": list(task.tags),
@@ -199,14 +201,9 @@ def task_detail(task_id: int, *, all_turns: bool = False) -> dict | None:
 
 
 def pending_operations(limit: int) -> dict:
-    """The approvals inbox: open approvals and needs_review decisions, oldest first."""
-    approvals = Approval.objects.filter(status=ApprovalStatus.PENDING).order_by("created_at", "id")
-    reviews = (
-        ReviewDecision.objects.filter(choice=ReviewChoice.PENDING)
-        .select_related("tool_call")
-        .defer("tool_call__result", "tool_call__result_for_model")
-        .order_by("created_at", "id")
-    )
+    """The approvals inbox: what a person can still decide (`approvals.selectors`; never an
+    evaluation task's), oldest first."""
+    approvals, reviews = decidable_approvals(), decidable_reviews()
     a_rows = list(approvals[: limit + 1])
     r_rows = list(reviews[: limit + 1])
     return {

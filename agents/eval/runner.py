@@ -104,6 +104,11 @@ class PageServer:
         self._httpd.shutdown()
         self._httpd.server_close()
 
+    @property
+    def endpoint(self) -> str:
+        """ "127.0.0.1:PORT": what ACTHELM_FETCH_ALLOW_ENDPOINTS names for the started workers."""
+        return f"{PAGE_HOST}:{self._httpd.server_address[1]}"
+
     def url_for(self, case: Case) -> str:
         return f"http://{PAGE_HOST}:{self._httpd.server_address[1]}/{case.id}/"
 
@@ -139,6 +144,7 @@ class WorkerPool:
                     str(Path(settings.BASE_DIR) / "manage.py"),
                     "acthelm_worker",
                     "--burst",
+                    "--evaluation-only",  # never a real task, with the page server reachable
                     "--concurrency",
                     str(self.concurrency),
                     "--worker-id",
@@ -309,7 +315,7 @@ class Runner:
                     pool = WorkerPool(
                         count=self.workers,
                         concurrency=self.concurrency,
-                        env=self._worker_env(),
+                        env=self._worker_env(pages),
                         label=f"eval-{run.pk}",
                     )
                     pool.ensure()
@@ -330,10 +336,12 @@ class Runner:
         results.sort(key=lambda r: (r.case_id, r.repetition))
         return RunSummary(run=run, results=results)
 
-    def _worker_env(self) -> dict[str, str]:
+    def _worker_env(self, pages: "PageServer") -> dict[str, str]:
+        """The started workers' environment: with --allow-loopback-fetch, fetch_url may reach
+        exactly the page server (its address and port), nothing else that is not public."""
         env = dict(os.environ)
         if self.allow_loopback_fetch:
-            env["ACTHELM_FETCH_ALLOW_PRIVATE"] = "true"
+            env["ACTHELM_FETCH_ALLOW_ENDPOINTS"] = pages.endpoint
         return env
 
     # -- waiting -------------------------------------------------------------------------------

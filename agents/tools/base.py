@@ -118,6 +118,8 @@ class ToolContext:
     artifacts_dir: Path
     allowed_domains: tuple[str, ...] = ()
     allow_private_network: bool = False
+    # "address:port" pairs reachable although not public (ACTHELM_FETCH_ALLOW_ENDPOINTS).
+    allowed_endpoints: tuple[str, ...] = ()
     max_artifact_bytes: int = 1_048_576
     network_requests_remaining: int = 8
     max_response_bytes: int = 2_000_000

@@ -54,6 +54,7 @@ from pydantic import Field
 from acthelm_site import egress
 from acthelm_site.egress import (
     Guard,
+    IPAddress,
     PinnedTransport,
     ResolveError,
     address_refusal,
@@ -244,6 +245,18 @@ def resolve_host(host: str, port: int, timeout: float) -> list[str]:
         raise ToolError(code, exc.message) from None
 
 
+def _port(url: httpx.URL) -> int:
+    return url.port or (443 if url.scheme == "https" else 80)
+
+
+def _endpoint_allowed(ip: IPAddress, url: httpx.URL, ctx: ToolContext) -> bool:
+    """Is this exact address and port one of ctx.allowed_endpoints ("127.0.0.1:8123")?"""
+    if not ctx.allowed_endpoints:
+        return False
+    shown = f"[{ip}]" if isinstance(ip, ipaddress.IPv6Address) else str(ip)
+    return f"{shown}:{_port(url)}" in ctx.allowed_endpoints
+
+
 def check_addresses(url: httpx.URL, ctx: ToolContext, deadline: float | None = None) -> list[str]:
     """Resolve the URL's host and check every address.  Returns the IPs to connect to."""
     host = normalize_host(url)
@@ -254,8 +267,7 @@ def check_addresses(url: httpx.URL, ctx: ToolContext, deadline: float | None = N
         remaining = ctx.fetch_timeout if deadline is None else deadline - time.monotonic()
         if remaining <= 0:
             raise ToolError("fetch_timeout", f"Timed out before resolving {host!r}.")
-        port = url.port or (443 if url.scheme == "https" else 80)
-        candidates = resolve_host(host, port, remaining)
+        candidates = resolve_host(host, _port(url), remaining)
     if not ctx.allow_private_network:
         for text in candidates:
             try:
@@ -264,7 +276,7 @@ def check_addresses(url: httpx.URL, ctx: ToolContext, deadline: float | None = N
                 raise ToolError(
                     "url_address_not_allowed", f"{host!r} resolved to an unusable address."
                 ) from None
-            reason = address_refusal(ip)
+            reason = None if _endpoint_allowed(ip, url, ctx) else address_refusal(ip)
             if reason:
                 shown = host if lit is None else f"{host} ({ip})"
                 raise ToolError(
@@ -401,7 +413,7 @@ class FetchUrl(Tool):
         url = parse_url(args.url)
         lit = ip_literal(normalize_host(url))
         if lit is not None and not ctx.allow_private_network:
-            reason = address_refusal(lit)
+            reason = None if _endpoint_allowed(lit, url, ctx) else address_refusal(lit)
             if reason:
                 raise ToolError(
                     "url_address_not_allowed",

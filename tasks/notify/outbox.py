@@ -72,9 +72,13 @@ def notify_event_of(event) -> str | None:
 
 
 def enqueue_for_event(event) -> list[Notification]:
-    """Write the outbox rows for `event` (inside its transaction); nothing for other events."""
+    """Write the outbox rows for `event` (inside its transaction); nothing for other events, and
+    nothing for an evaluation task's."""
     which = notify_event_of(event)
     if which is None:
+        return []
+    # The evaluation runner decides and grades its own tasks: nothing for a person (issue 21).
+    if event.task.is_evaluation:
         return []
     targets = list(NotificationTarget.objects.filter(enabled=True, events__contains=[which]))
     if not targets:

@@ -12,6 +12,8 @@ from django.urls import reverse
 from django.utils import timezone
 
 from acthelm_site.ops_views import worker_host
+from agents.models import WorkerSeen
+from agents.seen import record_seen
 from agents.states import RunStatus
 from tasks.states import EventKind, TaskStatus
 from tests.conftest import ROOT
@@ -338,7 +340,7 @@ def test_workers_page_without_workers(client, db):
     client.force_login(UserFactory(username="operator"))
     TaskFactory(status=TaskStatus.READY)
     html = client.get(reverse("ops:workers")).content.decode()
-    assert "No worker holds a task right now." in html
+    assert "No worker holds a task right now" in html
 
 
 def test_workers_page_htmx_refresh_returns_the_fragment(client, fleet):
@@ -348,3 +350,32 @@ def test_workers_page_htmx_refresh_returns_the_fragment(client, fleet):
     assert response.status_code == 200
     assert html.lstrip().startswith('<section id="workers"')
     assert "<html" not in html and f'data-worker="{B}"' in html
+
+
+def test_an_idle_worker_is_listed_from_when_it_was_last_seen(client, db):
+    """agents.seen.record_seen (the maintenance loop's one call) upserts the process's row; the
+    page lists a worker that holds nothing as idle, and one not seen for a while as gone."""
+    record_seen("host-i:300:0", force=True)
+    record_seen("host-i:300:0", force=True)  # an upsert: still one row
+    assert WorkerSeen.objects.filter(worker_id="host-i:300:0").count() == 1
+    WorkerSeen.objects.create(
+        worker_id="host-g:400:0",
+        host="host-g",
+        started=timezone.now() - timedelta(hours=2),
+        last_seen=timezone.now() - timedelta(minutes=10),
+    )
+    WorkerSeen.objects.create(
+        worker_id="host-old:1:0",
+        host="host-old",
+        started=timezone.now() - timedelta(days=3),
+        last_seen=timezone.now() - timedelta(days=2),
+    )
+    client.force_login(UserFactory(username="operator"))
+    html = client.get(reverse("ops:workers")).content.decode()
+    rows = _rows(html)
+    assert set(rows) == {"host-i:300:0", "host-g:400:0"}  # a day without a sign: not listed
+    idle, _ = rows["host-i:300:0"]
+    assert ">idle<" in idle.replace("\n", "").replace(" ", "") and "pid" in idle
+    gone, css = rows["host-g:400:0"]
+    assert ">gone<" in gone.replace("\n", "").replace(" ", "") and "idle" in css
+    assert "0 workers holding tasks, 1 idle, 1 gone" in " ".join(html.split())

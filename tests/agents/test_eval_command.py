@@ -7,7 +7,9 @@ from io import StringIO
 import pytest
 from django.core.management import CommandError, call_command
 
+from agents.eval.cases import load_cases
 from agents.eval.models import EvalOutcome, EvalResult, EvalRun, EvalRunStatus
+from agents.eval.runner import PageServer, Runner
 from tasks.models import Task, TaskEvent
 from tasks.states import EventKind, TaskStatus
 from tests.factories import EvalResultFactory, EvalRunFactory, ModelFactory
@@ -224,3 +226,15 @@ def test_runs_over_different_suites_are_reported_apart(model):
         ("b", 2, 2),
         ("a", 0, 1),
     ]
+
+
+def test_loopback_fetch_allows_exactly_the_page_server_for_the_started_workers(model, monkeypatch):
+    monkeypatch.delenv("ACTHELM_FETCH_ALLOW_PRIVATE", raising=False)
+    runner = Runner(connection="local", model="small", allow_loopback_fetch=True, out=print)
+    with PageServer(load_cases()) as pages:
+        env = runner._worker_env(pages)
+        assert env["ACTHELM_FETCH_ALLOW_ENDPOINTS"] == pages.endpoint
+        assert pages.url_for(load_cases()[0]).startswith(f"http://{pages.endpoint}/")
+    assert "ACTHELM_FETCH_ALLOW_PRIVATE" not in env
+    closed = Runner(connection="local", model="small", out=print)._worker_env(pages)
+    assert "ACTHELM_FETCH_ALLOW_ENDPOINTS" not in closed

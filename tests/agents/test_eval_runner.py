@@ -75,9 +75,13 @@ def failed_checks(run_id: int) -> dict[str, list]:
 def test_the_good_model_passes_every_case_through_real_workers(manage):
     cases = load_cases()
     assert len(cases) >= 20
+    # Real work queued meanwhile: the workers the runner starts claim evaluation tasks only.
+    bystander = Task.objects.create(title="Real work", instruction="not for the eval workers")
     with eval_model_server("good") as server:
         scripted_model(server, "good-local")
         data, seconds = run_suite(manage, "good-local")
+    bystander.refresh_from_db()
+    assert (bystander.status, bystander.claim_count) == (TaskStatus.READY, 0)
     print(
         f"\ngood model: {data['passed']}/{data['graded']} passed "
         f"(95% CI {data['ci95'][0]:.0%}–{data['ci95'][1]:.0%}) in {seconds:.1f} s"

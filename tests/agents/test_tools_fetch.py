@@ -557,3 +557,21 @@ def test_http_target_runs_standalone_and_counts_to_a_file(tmp_path):
         proc.terminate()
         proc.wait(10)
     assert proc.returncode == 0
+
+
+# --------------------------------------------------------------------------- allowed endpoints
+
+
+def test_an_allowed_endpoint_is_reached_and_nothing_else_that_is_private(server, tmp_path):
+    """ACTHELM_FETCH_ALLOW_ENDPOINTS (acthelm_eval's page server): that address and port only."""
+    ctx = make_ctx(tmp_path, allowed_endpoints=(f"127.0.0.1:{server.port}",))
+    assert fetch(ctx, server.url + "/text").data["status"] == 200
+    other_port = make_ctx(tmp_path, allowed_endpoints=(f"127.0.0.1:{server.port + 1}",))
+    assert refused(other_port, server.url + "/text").code == "url_address_not_allowed"
+    localhost = make_ctx(
+        tmp_path, allowed_domains=("localhost",), allowed_endpoints=(f"127.0.0.2:{server.port}",)
+    )
+    assert (
+        refused(localhost, f"http://localhost:{server.port}/text").code == "url_address_not_allowed"
+    )
+    assert server.counts["/text"] == 1

@@ -64,6 +64,16 @@ def test_list_filters_by_status_goal_kind_and_tag(api):
     assert len(api.get("/api/tasks", {"kind": "work"}).json()["items"]) == 3
 
 
+def test_list_leaves_evaluation_tasks_out_unless_asked_and_says_which_is_which(api):
+    work = TaskFactory(title="Real work")
+    evaluation = TaskFactory(title="[eval 1] files_list", is_evaluation=True)
+    [row] = api.get("/api/tasks").json()["items"]
+    assert (row["id"], row["is_evaluation"]) == (work.pk, False)
+    [row] = api.get("/api/tasks", {"evaluation": "true"}).json()["items"]
+    assert (row["id"], row["is_evaluation"]) == (evaluation.pk, True)
+    assert api.get(f"/api/tasks/{evaluation.pk}").json()["is_evaluation"] is True
+
+
 @pytest.mark.parametrize(
     ("params", "field"),
     [({"status": "finished"}, "status"), ({"limit": 0}, "limit"), ({"before": "x"}, "before")],

@@ -14,7 +14,7 @@ from approvals.states import ApprovalStatus, ReviewChoice
 from tasks.models import Task
 from tasks.states import TaskStatus
 from tests.console.scenes import pending_approval, pending_review
-from tests.factories import UserFactory
+from tests.factories import ApprovalFactory, TaskFactory, ToolCallFactory, UserFactory
 
 pytestmark = pytest.mark.django_db
 
@@ -246,3 +246,19 @@ def test_a_decision_from_the_task_page_returns_there(decider):
     assert (
         'id="live"' in stale.content.decode() and "Nothing was changed." in stale.content.decode()
     )
+
+
+def test_a_write_artifact_approval_shows_the_file_it_would_become(decider):
+    task = TaskFactory(status=TaskStatus.AWAITING_APPROVAL, tools=["write_artifact"])
+    arguments = {
+        "name": "report.md",
+        "content": "# Quarterly report\n\n<script>alert(1)</script>\n",
+        "content_type": "text/markdown",
+    }
+    call = ToolCallFactory(task=task, turn__task=task, tool="write_artifact", arguments=arguments)
+    approval = ApprovalFactory(tool_call=call, target="report.md", reason="policy_ask")
+    for url in ("/approvals/", f"/tasks/{task.pk}/"):
+        card = decider.get(url).content.decode()
+        card = card[card.index(f'id="approval-{approval.pk}"') :]
+        assert "<h1>Quarterly report</h1>" in card, url
+        assert "&lt;script&gt;alert(1)&lt;/script&gt;" in card and "<script>alert" not in card

@@ -150,27 +150,30 @@ def test_the_task_page_shows_the_transcript_as_it_grows(page, login, founder, sc
 def test_close_from_the_review_queue_and_from_the_task_page(page, login, founder, screenshot):
     older = transcript_task(status=TaskStatus.REVIEW, title="Summarise the project notes")
     newer = transcript_task(status=TaskStatus.REVIEW, title="Compare the two supplier quotes")
+    third = transcript_task(status=TaskStatus.REVIEW, title="Draft the launch announcement")
     login("founder")
     page.set_viewport_size({"width": 1440, "height": 900})
-    page.get_by_role("link", name="Review queue").click()
-    expect(page.locator("#result_list")).to_contain_text("Summarise the project notes")
-    rows = page.locator("#result_list tbody tr")
+    expect(page.locator("#review-badge")).to_have_text("3")
+    page.get_by_role("banner").get_by_role("link", name=re.compile("^Review")).click()
+    rows = page.locator("#review-rows tbody tr")
+    expect(rows).to_have_count(3)
     expect(rows.first).to_contain_text("Summarise the project notes")  # oldest first
-    if page.locator("#toggle-nav-sidebar").is_visible():
-        page.click("#toggle-nav-sidebar")
+    # The answer, the verdict and the artifacts on each row.
+    row = page.locator(f"tr[data-task='{older.pk}']")
+    expect(row).to_contain_text("The launch moved from April 2 to April 16")
+    expect(row.locator(".review-verdict")).to_contain_text("approved")
+    expect(row.get_by_role("link", name="summary.md")).to_be_visible()
     screenshot("review.png")
-    # The answer, the verdict and the artifacts on the task's admin page.
-    page.locator("#result_list").get_by_role("link", name=str(older.pk), exact=True).click()
-    review = page.locator("#task-review")
-    expect(review).to_contain_text("Supervisor: approved")
-    expect(review).to_contain_text("The launch moved from April 2 to April 16")
-    expect(review.get_by_role("link", name="summary.md")).to_be_visible()
-    page.go_back()
-    page.check(f"input[name=_selected_action][value='{older.pk}']")
-    page.select_option("select[name=action]", "close_tasks")
-    page.get_by_role("button", name=re.compile("^(Go|Run)$")).click()
-    expect(page.locator(".messagelist")).to_contain_text("Closed: 1 task(s).")
-    assert status_of(older) == TaskStatus.DONE
+    # Bulk close: tick two rows, one click, through the close service.
+    row.locator("input[name=task]").check()
+    page.locator(f"tr[data-task='{third.pk}'] input[name=task]").check()
+    page.locator("[data-action=bulk-close]").click()
+    expect(page.locator(".flash-success")).to_contain_text(
+        f"Closed 2 task(s): #{older.pk}, #{third.pk}."
+    )
+    expect(page.locator("#review-rows tbody tr")).to_have_count(1)
+    expect(page.locator("#review-badge")).to_have_text("1")
+    assert status_of(older) == status_of(third) == TaskStatus.DONE
 
     page.goto(f"/tasks/{newer.pk}/")
     page.locator("[data-action=close]").click()

@@ -36,9 +36,10 @@ class Command(BaseCommand):
         run.add_argument(
             "--allow-loopback-fetch",
             action="store_true",
-            help="let the started workers fetch the runner's loopback pages "
-            "(sets ACTHELM_FETCH_ALLOW_PRIVATE=true for them); without it the fetch cases are "
-            "skipped unless this process's settings allow private networks",
+            help="let the started workers fetch the runner's page server, that address and "
+            "port only (sets ACTHELM_FETCH_ALLOW_ENDPOINTS for them; they claim evaluation tasks "
+            "only); without it the fetch cases are skipped unless this process's settings allow "
+            "private networks",
         )
         run.add_argument(
             "--timeout",

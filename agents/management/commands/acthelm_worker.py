@@ -17,13 +17,23 @@ class Command(BaseCommand):
         parser.add_argument("--concurrency", type=int, default=1, help="tasks run at once")
         parser.add_argument("--burst", action="store_true", help="exit when nothing is claimable")
         parser.add_argument("--worker-id", default=None, help="default: host:pid")
+        parser.add_argument(
+            "--evaluation-only",
+            action="store_true",
+            help="claim evaluation tasks only (what the workers acthelm_eval run starts do)",
+        )
 
     def handle(self, *args, **opts):
         if not 1 <= opts["concurrency"] <= MAX_CONCURRENCY:
             raise CommandError(f"--concurrency must be at least 1 and at most {MAX_CONCURRENCY}")
         worker_id = opts["worker_id"] or default_worker_id()
         configure_pool(settings.ACTHELM_DB_POOL_SIZE, worker_id=worker_id)
-        worker = Worker(worker_id=worker_id, concurrency=opts["concurrency"], burst=opts["burst"])
+        worker = Worker(
+            worker_id=worker_id,
+            concurrency=opts["concurrency"],
+            burst=opts["burst"],
+            evaluation_only=opts["evaluation_only"],
+        )
         worker.install_signal_handlers()
         code = worker.run()
         if code:
