@@ -15,6 +15,7 @@ pytestmark = [pytest.mark.e2e, pytest.mark.django_db(transaction=True)]
 
 def test_a_failing_target_is_seen_from_the_nav_and_on_the_task_page(page, login, settings):
     settings.ACTHELM_NOTIFY_MAX_ATTEMPTS = 1
+    settings.ACTHELM_NOTIFY_ALLOW_ADDRESSES = ["127.0.0.1"]  # the dead receiver is on loopback
     UserFactory(username="ops", perms=["tasks.view_task", "tasks.view_notification"])
     target_add(name="founder-mail", kind=TargetKind.EMAIL, address="founder@example.org")
     target_add(name="chat", kind=TargetKind.WEBHOOK, address=f"http://127.0.0.1:{free_port()}/h")
