@@ -183,6 +183,11 @@ ACTHELM_MCP_DESCRIPTION_MAX_CHARS = env_int("ACTHELM_MCP_DESCRIPTION_MAX_CHARS",
 # while the upload streams; more is refused with a field error).
 ACTHELM_INPUT_FILE_MAX_BYTES = env_int("ACTHELM_INPUT_FILE_MAX_BYTES", 25_000_000)
 ACTHELM_TASK_INPUTS_MAX_BYTES = env_int("ACTHELM_TASK_INPUTS_MAX_BYTES", 100_000_000)
+FILE_UPLOAD_HANDLERS = [
+    "tasks.uploads.BoundedUploadHandler",  # counts first; the caps hold while a file streams
+    "django.core.files.uploadhandler.MemoryFileUploadHandler",
+    "django.core.files.uploadhandler.TemporaryFileUploadHandler",
+]
 
 # Operations: /metrics answers only a request with "Authorization: Bearer <this token>"; when it
 # is empty, /metrics is switched off (404).

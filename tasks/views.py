@@ -51,6 +51,7 @@ from tasks.models import Task
 from tasks.notify.selectors import task_notifications
 from tasks.selectors import task_keyset_page
 from tasks.states import Action, TaskStatus, allowed_actions
+from tasks.uploads import upload_refusal
 from tasks.workspace import artifacts_dir, list_input_files, safe_file_name
 
 log = logging.getLogger("acthelm.console")
@@ -126,6 +127,9 @@ def task_create(request):
     status = 200
     if request.method == "POST":
         status = 400
+        if refused := upload_refusal(request):  # a file over a cap, dropped while it streamed
+            form.is_valid()  # cleans the form first: add_error reads what it cleaned
+            form.add_error("files", refused)
         if form.is_valid():
             try:
                 task = task_services.task_create_with_files(
@@ -134,7 +138,8 @@ def task_create(request):
                     **form.service_kwargs(),
                 )
             except ActhelmError as exc:
-                form.add_error(None, f"{exc.message} [{exc.code}]")
+                where = exc.field if exc.field in form.fields else None
+                form.add_error(where, f"{exc.message} [{exc.code}]")
             else:
                 log.info(
                     "console.task_created",

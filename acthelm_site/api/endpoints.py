@@ -55,6 +55,7 @@ from tasks.limits import LIMIT_FIELDS
 from tasks.models import Goal, Task
 from tasks.selectors import goal_as_dict, task_as_dict, task_keyset_page
 from tasks.states import Action
+from tasks.uploads import upload_refusal
 
 log = logging.getLogger("acthelm.api")
 
@@ -233,6 +234,8 @@ def create_task(
     application/x-www-form-urlencoded). Repeat a field for a list: `-F tools=read_file -F
     tools=list_files`."""
     actor = _require(request, ADD_PERM)
+    if refused := upload_refusal(request):  # a file over a cap, dropped while it streamed
+        raise InvalidInput(refused, field="files")
     goal = None
     if payload.goal_id is not None:
         goal = Goal.objects.filter(pk=payload.goal_id).first()

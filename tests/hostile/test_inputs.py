@@ -1,0 +1,124 @@
+"""Issue 21 item 10: input files are capped per file and per task, counted while the upload
+streams (a 200 MB upload was accepted), through the console's form, the API and the CLI."""
+
+import json
+
+import pytest
+from django.core.files.uploadedfile import SimpleUploadedFile
+from django.core.files.uploadhandler import FileUploadHandler
+
+from tasks.models import Task
+from tasks.workspace import task_dir
+from tests.api.conftest import ALL_PERMS, client_for, error_of
+from tests.factories import UserFactory
+
+FILE_CAP = 100_000
+TASK_CAP = 250_000
+PASSED_ON: list[int] = []  # bytes of each file the storing handlers received
+
+
+class Recording(FileUploadHandler):
+    """Stands between the bounded handler and the ones that store: what reaches storage."""
+
+    def new_file(self, *args, **kwargs):
+        super().new_file(*args, **kwargs)
+        PASSED_ON.append(0)
+
+    def receive_data_chunk(self, raw_data, start):
+        PASSED_ON[-1] += len(raw_data)
+        return raw_data
+
+    def file_complete(self, file_size):
+        return None
+
+
+@pytest.fixture
+def caps(settings):
+    settings.ACTHELM_INPUT_FILE_MAX_BYTES = FILE_CAP
+    settings.ACTHELM_TASK_INPUTS_MAX_BYTES = TASK_CAP
+    settings.FILE_UPLOAD_HANDLERS = [
+        settings.FILE_UPLOAD_HANDLERS[0],
+        f"{__name__}.Recording",
+        *settings.FILE_UPLOAD_HANDLERS[1:],
+    ]
+    PASSED_ON.clear()
+    return settings
+
+
+def upload(name: str, size: int):
+    return SimpleUploadedFile(name, b"x" * size, content_type="application/octet-stream")
+
+
+def test_the_bounded_handler_comes_first():
+    from django.conf import settings
+
+    assert settings.FILE_UPLOAD_HANDLERS[0] == "tasks.uploads.BoundedUploadHandler"
+
+
+@pytest.mark.django_db
+def test_the_api_refuses_a_file_over_the_cap_while_it_streams(caps):
+    api = client_for("founder", ALL_PERMS)
+    body = {"title": "T", "instruction": "I", "files": [upload("big.bin", 3 * FILE_CAP)]}
+    response = api.post_form("/api/tasks", body)
+    assert response.status_code == 400
+    error = error_of(response)
+    assert error["field"] == "files"
+    assert "big.bin" in error["message"] and "ACTHELM_INPUT_FILE_MAX_BYTES" in error["message"]
+    assert not Task.objects.exists()
+    assert PASSED_ON and max(PASSED_ON) <= FILE_CAP  # never stored beyond the cap
+
+
+@pytest.mark.django_db
+def test_the_api_refuses_files_over_the_task_cap_and_keeps_nothing(caps):
+    api = client_for("founder", ALL_PERMS)
+    files = [upload(f"part{i}.bin", FILE_CAP - 10) for i in range(3)]  # each fits, not all
+    response = api.post_form("/api/tasks", {"title": "T", "instruction": "I", "files": files})
+    assert response.status_code == 400
+    assert error_of(response)["field"] == "files"
+    assert "ACTHELM_TASK_INPUTS_MAX_BYTES" in error_of(response)["message"]
+    assert not Task.objects.exists()
+    assert sum(PASSED_ON) <= TASK_CAP
+
+
+@pytest.mark.django_db
+def test_files_under_the_caps_are_stored(caps):
+    api = client_for("founder", ALL_PERMS)
+    files = [upload("a.bin", FILE_CAP), upload("b.bin", 1000)]
+    response = api.post_form("/api/tasks", {"title": "T", "instruction": "I", "files": files})
+    assert response.status_code == 201, response.content
+    task = Task.objects.get()
+    workspace = task_dir(task.pk) / "workspace"
+    assert (workspace / "a.bin").stat().st_size == FILE_CAP
+
+
+@pytest.mark.django_db
+def test_the_console_form_refuses_a_file_over_the_cap_on_its_field(caps, client):
+    client.force_login(UserFactory(username="boss", perms=ALL_PERMS))
+    body = {"title": "T", "instruction": "I", "files": [upload("big.bin", 3 * FILE_CAP)]}
+    response = client.post("/tasks/new/", body)
+    assert response.status_code == 400
+    assert "big.bin" in response.context["form"].errors["files"][0]
+    assert not Task.objects.exists()
+    assert max(PASSED_ON) <= FILE_CAP
+
+
+def test_the_cli_refuses_a_file_over_the_cap_and_keeps_nothing(manage, transactional_db, tmp_path):
+    UserFactory(username="ops", is_superuser=True)
+    big = tmp_path / "big.bin"
+    big.write_bytes(b"x" * (3 * FILE_CAP))
+    result = manage(
+        "acthelm_task",
+        "--json",
+        "create",
+        "--title",
+        "T",
+        "--instruction",
+        "I",
+        "--file",
+        str(big),
+        env={"ACTHELM_INPUT_FILE_MAX_BYTES": str(FILE_CAP)},
+    )
+    assert result.returncode == 1
+    assert json.loads(result.stdout)["error"] == "invalid_input"
+    assert "ACTHELM_INPUT_FILE_MAX_BYTES" in result.stdout
+    assert not Task.objects.exists()
