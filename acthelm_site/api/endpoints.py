@@ -325,11 +325,24 @@ def create_task(
 
 
 @api.get("/tasks/{task_id}", response={200: s.TaskDetailOut, **ERRORS}, tags=["tasks"])
-def show_task(request, task_id: int, turns: Literal["recent", "all"] = "recent"):
-    """The task with its transcript (the newest 100 turns; `?turns=all` for every turn), runs,
-    pending operations with their hashes, plan, usage, files and timeline (newest 200 events)."""
+def show_task(
+    request,
+    task_id: int,
+    turns: Literal["recent", "all"] = "recent",
+    turns_before: int | None = Query(None, ge=1, description="Turns older than this index"),
+    events_before: int | None = Query(None, ge=1, description="Events older than this id"),
+):
+    """The task with its transcript (the newest 100 turns; `?turns=all` for up to 500), runs,
+    pending operations with their hashes, plan, usage, files and timeline (the newest 200
+    events). Older turns and events page back: pass `older_turns` as `turns_before`,
+    `older_events` as `events_before`."""
     _require(request, VIEW_PERM)
-    data = task_detail(task_id, all_turns=turns == "all")
+    data = task_detail(
+        task_id,
+        all_turns=turns == "all",
+        turns_before=turns_before,
+        events_before=events_before,
+    )
     if data is None:
         raise TaskNotFound(f"task {task_id} does not exist")
     return data

@@ -254,7 +254,10 @@ class TaskDetailOut(TaskOut):
     blocking_reason: str | None
     runs: list[RunOut]
     transcript: list[TurnOut]
-    earlier_turns: bool = Field(description="Older turns exist; ask with ?turns=all")
+    earlier_turns: bool = Field(description="Older turns exist; see older_turns")
+    older_turns: int | None = Field(
+        None, description="Pass as `turns_before` for the next older page of turns"
+    )
     pending_approvals: list[ApprovalOut]
     pending_reviews: list[ReviewOut]
     plan: Any
@@ -263,6 +266,9 @@ class TaskDetailOut(TaskOut):
     artifacts: list[dict[str, Any]]
     events: list[EventOut]
     earlier_events: bool
+    older_events: int | None = Field(
+        None, description="Pass as `events_before` for the next older page of events"
+    )
 
 
 class PendingOut(Schema):

@@ -122,3 +122,57 @@ def test_the_cli_refuses_a_file_over_the_cap_and_keeps_nothing(manage, transacti
     assert json.loads(result.stdout)["error"] == "invalid_input"
     assert "ACTHELM_INPUT_FILE_MAX_BYTES" in result.stdout
     assert not Task.objects.exists()
+
+
+# -- hostile bodies: no 500, no HTML, nothing changed ----------------------------------------------
+
+HOSTILE_BODIES = ["ship the release", [1, 2], 3, True, {"reason": "\x00"}, {"x\x00": 1}]
+
+
+@pytest.mark.django_db
+@pytest.mark.parametrize("body", HOSTILE_BODIES, ids=repr)
+def test_no_json_endpoint_answers_a_hostile_body_with_500_or_html(body):
+    from tasks.states import TaskStatus
+    from tests.factories import TaskFactory
+
+    api = client_for("founder", ALL_PERMS)
+    ready = TaskFactory(status=TaskStatus.READY)
+    review = TaskFactory(status=TaskStatus.REVIEW)
+    failed = TaskFactory(status=TaskStatus.FAILED)
+    paths = [
+        "/api/goals",
+        f"/api/tasks/{ready.pk}/cancel",
+        f"/api/tasks/{ready.pk}/resume",
+        f"/api/tasks/{review.pk}/reopen",
+        f"/api/tasks/{failed.pk}/retry",
+        f"/api/tasks/{ready.pk}/approvals/1/approve",
+    ]
+    for path in paths:
+        raw = api.client.post(
+            path,
+            json.dumps(body),
+            content_type="application/json",
+            headers=api._headers(None),
+        )
+        assert raw.status_code < 500, (path, raw.content)
+        assert raw["Content-Type"].startswith("application/json"), path
+        assert set(raw.json()) == {"code", "message", "field"}, (path, raw.json())
+    states = {t.pk: t.status for t in Task.objects.all()}
+    assert states == {ready.pk: "ready", review.pk: "review", failed.pk: "failed"}
+    from tasks.models import Goal
+
+    assert not Goal.objects.exists()
+
+
+@pytest.mark.django_db
+def test_nul_in_every_form_field_of_a_new_task_is_refused_not_500():
+    api = client_for("founder", ALL_PERMS)
+    fields = ["title", "instruction", "tags", "tools", "ask_tools", "allowed_domains", "kind"]
+    for field in fields:
+        body = {"title": "T", "instruction": "I", field: "x\x00y"}
+        response = api.post_form("/api/tasks", body)
+        assert response.status_code == 400, (field, response.content)
+        assert error_of(response)["field"] == field
+    response = api.get("/api/tasks", {"tag": "\x00"})
+    assert response.status_code == 400
+    assert not Task.objects.exists()
