@@ -176,3 +176,27 @@ def test_nul_in_every_form_field_of_a_new_task_is_refused_not_500():
     response = api.get("/api/tasks", {"tag": "\x00"})
     assert response.status_code == 400
     assert not Task.objects.exists()
+
+
+@pytest.mark.django_db
+def test_the_admin_refuses_an_input_file_over_a_cap_on_its_field(caps, client, person):
+    from tasks.states import TaskStatus
+    from tasks.workspace import add_input_file, list_input_files
+    from tests.factories import TaskFactory
+    from tests.tasks.test_admin_workspace import upload as admin_upload
+
+    client.force_login(person)
+    task = TaskFactory(status=TaskStatus.READY)
+    response = admin_upload(client, task, "big.bin", b"x" * (3 * FILE_CAP))
+    assert response.status_code == 200
+    errors = str(response.context["adminform"].form.errors["input_file"])
+    assert "ACTHELM_INPUT_FILE_MAX_BYTES" in errors
+    assert list_input_files(task.pk) == []
+    # Each under the file cap, but together over the task's cap.
+    add_input_file(task.pk, name="a.bin", data=b"x" * FILE_CAP)
+    add_input_file(task.pk, name="b.bin", data=b"x" * FILE_CAP)
+    response = admin_upload(client, task, "c.bin", b"x" * FILE_CAP)
+    assert response.status_code == 200
+    errors = str(response.context["adminform"].form.errors["input_file"])
+    assert "ACTHELM_TASK_INPUTS_MAX_BYTES" in errors
+    assert [f["name"] for f in list_input_files(task.pk)] == ["a.bin", "b.bin"]
