@@ -74,6 +74,7 @@ INSTALLED_APPS = [
 
 MIDDLEWARE = [
     "django.middleware.security.SecurityMiddleware",
+    "acthelm_site.api.middleware.ApiJsonErrors",  # /api/ errors as the API's JSON, never HTML
     "django.contrib.sessions.middleware.SessionMiddleware",
     "django.middleware.common.CommonMiddleware",
     "django.middleware.csrf.CsrfViewMiddleware",
@@ -182,6 +183,20 @@ ACTHELM_FETCH_ALLOW_ENDPOINTS = env_list("ACTHELM_FETCH_ALLOW_ENDPOINTS", [])
 ACTHELM_MAX_PROPOSALS_PER_TASK = env_int("ACTHELM_MAX_PROPOSALS_PER_TASK", 20)
 ACTHELM_AUTO_CLOSE_GOAL_NO_WORK = env_bool("ACTHELM_AUTO_CLOSE_GOAL_NO_WORK", False)
 ACTHELM_MEMORY_BUDGET_CHARS = env_int("ACTHELM_MEMORY_BUDGET_CHARS", 8_000)
+# MCP servers are hostile: one message (a tool's result, a page of its tool list) over this many
+# bytes fails the call (mcp_result_too_large) before it is read whole; a tool's description is
+# cut to this many characters and framed as the server's text before the model sees it.
+ACTHELM_MCP_MAX_RESULT_BYTES = env_int("ACTHELM_MCP_MAX_RESULT_BYTES", 1_000_000)
+ACTHELM_MCP_DESCRIPTION_MAX_CHARS = env_int("ACTHELM_MCP_DESCRIPTION_MAX_CHARS", 1_000)
+# Input files: each file, and all of a task's files together, at most this many bytes (counted
+# while the upload streams; more is refused with a field error).
+ACTHELM_INPUT_FILE_MAX_BYTES = env_int("ACTHELM_INPUT_FILE_MAX_BYTES", 25_000_000)
+ACTHELM_TASK_INPUTS_MAX_BYTES = env_int("ACTHELM_TASK_INPUTS_MAX_BYTES", 100_000_000)
+FILE_UPLOAD_HANDLERS = [
+    "tasks.uploads.BoundedUploadHandler",  # counts first; the caps hold while a file streams
+    "django.core.files.uploadhandler.MemoryFileUploadHandler",
+    "django.core.files.uploadhandler.TemporaryFileUploadHandler",
+]
 
 # Operations: /metrics answers only a request with "Authorization: Bearer <this token>"; when it
 # is empty, /metrics is switched off (404).

@@ -38,6 +38,7 @@ from agents.states import TOOL_CALL_DONE, ModelTestStatus, RecoveryClass, Role
 from agents.states import ToolCallStatus as TC
 from agents.tools import ToolContext, ToolError, all_tools, get_tool, operation_hash, tool_names
 from agents.tools.artifacts import stamp_fence
+from agents.tools.mcp import McpTool, RemoteTool
 from approvals.states import ApprovalReason
 from memory import services as memory_services
 from tasks.actors import Actor
@@ -51,6 +52,12 @@ __all__ = ["AgentLoop", "Outcome", "RunSignals"]
 log = logging.getLogger("acthelm.loop")
 MCP_CALLS = BY_FIELD["limit_mcp_calls"]
 NETWORK_REQUESTS = BY_FIELD["limit_network_requests"]
+#: Recovery classes from the most to the least freely replayed (an unknown one is the strictest).
+_STRICTNESS = {
+    RecoveryClass.READ_ONLY: 0,
+    RecoveryClass.IDEMPOTENT: 1,
+    RecoveryClass.EXTERNAL: 2,
+}
 
 
 @dataclass
@@ -223,6 +230,7 @@ class AgentLoop:
         self.offered = [name for name in task.tools if name in known] if use_tools else []
         # Resolved once: an MCP tool (SERVER__TOOL) is read from its server's recorded list.
         self.tools = {name: get_tool(name) for name in self.offered}
+        self._pin_mcp_tools()
         self.specs = [
             ToolSpec(name=t.name, description=t.description, parameters=t.json_schema())
             for t in self.tools.values()
@@ -231,6 +239,23 @@ class AgentLoop:
             # From now on, no older run of this task can replace an artifact file.
 
             stamp_fence(artifacts_dir(self.task_id), self.claim_count)
+
+    def _pin_mcp_tools(self) -> None:
+        """An MCP tool as the task first saw it: its description, schema and annotations are
+        pinned on the conversation at first use, so that a re-test of its server mid-task (which
+        records whatever the server lists now) cannot change what this task's model reads or what
+        its arguments are checked against. How to reach the server and whether it is trusted
+        are read now."""
+        pins = dict(self.conversation.tool_pins or {}) if self.conversation else {}
+        fresh = False
+        for name, tool in self.tools.items():
+            if not isinstance(tool, McpTool):
+                continue
+            if name not in pins:
+                pins[name], fresh = storable.json(tool.remote.as_dict()), True
+            self.tools[name] = McpTool(tool.spec, RemoteTool.from_dict(pins[name]))
+        if fresh:
+            self.step.tool_pins = pins
 
     # -- 2 + 3. memory and the system prompt, once per task ---------------------------------------
 
@@ -599,7 +624,7 @@ class AgentLoop:
                 waiting = True
             elif call.status == TC.UNKNOWN:
                 unknown = True
-            elif call.status == TC.RUNNING and call.recovery_class == RecoveryClass.EXTERNAL:
+            elif call.status == TC.RUNNING and self._recovers_as(call) == RecoveryClass.EXTERNAL:
                 self._mark_unknown(call)  # in flight when a worker stopped: never replayed
                 unknown = True
             else:
@@ -656,7 +681,8 @@ class AgentLoop:
     def _execute_in_span(self, call: CallState, d: Decision, span) -> None:
         tool, args = d.tool, d.args
         counted = 0
-        if tool.recovery_class == RecoveryClass.EXTERNAL:
+        recovery = self._recovers_as(call)
+        if recovery == RecoveryClass.EXTERNAL:
             # The intent commit: recorded running before the request leaves, so that after a
             # crash the call's outcome is unknown and a person decides (never replayed).
             self.step.results.append(
@@ -673,7 +699,7 @@ class AgentLoop:
             call.status, counted = TC.RUNNING, 1
             self.commit()
             release_connection()
-        elif tool.recovery_class != RecoveryClass.READ_ONLY and not tool.internal:
+        elif recovery != RecoveryClass.READ_ONLY and not tool.internal:
             self._before_an_effect()
         if tool.internal:
             self._execute_internal(call, tool, args, counted)
@@ -754,6 +780,18 @@ class AgentLoop:
         if tool is not None:
             return str(tool.recovery_class)
         return RecoveryClass.EXTERNAL if is_mcp_tool(name) else RecoveryClass.READ_ONLY
+
+    def _recovers_as(self, call: CallState) -> str:
+        """The class a call is run and recovered by: for an MCP tool the stricter of the one
+        stored when the model asked for it and the one its tool has now. A call recorded as
+        external (its server untrusted then) keeps its intent commit and is never replayed after
+        a crash although a person has since trusted the server; a call of a server no longer
+        trusted is external now."""
+        stored = call.recovery_class
+        if not is_mcp_tool(call.tool):
+            return stored
+        current = self._recovery_class(call.tool)
+        return max(stored, current, key=lambda c: _STRICTNESS.get(c, len(_STRICTNESS)))
 
     def _mark_unknown(self, call: CallState) -> None:
         self.step.results.append(Result(call, TC.UNKNOWN, finished=False, unknown=True))

@@ -198,6 +198,9 @@ class Conversation(models.Model):
     # Built once and stored: every request of the task sends this identical prefix.
     system_prompt = models.TextField()
     system_prompt_sha256 = models.CharField(max_length=64)
+    # MCP tools as the task first saw them (SERVER__TOOL -> name, description, input schema,
+    # annotations): a re-test of the server mid-task does not change what the model reads.
+    tool_pins = models.JSONField(default=dict, blank=True)
     plan = models.JSONField(null=True, blank=True)
     plan_updated_at = models.DateTimeField(null=True, blank=True)
     created_at = models.DateTimeField(auto_now_add=True)

@@ -139,6 +139,7 @@ class Step:
 
     selection: tuple | None = None  # ("record", chosen) or ("copy", run id)
     system_prompt: str | None = None
+    tool_pins: dict | None = None  # every MCP tool pinned so far, when one was added
     clear_feedback: bool = False
     turns: list[NewTurn] = field(default_factory=list)
     results: list[Result] = field(default_factory=list)
@@ -298,7 +299,10 @@ class Recorder:
                 task_id=self.task_id,
                 system_prompt=step.system_prompt,
                 system_prompt_sha256=hashlib.sha256(step.system_prompt.encode()).hexdigest(),
+                tool_pins=step.tool_pins or {},
             )
+        elif step.tool_pins is not None:
+            Conversation.objects.filter(task_id=self.task_id).update(tool_pins=step.tool_pins)
         self._insert_turns(step.turns, now)
         proposed = [self._propose(task, call, args) for call, args in step.proposals]
         self._move_calls([*step.results, *proposed], now)

@@ -9,6 +9,7 @@ from __future__ import annotations
 import logging
 import re
 
+from django.conf import settings
 from django.db import transaction
 from django.utils import timezone
 
@@ -68,6 +69,8 @@ def server_spec(server: ToolServer) -> ServerSpec:
         credential_env=server.credential_env,
         trusted=server.trusted,
         timeout=float(server.timeout_seconds),
+        max_result_bytes=settings.ACTHELM_MCP_MAX_RESULT_BYTES,
+        description_max_chars=settings.ACTHELM_MCP_DESCRIPTION_MAX_CHARS,
     )
 
 

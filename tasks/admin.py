@@ -3,6 +3,7 @@
 import logging
 
 from django import forms
+from django.conf import settings
 from django.contrib import admin, messages
 from django.contrib.admin.options import ActionLocation
 from django.core.exceptions import PermissionDenied
@@ -15,7 +16,13 @@ from tasks.actors import Actor
 from tasks.exceptions import ActhelmError, InvalidInput, NotPermitted, TransitionNotAllowed
 from tasks.models import Goal, Task, TaskDependency, TaskEvent
 from tasks.states import TaskStatus
-from tasks.workspace import add_input_file, list_input_files, safe_file_name
+from tasks.uploads import upload_refusal
+from tasks.workspace import (
+    add_input_file,
+    list_input_files,
+    safe_file_name,
+    task_inputs_too_large,
+)
 
 BOTH = [ActionLocation.CHANGE_LIST, ActionLocation.CHANGE_FORM]
 
@@ -89,6 +96,8 @@ class TaskAdminForm(forms.ModelForm):
     )
 
     # No Meta: ModelAdmin.get_form builds the Task form around this class.
+    #: Why an upload of this request was dropped while it streamed (set by TaskAdmin.get_form).
+    upload_refused: str | None = None
 
     def clean(self):
         # The service's own check, so a bad edit comes back as a form error (not a 500, and
@@ -109,6 +118,8 @@ class TaskAdminForm(forms.ModelForm):
 
     def clean_input_file(self):
         upload = self.cleaned_data.get("input_file")
+        if self.upload_refused:  # over a cap: tasks.uploads dropped it while it streamed
+            raise forms.ValidationError(self.upload_refused)
         if not upload:
             return None
         if self.instance.pk and self.instance.is_held:
@@ -116,15 +127,25 @@ class TaskAdminForm(forms.ModelForm):
                 "A worker is running this task: add files while it is not running."
             )
         try:
-            safe_file_name(upload.name)
+            name = safe_file_name(upload.name)
         except InvalidInput as exc:
             raise forms.ValidationError(exc.message) from None
+        if self.instance.pk:
+            others = sum(f["size"] for f in list_input_files(self.instance.pk) if f["name"] != name)
+            if others + upload.size > settings.ACTHELM_TASK_INPUTS_MAX_BYTES:
+                raise forms.ValidationError(task_inputs_too_large())
         return upload
 
 
 @admin.register(Task)
 class TaskAdmin(admin.ModelAdmin):
     form = TaskAdminForm
+
+    def get_form(self, request, obj=None, **kwargs):
+        form = super().get_form(request, obj, **kwargs)  # a class made for this request
+        form.upload_refused = upload_refusal(request)
+        return form
+
     list_display = ["id", "title", "status", "kind", "goal", "connection", "priority", "updated_at"]
     list_filter = ["status", "kind", "is_evaluation", "goal", "connection"]
     search_fields = ["title", "instruction"]

@@ -176,7 +176,10 @@ def money_amount(field: str, value) -> Decimal | None:
         raise BadLimit(f"{field} must be positive (leave it empty for no limit)")
     if number >= MAX_MONEY:
         raise BadLimit(f"{field} is too large")
-    return number.quantize(Decimal("0.0001"))
+    amount = number.quantize(Decimal("0.0001"))
+    if amount <= 0:  # the column holds 4 decimals: 0.00001 would be stored as a budget of 0
+        raise BadLimit(f"{field} must be at least 0.0001 (it is kept to 4 decimals)")
+    return amount
 
 
 def limit_for_failure(code: str) -> str | None:

@@ -128,6 +128,17 @@ class TaskPage:
     newer: int | None  # pass as `after` for the previous (newer) page
 
 
+def newest_page(rows, *, key: str, size: int, before: int | None = None):
+    """The newest `size` rows by `key` (those below `before` when given), oldest first, and the
+    cursor of the next older page: pass it back as `before` (None when there is none). One
+    bounded query, however long the transcript or the timeline."""
+    if before is not None:
+        rows = rows.filter(**{f"{key}__lt": before})
+    page = list(rows.order_by(f"-{key}")[: size + 1])
+    older = getattr(page[size - 1], key) if len(page) > size else None
+    return page[:size][::-1], older
+
+
 def task_keyset_page(tasks, *, before: int | None, after: int | None, size: int) -> TaskPage:
     """Newest first, keyset-paginated on the primary key (no COUNT, no OFFSET): `before` gives
     the page of tasks older than that id, `after` the page newer than it."""

@@ -50,8 +50,9 @@ from tasks.forms import TaskCreateForm, model_queryset
 from tasks.limits import BY_FIELD, CUMULATIVE, PER_ITEM, limit_for_failure
 from tasks.models import Task
 from tasks.notify.selectors import task_notifications
-from tasks.selectors import status_counts, task_keyset_page
+from tasks.selectors import newest_page, status_counts, task_keyset_page
 from tasks.states import Action, EventKind, TaskKind, TaskStatus, allowed_actions
+from tasks.uploads import upload_refusal
 from tasks.workspace import artifacts_dir, list_input_files, safe_file_name
 
 log = logging.getLogger("acthelm.console")
@@ -64,6 +65,7 @@ PAGE_SIZE = 50
 TIMELINE_SIZE = 200
 # The newest turns shown on the task page; "?turns=all" shows the whole transcript.
 TRANSCRIPT_SIZE = 100
+TRANSCRIPT_ALL_MAX = 500  # "?turns=all" shows at most this many turns at once
 EVENT_DATA_CHARS = 300
 POLL_SECONDS = 2
 FOLLOW_UPS_SHOWN = 50
@@ -131,6 +133,9 @@ def task_create(request):
     status = 200
     if request.method == "POST":
         status = 400
+        if refused := upload_refusal(request):  # a file over a cap, dropped while it streamed
+            form.is_valid()  # cleans the form first: add_error reads what it cleaned
+            form.add_error("files", refused)
         if form.is_valid():
             try:
                 task = task_services.task_create_with_files(
@@ -139,7 +144,8 @@ def task_create(request):
                     **form.service_kwargs(),
                 )
             except ActhelmError as exc:
-                form.add_error(None, f"{exc.message} [{exc.code}]")
+                where = exc.field if exc.field in form.fields else None
+                form.add_error(where, f"{exc.message} [{exc.code}]")
             else:
                 log.info(
                     "console.task_created",
@@ -262,15 +268,16 @@ def task_page_context(request, pk: int) -> dict:
         .order_by("position")
     )
     all_turns = request.GET.get("turns") == "all"
+    turns_before = positive_int(request.GET.get("turns_before"))
     turn_qs = task.turns.prefetch_related(Prefetch("tool_calls", queryset=calls))
-    if all_turns:
-        turns = list(turn_qs.order_by("index"))
-        earlier_turns = False
-    else:
-        # Pending operations are always in the newest model turn, so none is hidden.
-        turns = list(turn_qs.order_by("-index")[: TRANSCRIPT_SIZE + 1])
-        earlier_turns = len(turns) > TRANSCRIPT_SIZE
-        turns = turns[:TRANSCRIPT_SIZE][::-1]
+    # The newest page holds the pending operations (always in the newest model turn); older
+    # pages go back from `turns_before`. "?turns=all" is bounded too (TRANSCRIPT_ALL_MAX).
+    turns, older_turns = newest_page(
+        turn_qs,
+        key="index",
+        size=TRANSCRIPT_ALL_MAX if all_turns else TRANSCRIPT_SIZE,
+        before=turns_before,
+    )
     approvals, reviews = [], []
     for turn in turns:
         turn.run_number = run_numbers.get(turn.run_id)
@@ -294,9 +301,12 @@ def task_page_context(request, pk: int) -> dict:
     )
     for selection in memory:
         selection.run_number = run_numbers.get(selection.run_id)
-    events = list(task.events.order_by("-id")[: TIMELINE_SIZE + 1])
-    more_events = len(events) > TIMELINE_SIZE
-    events = events[:TIMELINE_SIZE][::-1]
+    events, older_events = newest_page(
+        task.events,
+        key="id",
+        size=TIMELINE_SIZE,
+        before=positive_int(request.GET.get("events_before")),
+    )
     for event in events:
         event.details = event_details(event)
     usage = task_usage(task.pk)
@@ -320,14 +330,17 @@ def task_page_context(request, pk: int) -> dict:
         "decision_buttons": decision_buttons(),
         "runs": runs,
         "turns": turns,
-        "earlier_turns": earlier_turns,
+        "earlier_turns": older_turns is not None,
+        "older_turns": older_turns,
+        "turns_paged": all_turns or turns_before is not None,
         "pending_approvals": approvals,
         "pending_reviews": reviews,
         "memory": memory,
         "artifacts": list(task.artifacts.order_by("name")),
         "input_files": list_input_files(task.pk),
         "events": events,
-        "more_events": more_events,
+        "more_events": older_events is not None,
+        "older_events": older_events,
         "notifications": task_notifications(task.pk),
         "limits": _limit_rows(task, usage),
         "usage": usage,

@@ -9,6 +9,7 @@ from django.conf import settings
 
 from tasks.exceptions import InvalidInput
 
+_CHUNK = 1 << 20
 _SAFE_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,99}$")
 
 
@@ -40,20 +41,56 @@ def safe_file_name(name: str) -> str:
 
 
 def add_input_file(task_id: int, *, name: str, source: Path | None = None, data=None) -> Path:
-    """Copy a file into the task's workspace (from a path, or from bytes / an uploaded file)."""
-    target = workspace_dir(task_id) / safe_file_name(name)
+    """Copy a file into the task's workspace (from a path, or from bytes / an uploaded file),
+    counting while it streams: a file over ACTHELM_INPUT_FILE_MAX_BYTES, or one that would take
+    the task's files over ACTHELM_TASK_INPUTS_MAX_BYTES, is refused (InvalidInput on `files`)
+    and nothing of it stays."""
+    name = safe_file_name(name)
+    folder = workspace_dir(task_id)
+    target = folder / name
     if source is not None:
         source = Path(source)
         if not source.is_file():
             raise InvalidInput(f"{source} is not a regular file")
-        shutil.copyfile(source, target)
-    elif isinstance(data, bytes | str):
-        target.write_bytes(data.encode() if isinstance(data, str) else data)
-    else:
+    per_file = settings.ACTHELM_INPUT_FILE_MAX_BYTES
+    room = settings.ACTHELM_TASK_INPUTS_MAX_BYTES - sum(
+        f["size"] for f in list_input_files(task_id) if f["name"] != name
+    )
+    written = 0
+    try:
         with target.open("wb") as out:
-            for chunk in data.chunks():
+            for chunk in _chunks(source, data):
+                written += len(chunk)
+                if written > per_file:
+                    raise InvalidInput(input_file_too_large(name), field="files")
+                if written > room:
+                    raise InvalidInput(task_inputs_too_large(), field="files")
                 out.write(chunk)
+    except BaseException:
+        target.unlink(missing_ok=True)
+        raise
     return target
+
+
+def input_file_too_large(name: str) -> str:
+    cap = settings.ACTHELM_INPUT_FILE_MAX_BYTES
+    return f"input file {name} is larger than {cap} bytes (ACTHELM_INPUT_FILE_MAX_BYTES)"
+
+
+def task_inputs_too_large() -> str:
+    cap = settings.ACTHELM_TASK_INPUTS_MAX_BYTES
+    return f"a task's input files may have {cap} bytes in all (ACTHELM_TASK_INPUTS_MAX_BYTES)"
+
+
+def _chunks(source: Path | None, data):
+    if source is not None:
+        with source.open("rb") as fh:
+            while chunk := fh.read(_CHUNK):
+                yield chunk
+    elif isinstance(data, bytes | str):
+        yield data.encode() if isinstance(data, str) else data
+    else:
+        yield from data.chunks()
 
 
 def list_input_files(task_id: int) -> list[dict]:

@@ -12,6 +12,7 @@ import logging
 from typing import Literal
 
 from django.contrib.admin.views.decorators import staff_member_required
+from django.core.exceptions import RequestDataTooBig
 from django.http import Http404
 from django.utils import timezone
 from ninja import File, Form, NinjaAPI, Query, Status
@@ -51,10 +52,11 @@ from tasks.exceptions import (
     TaskNotFound,
 )
 from tasks.forms import model_queryset
-from tasks.limits import LIMIT_FIELDS
+from tasks.limits import BY_FIELD, LIMIT_FIELDS
 from tasks.models import Goal, Task
 from tasks.selectors import goal_as_dict, task_as_dict, task_keyset_page
 from tasks.states import Action
+from tasks.uploads import upload_refusal
 
 log = logging.getLogger("acthelm.api")
 
@@ -122,12 +124,18 @@ def _acthelm_error(request, exc: ActhelmError):
 
 @api.exception_handler(ValidationError)
 def _validation_error(request, exc: ValidationError):
-    first = exc.errors[0] if exc.errors else {}
+    errors = exc.errors or [{}]
+    # A field the endpoint does not know is named first: a script's typo must not be dropped.
+    first = next((e for e in errors if e.get("type") == "extra_forbidden"), errors[0])
     loc = [str(part) for part in first.get("loc", ())]
     # ("body", "payload", "limits", "limit_turns") -> "limits.limit_turns"
     parts = [p for p in loc[1:] if p not in ("payload", "filters")]
     field = ".".join(parts) or None
-    message = first.get("msg", "invalid input")
+    if first.get("type") == "extra_forbidden":
+        return _error(
+            request, 422, "unknown_field", f"{field}: this endpoint has no such field", field
+        )
+    message = first.get("msg", "invalid input").removeprefix("Value error, ")
     if loc[:1] == ["form"] and request.content_type == "application/json":
         message = (
             "this endpoint takes form fields (multipart/form-data, or "
@@ -146,6 +154,18 @@ def _not_found(request, exc):
     return _error(request, 404, "not_found", str(exc) or "not found")
 
 
+@api.exception_handler(RequestDataTooBig)
+def _too_big(request, exc):
+    return _error(request, 413, "body_too_large", f"the request body is too large: {exc}")
+
+
+@api.exception_handler(Exception)
+def _server_error(request, exc):
+    """Whatever the API did not raise itself: logged with its traceback, answered as JSON."""
+    log.exception("api.server_error", extra={"path": request.path})
+    return _error(request, 500, "server_error", "the server failed on this request; it is logged")
+
+
 @api.exception_handler(HttpError)
 def _http_error(request, exc: HttpError):
     # Ninja's own refusals, e.g. 400 "Cannot parse request body" for a body that is not JSON.
@@ -153,7 +173,14 @@ def _http_error(request, exc: HttpError):
     return _error(request, exc.status_code, code, str(exc))
 
 
-ERRORS = {400: s.ErrorOut, 401: s.ErrorOut, 403: s.ErrorOut, 404: s.ErrorOut, 409: s.ErrorOut}
+ERRORS = {
+    400: s.ErrorOut,
+    401: s.ErrorOut,
+    403: s.ErrorOut,
+    404: s.ErrorOut,
+    409: s.ErrorOut,
+    422: s.ErrorOut,
+}
 
 
 def _require(request, *perms: str) -> Actor:
@@ -162,6 +189,16 @@ def _require(request, *perms: str) -> Actor:
     if perms and not any(user.has_perm(perm) for perm in perms):
         raise NotPermitted(f"{user.get_username()} lacks the permission {' or '.join(perms)}")
     return Actor.person(user)
+
+
+def _refuse_unknown_fields(data, schema, also=frozenset()) -> None:
+    """Form fields are read by name, so ninja drops a name the schema lacks (`-F model=demo`
+    vanished): an unknown field is refused instead, 422 unknown_field naming it."""
+    unknown = sorted(set(data) - set(schema.model_fields) - set(also))
+    if unknown:
+        raise ValidationError(
+            [{"type": "extra_forbidden", "loc": ("form", unknown[0]), "msg": "unknown field"}]
+        )
 
 
 def _task_or_404(task_id: int) -> Task:
@@ -192,7 +229,7 @@ def _done(request, task_id: int, action: str) -> dict:
 # --- Tasks ----------------------------------------------------------------------------------
 
 
-class TaskFilters(s.Schema):
+class TaskFilters(s.TextIn):
     status: s.StatusName | None = None
     goal_id: int | None = None
     kind: s.KindName | None = None
@@ -238,6 +275,9 @@ def create_task(
     application/x-www-form-urlencoded). Repeat a field for a list: `-F tools=read_file -F
     tools=list_files`."""
     actor = _require(request, ADD_PERM)
+    _refuse_unknown_fields(request.POST, s.TaskCreateIn, also={"files"})
+    if refused := upload_refusal(request):  # a file over a cap, dropped while it streamed
+        raise InvalidInput(refused, field="files")
     goal = None
     if payload.goal_id is not None:
         goal = Goal.objects.filter(pk=payload.goal_id).first()
@@ -265,6 +305,8 @@ def create_task(
         field: getattr(payload, field)
         for field in LIMIT_FIELDS
         if getattr(payload, field) is not None
+        # An empty money field, sent, is "no budget" (as the field says), not the default.
+        or (BY_FIELD[field].money and field in payload.model_fields_set)
     }
     task = task_services.task_create_with_files(
         actor=actor,
@@ -288,11 +330,24 @@ def create_task(
 
 
 @api.get("/tasks/{task_id}", response={200: s.TaskDetailOut, **ERRORS}, tags=["tasks"])
-def show_task(request, task_id: int, turns: Literal["recent", "all"] = "recent"):
-    """The task with its transcript (the newest 100 turns; `?turns=all` for every turn), runs,
-    pending operations with their hashes, plan, usage, files and timeline (newest 200 events)."""
+def show_task(
+    request,
+    task_id: int,
+    turns: Literal["recent", "all"] = "recent",
+    turns_before: int | None = Query(None, ge=1, description="Turns older than this index"),
+    events_before: int | None = Query(None, ge=1, description="Events older than this id"),
+):
+    """The task with its transcript (the newest 100 turns; `?turns=all` for up to 500), runs,
+    pending operations with their hashes, plan, usage, files and timeline (the newest 200
+    events). Older turns and events page back: pass `older_turns` as `turns_before`,
+    `older_events` as `events_before`."""
     _require(request, VIEW_PERM)
-    data = task_detail(task_id, all_turns=turns == "all")
+    data = task_detail(
+        task_id,
+        all_turns=turns == "all",
+        turns_before=turns_before,
+        events_before=events_before,
+    )
     if data is None:
         raise TaskNotFound(f"task {task_id} does not exist")
     return data

@@ -5,7 +5,8 @@ from decimal import Decimal
 from typing import Annotated, Any, Literal
 
 from ninja import Schema
-from pydantic import Field, PositiveInt, create_model
+from ninja.schema import DjangoGetter
+from pydantic import ConfigDict, Field, PositiveInt, create_model, field_validator, model_validator
 
 from tasks.limits import LIMITS
 from tasks.states import TaskKind, TaskStatus
@@ -13,6 +14,54 @@ from tasks.states import TaskKind, TaskStatus
 PositiveDecimal = Annotated[Decimal, Field(gt=0)]
 StatusName = Literal[tuple(TaskStatus.values)]  # type: ignore[valid-type]
 KindName = Literal[tuple(TaskKind.values)]  # type: ignore[valid-type]
+
+
+def _refuse_nul(value: Any) -> Any:
+    """PostgreSQL's text cannot hold U+0000: refused as the console's forms refuse it."""
+    if isinstance(value, str) and "\x00" in value:
+        raise ValueError("null characters are not allowed")
+    if isinstance(value, list | tuple):
+        for item in value:
+            _refuse_nul(item)
+    if isinstance(value, dict):
+        for key, item in value.items():
+            _refuse_nul(key)
+            _refuse_nul(item)
+    return value
+
+
+class TextIn(Schema):
+    """Input (a body or a query) whose text is stored or searched: no NUL anywhere."""
+
+    @field_validator("*", mode="before")
+    @classmethod
+    def _no_nul(cls, value: Any) -> Any:
+        return _refuse_nul(value)
+
+
+class BodyIn(TextIn):
+    """A request body: a JSON object (a string or a list is refused, not read as attributes)
+    whose every field this endpoint knows (an unknown one is refused, 422 unknown_field)."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    @model_validator(mode="before")
+    @classmethod
+    def _an_object(cls, value: Any) -> Any:
+        # ninja validates a body twice when extra fields are forbidden, the second time wrapped.
+        inner = value._obj if isinstance(value, DjangoGetter) else value
+        if not isinstance(inner, dict):
+            raise ValueError(f"the body must be a JSON object, not {_json_kind(value)}")
+        return value
+
+
+def _json_kind(value: Any) -> str:
+    for kind, name in ((str, "a string"), (bool, "a boolean"), (list, "an array")):
+        if isinstance(value, kind):
+            return name
+    if isinstance(value, int | float | Decimal):
+        return "a number"
+    return "null" if value is None else "something else"
 
 
 class ErrorOut(Schema):
@@ -24,7 +73,7 @@ class ErrorOut(Schema):
 # One optional field per row of the limits table (tasks/limits.py).
 TaskLimitsIn = create_model(
     "TaskLimitsIn",
-    __base__=Schema,
+    __base__=BodyIn,
     **{
         limit.field: (
             (PositiveDecimal if limit.money else PositiveInt) | None,
@@ -37,6 +86,12 @@ TaskLimitsIn = create_model(
 
 class TaskCreateIn(TaskLimitsIn):
     """The new-task form of the console, as form fields (multipart, to attach `files`)."""
+
+    @field_validator(*(limit.field for limit in LIMITS), mode="before")
+    @classmethod
+    def _empty_limit(cls, value: Any) -> Any:
+        # An empty limit field is "not given" (its default), and for the money budget "none".
+        return None if isinstance(value, str) and not value.strip() else value
 
     title: str = Field(..., min_length=1, max_length=200)
     instruction: str = Field(..., min_length=1)
@@ -201,7 +256,10 @@ class TaskDetailOut(TaskOut):
     blocking_reason: str | None
     runs: list[RunOut]
     transcript: list[TurnOut]
-    earlier_turns: bool = Field(description="Older turns exist; ask with ?turns=all")
+    earlier_turns: bool = Field(description="Older turns exist; see older_turns")
+    older_turns: int | None = Field(
+        None, description="Pass as `turns_before` for the next older page of turns"
+    )
     pending_approvals: list[ApprovalOut]
     pending_reviews: list[ReviewOut]
     plan: Any
@@ -210,6 +268,9 @@ class TaskDetailOut(TaskOut):
     artifacts: list[dict[str, Any]]
     events: list[EventOut]
     earlier_events: bool
+    older_events: int | None = Field(
+        None, description="Pass as `events_before` for the next older page of events"
+    )
 
 
 class PendingOut(Schema):
@@ -218,15 +279,15 @@ class PendingOut(Schema):
     more: bool
 
 
-class DecisionIn(Schema):
+class DecisionIn(BodyIn):
     arguments_hash: str = Field(..., min_length=1, description="The operation's hash, as shown")
 
 
-class ResumeIn(Schema):
+class ResumeIn(BodyIn):
     model_id: int | None = Field(None, description="Resume on this model (checked first)")
 
 
-class RetryIn(Schema):
+class RetryIn(BodyIn):
     model_id: int | None = None
     limits: dict[str, PositiveDecimal] = Field(
         {},
@@ -235,11 +296,11 @@ class RetryIn(Schema):
     )
 
 
-class CancelIn(Schema):
+class CancelIn(BodyIn):
     reason: str = ""
 
 
-class ReopenIn(Schema):
+class ReopenIn(BodyIn):
     feedback: str = Field(..., min_length=1)
 
 
@@ -269,7 +330,7 @@ class ConnectionOut(Schema):
     models: list[ModelOut]
 
 
-class ConnectionTestIn(Schema):
+class ConnectionTestIn(BodyIn):
     model: str | None = Field(None, description="Test only this model (its name)")
 
 
@@ -289,7 +350,7 @@ class ModelCheckOut(Schema):
     notes: list[str]
 
 
-class GoalIn(Schema):
+class GoalIn(BodyIn):
     title: str = Field(..., min_length=1, max_length=200)
     description: str = ""
 

@@ -9,12 +9,13 @@ from approvals.models import Approval, ReviewDecision
 from approvals.selectors import decidable_approvals, decidable_reviews
 from approvals.states import ApprovalStatus, ReviewChoice
 from tasks.models import Task
-from tasks.selectors import blocking_reason, event_as_dict, task_as_dict
+from tasks.selectors import blocking_reason, event_as_dict, newest_page, task_as_dict
 from tasks.states import allowed_actions
 from tasks.workspace import list_input_files
 
-# As on the task page: the newest turns and events unless all are asked for.
+# As on the task page: the newest turns and events, older ones page by page.
 TRANSCRIPT_SIZE = 100
+TRANSCRIPT_ALL_MAX = 500  # ?turns=all: at most this many turns at once
 TIMELINE_SIZE = 200
 # A tool call's result in the task document; the whole result has its own endpoint.
 RESULT_CHARS = 4000
@@ -94,8 +95,17 @@ def _call_as_dict(call: ToolCall) -> dict:
     }
 
 
-def task_detail(task_id: int, *, all_turns: bool = False) -> dict | None:
-    """Everything the task page shows, as data; None for an unknown task."""
+def task_detail(
+    task_id: int,
+    *,
+    all_turns: bool = False,
+    turns_before: int | None = None,
+    events_before: int | None = None,
+) -> dict | None:
+    """Everything the task page shows, as data; None for an unknown task. The transcript is the
+    newest 100 turns (500 with `all_turns`) below `turns_before`, the timeline the newest 200
+    events below `events_before`; `older_turns` / `older_events` are the cursors of the next
+    older pages."""
     from django.db.models.functions import Left, Length
 
     task = (
@@ -140,13 +150,8 @@ def task_detail(task_id: int, *, all_turns: bool = False) -> dict | None:
         .order_by("position")
     )
     turns = task.turns.prefetch_related(Prefetch("tool_calls", queryset=calls))
-    if all_turns:
-        rows = list(turns.order_by("index"))
-        earlier = False
-    else:
-        rows = list(turns.order_by("-index")[: TRANSCRIPT_SIZE + 1])
-        earlier = len(rows) > TRANSCRIPT_SIZE
-        rows = rows[:TRANSCRIPT_SIZE][::-1]
+    size = TRANSCRIPT_ALL_MAX if all_turns else TRANSCRIPT_SIZE
+    rows, older_turns = newest_page(turns, key="index", size=size, before=turns_before)
     data["transcript"] = [
         {
             "index": turn.index,
@@ -162,7 +167,8 @@ def task_detail(task_id: int, *, all_turns: bool = False) -> dict | None:
         }
         for turn in rows
     ]
-    data["earlier_turns"] = earlier
+    data["earlier_turns"] = older_turns is not None
+    data["older_turns"] = older_turns
     data["pending_approvals"] = [
         approval_as_dict(a)
         for a in Approval.objects.filter(task=task, status=ApprovalStatus.PENDING).order_by("id")
@@ -194,9 +200,12 @@ def task_detail(task_id: int, *, all_turns: bool = False) -> dict | None:
         }
         for a in task.artifacts.order_by("name")
     ]
-    events = list(task.events.order_by("-id")[: TIMELINE_SIZE + 1])
-    data["earlier_events"] = len(events) > TIMELINE_SIZE
-    data["events"] = [event_as_dict(e) for e in events[:TIMELINE_SIZE][::-1]]
+    events, older_events = newest_page(
+        task.events, key="id", size=TIMELINE_SIZE, before=events_before
+    )
+    data["earlier_events"] = older_events is not None
+    data["older_events"] = older_events
+    data["events"] = [event_as_dict(e) for e in events]
     return data
 
 

@@ -10,6 +10,7 @@ Tools:
 * ``big(size)``             ``size`` characters of ``x``
 * ``add_item(name)``        an external effect: appends the name to the count file
 * ``slow_add(name)``        like add_item, but answers only once ``--release-file`` exists
+* ``slow_read(text)``       claims ``readOnlyHint``; answers the text once ``--release-file`` exists
 * ``hang(seconds=3600)``    sleeps; answers only if it lives that long
 * ``die()``                 the server process exits at once (``os._exit``)
 * ``garbage()``             (stdio) writes a line that is not JSON-RPC to stdout, then hangs
@@ -80,6 +81,17 @@ async def slow_add(name: str) -> str:
     while RELEASE_FILE is not None and not RELEASE_FILE.exists():
         await anyio.sleep(0.05)
     return f"added {name} at last"
+
+
+@server.tool(
+    description="Read something, slowly: waits until the release file exists.",
+    annotations=ToolAnnotations(readOnlyHint=True, idempotentHint=True),
+)
+async def slow_read(text: str) -> str:
+    _count("slow_read")
+    while RELEASE_FILE is not None and not RELEASE_FILE.exists():
+        await anyio.sleep(0.05)
+    return text
 
 
 @server.tool(description="Sleep.")

@@ -767,9 +767,44 @@ def test_a_long_transcript_shows_the_newest_turns_and_links_to_the_rest(client):
         TurnFactory(run=run, task=run.task, index=index, content=f"turn-content-{index:03d}")
     page = client.get(reverse("tasks:detail", args=[run.task_id])).content.decode()
     assert "turn-content-104" in page and "turn-content-005" in page
-    assert "turn-content-004" not in page and "Show the whole transcript" in page
+    assert "turn-content-004" not in page and "Older turns" in page
     whole = client.get(reverse("tasks:detail", args=[run.task_id]), {"turns": "all"})
     assert "turn-content-000" in whole.content.decode()
+    older = client.get(reverse("tasks:detail", args=[run.task_id]), {"turns_before": "5"})
+    older = older.content.decode()
+    assert "turn-content-004" in older and "turn-content-000" in older
+    assert "turn-content-005" not in older
+
+
+def test_turns_all_is_bounded_and_pages_back(client):
+    """Issue 21 item 10: ?turns=all showed every turn of any transcript in one page."""
+    from tasks.views import TRANSCRIPT_ALL_MAX
+    from tests.factories import AgentRunFactory, TurnFactory
+
+    client.force_login(UserFactory(username="boss", is_superuser=True))
+    run = AgentRunFactory()
+    for index in range(TRANSCRIPT_ALL_MAX + 3):
+        TurnFactory(run=run, task=run.task, index=index, content=f"turn-content-{index:04d}")
+    url = reverse("tasks:detail", args=[run.task_id])
+    page = client.get(url, {"turns": "all"}).content.decode()
+    assert page.count('class="turn role-') == TRANSCRIPT_ALL_MAX
+    assert "turn-content-0002" not in page and "turn-content-0003" in page
+    assert "?turns_before=3&amp;turns=all" in page
+    rest = client.get(url, {"turns": "all", "turns_before": "3"}).content.decode()
+    assert "turn-content-0000" in rest and "turn-content-0003" not in rest
+
+
+def test_events_older_than_the_newest_200_can_be_read(boss):
+    task = TaskFactory(status=TaskStatus.DONE)
+    first = TaskEventFactory(task=task, kind=EventKind.CREATED, actor_label="the-first")
+    TaskEventFactory.create_batch(205, task=task, kind=EventKind.MODEL_TURN)
+    page = boss.get(detail(task)).content.decode()
+    assert "the-first" not in page
+    cursor = page.split("?events_before=", 1)[1].split('"', 1)[0]
+    older = boss.get(detail(task), {"events_before": cursor}).content.decode()
+    assert "the-first" in older
+    assert older.count("Model turn</td>") == 205 - 200
+    assert first.pk
 
 
 def _costed_task(*costs):

@@ -24,7 +24,7 @@ from tasks.limits import LIMIT_FIELDS
 from tasks.models import Goal, Task
 from tasks.selectors import task_as_dict
 from tasks.states import TaskStatus
-from tasks.workspace import add_input_file
+from tasks.workspace import add_input_file, remove_task_files
 
 
 def _pairs(values: list[str], what: str) -> dict[str, str]:
@@ -239,8 +239,12 @@ class Command(BaseCommand):
                 tags=opts["tag"],
                 limits=_pairs(opts["limit"], "--limit"),
             )
-            for f in files:
-                add_input_file(task.pk, name=f.name, source=f)
+            try:  # each file counted against the caps as it is copied
+                for f in files:
+                    add_input_file(task.pk, name=f.name, source=f)
+            except BaseException:
+                remove_task_files(task.pk)
+                raise
         return task
 
     def _act(self, actor, entry, opts) -> Task | None:
