@@ -223,6 +223,9 @@ ACTHELM_CREDENTIAL_PREFIXES = env_list(
     ],
 )
 ACTHELM_CLI_EXECUTABLES = env_list("ACTHELM_CLI_EXECUTABLES", [])
+# The executables (command[0], exactly) a person without superuser status may register or change
+# as a stdio MCP server's command (empty: stdio servers are for superusers only).
+ACTHELM_MCP_EXECUTABLES = env_list("ACTHELM_MCP_EXECUTABLES", [])
 
 # An optional model supervisor on a connection of its own (empty: rule checks only).
 ACTHELM_SUPERVISOR_CONNECTION = os.environ.get("ACTHELM_SUPERVISOR_CONNECTION", "")
