@@ -18,6 +18,7 @@ import httpx
 from django.conf import settings
 from django.core.mail import EmailMessage, mailers
 
+from acthelm_site.credentials import CREDENTIAL_NOT_ALLOWED, credential_problem
 from tasks.exceptions import ActhelmError
 from tasks.notify.states import TargetKind
 
@@ -107,6 +108,8 @@ def _send_webhook(target, message: Message) -> str:
         "Idempotency-Key": message.idempotency_key,
         "X-Acthelm-Event": message.event_kind,
     }
+    if refusal := credential_problem(target.secret_env):  # a row written before the rule
+        raise DeliveryFailed(refusal, code=CREDENTIAL_NOT_ALLOWED)
     if target.secret_env:
         secret = os.environ.get(target.secret_env, "")
         if not secret:

@@ -2,8 +2,8 @@
 
 import json
 import sys
-from io import StringIO
 from decimal import Decimal
+from io import StringIO
 
 import pytest
 from django.core.management import call_command
