@@ -122,3 +122,10 @@ def test_deliver_runs_one_pass(settings):
     assert out["results"][0]["task_id"] == task.pk and out["results"][0]["status"] == "delivered"
     assert receiver.received[0].json["task"]["id"] == task.pk
     assert "delivered 0" in run("deliver")  # nothing left
+
+
+def test_json_is_taken_after_the_action_too():
+    """Issue 21 item 12: the documented `acthelm_notify list --json` failed."""
+    run("add", "mail", "--email", "founder@example.org")
+    assert [row["name"] for row in json.loads(run("list", "--json"))] == ["mail"]
+    assert json.loads(run("--json", "list")) == json.loads(run("list", "--json"))
