@@ -10,6 +10,7 @@ process. Who added and who last changed a server is recorded on the row.
 from __future__ import annotations
 
 import logging
+import math
 import re
 
 from django.conf import settings
@@ -144,8 +145,17 @@ def server_spec(server: ToolServer) -> ServerSpec:
         url=server.url,
         credential_env=server.credential_env,
         trusted=server.trusted,
-        timeout=float(server.timeout_seconds),
+        timeout=_bounded_timeout(server.timeout_seconds),
     )
+
+
+def _bounded_timeout(value) -> float:
+    """A row written before the bound (nan, infinity, 1e300) waits the default, never forever."""
+    try:
+        number = float(value)
+    except (TypeError, ValueError):
+        return 60.0
+    return number if math.isfinite(number) and 0 < number <= MAX_TIMEOUT_SECONDS else 60.0
 
 
 def usable_tools(server: ToolServer) -> list[RemoteTool]:

@@ -266,3 +266,12 @@ def test_command_takes_json_after_the_action_too(ops, tested_server):
     out = StringIO()
     call_command("acthelm_toolserver", "--user", "tools-ops", "list", "--json", stdout=out)
     assert [s["name"] for s in json.loads(out.getvalue())] == ["local"]
+
+
+@pytest.mark.parametrize("timeout", [float("nan"), float("inf"), 1e300])
+def test_an_old_row_with_an_unbounded_timeout_is_tested_without_a_traceback(ops, timeout):
+    ToolServer.objects.create(
+        name="old", transport="http", url="http://127.0.0.1:9/mcp", timeout_seconds=timeout
+    )
+    result = toolserver_test(actor=ops, name="old")
+    assert result["ok"] is False and result["test_message"].startswith("mcp_unreachable")
