@@ -49,7 +49,7 @@ EDITABLE = ("transport", "command", "url", "credential_env", "trusted", "timeout
 RESETS_TEST = ("transport", "command", "url", "credential_env", "trusted")
 
 
-class TestOnWorker(InvalidInput):
+class RunTestOnWorker(InvalidInput):
     """A stdio server's test starts its command: never in the web process."""
 
     code = "test_on_worker"
@@ -262,7 +262,7 @@ def toolserver_test(*, actor: Actor, name: str, in_web_process: bool = False) ->
     if server is None:
         raise InvalidInput(f"tool server {name!r} does not exist")
     if in_web_process and server.transport == ToolServerTransport.STDIO:
-        raise TestOnWorker(
+        raise RunTestOnWorker(
             f"{name} is a stdio server: its test starts its command, so it runs where the "
             f"server runs — on a worker host: python manage.py acthelm_toolserver test {name}"
         )
