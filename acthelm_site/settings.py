@@ -225,9 +225,10 @@ LOGGING = {
     "loggers": {"pgserver": {"level": "WARNING"}, "httpx": {"level": "WARNING"}},
 }
 
-# Connections: the names a credential_env may take (prefixes; DJANGO_*, DATABASE_URL, POSTGRES_*,
-# PG* and ACTHELM_METRICS* are refused even when listed), and the executables a model CLI may
-# start (empty: any).
+# Credentials: the names a connection's or tool server's credential_env and a webhook's secret_env
+# may take (prefixes; the server's own DJANGO_*, DATABASE_*, POSTGRES_*, PG*, AWS_*, EMAIL_*,
+# OTEL_* and ACTHELM_* but ACTHELM_KEY_* are refused even when listed: acthelm_site.credentials),
+# and the executables a model CLI may start (empty: any).
 ACTHELM_CREDENTIAL_PREFIXES = env_list(
     "ACTHELM_CREDENTIAL_PREFIXES",
     [
@@ -246,6 +247,9 @@ ACTHELM_CREDENTIAL_PREFIXES = env_list(
     ],
 )
 ACTHELM_CLI_EXECUTABLES = env_list("ACTHELM_CLI_EXECUTABLES", [])
+# The executables (command[0], exactly) a person without superuser status may register or change
+# as a stdio MCP server's command (empty: stdio servers are for superusers only).
+ACTHELM_MCP_EXECUTABLES = env_list("ACTHELM_MCP_EXECUTABLES", [])
 
 # An optional model supervisor on a connection of its own (empty: rule checks only).
 ACTHELM_SUPERVISOR_CONNECTION = os.environ.get("ACTHELM_SUPERVISOR_CONNECTION", "")

@@ -48,6 +48,15 @@ def enabled(environ: dict[str, str] | None = None) -> bool:
     return any(env.get(name, "").strip() for name in ENDPOINT_VARS)
 
 
+def service_resource(resource_class):
+    """The SDK's resource from the environment (``OTEL_SERVICE_NAME``, then ``service.name`` in
+    ``OTEL_RESOURCE_ATTRIBUTES``); ``acthelm`` only where neither names the service."""
+    detected = resource_class.create()
+    if str(detected.attributes.get("service.name", "")).startswith("unknown_service"):
+        detected = detected.merge(resource_class({"service.name": "acthelm"}))
+    return detected
+
+
 def setup(*, exporter=None, instrument: bool = True) -> bool:
     """Install tracing if enabled (or when ``exporter`` is given, e.g. in tests); idempotent.
 
@@ -64,10 +73,7 @@ def setup(*, exporter=None, instrument: bool = True) -> bool:
         from opentelemetry.sdk.trace import TracerProvider
         from opentelemetry.sdk.trace.export import BatchSpanProcessor, SimpleSpanProcessor
 
-        resource = Resource.create(
-            {"service.name": os.environ.get("OTEL_SERVICE_NAME") or "acthelm"}
-        )
-        provider = TracerProvider(resource=resource)
+        provider = TracerProvider(resource=service_resource(Resource))
         if exporter is not None:
             provider.add_span_processor(SimpleSpanProcessor(exporter))
         else:

@@ -5,10 +5,11 @@ the same validators as the console and the CLI, and a model whose test no longer
 (a new URL, command or credential; a new name or tool support) is untested again.
 """
 
+from django import forms
 from django.contrib import admin, messages
 from django.core.exceptions import PermissionDenied
 
-from agents import services
+from agents import services, toolservers
 from agents.costs import model_fill_prices
 from agents.models import (
     AgentRun,
@@ -20,7 +21,7 @@ from agents.models import (
     ToolServer,
     Turn,
 )
-from agents.toolservers import toolserver_test, validate_credential_env, validate_server_name
+from agents.toolservers import validate_server_name
 from tasks.actors import Actor
 from tasks.exceptions import ActhelmError, NotPermitted
 
@@ -172,11 +173,21 @@ class ModelAdmin(admin.ModelAdmin):
 
 @admin.register(ToolServer)
 class ToolServerAdmin(admin.ModelAdmin):
-    """Adding and testing go through agents.toolservers (the same checks as the command)."""
+    """Adding, changing and testing go through agents.toolservers (the same checks as the
+    command): a stdio command is for superusers or ACTHELM_MCP_EXECUTABLES, an edit of what the
+    server runs or reaches resets its test, and a stdio server is tested on a worker host."""
 
-    list_display = ["name", "transport", "trusted", "test_status", "tested_at"]
+    list_display = ["name", "transport", "trusted", "test_status", "tested_at", "changed_by"]
     list_filter = ["transport", "trusted", "test_status"]
-    readonly_fields = ["tools", "test_status", "tested_at", "test_message"]
+    readonly_fields = [
+        "tools",
+        "test_status",
+        "tested_at",
+        "test_message",
+        "created_by",
+        "changed_by",
+        "changed_at",
+    ]
     actions = ["test_servers"]
 
     def _manages(self, request) -> bool:
@@ -191,10 +202,13 @@ class ToolServerAdmin(admin.ModelAdmin):
     def has_delete_permission(self, request, obj=None):
         return self._manages(request)
 
-    def get_form(self, request, obj=None, **kwargs):
-        from django import forms
+    def get_readonly_fields(self, request, obj=None):
+        # The name is its tools' prefix (SERVER__TOOL): tasks name them, so it never changes.
+        return [*self.readonly_fields, "name"] if obj else self.readonly_fields
 
+    def get_form(self, request, obj=None, **kwargs):
         form = super().get_form(request, obj, **kwargs)
+        actor = Actor.person(request.user)
 
         class Checked(form):
             def clean_name(self):
@@ -203,21 +217,68 @@ class ToolServerAdmin(admin.ModelAdmin):
                 except ActhelmError as exc:
                     raise forms.ValidationError(str(exc)) from None
 
-            def clean_credential_env(self):
+            def clean(self):
+                data = super().clean()
+                if self.errors:
+                    return data
+                if obj is not None and not set(self.changed_data) & set(toolservers.EDITABLE):
+                    return data
+                check_command = obj is None or bool(
+                    {"transport", "command", "credential_env"} & set(self.changed_data)
+                )
                 try:
-                    return validate_credential_env(self.cleaned_data["credential_env"])
+                    data |= toolservers.toolserver_check(
+                        actor=actor,
+                        transport=data.get("transport", ""),
+                        command=data.get("command"),
+                        url=data.get("url", ""),
+                        credential_env=data.get("credential_env", ""),
+                        timeout_seconds=data.get("timeout_seconds"),
+                        check_command=check_command,
+                    )
                 except ActhelmError as exc:
-                    raise forms.ValidationError(str(exc)) from None
+                    field = exc.field if exc.field in self.fields else None
+                    if exc.field == "timeout":
+                        field = "timeout_seconds"
+                    self.add_error(field, f"{exc} [{exc.code}]")
+                return data
 
         return Checked
+
+    def save_model(self, request, obj, form, change):
+        actor = Actor.person(request.user)
+        data = form.cleaned_data
+        if not change:
+            server = _through_service(
+                toolservers.toolserver_add,
+                actor=actor,
+                name=data["name"],
+                transport=data["transport"],
+                command=data.get("command"),
+                url=data.get("url", ""),
+                credential_env=data.get("credential_env", ""),
+                trusted=data.get("trusted", False),
+                timeout_seconds=data.get("timeout_seconds"),
+            )
+            obj.pk = server.pk
+        else:
+            _through_service(
+                toolservers.toolserver_update,
+                actor=actor,
+                name=obj.name,
+                changes=_changes(form, toolservers.EDITABLE),
+            )
+        obj.refresh_from_db()
 
     @admin.action(description="Test: connect, list the tools and record them")
     def test_servers(self, request, queryset):
         for server in queryset:
             try:
-                result = toolserver_test(actor=Actor.person(request.user), name=server.name)
+                result = toolservers.toolserver_test(
+                    actor=Actor.person(request.user), name=server.name, in_web_process=True
+                )
             except ActhelmError as exc:
-                self.message_user(request, f"{server}: {exc}", messages.ERROR)
+                self.message_user(request, f"{server}: {exc} [{exc.code}]", messages.ERROR)
                 continue
             level = messages.SUCCESS if result["ok"] else messages.ERROR
             self.message_user(request, f"{server}: {result['test_message']}", level)

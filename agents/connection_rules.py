@@ -3,7 +3,7 @@ and `Connection.clean()`. Below the models (it reads no rows), so the model can 
 
 from django.conf import settings
 
-from agents.providers import credential_name_refusal
+from acthelm_site.credentials import credential_problem
 from agents.providers.cli import executable_refusal
 from agents.states import ConnectionKind, CostTier
 from tasks.exceptions import InvalidInput
@@ -12,12 +12,7 @@ from tasks.numbers import finite_number, whole_number
 MAX_TIMEOUT_SECONDS = 24 * 3600
 
 
-def credential_problem(name: str) -> str | None:
-    """Why ``name`` may not be a connection's credential (see ACTHELM_CREDENTIAL_PREFIXES)."""
-
-    if not name:
-        return None
-    return credential_name_refusal(name, list(settings.ACTHELM_CREDENTIAL_PREFIXES))
+__all__ = ["credential_problem", "executable_problem", "validate_connection"]
 
 
 def executable_problem(command: list[str]) -> str | None:

@@ -1,18 +1,24 @@
 """MCP tool servers: add, test, remove (one function each), and the resolver that turns a
 ``SERVER__TOOL`` name into a tool from the server's recorded list.
 
-The admin and ``manage.py acthelm_toolserver`` call these functions; the worker only reads.
+The admin and ``manage.py acthelm_toolserver`` call these functions; the worker only reads. A
+stdio server's command runs on every worker: registering or changing it is for superusers or an
+executable in ACTHELM_MCP_EXECUTABLES (``stdio_refusal``), and its test never runs in the web
+process. Who added and who last changed a server is recorded on the row.
 """
 
 from __future__ import annotations
 
 import logging
+import math
 import re
 
 from django.conf import settings
 from django.db import transaction
 from django.utils import timezone
 
+from acthelm_site.credentials import CREDENTIAL_NOT_ALLOWED, credential_problem
+from agents.connection_rules import MAX_TIMEOUT_SECONDS as MAX_CONNECTION_TIMEOUT
 from agents.models import ToolServer
 from agents.states import ModelTestStatus, ToolServerTransport
 from agents.tools import Resolver, ToolError, add_resolver
@@ -30,21 +36,92 @@ from agents.tools.mcp import (
 from agents.tools.registry import all_tools
 from tasks.actors import Actor
 from tasks.exceptions import InvalidInput
+from tasks.numbers import finite_number
 
 log = logging.getLogger("acthelm.toolservers")
 
-#: The rule connections use for ``credential_env``: a variable's name, never its value.
-ENV_NAME_RE = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
+#: An MCP call waits at most this long (the bound of a connection's timeout).
+MAX_TIMEOUT_SECONDS = MAX_CONNECTION_TIMEOUT
+#: The settings an edit may change (the name is the tools' prefix: it never changes).
+EDITABLE = ("transport", "command", "url", "credential_env", "trusted", "timeout_seconds")
+#: A test says nothing about a server whose target, credential or trust changed: such an edit
+#: makes it untested again and forgets the tools it listed.
+RESETS_TEST = ("transport", "command", "url", "credential_env", "trusted")
+
+
+class RunTestOnWorker(InvalidInput):
+    """A stdio server's test starts its command: never in the web process."""
+
+    code = "test_on_worker"
 
 
 def validate_credential_env(value: str) -> str:
+    """The one credential-name rule (acthelm_site.credentials), as for connections."""
     value = (value or "").strip()
-    if value and not ENV_NAME_RE.match(value):
-        raise InvalidInput(
-            "credential_env is the NAME of an environment variable (letters, digits, _), "
-            "never the key itself"
-        )
+    problem = credential_problem(value)
+    if problem:
+        raise InvalidInput(problem, code=CREDENTIAL_NOT_ALLOWED, field="credential_env")
     return value
+
+
+def stdio_refusal(actor: Actor, command: list[str]) -> str | None:
+    """Why ``actor`` may not make ``command`` a stdio server's command: it runs on every worker
+    (and wherever it is tested) with the server's environment. Superusers may; other people only
+    an executable listed in ACTHELM_MCP_EXECUTABLES (``command[0]`` exactly)."""
+    if not actor.is_person or actor.user.is_superuser:
+        return None
+    allowed = [a for a in settings.ACTHELM_MCP_EXECUTABLES if a]
+    if command and command[0] in allowed:
+        return None
+    listed = f" (allowed: {', '.join(allowed)})" if allowed else ""
+    return (
+        f"only a superuser may make {command[0] if command else 'a command'!r} a stdio tool "
+        f"server's command; ACTHELM_MCP_EXECUTABLES lists what others may register{listed}"
+    )
+
+
+def toolserver_check(
+    *,
+    actor: Actor,
+    transport: str,
+    command: list[str] | None = None,
+    url: str = "",
+    credential_env: str = "",
+    timeout_seconds: float = 60,
+    check_command: bool = True,
+) -> dict:
+    """A server's settings, checked and cleaned; InvalidInput names the field. The one validator
+    behind the admin's form, the command and the services. ``check_command=False`` for an edit
+    that leaves a stdio server's command and credential as they are."""
+    if transport not in ToolServerTransport.values:
+        raise InvalidInput(
+            f"transport must be one of {', '.join(ToolServerTransport.values)}", field="transport"
+        )
+    command = list(command or [])
+    url = (url or "").strip()
+    if transport == ToolServerTransport.STDIO:
+        if not command or not all(isinstance(a, str) and a for a in command):
+            raise InvalidInput(
+                "a stdio tool server needs a command (an argument list)", field="command"
+            )
+        problem = stdio_refusal(actor, command) if check_command else None
+        if problem:
+            raise InvalidInput(problem, code="executable_not_allowed", field="command")
+        url = ""
+    else:
+        if not re.match(r"^https?://[^\s]+$", url):
+            raise InvalidInput(
+                "an http tool server needs its streamable-HTTP URL (http/https)", field="url"
+            )
+        command = []
+    timeout = finite_number(timeout_seconds, name="timeout", minimum=1, maximum=MAX_TIMEOUT_SECONDS)
+    return {
+        "transport": transport,
+        "command": command,
+        "url": url,
+        "credential_env": validate_credential_env(credential_env),
+        "timeout_seconds": timeout,
+    }
 
 
 def validate_server_name(name: str) -> str:
@@ -68,10 +145,19 @@ def server_spec(server: ToolServer) -> ServerSpec:
         url=server.url,
         credential_env=server.credential_env,
         trusted=server.trusted,
-        timeout=float(server.timeout_seconds),
+        timeout=_bounded_timeout(server.timeout_seconds),
         max_result_bytes=settings.ACTHELM_MCP_MAX_RESULT_BYTES,
         description_max_chars=settings.ACTHELM_MCP_DESCRIPTION_MAX_CHARS,
     )
+
+
+def _bounded_timeout(value) -> float:
+    """A row written before the bound (nan, infinity, 1e300) waits the default, never forever."""
+    try:
+        number = float(value)
+    except (TypeError, ValueError):
+        return 60.0
+    return number if math.isfinite(number) and 0 < number <= MAX_TIMEOUT_SECONDS else 60.0
 
 
 def usable_tools(server: ToolServer) -> list[RemoteTool]:
@@ -97,47 +183,96 @@ def toolserver_add(
 ) -> ToolServer:
     actor.require("agents.manage_toolservers")
     name = validate_server_name(name)
-    if transport not in ToolServerTransport.values:
-        raise InvalidInput(f"transport must be one of {', '.join(ToolServerTransport.values)}")
-    command = list(command or [])
-    url = (url or "").strip()
-    if transport == ToolServerTransport.STDIO:
-        if not command or not all(isinstance(a, str) and a for a in command):
-            raise InvalidInput("a stdio tool server needs a command (an argument list)")
-        url = ""
-    else:
-        if not re.match(r"^https?://[^\s]+$", url):
-            raise InvalidInput("an http tool server needs its streamable-HTTP URL (http/https)")
-        command = []
-    if not timeout_seconds or timeout_seconds <= 0:
-        raise InvalidInput("timeout_seconds must be positive")
-    credential_env = validate_credential_env(credential_env)
+    values = toolserver_check(
+        actor=actor,
+        transport=transport,
+        command=command,
+        url=url,
+        credential_env=credential_env,
+        timeout_seconds=timeout_seconds,
+    )
+    person = actor.user if actor.is_person else None
     with transaction.atomic():
         if ToolServer.objects.select_for_update().filter(name=name).exists():
-            raise InvalidInput(f"a tool server named {name!r} exists already")
-        return ToolServer.objects.create(
+            raise InvalidInput(f"a tool server named {name!r} exists already", field="name")
+        server = ToolServer.objects.create(
             name=name,
-            transport=transport,
-            command=command,
-            url=url,
-            credential_env=credential_env,
-            trusted=trusted,
-            timeout_seconds=timeout_seconds,
+            trusted=bool(trusted),
+            created_by=person,
+            changed_by=person,
+            changed_at=timezone.now(),
+            **values,
         )
+    log.info("toolserver.added", extra={"server": name, "actor": actor.label})
+    return server
 
 
-def toolserver_test(*, actor: Actor, name: str) -> dict:
+def toolserver_update(*, actor: Actor, name: str, changes: dict) -> ToolServer:
+    """Change a server's settings (EDITABLE) with the checks of ``toolserver_add``. Changing a
+    stdio server's command or credential, or making a server stdio, is a registration: for a
+    superuser or an allowed executable. An edit of RESETS_TEST makes the server untested and
+    forgets its tools (a task's call of them fails ``mcp_server_missing`` until a new test)."""
+    actor.require("agents.manage_toolservers")
+    unknown = set(changes) - set(EDITABLE)
+    if unknown:
+        raise InvalidInput(f"cannot change {', '.join(sorted(unknown))} of a tool server")
+    with transaction.atomic():
+        server = ToolServer.objects.select_for_update().filter(name=name).first()
+        if server is None:
+            raise InvalidInput(f"tool server {name!r} does not exist")
+        merged = {f: getattr(server, f) for f in EDITABLE} | changes
+        changed = [f for f in EDITABLE if merged[f] != getattr(server, f)]
+        if not changed:
+            return server
+        values = toolserver_check(
+            actor=actor,
+            transport=merged["transport"],
+            command=merged["command"],
+            url=merged["url"],
+            credential_env=merged["credential_env"],
+            timeout_seconds=merged["timeout_seconds"],
+            check_command=merged["transport"] == ToolServerTransport.STDIO
+            and bool({"transport", "command", "credential_env"} & set(changed)),
+        )
+        for field_name, value in values.items():
+            setattr(server, field_name, value)
+        server.trusted = bool(merged["trusted"])
+        server.changed_by = actor.user if actor.is_person else None
+        server.changed_at = timezone.now()
+        if set(changed) & set(RESETS_TEST):
+            server.test_status = ModelTestStatus.UNTESTED
+            server.tested_at = None
+            server.tools = []
+            server.test_message = (
+                f"{', '.join(changed)} changed by {actor.label}: test the server again"
+            )
+        server.save()
+    log.info("toolserver.changed", extra={"server": name, "actor": actor.label, "fields": changed})
+    return server
+
+
+def toolserver_test(*, actor: Actor, name: str, in_web_process: bool = False) -> dict:
     """Connect, list the server's tools and record them (with their schemas and annotations).
 
     A failed test keeps the tools recorded before: tasks that use them keep working once the
-    server is back, and a person sees the failure on the server.
+    server is back, and a person sees the failure on the server. A stdio server is tested where
+    it runs (``acthelm_toolserver test`` on a worker host): ``in_web_process`` refuses it
+    (``test_on_worker``), so the web server never starts a registered command.
     """
     actor.require("agents.manage_toolservers")
     server = ToolServer.objects.filter(name=name).first()
     if server is None:
         raise InvalidInput(f"tool server {name!r} does not exist")
+    if in_web_process and server.transport == ToolServerTransport.STDIO:
+        raise RunTestOnWorker(
+            f"{name} is a stdio server: its test starts its command, so it runs where the "
+            f"server runs — on a worker host: python manage.py acthelm_toolserver test {name}"
+        )
     spec = server_spec(server)
     try:  # outside any transaction: this may take the server's whole timeout
+        refusal = credential_problem(server.credential_env)
+        if refusal:  # a row written before the rule: nothing is started or sent
+            raise ToolError(CREDENTIAL_NOT_ALLOWED, refusal)
         remote = list_tools(spec)
     except ToolError as exc:
         ok, tools, message = False, None, f"{exc.code}: {exc.message}"
@@ -182,6 +317,9 @@ def toolserver_as_dict(server: ToolServer) -> dict:
         "test_status": server.test_status,
         "tested_at": server.tested_at.isoformat() if server.tested_at else None,
         "test_message": server.test_message or None,
+        "created_by": server.created_by.get_username() if server.created_by else None,
+        "changed_by": server.changed_by.get_username() if server.changed_by else None,
+        "changed_at": server.changed_at.isoformat() if server.changed_at else None,
         "tools": [
             {
                 "name": qualified_name(server.name, t.get("name", "")),
@@ -206,10 +344,25 @@ def find_mcp_tool(name: str) -> McpTool | None:
     server = ToolServer.objects.filter(name=server_name).first()
     if server is None:
         return None
+    refusal = credential_problem(server.credential_env)
     for remote in usable_tools(server):
         if remote.name == tool_name:
+            if refusal:  # a row written before the rule: the call sends nothing and says why
+                return RefusedMcpTool(server_spec(server), remote, refusal)
             return McpTool(server_spec(server), remote)
     return None
+
+
+class RefusedMcpTool(McpTool):
+    """A recorded tool of a server whose credential breaks the rule: it fails
+    ``credential_not_allowed`` without starting, connecting or reading the variable."""
+
+    def __init__(self, spec: ServerSpec, remote: RemoteTool, refusal: str) -> None:
+        super().__init__(spec, remote)
+        self.refusal = refusal
+
+    def run(self, args, ctx):
+        raise ToolError(CREDENTIAL_NOT_ALLOWED, f"MCP server {self.spec.name!r}: {self.refusal}")
 
 
 def mcp_tool_names() -> list[str]:

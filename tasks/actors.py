@@ -12,10 +12,21 @@ class Actor:
     kind: str
     label: str
     user: Any = None
+    # The API token a person acted through: (id, prefix), never its secret. Recorded in the
+    # data of the events the action writes (record_event).
+    api_token: tuple[int, str] | None = None
 
     @classmethod
-    def person(cls, user) -> "Actor":
-        return cls(kind=ActorKind.PERSON, label=user.get_username(), user=user)
+    def person(cls, user, *, api_token: tuple[int, str] | None = None) -> "Actor":
+        return cls(kind=ActorKind.PERSON, label=user.get_username(), user=user, api_token=api_token)
+
+    @property
+    def event_data(self) -> dict:
+        """What an event records of how the actor acted (the API token's id and prefix)."""
+        if self.api_token is None:
+            return {}
+        token_id, prefix = self.api_token
+        return {"api_token": {"id": token_id, "prefix": prefix}}
 
     @classmethod
     def worker(cls, worker_id: str) -> "Actor":

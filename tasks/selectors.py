@@ -24,7 +24,8 @@ def task_as_dict(task: Task) -> dict:
         "is_evaluation": task.is_evaluation,
         "goal_id": task.goal_id,
         "priority": task.priority,
-        "depends_on": list(task.dependency_links.values_list("depends_on_id", flat=True)),
+        # .all(): a list that prefetched the links (acthelm_task list) asks nothing more.
+        "depends_on": [link.depends_on_id for link in task.dependency_links.all()],
         "tools": list(task.tools),
         "tool_policies": task.tool_policies,
         "allowed_domains": list(task.allowed_domains),

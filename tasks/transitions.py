@@ -65,7 +65,7 @@ def record_event(
         actor_label=actor.label,
         from_status=from_status,
         to_status=to_status,
-        data=data or {},
+        data=(data or {}) | actor.event_data,
     )
     if actor.is_person and kind not in COOPERATIVE_EVENTS:
         # The fence reads this column of the row it locks: a person's action committed while a

@@ -4,20 +4,30 @@ the page that answers the creation, and stored nowhere), revoked by an action.""
 from django import forms
 from django.contrib import admin, messages
 from django.contrib.auth import get_user_model
+from django.core.exceptions import PermissionDenied
 from django.template.response import TemplateResponse
 
 from acthelm_site.api import tokens
 from acthelm_site.api.models import ApiToken
+from tasks.exceptions import NotPermitted
 
 
 class ApiTokenCreateForm(forms.ModelForm):
+    """Who the token is for: active staff only (acthelm_site.api.tokens), and only oneself unless
+    the person creating it is a superuser. ``creator`` is set by the admin."""
+
+    creator = None
+
     class Meta:
         model = ApiToken
         fields = ["user", "name"]
 
     def __init__(self, *args, **kwargs):
         super().__init__(*args, **kwargs)
-        self.fields["user"].queryset = get_user_model().objects.filter(is_active=True)
+        holders = get_user_model().objects.filter(is_active=True, is_staff=True)
+        if self.creator is not None and not self.creator.is_superuser:
+            holders = holders.filter(pk=self.creator.pk)
+        self.fields["user"].queryset = holders
 
     def clean(self):
         data = super().clean()
@@ -46,7 +56,9 @@ class ApiTokenAdmin(admin.ModelAdmin):
 
     def get_form(self, request, obj=None, change=False, **kwargs):
         if obj is None:
-            kwargs["form"] = ApiTokenCreateForm
+            kwargs["form"] = type(
+                "ApiTokenCreateForm", (ApiTokenCreateForm,), {"creator": request.user}
+            )
         return super().get_form(request, obj, change=change, **kwargs)
 
     def get_readonly_fields(self, request, obj=None):
@@ -63,9 +75,14 @@ class ApiTokenAdmin(admin.ModelAdmin):
             return
         # The form validated the name (and, through the model's constraint, that the person has
         # no live token of that name); the service draws the secret and stores its hash.
-        new = tokens.token_create(
-            user=form.cleaned_data["user"], name=form.cleaned_data["name"], created_by=request.user
-        )
+        try:
+            new = tokens.token_create(
+                user=form.cleaned_data["user"],
+                name=form.cleaned_data["name"],
+                created_by=request.user,
+            )
+        except NotPermitted as exc:
+            raise PermissionDenied(str(exc)) from None
         obj.pk, obj.prefix, obj.created_at = new.token.pk, new.token.prefix, new.token.created_at
         request._acthelm_new_token = new
 

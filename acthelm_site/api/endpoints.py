@@ -188,7 +188,7 @@ def _require(request, *perms: str) -> Actor:
     user = request.auth.user
     if perms and not any(user.has_perm(perm) for perm in perms):
         raise NotPermitted(f"{user.get_username()} lacks the permission {' or '.join(perms)}")
-    return Actor.person(user)
+    return Actor.person(user, api_token=(request.auth.pk, request.auth.prefix))
 
 
 def _refuse_unknown_fields(data, schema, also=frozenset()) -> None:

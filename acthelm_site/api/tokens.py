@@ -17,7 +17,13 @@ from django.db.models import Q
 from django.utils import timezone
 
 from acthelm_site.api.models import ApiToken
-from tasks.exceptions import ActhelmError, InvalidInput, NotFound, TransitionNotAllowed
+from tasks.exceptions import (
+    ActhelmError,
+    InvalidInput,
+    NotFound,
+    NotPermitted,
+    TransitionNotAllowed,
+)
 
 log = logging.getLogger("acthelm.api")
 
@@ -48,15 +54,33 @@ def hash_token(raw: str) -> str:
     return hashlib.sha256(raw.encode()).hexdigest()
 
 
+def token_holder_refusal(user) -> str | None:
+    """Why `user` may not hold (or use) an API token: only active staff may — the people who may
+    open the console; a token acts with its person's permissions, no more."""
+    if not user.is_active:
+        return f"{user.get_username()} is not an active user"
+    if not user.is_staff:
+        return f"{user.get_username()} is not staff: only staff users hold API tokens"
+    return None
+
+
 def token_create(*, user, name: str, created_by=None) -> NewToken:
-    """A new token for `user`; the returned secret is the only copy."""
+    """A new token for `user`; the returned secret is the only copy. `created_by` is the person
+    creating it (None: an operator on the server, `acthelm_token`): only the person themselves
+    or a superuser may create a token for a person."""
     name = (name or "").strip()
     if not name:
         raise InvalidInput("a token needs a name (what it is for)", field="name")
     if len(name) > 100:
         raise InvalidInput("a token name is at most 100 characters", field="name")
-    if not user.is_active:
-        raise InvalidInput(f"{user.get_username()} is not an active user", field="user")
+    holder_refusal = token_holder_refusal(user)
+    if holder_refusal:
+        raise InvalidInput(holder_refusal, code="token_holder_not_allowed", field="user")
+    if created_by is not None and created_by.pk != user.pk and not created_by.is_superuser:
+        raise NotPermitted(
+            f"{created_by.get_username()} may create tokens only for themselves; only a "
+            f"superuser creates a token for {user.get_username()}"
+        )
     for _ in range(5):
         prefix = secrets.token_hex(4)
         raw = f"{TOKEN_PREFIX}{prefix}_{secrets.token_urlsafe(32)}"
@@ -83,12 +107,11 @@ def token_create(*, user, name: str, created_by=None) -> NewToken:
     raise TransitionNotAllowed("could not draw a unique token prefix; try again")
 
 
-def token_find(ref: str | int) -> ApiToken:
-    """A token by id or by prefix (with or without `acthelm_` and the trailing `_…`)."""
-    text = str(ref).strip()
-    query = Q(pk=int(text)) if text.isdigit() else Q()
-    text = text.removeprefix(TOKEN_PREFIX).split("_")[0]
-    token = ApiToken.objects.select_related("user").filter(query | Q(prefix=text)).first()
+def token_find(ref: str) -> ApiToken:
+    """A token by its prefix (with or without `acthelm_` and the trailing `_…`), as listed. Only
+    by prefix: an all-digit prefix must never match another token's id."""
+    text = str(ref).strip().removeprefix(TOKEN_PREFIX).split("_")[0]
+    token = ApiToken.objects.select_related("user").filter(prefix=text).first() if text else None
     if token is None:
         raise TokenNotFound(f"no API token {ref!r}")
     return token
@@ -120,6 +143,8 @@ def token_authenticate(raw: str) -> ApiToken:
         raise TokenRefused("this API token was revoked", code="token_revoked")
     if not token.user.is_active:
         raise TokenRefused("the token's person is inactive", code="token_revoked")
+    if not token.user.is_staff:  # lost staff status: the token stops working with it
+        raise TokenRefused("the token's person is not staff", code="token_holder_not_allowed")
     now = timezone.now()
     if token.last_used_at is None or token.last_used_at < now - LAST_USED_PRECISION:
         ApiToken.objects.filter(pk=token.pk).filter(

@@ -66,7 +66,8 @@ class HttpResponse:
         try:
             return json.loads(self.body)
         except (ValueError, UnicodeDecodeError):
-            snippet = self.body[:200].decode("utf-8", "replace")
+            # Redacted before it is cut: a cut through the key would leave part of it.
+            snippet = provider.redact(self.body[:20000].decode("utf-8", "replace"))[:200]
             raise provider.error(
                 PROVIDER_BAD_RESPONSE,
                 f"response is not valid JSON: {snippet!r}",
@@ -316,12 +317,15 @@ def _origin(url: str) -> str:
 # --------------------------------------------------------------------------------------
 
 
-def error_text(body: bytes) -> tuple[str, str]:
+def error_text(body: bytes, redact=None) -> tuple[str, str]:
     """Return ``(summary, searchable)`` for an error body in any common server format.
 
     ``summary`` is a short human text, ``searchable`` also contains error type/code fields.
+    ``redact`` (the provider's) runs before anything is cut: on the raw text and on the message
+    read from its JSON, so no cut leaves a piece of the key.
     """
-    text = body[:20000].decode("utf-8", "replace")
+    redact = redact or (lambda text: text)
+    text = redact(body[:20000].decode("utf-8", "replace"))
     try:
         data = json.loads(text)
     except ValueError:
@@ -341,7 +345,7 @@ def error_text(body: bytes) -> tuple[str, str]:
             message = msg if isinstance(msg, str) else json.dumps(msg)[:_ERROR_TEXT_LIMIT]
     if not message:
         message = " ".join(text.split())
-    message = message[:_ERROR_TEXT_LIMIT]
+    message = redact(message)[:_ERROR_TEXT_LIMIT]
     prefix = f"[{'/'.join(dict.fromkeys(parts))}] " if parts else ""
     summary = f"{prefix}{message}".strip() or "(empty body)"
     return summary, f"{summary} {text[:2000]}"
@@ -368,7 +372,7 @@ def raise_for_status(provider: Provider, resp: HttpResponse) -> None:
     status = resp.status
     if 200 <= status < 300:
         return
-    summary, searchable = error_text(resp.body)
+    summary, searchable = error_text(resp.body, provider.redact)
     retry_after = retry_after_seconds(resp.headers)
     if status in (401, 403):
         code = PROVIDER_AUTH

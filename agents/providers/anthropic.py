@@ -143,7 +143,7 @@ class AnthropicProvider(Provider):
         if not isinstance(data, dict):
             raise _http.bad_shape(self, "body is not a JSON object", status)
         if data.get("type") == "error":
-            summary, _ = _http.error_text(json.dumps(data).encode())
+            summary, _ = _http.error_text(json.dumps(data).encode(), self.redact)
             raise _http.bad_shape(self, f"error object in a 2xx answer: {summary}", status)
         content = data.get("content")
         if not isinstance(content, list):

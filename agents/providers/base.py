@@ -8,13 +8,14 @@ from __future__ import annotations
 
 import abc
 import math
-import re
 import threading
 from decimal import Decimal
 from typing import Any, ClassVar, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 
+# The credential rule lives in acthelm_site.credentials; re-exported here for the providers' users.
+from acthelm_site.credentials import credential_name_refusal, is_server_secret, redact  # noqa: F401
 from agents.tools.base import non_finite_path
 
 # --------------------------------------------------------------------------------------
@@ -118,32 +119,6 @@ def _rebuild_provider_error(
     code: str, message: str, status: int | None, retry_after: float | None
 ) -> ProviderError:
     return ProviderError(code, message, status=status, retry_after=retry_after)
-
-
-# --------------------------------------------------------------------------------------
-# Credential names
-# --------------------------------------------------------------------------------------
-
-#: A connection's credential may never name one of these: they hold the server's own secrets.
-#: Checked case-insensitively, and even when a person lists them among the allowed prefixes.
-FORBIDDEN_CREDENTIAL_PREFIXES = ("DJANGO_", "DATABASE_URL", "POSTGRES_", "PG", "ACTHELM_METRICS")
-_ENV_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]{0,99}")
-
-
-def credential_name_refusal(name: str, allowed_prefixes: list[str] | tuple[str, ...]) -> str | None:
-    """Why ``name`` may not be used as a connection's credential, or None when it may."""
-    if not _ENV_NAME.fullmatch(name or ""):
-        return (
-            "the credential is the NAME of an environment variable (letters, digits, _), "
-            "never the key itself"
-        )
-    upper = name.upper()
-    if any(upper.startswith(prefix) for prefix in FORBIDDEN_CREDENTIAL_PREFIXES):
-        return f"{name} holds one of the server's own secrets and can never be a credential"
-    allowed = [p for p in allowed_prefixes if p]
-    if not any(name.startswith(prefix) for prefix in allowed):
-        return f"{name} does not start with an allowed credential prefix ({', '.join(allowed)})"
-    return None
 
 
 # --------------------------------------------------------------------------------------
@@ -336,9 +311,7 @@ class Provider(abc.ABC):
         self.api_key_env = api_key_env or None
         # Set when the connection's configuration is refused: no request is ever sent.
         self.config_error = config_error or None
-        if self.api_key_env and any(
-            self.api_key_env.upper().startswith(prefix) for prefix in FORBIDDEN_CREDENTIAL_PREFIXES
-        ):
+        if self.api_key_env and is_server_secret(self.api_key_env):
             self.config_error = f"the credential {self.api_key_env} is one of the server's secrets"
 
     def __repr__(self) -> str:  # never show the key
@@ -349,17 +322,12 @@ class Provider(abc.ABC):
 
     def redact(self, text: str) -> str:
         """Remove the API key (and secret-looking extra header values) from ``text``."""
-        if not text:
-            return text
-        secrets = [self.api_key] if self.api_key else []
+        secrets = [self.api_key]
         for name, value in self.extra_headers.items():
             if name.lower() in ("authorization", "x-api-key", "api-key") and value:
                 secrets.append(value)
                 secrets.append(value.split(" ", 1)[-1])
-        for secret in sorted(set(secrets), key=len, reverse=True):
-            if secret and len(secret) >= 4:
-                text = text.replace(secret, "[redacted]")
-        return text
+        return redact(text, secrets)
 
     def check_config(self) -> None:
         """Refuse to send anything (a request, a key, a process) for a refused configuration."""

@@ -280,7 +280,9 @@ class CLIProvider(Provider):
             stderr = err.text()
             code_for = classify_failure(f"{stderr}\n{stdout[-2000:]}")
             detail = f"killed by signal {-code}" if code < 0 else f"exited with code {code}"
-            tail = (stderr.strip() or stdout.strip())[-500:]
+            # Redacted before the tail is cut (and the start of a kept stderr tail may begin
+            # inside the key: the helper redacts such a piece too).
+            tail = self.redact(stderr.strip() or stdout.strip())[-500:]
             raise self.error(code_for, f"command {detail}: {tail}", status=code)
         return stdout
 
@@ -294,11 +296,11 @@ class CLIProvider(Provider):
             except ValueError:
                 raise self.error(
                     PROVIDER_BAD_RESPONSE,
-                    f"output is not valid JSON: {stdout.strip()[:200]!r}",
+                    f"output is not valid JSON: {self.redact(stdout.strip())[:200]!r}",
                 ) from None
             if isinstance(data, dict) and data.get("is_error") is True:
                 # e.g. ``claude -p --output-format json`` reports failures this way
-                detail = str(data.get("result") or data.get("error") or "error")[:500]
+                detail = self.redact(str(data.get("result") or data.get("error") or "error"))[:500]
                 raise self.error(classify_failure(detail), f"command reported an error: {detail}")
             try:
                 value = extract_field(data, self.answer_field)

@@ -165,7 +165,7 @@ class OpenAICompatibleProvider(Provider):
             encoded = json.dumps(data).encode()
             if isinstance(err_code, int) and 400 <= err_code < 600:
                 _http.raise_for_status(self, _http.HttpResponse(err_code, httpx.Headers(), encoded))
-            summary, _ = _http.error_text(encoded)
+            summary, _ = _http.error_text(encoded, self.redact)
             raise _http.bad_shape(self, f"error object in a 2xx answer: {summary}", status)
         choices = data.get("choices")
         if not isinstance(choices, list) or not choices or not isinstance(choices[0], dict):

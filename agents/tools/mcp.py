@@ -34,6 +34,8 @@ import jsonschema
 import re2
 from pydantic import BaseModel, ConfigDict
 
+from acthelm_site.credentials import redact
+
 from .base import RecoveryClass, Tool, ToolContext, ToolError, ToolResult
 
 #: ``SERVER__TOOL``: the separator between a server's name and its tool's name.
@@ -111,10 +113,7 @@ class ServerSpec:
         return os.environ.get(self.credential_env) if self.credential_env else None
 
     def redact(self, text: str) -> str:
-        secret = self.credential()
-        if secret and len(secret) >= 4:
-            text = text.replace(secret, "[redacted]")
-        return text
+        return redact(text, [self.credential()])
 
 
 @dataclass(frozen=True)
@@ -463,7 +462,8 @@ def _classify(spec: ServerSpec, exc: BaseException) -> ToolError:
     if isinstance(exc, _Garbage):
         return ToolError(
             MCP_BAD_RESPONSE,
-            f"MCP server {spec.name!r} sent something that is not an MCP message: {exc}",
+            f"MCP server {spec.name!r} sent something that is not an MCP message: "
+            f"{spec.redact(str(exc))}",
         )
     if isinstance(exc, McpError):
         code = getattr(exc.error, "code", None)
@@ -772,6 +772,8 @@ class McpTool(Tool):
                 MCP_BAD_RESPONSE, f"MCP server {self.spec.name!r} answered a malformed result."
             ) from None
         if result.isError:
+            # The server's own words may hold its credential: redacted before they are stored.
+            text = self.spec.redact(text)
             raise ToolError(MCP_TOOL_ERROR, text[:4000] or "The MCP tool reported an error.")
         data: dict[str, Any] = {"server": self.spec.name, "tool": self.remote.name}
         if result.structuredContent is not None:

@@ -22,6 +22,7 @@ import httpx
 from django.conf import settings
 from django.core.mail import EmailMessage, mailers
 
+from acthelm_site.credentials import CREDENTIAL_NOT_ALLOWED, credential_problem
 from acthelm_site.egress import (
     EgressError,
     Guard,
@@ -160,6 +161,8 @@ def _send_webhook(target, message: Message) -> str:
         "X-Acthelm-Event": message.event_kind,
         TIMESTAMP_HEADER: timestamp,
     }
+    if refusal := credential_problem(target.secret_env):  # a row written before the rule
+        raise DeliveryFailed(refusal, code=CREDENTIAL_NOT_ALLOWED)
     if target.secret_env:
         secret = os.environ.get(target.secret_env, "")
         if not secret:

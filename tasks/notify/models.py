@@ -1,6 +1,5 @@
 """Notification targets and the outbox. Imported by `tasks.models`, so both belong to `tasks`."""
 
-import re
 import uuid
 from urllib.parse import urlsplit
 
@@ -10,10 +9,9 @@ from django.core.validators import EmailValidator, URLValidator
 from django.db import models
 from django.db.models import Q
 
+from acthelm_site.credentials import CREDENTIAL_NOT_ALLOWED, credential_problem
 from tasks.notify.channels import webhook_address_refusal
 from tasks.notify.states import NotificationStatus, NotifyEvent, TargetKind, all_events
-
-ENV_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
 
 
 class NotificationTarget(models.Model):
@@ -91,11 +89,9 @@ class NotificationTarget(models.Model):
                 refusal = webhook_address_refusal(self.address)
                 if refusal:
                     errors["address"] = refusal
-        if self.secret_env and not ENV_NAME.match(self.secret_env):
-            errors["secret_env"] = (
-                "secret_env is the NAME of an environment variable (letters, digits, _), "
-                "never the secret itself"
-            )
+        refusal = credential_problem(self.secret_env)  # the one rule of every credential
+        if refusal:
+            errors["secret_env"] = f"{refusal} [{CREDENTIAL_NOT_ALLOWED}]"
         unknown = [e for e in self.events or [] if e not in NotifyEvent.values]
         if unknown or not self.events:
             errors["events"] = f"choose events among {', '.join(NotifyEvent.values)}"

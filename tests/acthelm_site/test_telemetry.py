@@ -134,3 +134,34 @@ def test_django_request_and_psycopg_spans_are_recorded(settings):
     finally:
         telemetry.shutdown()
         connection.close()
+
+
+@pytest.mark.parametrize(
+    "env, name",
+    [
+        ({}, "acthelm"),
+        (
+            {"OTEL_RESOURCE_ATTRIBUTES": "service.name=acthelm-eu,deployment.environment=prod"},
+            "acthelm-eu",
+        ),
+        (
+            {"OTEL_SERVICE_NAME": "from-name", "OTEL_RESOURCE_ATTRIBUTES": "service.name=x"},
+            "from-name",
+        ),
+    ],
+)
+def test_the_service_name_comes_from_the_environment_first(monkeypatch, env, name):
+    """Issue 21 item 12: OTEL_RESOURCE_ATTRIBUTES's service.name was overridden by the default."""
+    for var in ("OTEL_SERVICE_NAME", "OTEL_RESOURCE_ATTRIBUTES"):
+        monkeypatch.delenv(var, raising=False)
+    for var, value in env.items():
+        monkeypatch.setenv(var, value)
+    exporter = InMemorySpanExporter()
+    assert telemetry.setup(exporter=exporter, instrument=False)
+    try:
+        with telemetry.execute_tool(tool="read_file") as span:
+            span.outcome("succeeded")
+    finally:
+        telemetry.shutdown()
+    [finished] = exporter.get_finished_spans()
+    assert finished.resource.attributes["service.name"] == name

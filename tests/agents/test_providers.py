@@ -943,13 +943,13 @@ def test_cli_missing_executable():
 
 
 def test_cli_key_via_env_only(tmp_path, monkeypatch):
-    monkeypatch.delenv("ACTHELM_TEST_KEY", raising=False)
+    monkeypatch.delenv("ACTHELM_KEY_TEST", raising=False)
     count = tmp_path / "count.jsonl"
-    args = ("--mode", "env", "--env-name", "ACTHELM_TEST_KEY", "--count-file", str(count))
-    with_env = cli(*args, api_key=SECRET, api_key_env="ACTHELM_TEST_KEY")
-    assert ask(with_env).text == f"ACTHELM_TEST_KEY={SECRET}"
+    args = ("--mode", "env", "--env-name", "ACTHELM_KEY_TEST", "--count-file", str(count))
+    with_env = cli(*args, api_key=SECRET, api_key_env="ACTHELM_KEY_TEST")
+    assert ask(with_env).text == f"ACTHELM_KEY_TEST={SECRET}"
     without_env = cli(*args, api_key=SECRET)
-    assert ask(without_env).text == "ACTHELM_TEST_KEY unset"
+    assert ask(without_env).text == "ACTHELM_KEY_TEST unset"
     for call in invocations(count):
         assert SECRET not in json.dumps(call["argv"])
 

@@ -22,6 +22,12 @@ ROOT = Path(__file__).resolve().parents[2]
 SERVER = [sys.executable, "-m", "tests.fakes.mcp_server"]
 
 
+@pytest.fixture(autouse=True)
+def allowed_executables(settings):
+    """The fake server's interpreter (and "x") are what an operator allowed (issue 21 item 3)."""
+    settings.ACTHELM_MCP_EXECUTABLES = [sys.executable, "x"]
+
+
 @pytest.fixture
 def ops(db):
     return Actor.person(
@@ -192,3 +198,80 @@ def test_command_test_of_a_dead_server_exits_nonzero(ops):
         run("test", "dead")
     assert exc.value.code == 1
     assert ToolServer.objects.get(name="dead").test_status == "failed"
+
+
+# -- who changes a server, and what an edit resets (issue 21 item 3) ---------------------------
+
+
+def test_a_person_without_superuser_status_registers_only_allowed_executables(ops, settings):
+    settings.ACTHELM_MCP_EXECUTABLES = []
+    with pytest.raises(InvalidInput) as refused:
+        toolserver_add(actor=ops, name="s", transport="stdio", command=["sh", "-c", "id"])
+    assert refused.value.code == "executable_not_allowed" and refused.value.field == "command"
+    root = Actor.person(UserFactory(username="root", is_superuser=True))
+    assert toolserver_add(actor=root, name="s", transport="stdio", command=["sh", "-c", "id"])
+
+
+def test_an_edit_records_who_and_resets_the_test_only_for_what_it_reaches(ops, tested_server):
+    from agents.toolservers import toolserver_update
+
+    assert tested_server.created_by == ops.user
+    server = toolserver_update(actor=ops, name="local", changes={"timeout_seconds": 30})
+    assert server.test_status == "passed" and server.tools  # a timeout says nothing new
+    server = toolserver_update(actor=ops, name="local", changes={"trusted": True})
+    assert (server.test_status, server.tools, server.tested_at) == ("untested", [], None)
+    assert server.changed_by == ops.user and "trusted changed by tools-ops" in server.test_message
+    with pytest.raises(UnknownTool):
+        get_tool("local__echo")
+
+
+def test_an_edit_to_a_shell_is_refused_and_changes_nothing(ops, tested_server, settings):
+    from agents.toolservers import toolserver_update
+
+    settings.ACTHELM_MCP_EXECUTABLES = [sys.executable]
+    with pytest.raises(InvalidInput) as refused:
+        toolserver_update(actor=ops, name="local", changes={"command": ["sh", "-c", "id"]})
+    assert refused.value.code == "executable_not_allowed"
+    assert ToolServer.objects.get(name="local").command == SERVER
+
+
+@pytest.mark.parametrize("timeout", ["nan", "inf", "1e300", "0"])
+def test_command_refuses_a_timeout_that_is_not_a_bounded_number(ops, timeout):
+    from io import StringIO
+
+    out = StringIO()
+    with pytest.raises(CommandError):
+        call_command(
+            "acthelm_toolserver",
+            "--json",
+            "--user",
+            "tools-ops",
+            "add",
+            "slow",
+            "--transport",
+            "stdio",
+            "--command",
+            json.dumps(SERVER),
+            "--timeout",
+            timeout,
+            stdout=out,
+        )
+    assert json.loads(out.getvalue())["error"] in {"invalid_input", "number_out_of_range"}
+    assert not ToolServer.objects.exists()
+
+
+def test_command_takes_json_after_the_action_too(ops, tested_server):
+    from io import StringIO
+
+    out = StringIO()
+    call_command("acthelm_toolserver", "--user", "tools-ops", "list", "--json", stdout=out)
+    assert [s["name"] for s in json.loads(out.getvalue())] == ["local"]
+
+
+@pytest.mark.parametrize("timeout", [float("nan"), float("inf"), 1e300])
+def test_an_old_row_with_an_unbounded_timeout_is_tested_without_a_traceback(ops, timeout):
+    ToolServer.objects.create(
+        name="old", transport="http", url="http://127.0.0.1:9/mcp", timeout_seconds=timeout
+    )
+    result = toolserver_test(actor=ops, name="old")
+    assert result["ok"] is False and result["test_message"].startswith("mcp_unreachable")

@@ -57,3 +57,37 @@ def test_the_revoke_action(admin_client):
 def test_tokens_are_not_deleted_but_revoked(admin_client):
     new = token_create(user=UserFactory(username="dave"), name="ci")
     assert admin_client.get(f"{LIST}{new.token.pk}/delete/").status_code == 403
+
+
+# -- who may create a token for whom (issue 21 item 5) ------------------------------------------
+
+
+@pytest.fixture
+def token_clerk():
+    """A staff user holding only add/view API token."""
+    clerk = UserFactory(username="clerk", perms=["api.add_apitoken", "api.view_apitoken"])
+    client = Client()
+    client.force_login(clerk)
+    client.user = clerk
+    return client
+
+
+def test_a_staff_user_cannot_create_a_token_for_a_superuser(token_clerk):
+    root = UserFactory(username="boss", is_superuser=True)
+    response = token_clerk.post(ADD, {"user": root.pk, "name": "mine-now"})
+    assert response.status_code == 200  # the form again: boss is not a choice
+    assert response.context["adminform"].form.errors["user"]
+    assert not ApiToken.objects.exists()
+
+
+def test_a_staff_user_creates_a_token_for_themselves(token_clerk):
+    response = token_clerk.post(ADD, {"user": token_clerk.user.pk, "name": "laptop"})
+    assert response.status_code == 200 and "api-token" in response.content.decode()
+    assert ApiToken.objects.get().user == token_clerk.user
+
+
+def test_a_superuser_creates_tokens_for_staff_only(admin_client):
+    outsider = UserFactory(username="outsider", is_staff=False)
+    response = admin_client.post(ADD, {"user": outsider.pk, "name": "ci"})
+    assert response.status_code == 200 and not ApiToken.objects.exists()
+    assert response.context["adminform"].form.errors["user"]

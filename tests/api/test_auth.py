@@ -184,3 +184,23 @@ def test_a_permission_opens_only_its_own_actions(perm, allowed, refused):
     assert api.post(f"/api/tasks/{ok.pk}/{allowed}").status_code == 200
     assert api.post(f"/api/tasks/{no.pk}/{refused}").status_code == 403
     assert Task.objects.get(pk=no.pk).status == state[refused]
+
+
+def test_an_action_taken_with_a_token_records_which_token(api):
+    """Issue 21 item 5: the event names the token (id and prefix), never its secret."""
+    from tasks.models import TaskEvent
+
+    task = TaskFactory(status=TaskStatus.READY)
+    response = api.post(f"/api/tasks/{task.pk}/pause")
+    assert response.status_code == 200, response.content
+    token = ApiToken.objects.get(user=api.user)
+    event = TaskEvent.objects.filter(task=task, actor_user=api.user).latest("pk")
+    assert event.data["api_token"] == {"id": token.pk, "prefix": token.prefix}
+    assert api.token not in str(event.data)
+
+
+def test_a_token_of_a_person_who_lost_staff_status_is_refused(api):
+    type(api.user).objects.filter(pk=api.user.pk).update(is_staff=False)
+    response = api.get("/api/tasks")
+    assert response.status_code == 401
+    assert error_of(response)["code"] == "token_holder_not_allowed"

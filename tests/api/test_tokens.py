@@ -95,9 +95,48 @@ def test_an_inactive_person_gets_no_token():
         token_create(user=UserFactory(username="left", is_active=False), name="ci")
 
 
-def test_tokens_are_found_by_id_or_prefix(user):
+def test_tokens_are_found_by_prefix_only(user):
     new = token_create(user=user, name="ci")
-    for ref in (new.token.pk, str(new.token.pk), new.token.prefix, new.token.display):
+    for ref in (new.token.prefix, new.token.display, f"acthelm_{new.token.prefix}"):
         assert token_find(ref).pk == new.token.pk
-    with pytest.raises(TokenNotFound):
-        token_find("ffffffff")
+    for ref in ("ffffffff", str(new.token.pk), ""):
+        with pytest.raises(TokenNotFound):
+            token_find(ref)
+
+
+def test_an_all_digit_prefix_never_finds_another_token_by_its_id(user):
+    """Issue 21 item 11: revoking `acthelm_token revoke 00000042` revoked token 42."""
+    other = token_create(user=user, name="other").token
+    digits = token_create(user=user, name="digits").token
+    ApiToken.objects.filter(pk=digits.pk).update(prefix=f"{other.pk:08d}")
+    assert token_find(f"{other.pk:08d}").pk == digits.pk
+    assert token_find(other.prefix).pk == other.pk
+
+
+# -- who may hold a token (issue 21 item 5) ------------------------------------------------------
+
+
+def test_only_the_person_or_a_superuser_creates_a_token_for_a_person(user):
+    from tasks.exceptions import NotPermitted
+
+    clerk = UserFactory(username="clerk")
+    with pytest.raises(NotPermitted):
+        token_create(user=user, name="ci", created_by=clerk)
+    assert token_create(user=clerk, name="ci", created_by=clerk).token.user == clerk
+    root = UserFactory(username="root", is_superuser=True)
+    assert token_create(user=user, name="ci", created_by=root).token.user == user
+
+
+def test_a_person_who_is_not_staff_gets_no_token():
+    with pytest.raises(InvalidInput) as refused:
+        token_create(user=UserFactory(username="guest", is_staff=False), name="ci")
+    assert refused.value.code == "token_holder_not_allowed"
+
+
+@pytest.mark.parametrize("change", [{"is_staff": False}, {"is_active": False}])
+def test_a_token_stops_working_when_its_person_loses_staff_status_or_leaves(user, change):
+    new = token_create(user=user, name="ci")
+    assert token_authenticate(new.secret).user == user
+    type(user).objects.filter(pk=user.pk).update(**change)
+    with pytest.raises(TokenRefused):
+        token_authenticate(new.secret)

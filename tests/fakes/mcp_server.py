@@ -17,6 +17,7 @@ Tools:
 * ``fails()``               a tool error (``isError``)
 * ``whoami()``              whether ``$MCP_TEST_TOKEN`` (stdio) or the bearer token (http)
                             equals ``s3cret-token``; never echoes it
+* ``refuses_token()``       a tool error that echoes that credential (as careless servers do)
 
 The count file gets one line ``TOOL`` per call (appended and flushed before the tool acts),
 so a test can prove how often a tool really ran.  The ready file receives the base URL.
@@ -131,6 +132,16 @@ def whoami(ctx: Context) -> str:
         header = request.headers.get("authorization", "")
         token = header.removeprefix("Bearer ") if header else None
     return "credential ok" if token == EXPECTED_TOKEN else "no credential"
+
+
+@server.tool(description="Fail with an error that echoes the credential.")
+def refuses_token(ctx: Context) -> str:
+    _count("refuses_token")
+    token = os.environ.get("MCP_TEST_TOKEN")
+    request = getattr(ctx.request_context, "request", None)
+    if request is not None:
+        token = request.headers.get("authorization", "").removeprefix("Bearer ")
+    raise ValueError(f"upstream refused token {token}")
 
 
 def main(argv: list[str] | None = None) -> int:

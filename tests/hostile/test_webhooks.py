@@ -36,7 +36,7 @@ def hook_settings(settings, monkeypatch):
     settings.ACTHELM_NOTIFY_TIMEOUT_SECONDS = 0.5
     settings.ACTHELM_NOTIFY_MAX_ATTEMPTS = 3
     settings.ACTHELM_NOTIFY_ALLOW_ADDRESSES = []
-    monkeypatch.setenv("HOOK_SIGNING_KEY", SECRET)
+    monkeypatch.setenv("ACTHELM_KEY_HOOK_SIGNING", SECRET)
     return settings
 
 
@@ -78,7 +78,7 @@ def test_a_name_that_resolves_inside_is_refused_at_send_and_nothing_is_sent(
             name="hook",
             kind=TargetKind.WEBHOOK,
             address=f"http://hooks.example.org:{port}/hook",
-            secret_env="HOOK_SIGNING_KEY",
+            secret_env="ACTHELM_KEY_HOOK_SIGNING",
         )
         monkeypatch.setattr(egress, "resolve_host", lambda host, port, timeout: ["127.0.0.1"])
         failed_task()
@@ -102,7 +102,7 @@ def test_an_allowed_name_is_sent_to_exactly_the_address_that_was_checked(
             name="hook",
             kind=TargetKind.WEBHOOK,
             address=f"http://hooks.example.org:{port}/hook",
-            secret_env="HOOK_SIGNING_KEY",
+            secret_env="ACTHELM_KEY_HOOK_SIGNING",
         )
         failed_task()
         assert deliver_due().delivered == 1
@@ -145,7 +145,7 @@ def test_the_signature_covers_a_timestamp(hook_settings):
             name="hook",
             kind=TargetKind.WEBHOOK,
             address=receiver.url,
-            secret_env="HOOK_SIGNING_KEY",
+            secret_env="ACTHELM_KEY_HOOK_SIGNING",
         )
         failed_task()
         assert deliver_due().delivered == 1

@@ -221,3 +221,39 @@ def test_show_and_list_print_the_cost_and_the_money_budget(manage, admin_user):
         "acthelm_task", "--json", "limits", str(task.pk), "--limit", "limit_cost=3.5", check=True
     )
     assert json.loads(raised.stdout)["limits"]["cost"] == "3.5000"
+
+
+@pytest.mark.django_db
+def test_list_asks_the_same_number_of_queries_for_3_or_30_tasks():
+    """Issue 21 item 12: one dependency query per task (31 for 31 tasks)."""
+    from io import StringIO
+
+    from django.core.management import call_command
+    from django.db import connection
+    from django.test.utils import CaptureQueriesContext
+
+    from tasks.models import TaskDependency
+
+    UserFactory(username="ops", is_superuser=True)
+    first = TaskFactory(status=TaskStatus.DONE)
+
+    def queries_for_list() -> tuple[int, list]:
+        out = StringIO()
+        with CaptureQueriesContext(connection) as queries:
+            call_command(
+                "acthelm_task", "--json", "--user", "ops", "list", "--limit", "100", stdout=out
+            )
+        return len(queries), json.loads(out.getvalue())
+
+    def add_tasks(count: int) -> None:
+        for _ in range(count):
+            task = TaskFactory(status=TaskStatus.BLOCKED)
+            TaskDependency.objects.create(task=task, depends_on=first)
+
+    add_tasks(2)
+    few, rows = queries_for_list()
+    assert len(rows) == 3
+    add_tasks(27)
+    many, rows = queries_for_list()
+    assert len(rows) == 30 and few == many
+    assert all(r["depends_on"] == [first.pk] for r in rows if r["id"] != first.pk)

@@ -32,10 +32,14 @@ def test_the_admin_refuses_what_the_command_refuses(admin_client):
     bad = admin_client.post(ADD, form(kind="email", address="nobody"))
     assert "an email target needs an email address" in bad.content.decode()
     assert not NotificationTarget.objects.exists()
-    ok = admin_client.post(ADD, form(address="https://x.example.org/h", secret_env="HOOK_KEY"))
+    ok = admin_client.post(
+        ADD, form(address="https://x.example.org/h", secret_env="ACTHELM_KEY_HOOK")
+    )
     assert ok.status_code == 302
     target = NotificationTarget.objects.get()
-    assert target.events == ["awaiting_approval", "review"] and target.secret_env == "HOOK_KEY"
+    assert (
+        target.events == ["awaiting_approval", "review"] and target.secret_env == "ACTHELM_KEY_HOOK"
+    )
 
 
 def test_the_admin_test_action_sends_a_sample(admin_client):

@@ -29,13 +29,20 @@ def run(*args) -> str:
 
 def test_add_list_and_remove(settings):
     run("add", "mail", "--email", "founder@example.org", "--event", "review", "--event", "failed")
-    run("add", "hook", "--webhook", "https://hooks.example.org/acthelm", "--secret-env", "HOOK_KEY")
+    run(
+        "add",
+        "hook",
+        "--webhook",
+        "https://hooks.example.org/acthelm",
+        "--secret-env",
+        "ACTHELM_KEY_HOOK",
+    )
     rows = json.loads(run("--json", "list"))
     assert [(r["name"], r["kind"], r["state"]) for r in rows] == [
         ("hook", "webhook", "new"),
         ("mail", "email", "new"),
     ]
-    assert rows[1]["events"] == ["review", "failed"] and rows[0]["secret_env"] == "HOOK_KEY"
+    assert rows[1]["events"] == ["review", "failed"] and rows[0]["secret_env"] == "ACTHELM_KEY_HOOK"
     # A webhook URL's path is often its secret: lists show only scheme and host.
     assert rows[0]["address"] == "https://hooks.example.org/…"
     assert "/acthelm" not in run("list")
@@ -73,7 +80,7 @@ def test_a_duplicate_name_is_refused():
 
 
 def test_test_sends_a_sample_through_the_real_channel(settings, monkeypatch):
-    monkeypatch.setenv("HOOK_KEY", "k3y")
+    monkeypatch.setenv("ACTHELM_KEY_HOOK", "k3y")
     with WebhookReceiver(secret="k3y") as receiver, SmtpServer() as smtp:
         settings.MAILERS = {
             "default": {
@@ -81,7 +88,7 @@ def test_test_sends_a_sample_through_the_real_channel(settings, monkeypatch):
                 "OPTIONS": {"host": smtp.host, "port": smtp.port, "timeout": 2},
             }
         }
-        run("add", "hook", "--webhook", receiver.url, "--secret-env", "HOOK_KEY")
+        run("add", "hook", "--webhook", receiver.url, "--secret-env", "ACTHELM_KEY_HOOK")
         run("add", "mail", "--email", "founder@example.org")
         assert "HTTP 204" in run("test", "hook")
         out = json.loads(run("--json", "test", "mail"))
@@ -97,8 +104,15 @@ def test_test_reports_a_failing_target(settings, monkeypatch):
     run("add", "hook", "--webhook", f"http://127.0.0.1:{free_port()}/x")
     with pytest.raises(CommandError, match=r"\[connection_failed\]"):
         run("test", "hook")
-    run("add", "signed", "--webhook", "http://127.0.0.1:1/x", "--secret-env", "NOT_SET_ANYWHERE")
-    monkeypatch.delenv("NOT_SET_ANYWHERE", raising=False)
+    run(
+        "add",
+        "signed",
+        "--webhook",
+        "http://127.0.0.1:1/x",
+        "--secret-env",
+        "ACTHELM_KEY_NOT_SET_ANYWHERE",
+    )
+    monkeypatch.delenv("ACTHELM_KEY_NOT_SET_ANYWHERE", raising=False)
     with pytest.raises(CommandError, match=r"\[secret_missing\]"):
         run("test", "signed")
     with pytest.raises(CommandError, match=r"\[target_not_found\]"):
@@ -114,3 +128,10 @@ def test_deliver_runs_one_pass(settings):
     assert out["results"][0]["task_id"] == task.pk and out["results"][0]["status"] == "delivered"
     assert receiver.received[0].json["task"]["id"] == task.pk
     assert "delivered 0" in run("deliver")  # nothing left
+
+
+def test_json_is_taken_after_the_action_too():
+    """Issue 21 item 12: the documented `acthelm_notify list --json` failed."""
+    run("add", "mail", "--email", "founder@example.org")
+    assert [row["name"] for row in json.loads(run("list", "--json"))] == ["mail"]
+    assert json.loads(run("--json", "list")) == json.loads(run("list", "--json"))

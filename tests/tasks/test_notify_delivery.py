@@ -39,7 +39,7 @@ def notify_settings(settings, monkeypatch):
     settings.ACTHELM_NOTIFY_MAX_ATTEMPTS = 3
     settings.ACTHELM_NOTIFY_RETRY_DELAYS = [60, 300]
     settings.ACTHELM_NOTIFY_ALLOW_ADDRESSES = ["127.0.0.1"]  # the receivers run on loopback
-    monkeypatch.setenv("ACTHELM_TEST_HOOK_SECRET", SECRET)
+    monkeypatch.setenv("ACTHELM_KEY_TEST_HOOK", SECRET)
     return settings
 
 
@@ -59,7 +59,7 @@ def make_due() -> None:
 
 def webhook(url: str, name: str = "hook") -> NotificationTarget:
     return target_add(
-        name=name, kind=TargetKind.WEBHOOK, address=url, secret_env="ACTHELM_TEST_HOOK_SECRET"
+        name=name, kind=TargetKind.WEBHOOK, address=url, secret_env="ACTHELM_KEY_TEST_HOOK"
     )
 
 
@@ -282,7 +282,7 @@ def test_a_running_worker_delivers_in_maintenance_and_a_dead_target_never_holds_
         worker = spawn_worker(
             worker_id="notifier",
             env={
-                "ACTHELM_TEST_HOOK_SECRET": SECRET,
+                "ACTHELM_KEY_TEST_HOOK": SECRET,
                 "ACTHELM_NOTIFY_TIMEOUT_SECONDS": "0.5",
                 "ACTHELM_NOTIFY_RETRY_DELAYS": "1",
                 "ACTHELM_NOTIFY_MAX_ATTEMPTS": "2",

@@ -1,5 +1,6 @@
 """acthelm_toolserver add|list|test|remove — MCP tool servers, scriptable, with --json output."""
 
+import argparse
 import json
 import shlex
 
@@ -42,12 +43,21 @@ class Command(BaseCommand):
             action="store_true",
             help="rely on the server's readOnlyHint/idempotentHint annotations",
         )
-        add.add_argument("--timeout", type=float, default=60)
+        add.add_argument("--timeout", type=float, default=60, help="seconds per call (1 to 86400)")
         sub.add_parser("list")
-        test = sub.add_parser("test", help="connect, list the server's tools and record them")
+        test = sub.add_parser(
+            "test",
+            help="connect, list the server's tools and record them (run it on a worker host: "
+            "a stdio server's command starts here)",
+        )
         test.add_argument("name")
         remove = sub.add_parser("remove")
         remove.add_argument("name")
+        # `acthelm_toolserver list --json` as well as `acthelm_toolserver --json list`.
+        for subparser in sub.choices.values():
+            subparser.add_argument(
+                "--json", action="store_true", default=argparse.SUPPRESS, help="JSON output"
+            )
 
     def handle(self, *args, **opts):
         try:

@@ -1,5 +1,7 @@
 """acthelm_notify add|list|test|remove|deliver — notification targets and the outbox, scriptable."""
 
+import argparse
+
 from django.core.management.base import BaseCommand
 
 from tasks.cli import emit, fail
@@ -47,6 +49,11 @@ class Command(BaseCommand):
         remove.add_argument("name")
         deliver = sub.add_parser("deliver", help="one delivery pass over the due notifications")
         deliver.add_argument("--limit", type=int, help="at most this many sends")
+        # `acthelm_notify list --json` as well as `acthelm_notify --json list`.
+        for subparser in sub.choices.values():
+            subparser.add_argument(
+                "--json", action="store_true", default=argparse.SUPPRESS, help="print JSON"
+            )
 
     def handle(self, *args, **opts):
         as_json = opts["json"]

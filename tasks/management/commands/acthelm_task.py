@@ -140,6 +140,7 @@ class Command(BaseCommand):
         if action == "list":
             qs = (
                 Task.objects.select_related("connection", "model")
+                .prefetch_related("dependency_links")  # one query for all tasks' dependencies
                 .annotate(cost_total=task_cost_subquery())
                 .order_by("-id")
             )

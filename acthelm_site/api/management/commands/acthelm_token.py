@@ -23,7 +23,7 @@ class Command(BaseCommand):
         lst.add_argument("--user", help="only this person's tokens")
         lst.add_argument("--all", action="store_true", help="include revoked tokens")
         revoke = sub.add_parser("revoke", help="refuse a token from now on")
-        revoke.add_argument("token", help="its id or prefix (as listed)")
+        revoke.add_argument("token", help="its prefix, e.g. acthelm_1a2b3c4d_… (as listed)")
 
     def handle(self, *args, **opts):
         as_json = opts["json"]
