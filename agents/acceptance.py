@@ -198,15 +198,15 @@ def _pattern_error(pattern: str) -> str | None:
     if len(pattern) > MAX_PATTERN_CHARS:
         return f"a regular expression is at most {MAX_PATTERN_CHARS} characters"
     try:
-        re.compile(pattern)
-    except (re.error, OverflowError, RecursionError) as exc:
-        return f"{pattern!r} is not a regular expression: {exc}"
-    try:
         _compile(pattern)
-    except re2.error:
+    except re2.error as exc:
+        detail = exc.args[0] if exc.args else exc
+        if isinstance(detail, bytes):
+            detail = detail.decode("utf-8", "replace")
         return (
-            f"{pattern!r} cannot be run by the linear-time engine (RE2): lookarounds, "
-            "backreferences and repetition counts above 1000 are not supported"
+            f"{pattern!r} is not a regular expression the linear-time engine (RE2) can run "
+            f"({detail}): lookarounds, backreferences and repetition counts above 1000 are "
+            "not supported"
         )
     return None
 

@@ -65,7 +65,7 @@ def test_a_check_parses_from_its_text_and_prints_back(text, stored):
         ("artifact", "KIND=VALUE"),
         ("artifact=", "artifact needs a value"),
         ("answer_matches=(unclosed", "not a regular expression"),
-        ("answer_matches=(?=ahead)x", "cannot be run by the linear-time engine"),
+        ("answer_matches=(?=ahead)x", "the linear-time engine (RE2) can run"),
         ("answer_matches=" + "a" * 501, "at most 500 characters"),
         ("artifact_contains=no-colon", "NAME:TEXT"),
         ("tool_ran=fetch url", "not a tool name"),
