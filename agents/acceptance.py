@@ -42,8 +42,12 @@ from itertools import islice
 import re2
 from django.conf import settings
 
+from agents.limits import is_mcp_tool
 from agents.models import Artifact, ToolCall
+from agents.recovery import RecoveryClass
+from agents.tools import all_tools
 from tasks.exceptions import InvalidInput
+from tasks.states import TaskKind
 from tasks.workspace import workspace_dir
 
 FIELD = "acceptance_checks"
@@ -135,6 +139,8 @@ class RunRecord:
     artifacts: dict[str, str | None] = field(default_factory=dict)  # None: not readable text
     calls: tuple[CallSeen, ...] = ()
     input_files: tuple[str, ...] = ()
+    # A planning task proposes work; the files and pages its goal names are its follow-ups' job.
+    planning: bool = False
 
 
 def _artifact_text(path: str) -> str | None:
@@ -171,6 +177,7 @@ def run_record(task, answer: str) -> RunRecord:
         artifacts=artifacts,
         calls=calls,
         input_files=_input_files(task.pk),
+        planning=task.kind == TaskKind.PLANNING,
     )
 
 
@@ -451,8 +458,20 @@ _OUTPUT_FILE = re.compile(
 _URL = re.compile(r"https?://\S+", re.IGNORECASE)
 
 
+# "do not write x.md", "never create", "cannot save", "without writing": not a file asked for.
+_NEGATED = re.compile(r"(?:not|never|n't|without|no)\W*$", re.IGNORECASE)
+
+
 def named_output_files(instruction: str) -> list[str]:
-    return sorted({m.group(1) for m in _OUTPUT_FILE.finditer(instruction or "")})
+    """The files the instruction asks the run to write, by name (not those it forbids)."""
+    text = instruction or ""
+    return sorted(
+        {
+            m.group(1)
+            for m in _OUTPUT_FILE.finditer(text)
+            if not _NEGATED.search(text[max(0, m.start() - 12) : m.start()])
+        }
+    )
 
 
 def is_echo(answer: str, instruction: str) -> bool:
@@ -475,6 +494,19 @@ def is_echo(answer: str, instruction: str) -> bool:
     return len(_WORDS.findall(a)) >= 6 and a.strip(" .:") in i
 
 
+def _effectful(name: str) -> bool:
+    """A tool that changes something or reaches out: a built-in one that is not read-only (and
+    not the loop's own, like update_plan), or any MCP tool (its effect is the server's)."""
+    if is_mcp_tool(name):
+        return True
+    tool = all_tools().get(name)
+    return (
+        tool is not None
+        and not getattr(tool, "internal", False)
+        and tool.recovery_class != RecoveryClass.READ_ONLY
+    )
+
+
 def default_checks(record: RunRecord) -> list[CheckResult]:
     """The checks every task gets (when ACTHELM_SUPERVISOR_DEFAULT_CHECKS is on), each
     conservative — it fires only on evidence, and each was measured on the evaluation suite for
@@ -488,11 +520,16 @@ def default_checks(record: RunRecord) -> list[CheckResult]:
       that reads a file's content (`read_file`, `search_files`, `analyze_csv`), but the run called
       none of them; or it names a web address, the task has `fetch_url`, and the run never
       called it. (Listing the files is not reading one; a task without such tools is exempt.)
-    - `no_unlisted_tools`: the run never called a tool that is not on the task's list (a call
-      refused with `tool_not_allowed` — e.g. an instruction injected into a file).
+
+    A planning task gets neither `named_output` nor `used_tools`: the files and pages its goal
+    names are for the follow-ups it proposes.
+    - `no_unlisted_tools`: the run never called a tool with an effect that is not on the task's
+      list (a call refused with `tool_not_allowed` of `fetch_url`, `write_artifact`, an MCP tool
+      — the mark of an instruction injected into a file or a page). A made-up tool name, or a
+      read-only tool, refused the same way, is not held against the run: small models guess.
     """
     out = []
-    if "write_artifact" in record.tools:
+    if "write_artifact" in record.tools and not record.planning:
         denied = any(
             c.tool == "write_artifact" and c.status in ("denied", "skipped") for c in record.calls
         )
@@ -519,7 +556,7 @@ def default_checks(record: RunRecord) -> list[CheckResult]:
             default=True,
         )
     )
-    instruction = record.instruction or ""
+    instruction = "" if record.planning else record.instruction or ""
     called = {c.tool for c in record.calls}
     unmet = []
     readers = READERS & set(record.tools)
@@ -537,7 +574,9 @@ def default_checks(record: RunRecord) -> list[CheckResult]:
                 default=True,
             )
         )
-    unlisted = sorted({c.tool for c in record.calls if c.error_code == "tool_not_allowed"})
+    unlisted = sorted(
+        {c.tool for c in record.calls if c.error_code == "tool_not_allowed" and _effectful(c.tool)}
+    )
     out.append(
         CheckResult(
             "no_unlisted_tools",

@@ -157,6 +157,8 @@ def test_the_instruction_names_output_files_only_after_a_writing_verb():
     ]
     assert named_output_files("Read notes.txt and answer with the date.") == []
     assert named_output_files("Use write_artifact to record notes.txt later.") == []
+    assert named_output_files("Answer in your reply; do not write notes.md.") == []
+    assert named_output_files("You cannot create out.csv, and never write b.md.") == []
 
 
 def test_echo_is_the_instruction_repeated_with_at_most_two_words_of_its_own():
@@ -232,6 +234,19 @@ def test_default_checks_catch_the_wrong_file_an_echo_and_no_tools():
         input_files=("notes.txt",),
     )
     assert _defaults(injected)["no_unlisted_tools"] is False
+    guessed = record(
+        instruction="Read notes.txt and answer.",
+        tools=("update_plan", "read_file"),
+        calls=(
+            CallSeen("python", "refused", "tool_not_allowed"),  # made up
+            CallSeen("list_files", "refused", "tool_not_allowed"),  # read-only
+            CallSeen("read_file", "succeeded"),
+        ),
+        input_files=("notes.txt",),
+    )
+    assert _defaults(guessed)["no_unlisted_tools"] is True
+    mcp = record(calls=(CallSeen("files__delete", "refused", "tool_not_allowed"),))
+    assert _defaults(mcp)["no_unlisted_tools"] is False
 
 
 def test_default_checks_stay_quiet_without_evidence():
@@ -249,6 +264,15 @@ def test_default_checks_stay_quiet_without_evidence():
         calls=(CallSeen("read_file", "succeeded"),),
     )
     assert all(_defaults(cannot).values())
+    # A planning task proposes the work its goal names; it need not do it.
+    planning = record(
+        instruction="Plan the next work for this goal: report\n\nWrite report.md from "
+        "https://example.org/data.html every week.",
+        tools=("update_plan", "propose_task", "fetch_url", "write_artifact"),
+        calls=(CallSeen("propose_task", "succeeded"),),
+        planning=True,
+    )
+    assert _defaults(planning) == {"answer_not_echo": True, "no_unlisted_tools": True}
     # No input file named and no address: a direct answer needs no tool.
     direct = record(instruction="What is 17 + 25?", answer="42", tools=())
     assert _defaults(direct) == {"answer_not_echo": True, "no_unlisted_tools": True}

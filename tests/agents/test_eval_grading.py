@@ -3,11 +3,15 @@ Pure functions: no database."""
 
 import pytest
 
+from agents.acceptance import validate_checks
+from agents.eval.cases import load_cases
 from agents.eval.grading import (
     CHECKS,
     ApprovalRecord,
     CallRecord,
     TaskRecord,
+    as_acceptance_checks,
+    expressible,
     grade,
     passed,
     validate_expect,
@@ -148,10 +152,6 @@ def test_every_check_is_documented_in_the_module():
 
 
 def test_the_expressible_part_of_every_case_is_valid_acceptance_checks():
-    from agents.acceptance import validate_checks
-    from agents.eval.cases import load_cases
-    from agents.eval.grading import as_acceptance_checks, expressible
-
     cases = load_cases()
     for case in cases:
         validate_checks(as_acceptance_checks(case.expect), tools=list(case.tools))

@@ -4,6 +4,7 @@ import pytest
 from django.utils import timezone
 
 from agents.eval.models import EvalOutcome
+from agents.eval.report import eval_report
 from agents.states import RunStatus
 from tasks.states import EventKind, TaskStatus
 from tests.factories import (
@@ -82,8 +83,6 @@ def test_one_run_only_and_an_empty_page(client, viewer, results):
 def test_the_report_counts_false_approvals_and_rejections_per_supervisor_configuration(
     client, viewer
 ):
-    from agents.eval.report import eval_report
-
     model = ModelFactory(connection__name="local", name="qwen")
     rules = EvalRunFactory(model=model, supervisor="rules")
     defaults = EvalRunFactory(model=model, supervisor="rules+defaults")

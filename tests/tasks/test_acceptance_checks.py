@@ -8,6 +8,7 @@ from django.utils import timezone
 
 from agents.states import RunStatus, Verdict
 from tasks.models import Task
+from tasks.services import default_limits
 from tasks.states import TaskStatus
 from tests.factories import AgentRunFactory, TaskFactory, UserFactory
 
@@ -23,8 +24,6 @@ def boss(client):
 
 
 def _form(**more):
-    from tasks.services import default_limits
-
     data = {"title": "T", "instruction": "Write summary.md", "priority": "0"}
     data |= {k: "" if v is None else str(v) for k, v in default_limits().items()}
     data["tools"] = ["update_plan", "write_artifact"]
