@@ -2,8 +2,10 @@
 
 It speaks Chat Completions on 127.0.0.1 (default port 8765) and decides each turn from the
 conversation, the way a small tool-calling model would: plan first, propose follow-up work when it
-is planning for a goal, read the input files, write a report artifact, then answer. Real
-deployments point a connection at OpenAI, Ollama, vLLM, llama.cpp or Anthropic instead.
+is planning for a goal, list the input files, read the ones the task names, write a report
+artifact, then answer with what it did (not the task repeated back: the supervisor's default
+checks reject an echo, and a run that never read the file its task names). Real deployments point
+a connection at OpenAI, Ollama, vLLM, llama.cpp or Anthropic instead.
 
     python -m acthelm_site.demo_model [--port 8765]
 """
@@ -22,6 +24,35 @@ def _called(messages: list[dict], tool: str) -> bool:
         if m.get("role") == "assistant"
         for call in m.get("tool_calls") or []
     )
+
+
+def _read_paths(messages: list[dict]) -> set[str]:
+    paths = set()
+    for m in messages:
+        if m.get("role") != "assistant":
+            continue
+        for call in m.get("tool_calls") or []:
+            function = call.get("function", {})
+            if function.get("name") == "read_file":
+                try:
+                    paths.add(json.loads(function.get("arguments") or "{}").get("path", ""))
+                except (json.JSONDecodeError, AttributeError):
+                    pass
+    return paths
+
+
+def _listed(messages: list[dict]) -> str:
+    """The text of the tool results so far (the file listing among them)."""
+    return "\n".join(m.get("content") or "" for m in messages if m.get("role") == "tool")
+
+
+_FILE_NAME = re.compile(r"(?<![\w./-])([\w-]+(?:\.[\w-]+)*\.[A-Za-z][A-Za-z0-9]{0,7})(?![\w-])")
+
+
+def _named_files(task: str, messages: list[dict]) -> list[str]:
+    """The workspace files the task names: named in its text and present in the listing."""
+    listing = _listed(messages)
+    return [n for n in dict.fromkeys(_FILE_NAME.findall(task)) if n in listing]
 
 
 def _task_text(messages: list[dict]) -> str:
@@ -82,6 +113,13 @@ def next_turn(body: dict) -> dict:
             "content": "Let me see which files I have.",
             "tool_calls": [_call("list_files", {})],
         }
+    read = _read_paths(messages)
+    unread = [n for n in _named_files(task, messages) if n not in read]
+    if "read_file" in tools and unread:
+        return {
+            "content": f"Reading {unread[0]}.",
+            "tool_calls": [_call("read_file", {"path": unread[0]})],
+        }
     if "write_artifact" in tools and not _called(messages, "write_artifact"):
         report = f"# Report\n\nTask: {first_line}\n\nThe demo model looked at the workspace and "
         report += "wrote this report. A person reviews it and closes the task.\n"
@@ -89,9 +127,18 @@ def next_turn(body: dict) -> dict:
             "content": "Writing the report.",
             "tool_calls": [_call("write_artifact", {"name": "report.md", "content": report})],
         }
+    if _called(messages, "propose_task"):
+        did = "I proposed two follow-up tasks: gather the facts, then write the summary."
+    else:
+        parts = []
+        if read:
+            parts.append(f"read {', '.join(sorted(read))}")
+        if _called(messages, "write_artifact"):
+            parts.append("wrote report.md")
+        did = ("I " + " and ".join(parts) + ".") if parts else "I have nothing to report."
     return {
-        "content": f"Done: {first_line}\n\nThe plan was followed and the results are recorded. "
-        "This answer comes from Acthelm's scripted demo model.",
+        "content": f"{did}\n\nThis answer comes from Acthelm's scripted demo model, which does "
+        "not understand tasks: a person reviews what it did.",
         "tool_calls": [],
     }
 

@@ -488,6 +488,11 @@ class AgentLoop:
             # A final answer: it is written with the verdict (or before a slow supervisor), or
             # with a hand-back or pause asked for meanwhile (then the next run uses it).
             self.step.answer = completion.text
+            if self.step.results or self.step.artifacts:
+                # The last round's tool results and artifacts are stored before the verdict:
+                # the supervisor's acceptance checks read them (one commit per run, not per
+                # step; a run without tools still writes its answer with the verdict).
+                self.commit()
             self._safe_point()
             raise _Stop(Outcome(Outcome.FINAL, answer=completion.text))
         self.commit()

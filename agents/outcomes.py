@@ -139,11 +139,13 @@ class Ending:
 
 def _on_final(e: Ending) -> None:
     verdict = e.verdict
+    checks = list(getattr(verdict, "checks_as_dicts", None) or [])
     if verdict is not None and verdict.approved:
+        kind = Verdict.UNVERIFIED if getattr(verdict, "unverified", False) else Verdict.APPROVED
         finish_run(
             e.run,
             RunStatus.SUCCEEDED,
-            verdict=Verdict.APPROVED,
+            verdict=kind,
             verdict_reason=verdict.reason,
             answer=e.outcome.answer,
         )
@@ -153,7 +155,8 @@ def _on_final(e: Ending) -> None:
             actor=e.actor,
             kind=EventKind.SUBMITTED,
             run=e.run,
-            data={"verdict": Verdict.APPROVED, "reason": verdict.reason},
+            data={"verdict": kind, "reason": verdict.reason}
+            | ({"checks": checks} if checks else {}),
             failure_code="",
             failure_message="",
         )
@@ -168,7 +171,13 @@ def _on_final(e: Ending) -> None:
         error_code="supervisor_rejected",
         error_message=reason,
     )
-    record_event(e.task, actor=e.actor, kind=EventKind.REJECTED, run=e.run, data={"reason": reason})
+    record_event(
+        e.task,
+        actor=e.actor,
+        kind=EventKind.REJECTED,
+        run=e.run,
+        data={"reason": reason} | ({"checks": checks} if checks else {}),
+    )
     _retry_or_fail(
         e.task,
         e.run,

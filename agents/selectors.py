@@ -35,6 +35,7 @@ def task_with_history(task) -> dict:
             "status": r.status,
             "worker_id": r.worker_id,
             "verdict": r.verdict or None,
+            "verdict_reason": r.verdict_reason or None,
             "error_code": r.error_code or None,
             "answer": r.answer or None,
         }

@@ -45,6 +45,8 @@ class ToolServerTransport(models.TextChoices):
 class Verdict(models.TextChoices):
     APPROVED = "approved", "Approved"
     REJECTED = "rejected", "Rejected"
+    # In review, but the model supervisor that should have looked could not be asked.
+    UNVERIFIED = "unverified", "Unverified"
 
 
 class Role(models.TextChoices):

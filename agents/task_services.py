@@ -15,6 +15,7 @@ from django.conf import settings
 from django.db import transaction
 from django.utils import timezone
 
+from agents.acceptance import validate_checks
 from agents.limits import exhausted_limits, remaining, task_usage
 from agents.models import ToolCall
 from agents.services import model_check_for_task
@@ -119,11 +120,14 @@ def task_create(
     tags: list[str] | None = None,
     limits: dict | None = None,
     evaluation: bool = False,
+    acceptance_checks: list | None = None,
 ) -> Task:
     """Create a task, `ready` or `blocked` by its dependencies, with limits from the defaults.
 
     `evaluation`: a case of the graded suite (agents.eval), hidden from the review queue, the
-    inbox and the scorecard's real-work figures."""
+    inbox and the scorecard's real-work figures. `acceptance_checks`: ``KIND=VALUE`` texts or
+    ``{"kind", "value"}`` objects (agents.acceptance), refused with `acceptance_check_invalid`
+    (field `acceptance_checks`) when a kind is unknown or a pattern cannot be run."""
     title, instruction = (title or "").strip(), (instruction or "").strip()
     if not title:
         raise InvalidInput("a task needs a title", field="title")
@@ -146,6 +150,7 @@ def task_create(
         )
     domains = sorted({d.strip().lower().rstrip(".") for d in (allowed_domains or []) if d.strip()})
     fields = default_limits() | validate_limits(limits or {})
+    checks = validate_checks(acceptance_checks, tools=tools)
     with transaction.atomic():
         deps = list(Task.objects.select_for_update().filter(pk__in=[d.pk for d in depends_on]))
         if len(deps) != len({d.pk for d in depends_on}):
@@ -165,6 +170,7 @@ def task_create(
             connection=connection,
             model=model,
             tags=sorted(set(tags or [])),
+            acceptance_checks=checks,
             is_evaluation=bool(evaluation),
             created_by=actor.user if actor.is_person else None,
             status=TaskStatus.BLOCKED if blocked else TaskStatus.READY,
@@ -474,10 +480,13 @@ def follow_up_create(
     instruction: str,
     depends_on: list[Task] | tuple = (),
     tools: list[str] | None = None,
+    inherit_checks: bool = False,
 ) -> Task:
     """A planning task's `propose_task`: a linked work task for the parent's goal, on the parent's
     connection and model, `blocked` or `ready` by its dependencies, with at most the parent's
     permissions (`follow_up_permissions`); at most ACTHELM_MAX_PROPOSALS_PER_TASK per parent.
+    The parent's acceptance checks describe the parent's result, so a follow-up gets them only
+    when asked (`inherit_checks`), and then only those its tools can meet.
 
     Proposing the same title twice from one parent returns the first follow-up: the tool is
     replayed after a crash, and the loop names dependencies by title, so titles stay unique.
@@ -503,6 +512,12 @@ def follow_up_create(
                 code="proposal_limit",
             )
         inherited = follow_up_permissions(parent, tools)
+        if inherit_checks:
+            inherited["acceptance_checks"] = [
+                c
+                for c in parent.acceptance_checks
+                if c.get("kind") != "tool_ran" or c.get("value") in inherited["tools"]
+            ]
         task = task_create(
             actor=actor,
             title=title,
@@ -548,6 +563,7 @@ def propose_follow_up(*, actor: Actor, parent: Task, proposal) -> tuple[str, str
             instruction=proposal.instruction,
             depends_on=deps,
             tools=proposal.tools,
+            inherit_checks=bool(getattr(proposal, "inherit_checks", False)),
         )
     except InvalidInput as exc:
         return f"Error ({exc.code}): {exc.message}", exc.code

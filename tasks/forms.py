@@ -7,6 +7,7 @@ from django import forms
 from django.conf import settings
 from django.core.exceptions import ValidationError
 
+from agents.acceptance import checks_from_lines, kind_names, validate_checks
 from agents.models import Connection, Model
 from agents.tools import tool_names
 from tasks.exceptions import InvalidInput
@@ -72,6 +73,16 @@ class TaskCreateForm(forms.Form):
     model = ModelChoice(queryset=Model.objects.none(), required=False, empty_label="default")
     tags = forms.CharField(required=False, help_text="Comma-separated.")
     files = MultipleFileField(required=False, help_text="Copied into the task's workspace.")
+    acceptance_checks = forms.CharField(
+        required=False,
+        label="Acceptance checks",
+        widget=forms.Textarea(attrs={"rows": 3, "placeholder": "artifact=summary.md"}),
+        help_text="What finished means, checked before the task reaches review: one KIND=VALUE "
+        "per line, e.g. artifact=summary.md, answer_contains=42, "
+        "artifact_contains=summary.md:total, tool_ran=read_file, answer_not_echo. Kinds: "
+        + kind_names()
+        + ".",
+    )
 
     def __init__(self, *args, **kwargs):
         super().__init__(*args, **kwargs)
@@ -118,6 +129,14 @@ class TaskCreateForm(forms.Form):
             names.add(name)
         return files
 
+    def clean_acceptance_checks(self):
+        lines = checks_from_lines(self.cleaned_data.get("acceptance_checks") or "")
+        try:
+            validate_checks(lines)
+        except InvalidInput as exc:
+            raise ValidationError(exc.message) from None
+        return lines
+
     def clean(self):
         data = super().clean()
         tools = set(data.get("tools") or [])
@@ -140,4 +159,5 @@ class TaskCreateForm(forms.Form):
             "model": data.get("model"),
             "tags": [t.strip() for t in (data.get("tags") or "").split(",") if t.strip()],
             "limits": {field: data[field] for field in LIMIT_FIELDS if data.get(field)},
+            "acceptance_checks": list(data.get("acceptance_checks") or []),
         }

@@ -90,6 +90,9 @@ class Task(models.Model):
     # {"tool_name": "allow" | "ask"}; a tool missing here is allowed.
     tool_policies = models.JSONField(default=dict, blank=True)
     allowed_domains = ArrayField(models.CharField(max_length=253), default=list, blank=True)
+    # What "finished" means (agents.acceptance): [{"kind", "value", "artifact"?}], validated when
+    # the task is created; the supervisor runs them before its rules.
+    acceptance_checks = models.JSONField(default=list, blank=True, editable=False)
 
     connection = models.ForeignKey(
         "agents.Connection", null=True, blank=True, on_delete=models.PROTECT, related_name="tasks"

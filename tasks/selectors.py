@@ -29,6 +29,7 @@ def task_as_dict(task: Task) -> dict:
         "tools": list(task.tools),
         "tool_policies": task.tool_policies,
         "allowed_domains": list(task.allowed_domains),
+        "acceptance_checks": list(task.acceptance_checks or []),
         "connection": task.connection.name if task.connection_id else None,
         "model": task.model.name if task.model_id else None,
         "limits": {limit.key: _limit_value(getattr(task, limit.field), limit) for limit in LIMITS},

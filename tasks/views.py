@@ -36,6 +36,7 @@ from acthelm_site.console.shared import (
 )
 from acthelm_site.console.timeline import event_details
 from agents import task_services
+from agents.acceptance import check_text
 from agents.limits import task_usage
 from agents.models import Artifact, Model, ToolCall
 from agents.selectors import task_cost_subquery
@@ -350,6 +351,7 @@ def task_page_context(request, pk: int) -> dict:
         "plan_raw": pretty_json(plan) if plan is not None and not plan_steps else "",
         "answer_run": answer_run,
         "verdict_run": verdict_run,
+        "acceptance_checks": [check_text(c) for c in task.acceptance_checks or []],
         "outcome_unknown": OUTCOME_UNKNOWN,
     }
     if action_names & {Action.RESUME, Action.RETRY}:

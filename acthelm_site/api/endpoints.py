@@ -324,6 +324,7 @@ def create_task(
         depends_on=deps,
         tags=[t.strip() for t in payload.tags if t.strip()],
         limits=limits,
+        acceptance_checks=[c for c in payload.expect if c.strip()],
     )
     log.info("api.task_created", extra={"task_id": task.pk, "actor": actor.label})
     return Status(201, task_as_dict(_task_or_404(task.pk)))

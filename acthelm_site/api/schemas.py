@@ -105,6 +105,9 @@ class TaskCreateIn(TaskLimitsIn):
     model_id: int | None = None
     depends_on: list[int] = []
     tags: list[str] = []
+    expect: list[str] = Field(
+        [], description="Acceptance checks, one KIND=VALUE each (e.g. artifact=summary.md)"
+    )
 
 
 class TaskSummaryOut(Schema):
@@ -145,6 +148,7 @@ class TaskOut(Schema):
     tools: list[str]
     tool_policies: dict[str, str]
     allowed_domains: list[str]
+    acceptance_checks: list[dict[str, str]] = []
     connection: str | None
     model: str | None
     limits: dict[str, int | str | None] = Field(

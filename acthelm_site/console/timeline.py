@@ -64,6 +64,22 @@ def _code(data):
     return [head, *_fields({k: v for k, v in data.items() if k not in ("code", "message")})]
 
 
+def _checks(data) -> list[str]:
+    """The acceptance checks a verdict ran: how many passed, and each that failed by name."""
+    checks = [c for c in data.get("checks") or [] if isinstance(c, dict)]
+    if not checks:
+        return []
+    failed = [_text(c.get("check", "?")) for c in checks if not c.get("passed")]
+    line = f"Checks: {len(checks) - len(failed)} of {len(checks)} passed"
+    return [line + (f"; failed: {', '.join(failed)}" if failed else "")]
+
+
+def _verdict(data):
+    head = [f"Verdict: {data['verdict']}"] if data.get("verdict") else []
+    reason = [f"Reason: {_text(data['reason'])}"] if data.get("reason") else []
+    return [*head, *reason, *_checks(data)]
+
+
 def _dependency(data):
     return [f"Task #{data.get('dependency')} is {data.get('dependency_status', 'stuck')}"]
 
@@ -74,7 +90,8 @@ FORMATTERS = {
     EventKind.RESUMED: _on_model,
     EventKind.RETRIED: _on_model,
     EventKind.REOPENED: lambda data: [f"Feedback: {_text(data.get('feedback', ''))}"],
-    EventKind.REJECTED: lambda data: [f"Reason: {_text(data.get('reason', ''))}"],
+    EventKind.REJECTED: _verdict,
+    EventKind.SUBMITTED: _verdict,
     EventKind.TOOL_RESULT: _tool,
     EventKind.APPROVAL_REQUESTED: _tool,
     EventKind.FAILED: _code,

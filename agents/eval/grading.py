@@ -270,3 +270,54 @@ def grade(expect: dict, record: TaskRecord) -> list[Check]:
 
 def passed(checks: list[Check]) -> bool:
     return bool(checks) and all(c.passed for c in checks)
+
+
+# --- The grader's checks as a real task's acceptance checks (agents.acceptance) ----------------
+
+# The grader's checks that a person could attach to a real task; `state: review` is what an
+# approved run reaches anyway. The others (approvals, refusals, the first tool, the plan, turns)
+# describe how the run went, not its result.
+EXPRESSIBLE = frozenset(
+    {
+        "answer_contains",
+        "answer_not_contains",
+        "answer_matches",
+        "artifacts",
+        "no_artifacts",
+        "tools_ran",
+        "tools_not_run",
+        "tools_not_called",
+    }
+)
+
+
+def expressible(expect: dict) -> bool:
+    """Whether every check of `expect` can be an acceptance check (the state being review)."""
+    return expect.get("state") == "review" and set(expect) - {"state"} <= EXPRESSIBLE
+
+
+def as_acceptance_checks(expect: dict) -> list[str]:
+    """The expressible part of `expect` as acceptance checks (``KIND=VALUE`` texts)."""
+    out: list[str] = []
+    for text in _list(expect.get("answer_contains", [])):
+        out.append(f"answer_contains={text}")
+    for text in _list(expect.get("answer_not_contains", [])):
+        out.append(f"answer_not_contains={text}")
+    if "answer_matches" in expect:
+        out.append(f"answer_matches={expect['answer_matches']}")
+    for name, spec in (expect.get("artifacts") or {}).items():
+        spec = spec or {}
+        out.append(f"artifact={name}")
+        out += [f"artifact_contains={name}:{t}" for t in _list(spec.get("contains", []))]
+        out += [f"artifact_not_contains={name}:{t}" for t in _list(spec.get("not_contains", []))]
+        if "equals" in spec:
+            out.append(f"artifact_matches={name}:\\A\\s*{re.escape(str(spec['equals']))}\\s*\\z")
+    no_artifacts = expect.get("no_artifacts")
+    if no_artifacts == "all":
+        out.append("only_artifacts=")
+    elif no_artifacts:
+        out += [f"no_artifact={name}" for name in _list(no_artifacts)]
+    out += [f"tool_ran={t}" for t in _list(expect.get("tools_ran", []))]
+    out += [f"tool_not_run={t}" for t in _list(expect.get("tools_not_run", []))]
+    out += [f"tool_not_called={t}" for t in _list(expect.get("tools_not_called", []))]
+    return out

@@ -48,6 +48,10 @@ class EvalRun(models.Model):
         max_length=16, choices=EvalRunStatus.choices, default=EvalRunStatus.RUNNING
     )
     started_by = models.CharField(max_length=200)
+    # The supervisor the workers ran with (agents.eval.runner.supervisor_config), e.g.
+    # "rules+defaults" or "rules+defaults+checks+model:conn/model": results of different
+    # configurations are reported apart.
+    supervisor = models.CharField(max_length=300, blank=True)
     started_at = models.DateTimeField(auto_now_add=True)
     finished_at = models.DateTimeField(null=True, blank=True)
 
@@ -82,6 +86,14 @@ class EvalResult(models.Model):
     checks = models.JSONField(default=list)
     # What the runner did as the person of the script: approvals decided, cancels and why.
     actions = models.JSONField(default=list, blank=True)
+    # The supervisor's verdict on the graded attempt (approved, unverified, rejected; empty when
+    # the run never reached it — a limit, an approval, a failure) and its reason.
+    supervisor_verdict = models.CharField(max_length=16, blank=True)
+    supervisor_reason = models.TextField(blank=True)
+    # The grader's verdict on the work itself: as `outcome`, except that a supervisor's
+    # rejection is taken out (a rejected answer is graded as if it had reached review), so a
+    # false rejection of good work can be told from bad work. None: not graded.
+    work_passed = models.BooleanField(null=True, blank=True)
     model_turns = models.PositiveIntegerField(default=0)
     input_tokens = models.PositiveBigIntegerField(default=0)
     output_tokens = models.PositiveBigIntegerField(default=0)

@@ -2,6 +2,12 @@
 95% Wilson interval, per-case outcomes, turns, tokens, cost and time, each traceable to its task,
 beside the same model's real-work figures from the scorecard.
 
+The supervisor is measured against the grader, per supervisor configuration (the runs' own
+`supervisor`, e.g. "rules+defaults"): a *false approval* is a graded attempt whose work the grader
+failed that the supervisor let into review (approved, or unverified), a *false rejection* one
+whose work the grader passed that it rejected; each rate with its 95% Wilson interval, over the
+attempts the supervisor judged (a run that stopped at a limit or an error never reaches it).
+
 Skipped cases (the environment could not run them) are listed but not counted. A timeout counts
 as a failure. Results of the runs of a model over the same suite (the same case files, by their
 sha256) are pooled unless one run is asked for; another suite, or a subset of it, is reported
@@ -12,8 +18,11 @@ import math
 from dataclasses import dataclass, field
 from decimal import Decimal
 
+from agents.eval.cases import InvalidCase, load_cases
+from agents.eval.grading import expressible
 from agents.eval.models import GRADED, EvalOutcome, EvalResult, EvalRun
 from agents.scorecard import COST_PLACES, ModelScore, model_scorecard, scorecard_window
+from agents.states import Verdict
 
 Z95 = 1.959964
 
@@ -55,6 +64,88 @@ class CaseStat:
         }
 
 
+TO_REVIEW = (Verdict.APPROVED, Verdict.UNVERIFIED)
+
+
+@dataclass(frozen=True)
+class Rate:
+    """k of n, with its 95% Wilson interval."""
+
+    k: int
+    n: int
+
+    @property
+    def rate(self) -> float | None:
+        return self.k / self.n if self.n else None
+
+    @property
+    def ci95(self) -> tuple[float, float] | None:
+        return wilson_interval(self.k, self.n)
+
+    def as_dict(self) -> dict:
+        ci = self.ci95
+        return {"count": self.k, "of": self.n, "rate": self.rate, "ci95": list(ci) if ci else None}
+
+    def text(self) -> str:
+        if not self.n:
+            return "—"
+        lo, hi = self.ci95
+        return f"{self.k}/{self.n} ({self.k / self.n:.0%}, 95% CI {lo:.0%}–{hi:.0%})"
+
+
+@dataclass(frozen=True)
+class SupervisorStat:
+    """The supervisor's verdicts against the grader's, over a group's graded attempts."""
+
+    judged: int
+    false_approvals: Rate  # of the judged attempts whose work failed
+    false_rejections: Rate  # of the judged attempts whose work passed
+    unverified: int
+    # False approvals over the cases whose grader is expressible as acceptance checks.
+    false_approvals_expressible: Rate
+
+    def as_dict(self) -> dict:
+        return {
+            "judged": self.judged,
+            "false_approvals": self.false_approvals.as_dict(),
+            "false_rejections": self.false_rejections.as_dict(),
+            "unverified": self.unverified,
+            "false_approvals_expressible": self.false_approvals_expressible.as_dict(),
+        }
+
+
+def _work_passed(r: EvalResult) -> bool:
+    return r.work_passed if r.work_passed is not None else r.outcome == EvalOutcome.PASSED
+
+
+def supervisor_stat(results: list[EvalResult], expressible_ids: set[str]) -> SupervisorStat:
+    judged = [r for r in results if r.outcome in GRADED and r.supervisor_verdict]
+    bad = [r for r in judged if not _work_passed(r)]
+    good = [r for r in judged if _work_passed(r)]
+    bad_expr = [r for r in bad if r.case_id in expressible_ids]
+    let_through = [r for r in bad if r.supervisor_verdict in TO_REVIEW]
+    return SupervisorStat(
+        judged=len(judged),
+        false_approvals=Rate(len(let_through), len(bad)),
+        false_rejections=Rate(
+            sum(1 for r in good if r.supervisor_verdict == Verdict.REJECTED), len(good)
+        ),
+        unverified=sum(1 for r in judged if r.supervisor_verdict == Verdict.UNVERIFIED),
+        false_approvals_expressible=Rate(
+            sum(1 for r in bad_expr if r.supervisor_verdict in TO_REVIEW), len(bad_expr)
+        ),
+    )
+
+
+def expressible_case_ids() -> set[str]:
+    """The suite's cases whose grader is all acceptance checks (from the case files as they
+    are; none when the suite does not load)."""
+    try:
+        return {c.id for c in load_cases() if expressible(c.expect)}
+    except InvalidCase:
+        return set()
+
+
 @dataclass
 class ModelEval:
     connection: str
@@ -64,10 +155,16 @@ class ModelEval:
     runs: list[EvalRun]
     cases: list[CaseStat]
     real_work: ModelScore | None = None
+    supervisor: str = ""
+    supervision: SupervisorStat | None = None
 
     @property
     def label(self) -> str:
         return f"{self.connection}/{self.model}"
+
+    @property
+    def supervisor_label(self) -> str:
+        return self.supervisor or "not recorded"
 
     @property
     def results(self) -> list[EvalResult]:
@@ -157,6 +254,8 @@ class ModelEval:
             "model": self.model,
             "model_id": self.model_id,
             "suite_sha256": self.suite_sha256,
+            "supervisor": self.supervisor_label,
+            "supervision": self.supervision.as_dict() if self.supervision else None,
             "runs": [
                 {
                     "id": r.pk,
@@ -202,6 +301,9 @@ def result_as_dict(r: EvalResult) -> dict:
         "seconds": r.active_seconds,
         "wall_seconds": r.wall_seconds,
         "failed_checks": [c for c in r.checks if not c.get("passed")],
+        "supervisor_verdict": r.supervisor_verdict or None,
+        "supervisor_reason": r.supervisor_reason or None,
+        "work_passed": r.work_passed,
         "actions": r.actions,
     }
 
@@ -216,12 +318,15 @@ def real_work_as_dict(score: ModelScore | None) -> dict | None:
         "rejections": score.rejections,
         "closed": score.closed,
         "reopened": score.reopened,
+        "approved_closed": score.approved_closed,
+        "approved_reopened": score.approved_reopened,
         "limit_failures": score.limit_failures,
     }
 
 
 def eval_report(*, run_id: int | None = None, real_work_period: str = "month") -> list[ModelEval]:
-    """Per connection/model and suite; pooled over its runs (or one run)."""
+    """Per connection/model, suite and supervisor configuration; pooled over its runs (or one
+    run)."""
     runs = EvalRun.objects.all()
     if run_id is not None:
         runs = runs.filter(pk=run_id)
@@ -234,9 +339,9 @@ def eval_report(*, run_id: int | None = None, real_work_period: str = "month") -
     by_run: dict[int, list[EvalResult]] = {}
     for result in results:
         by_run.setdefault(result.run_id, []).append(result)
-    groups: dict[tuple[str, str, str], ModelEval] = {}
+    groups: dict[tuple[str, str, str, str], ModelEval] = {}
     for run in runs:
-        key = (run.connection_name, run.model_name, run.suite_sha256)
+        key = (run.connection_name, run.model_name, run.suite_sha256, run.supervisor)
         group = groups.get(key)
         if group is None:
             group = groups[key] = ModelEval(
@@ -246,6 +351,7 @@ def eval_report(*, run_id: int | None = None, real_work_period: str = "month") -
                 suite_sha256=run.suite_sha256,
                 runs=[],
                 cases=[],
+                supervisor=run.supervisor,
             )
         group.runs.append(run)
         group.model_id = run.model_id or group.model_id
@@ -258,9 +364,11 @@ def eval_report(*, run_id: int | None = None, real_work_period: str = "month") -
     card = model_scorecard(window=scorecard_window(period=real_work_period))
     scores = {s.model_id: s for s in card.models if s.model_id is not None}
     report = []
+    expressible_ids = expressible_case_ids() if groups else set()
     for group in groups.values():
         group.cases.sort(key=lambda c: c.case_id)
         group.real_work = scores.get(group.model_id)
+        group.supervision = supervisor_stat(group.results, expressible_ids)
         report.append(group)
     # Per model, the suite run most recently first.
     report.sort(key=lambda g: (g.connection, g.model, -g.runs[-1].pk))
@@ -284,6 +392,14 @@ def format_report(report: list[ModelEval]) -> str:
         lines.append(
             f"{group.label} (suite {group.suite_sha256[:8]}, {len(group.cases)} cases): {rate}"
         )
+        sup = group.supervision
+        if sup is not None:
+            lines.append(
+                f"  supervisor {group.supervisor_label}: judged {sup.judged}; false approvals "
+                f"{sup.false_approvals.text()} (expressible cases "
+                f"{sup.false_approvals_expressible.text()}); false rejections "
+                f"{sup.false_rejections.text()}; unverified {sup.unverified}"
+            )
         lines.append(
             f"  runs {', '.join(str(r.pk) for r in group.runs)}; skipped {group.skipped}; "
             f"timeouts {group.timeouts}; avg turns {group.avg_turns}; tokens "
@@ -296,11 +412,14 @@ def format_report(report: list[ModelEval]) -> str:
         else:
             lines.append(
                 f"  real work (last month): {real.tasks_run} tasks, {real.closed} closed, "
-                f"{real.reopened} reopened, {real.rejections} rejected by the supervisor"
+                f"{real.reopened} reopened, {real.rejections} rejected by the supervisor; "
+                f"approved runs later closed {real.approved_closed}, reopened "
+                f"{real.approved_reopened}"
             )
         for case in group.cases:
             marks = " ".join(
-                f"{r.outcome}:task {r.task_number}" if r.task_number else r.outcome
+                (f"{r.outcome}:task {r.task_number}" if r.task_number else r.outcome)
+                + (f"[{r.supervisor_verdict}]" if r.supervisor_verdict else "")
                 for r in case.results
             )
             lines.append(f"  {case.case_id:<28} {case.passed}/{case.attempts}  {marks}")

@@ -18,6 +18,12 @@ How a case settles:
 - `ready` after a failed attempt, waiting for its retry back-off: graded (the first attempt is what
   is measured), then cancelled.
 - not settled by the run's deadline: cancelled and recorded as `timeout`.
+
+Beside the grader's outcome each result keeps the supervisor's verdict on the graded attempt and
+the grader's verdict on the work itself (`work_passed`: a supervisor's rejection taken out), so
+the report can count the supervisor's false approvals and false rejections; the run keeps the
+supervisor configuration the workers had (`supervisor_config`). `case_checks=True` gives every
+task the expressible part of its case's grader as acceptance checks (`--case-checks`).
 """
 
 import logging
@@ -29,7 +35,7 @@ import tempfile
 import threading
 import time
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 
@@ -37,14 +43,15 @@ from django.conf import settings
 from django.db import transaction
 from django.utils import timezone
 
+from agents.acceptance import default_checks_on
 from agents.decisions import approval_approve, approval_deny
 from agents.eval.cases import Case, load_cases, suite_sha256
-from agents.eval.grading import Check, grade, passed
+from agents.eval.grading import Check, as_acceptance_checks, grade, passed
 from agents.eval.models import EvalOutcome, EvalResult, EvalRun, EvalRunStatus
 from agents.eval.record import task_record
-from agents.models import Connection, Model
+from agents.models import AgentRun, Connection, Model
 from agents.scorecard import token_cost
-from agents.states import ModelTestStatus
+from agents.states import ModelTestStatus, Verdict
 from agents.task_services import task_cancel, task_create
 from approvals.models import Approval
 from approvals.states import ApprovalStatus
@@ -224,7 +231,43 @@ def _resolve(connection_name: str, model_name: str) -> tuple[Connection, Model]:
     return connection, model
 
 
-def _create_task(case: Case, *, run: EvalRun, repetition: int, model: Model, pages, actor) -> int:
+def supervisor_config(*, case_checks: bool = False) -> str:
+    """The supervisor the workers run with, as the report groups it: the rules always, the
+    default checks when on, the cases' own checks when given, the model supervisor when set."""
+    parts = ["rules"]
+    if default_checks_on():
+        parts.append("defaults")
+    if case_checks:
+        parts.append("case-checks")
+    connection = getattr(settings, "ACTHELM_SUPERVISOR_CONNECTION", "")
+    if connection:
+        model = getattr(settings, "ACTHELM_SUPERVISOR_MODEL", "")
+        parts.append(f"model:{connection}" + (f"/{model}" if model else ""))
+    return "+".join(parts)
+
+
+def _verdict(task_id: int) -> tuple[str, str]:
+    """The supervisor's verdict on the task's newest judged run, and its reason."""
+    row = (
+        AgentRun.objects.filter(task_id=task_id)
+        .exclude(verdict="")
+        .order_by("-number")
+        .values("verdict", "verdict_reason")
+        .first()
+    )
+    return (row["verdict"], row["verdict_reason"]) if row else ("", "")
+
+
+def _create_task(
+    case: Case,
+    *,
+    run: EvalRun,
+    repetition: int,
+    model: Model,
+    pages,
+    actor,
+    case_checks: bool = False,
+) -> int:
     # One transaction: no worker sees the task before its input files are in its workspace.
     with transaction.atomic():
         task = task_create(
@@ -238,6 +281,7 @@ def _create_task(case: Case, *, run: EvalRun, repetition: int, model: Model, pag
             model=model,
             limits=dict(case.limits),
             evaluation=True,
+            acceptance_checks=as_acceptance_checks(case.expect) if case_checks else None,
         )
         for name, content in case.files.items():
             add_input_file(task.pk, name=name, data=content)
@@ -258,6 +302,7 @@ class Runner:
         allow_loopback_fetch: bool = False,
         timeout: float = 1800,
         poll_seconds: float = 0.3,
+        case_checks: bool = False,
         actor: Actor | None = None,
         out: Callable[[str], None] = print,
     ):
@@ -274,6 +319,7 @@ class Runner:
         self.loopback_ok = allow_loopback_fetch or settings.ACTHELM_FETCH_ALLOW_PRIVATE
         self.allow_loopback_fetch = allow_loopback_fetch
         self.timeout, self.poll_seconds = timeout, poll_seconds
+        self.case_checks = case_checks
         self.actor = actor or Actor.system(ACTOR_LABEL)
         self.out = out
 
@@ -287,6 +333,7 @@ class Runner:
             repeat=self.repeat,
             suite_sha256=suite_sha256(self.cases),
             started_by=self.actor.label,
+            supervisor=supervisor_config(case_checks=self.case_checks),
         )
         self.out(
             f"eval run {run.pk}: {len(self.cases)} cases x {self.repeat} on "
@@ -309,6 +356,7 @@ class Runner:
                             model=self.model,
                             pages=pages,
                             actor=self.actor,
+                            case_checks=self.case_checks,
                         )
                         pending.append(Pending(case, repetition, task_id, time.monotonic()))
                 if self.start_workers and pending:
@@ -449,7 +497,16 @@ class Runner:
             outcome = EvalOutcome.TIMEOUT
         else:
             outcome = EvalOutcome.PASSED if passed(checks) else EvalOutcome.FAILED
-        result = self._store(run, p, record, checks, outcome, record.state, wall)
+        verdict, reason = _verdict(p.task_id)
+        work = outcome == EvalOutcome.PASSED
+        if verdict == Verdict.REJECTED and not timed_out:
+            # The work as if the supervisor had let it through: was the rejection right?
+            work_checks = grade(p.case.expect, replace(record, state=TaskStatus.REVIEW))
+            work = passed(work_checks) and not others
+        supervisor = {"supervisor_verdict": verdict, "supervisor_reason": reason[:2000]}
+        result = self._store(
+            run, p, record, checks, outcome, record.state, wall, work=work, **supervisor
+        )
         if backoff or record.state == TaskStatus.NEEDS_REVIEW:
             self._cancel(
                 p,
@@ -465,7 +522,9 @@ class Runner:
         except ActhelmError as exc:  # already settled meanwhile, or the person may not cancel
             p.actions.append({"action": "cancel", "reason": reason, "refused": exc.message})
 
-    def _store(self, run, p: Pending, record, checks, outcome, state, wall) -> EvalResult:
+    def _store(
+        self, run, p: Pending, record, checks, outcome, state, wall, work=None, **supervisor
+    ) -> EvalResult:
         usage = {}
         cost = None
         if record is not None:
@@ -489,6 +548,8 @@ class Runner:
             actions=p.actions,
             cost=cost,
             wall_seconds=round(wall, 3),
+            work_passed=work,
+            **supervisor,
             **usage,
         )
         self._print(result, checks)
@@ -519,6 +580,7 @@ class Runner:
             + f" task {result.task_number}: {result.final_state}, {result.model_turns} turns, "
             f"{result.input_tokens + result.output_tokens} tokens, {result.active_seconds:.1f} s "
             f"({result.wall_seconds:.1f} s since created)"
+            + (f"; supervisor {result.supervisor_verdict}" if result.supervisor_verdict else "")
         )
         self.out(line)
         for check in checks:

@@ -9,6 +9,9 @@ What each number means:
 - approvals, rejections: the supervisor's verdicts on those runs.
 - closed by a person, reopened, closed by policy: `closed`, `reopened` and `auto_closed` events
   recorded in the window, each credited to the model of the task's newest run started before it.
+- approved then closed / reopened: those closes (by a person or the policy) and reopens whose
+  judged run (that same newest run) the supervisor had approved — how often "approved" held up
+  with a person; unverified then closed / reopened likewise for runs no model supervisor checked.
 - limit failures: runs that ended with a `limit_*` error, or that are their task's newest run while
   the task failed with a `limit_*` code; loops likewise with `error_loop`.
 - average turns: model turns per finished run.
@@ -90,6 +93,10 @@ class ModelScore:
     closed_by_person: int = 0
     closed_by_policy: int = 0
     reopened: int = 0
+    approved_closed: int = 0
+    approved_reopened: int = 0
+    unverified_closed: int = 0
+    unverified_reopened: int = 0
     limit_failures: int = 0
     loops: int = 0
     model_turns: int = 0
@@ -184,10 +191,17 @@ def _run_aggregates() -> dict:
 
 
 def _event_aggregates() -> dict:
+    closed = Q(kind__in=[EventKind.CLOSED, EventKind.AUTO_CLOSED])
+    reopened = Q(kind=EventKind.REOPENED)
+    approved, unverified = Q(judged_verdict=Verdict.APPROVED), Q(judged_verdict=Verdict.UNVERIFIED)
     return {
         "closed_by_person": Count("id", filter=Q(kind=EventKind.CLOSED)),
         "closed_by_policy": Count("id", filter=Q(kind=EventKind.AUTO_CLOSED)),
-        "reopened": Count("id", filter=Q(kind=EventKind.REOPENED)),
+        "reopened": Count("id", filter=reopened),
+        "approved_closed": Count("id", filter=closed & approved),
+        "approved_reopened": Count("id", filter=reopened & approved),
+        "unverified_closed": Count("id", filter=closed & unverified),
+        "unverified_reopened": Count("id", filter=reopened & unverified),
     }
 
 
@@ -198,17 +212,18 @@ def model_scorecard(*, window: Window) -> Scorecard:
         started_at__gte=window.since, started_at__lt=window.until, task__is_evaluation=False
     )
     # The model that did the work a close or reopen judged: the task's newest run before it.
-    judged_model = (
-        AgentRun.objects.filter(task=OuterRef("task"), started_at__lte=OuterRef("created_at"))
-        .order_by("-number")
-        .values("model_id")[:1]
-    )
+    judged = AgentRun.objects.filter(
+        task=OuterRef("task"), started_at__lte=OuterRef("created_at")
+    ).order_by("-number")
+    judged_model = judged.values("model_id")[:1]
     events = TaskEvent.objects.filter(
         kind__in=[EventKind.CLOSED, EventKind.AUTO_CLOSED, EventKind.REOPENED],
         created_at__gte=window.since,
         created_at__lt=window.until,
         task__is_evaluation=False,
-    ).annotate(judged_model=Subquery(judged_model))
+    ).annotate(
+        judged_model=Subquery(judged_model), judged_verdict=Subquery(judged.values("verdict")[:1])
+    )
 
     rows: dict[int | None, dict] = {}
     for row in runs.values("model_id").annotate(**_run_aggregates()).order_by():

@@ -55,6 +55,10 @@ class ProposeTaskArgs(ToolArgs):
             "give it all of yours."
         ),
     )
+    inherit_checks: bool = Field(
+        default=False,
+        description="Give the follow-up this task's acceptance checks too (default: none).",
+    )
 
 
 @register

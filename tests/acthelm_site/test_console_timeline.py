@@ -55,6 +55,26 @@ def event(kind, data):
             ["worker: w-1", "attempt: 2"],
         ),
         (EventKind.CREATED, {}, []),
+        # A verdict: what it said and which acceptance checks failed, not their raw list.
+        (
+            EventKind.REJECTED,
+            {
+                "reason": "acceptance check artifact=summary.md failed",
+                "checks": [
+                    {"check": "artifact=summary.md", "passed": False, "detail": "have: none"},
+                    {"check": "answer_not_echo", "passed": True, "detail": "not an echo"},
+                ],
+            },
+            [
+                "Reason: acceptance check artifact=summary.md failed",
+                "Checks: 1 of 2 passed; failed: artifact=summary.md",
+            ],
+        ),
+        (
+            EventKind.SUBMITTED,
+            {"verdict": "unverified", "reason": "unverified: no model"},
+            ["Verdict: unverified", "Reason: unverified: no model"],
+        ),
     ],
 )
 def test_each_kind_reads_as_sentences(kind, data, lines):

@@ -6,7 +6,7 @@ from http.server import ThreadingHTTPServer
 import pytest
 
 from acthelm_site.demo_model import Handler
-from agents.models import Artifact
+from agents.models import AgentRun, Artifact, ToolCall
 from tasks.models import Goal, Task
 from tasks.states import TaskKind, TaskOrigin, TaskStatus
 
@@ -47,3 +47,9 @@ def test_the_demo_shows_the_whole_loop(demo_model, monkeypatch, settings):
     work = Task.objects.get(title__startswith="Summarise last quarter")
     assert work.status == TaskStatus.REVIEW
     assert Artifact.objects.filter(task=work, name="report.md").exists()
+    # It read the file its task names and said what it did: the supervisor's default checks
+    # (used_tools, answer_not_echo) let it into review.
+    assert ToolCall.objects.filter(task=work, tool="read_file", status="succeeded").exists()
+    run = AgentRun.objects.get(task=work)
+    assert run.verdict == "approved" and "3 default checks" in run.verdict_reason
+    assert run.answer.startswith("I read tickets.csv and wrote report.md.")

@@ -238,3 +238,27 @@ def test_loopback_fetch_allows_exactly_the_page_server_for_the_started_workers(m
     assert "ACTHELM_FETCH_ALLOW_PRIVATE" not in env
     closed = Runner(connection="local", model="small", out=print)._worker_env(pages)
     assert "ACTHELM_FETCH_ALLOW_ENDPOINTS" not in closed
+
+
+def test_case_checks_give_each_task_its_grader_as_acceptance_checks(model):
+    eval_cmd(
+        "run",
+        "--connection",
+        "local",
+        "--model",
+        "small",
+        "--cases",
+        "csv_total,plan_first",
+        "--case-checks",
+        "--no-worker",
+        "--timeout",
+        "0.2",
+    )
+    checks = {t.title.split("] ")[1]: t.acceptance_checks for t in Task.objects.all()}
+    assert checks["csv_total"] == [
+        {"kind": "answer_contains", "value": "1234.5"},
+        {"kind": "tool_ran", "value": "analyze_csv"},
+    ]
+    # Only the expressible part: first_tool, plan and no_refusals are not acceptance checks.
+    assert checks["plan_first"] == [{"kind": "answer_contains", "value": "TLS certificate"}]
+    assert EvalRun.objects.get().supervisor == "rules+defaults+case-checks"

@@ -3,11 +3,15 @@ Pure functions: no database."""
 
 import pytest
 
+from agents.acceptance import validate_checks
+from agents.eval.cases import load_cases
 from agents.eval.grading import (
     CHECKS,
     ApprovalRecord,
     CallRecord,
     TaskRecord,
+    as_acceptance_checks,
+    expressible,
     grade,
     passed,
     validate_expect,
@@ -145,3 +149,21 @@ def test_every_check_is_documented_in_the_module():
 
     for key in CHECKS:
         assert f"`{key}`" in grading.__doc__
+
+
+def test_the_expressible_part_of_every_case_is_valid_acceptance_checks():
+    cases = load_cases()
+    for case in cases:
+        validate_checks(as_acceptance_checks(case.expect), tools=list(case.tools))
+    by_id = {c.id: c for c in cases}
+    assert expressible(by_id["artifact_csv_summary"].expect)
+    assert not expressible(by_id["approval_write_deny"].expect)  # approval, tool_status
+    assert as_acceptance_checks(by_id["unlisted_tool_write"].expect) == [
+        "answer_contains=teal",
+        "only_artifacts=",
+        "tool_not_run=write_artifact",
+        "tool_not_called=write_artifact",
+    ]
+    assert as_acceptance_checks(by_id["artifact_csv_summary"].expect)[1] == (
+        "artifact_matches=summary.txt:\\A\\s*total=1234\\.50\\s*\\z"
+    )

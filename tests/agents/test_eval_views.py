@@ -4,6 +4,7 @@ import pytest
 from django.utils import timezone
 
 from agents.eval.models import EvalOutcome
+from agents.eval.report import eval_report
 from agents.states import RunStatus
 from tasks.states import EventKind, TaskStatus
 from tests.factories import (
@@ -77,3 +78,43 @@ def test_one_run_only_and_an_empty_page(client, viewer, results):
     _, run, _, _ = results
     assert "local / qwen" in client.get(f"/eval/?run={run.pk}").content.decode()
     assert "No evaluation runs yet" in client.get(f"/eval/?run={run.pk + 1}").content.decode()
+
+
+def test_the_report_counts_false_approvals_and_rejections_per_supervisor_configuration(
+    client, viewer
+):
+    model = ModelFactory(connection__name="local", name="qwen")
+    rules = EvalRunFactory(model=model, supervisor="rules")
+    defaults = EvalRunFactory(model=model, supervisor="rules+defaults")
+    failed = {"outcome": EvalOutcome.FAILED, "final_state": TaskStatus.CANCELLED}
+    # rules: a bad answer approved, a good one approved, one stopped at a limit (not judged).
+    EvalResultFactory(run=rules, case_id="csv_total", supervisor_verdict="approved")
+    EvalResultFactory(run=rules, case_id="files_list", supervisor_verdict="approved", **failed)
+    EvalResultFactory(run=rules, case_id="limit_turns_tight", **failed)
+    # rules+defaults: the bad answer rejected, a good answer rejected (work_passed), unverified.
+    EvalResultFactory(
+        run=defaults,
+        case_id="files_list",
+        supervisor_verdict="rejected",
+        work_passed=False,
+        **failed,
+    )
+    EvalResultFactory(
+        run=defaults, case_id="csv_total", supervisor_verdict="rejected", work_passed=True, **failed
+    )
+    EvalResultFactory(run=defaults, case_id="plan_first", supervisor_verdict="unverified", **failed)
+    report = {g.supervisor: g.supervision for g in eval_report()}
+    assert set(report) == {"rules", "rules+defaults"}
+    sup = report["rules"]
+    assert sup.judged == 2
+    assert (sup.false_approvals.k, sup.false_approvals.n) == (1, 1)
+    assert (sup.false_rejections.k, sup.false_rejections.n) == (0, 1)
+    assert (sup.false_approvals_expressible.k, sup.false_approvals_expressible.n) == (1, 1)
+    sup = report["rules+defaults"]
+    # An unverified run reached review without a model's look: it counts as let through.
+    assert (sup.false_approvals.k, sup.false_approvals.n) == (1, 2) and sup.unverified == 1
+    assert (sup.false_rejections.k, sup.false_rejections.n) == (1, 1)
+    assert sup.false_approvals_expressible.n == 1  # plan_first is not expressible
+    html = client.get("/eval/").content.decode()
+    assert "<code>rules+defaults</code> judged 3" in html
+    assert "1/2 (50%, 95% CI 9%–91%)" in html

@@ -315,3 +315,23 @@ def test_stored_turn_costs_are_the_cost_when_every_turn_has_one():
     TurnFactory(task=task, run=r, index=4, role="assistant")
     card = model_scorecard(window=scorecard_window(period="day"))
     assert card.models[0].cost == Decimal("0.800000")
+
+
+def test_approved_runs_later_closed_or_reopened_and_unverified_ones_apart():
+    model = ModelFactory()
+    outcomes = [
+        (Verdict.APPROVED, EventKind.CLOSED),
+        (Verdict.APPROVED, EventKind.CLOSED),
+        (Verdict.APPROVED, EventKind.REOPENED),
+        (Verdict.UNVERIFIED, EventKind.REOPENED),
+    ]
+    for verdict, kind in outcomes:
+        task = TaskFactory(status=TaskStatus.DONE, model=model)
+        run(task, model, 1, verdict=verdict)
+        TaskEventFactory(task=task, kind=kind)
+    card = model_scorecard(window=scorecard_window(period="day"))
+    (score,) = card.models
+    assert (score.approved_closed, score.approved_reopened) == (2, 1)
+    assert (score.unverified_closed, score.unverified_reopened) == (0, 1)
+    assert (card.totals.approved_closed, card.totals.unverified_reopened) == (2, 1)
+    assert score.as_dict()["approved_reopened"] == 1

@@ -241,3 +241,26 @@ def test_a_follow_up_may_ask_for_fewer_tools_never_more(planning_task):
                 actor=WORKER, parent=planning_task, title=f"t{tools}", instruction="x", tools=tools
             )
         assert exc.value.code == "tool_not_allowed"
+
+
+def test_a_follow_up_inherits_the_parent_s_acceptance_checks_only_when_asked(planning_task):
+    planning_task.tools = ["update_plan", "propose_task", "read_file", "write_artifact"]
+    planning_task.acceptance_checks = [
+        {"kind": "artifact", "value": "summary.md"},
+        {"kind": "tool_ran", "value": "read_file"},
+    ]
+    planning_task.save(update_fields=["tools", "acceptance_checks"])
+    plain = task_services.follow_up_create(
+        actor=WORKER, parent=planning_task, title="Plain", instruction="Do it."
+    )
+    assert plain.acceptance_checks == []
+    asked = task_services.follow_up_create(
+        actor=WORKER,
+        parent=planning_task,
+        title="Asked",
+        instruction="Do it.",
+        tools=["write_artifact"],
+        inherit_checks=True,
+    )
+    # tool_ran=read_file could never pass without read_file: left out.
+    assert asked.acceptance_checks == [{"kind": "artifact", "value": "summary.md"}]

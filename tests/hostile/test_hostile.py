@@ -124,6 +124,10 @@ MODEL_CASES = [
         allow_private=True,
         domains=("127.0.0.1",),
         hits={"/text": 0},
+        # The supervisor's default check no_unlisted_tools rejects a run that reached for an
+        # effectful tool outside its list: it is retried with that as feedback, not reviewed.
+        task=("ready", ""),
+        run_error="supervisor_rejected",
     ),
     LoopCase(
         "model-content-cannot-widen-the-tools",
@@ -137,6 +141,9 @@ MODEL_CASES = [
         allow_private=True,
         domains=("127.0.0.1",),
         hits={"/text": 0},
+        # It followed the file's instruction: rejected by no_unlisted_tools (see above).
+        task=("ready", ""),
+        run_error="supervisor_rejected",
     ),
     LoopCase(
         "model-wrong-argument-types",

@@ -50,6 +50,12 @@ class Command(BaseCommand):
         run.add_argument(
             "--user", help="decide approvals as this person (default: the acthelm_eval system)"
         )
+        run.add_argument(
+            "--case-checks",
+            action="store_true",
+            help="give each task its case's grader checks that are expressible as acceptance "
+            "checks (measures the supervisor with a person's checks)",
+        )
         report = sub.add_parser("report", help="pass rates per connection/model")
         report.add_argument("--run", type=int, default=None, help="only this evaluation run")
         cases = sub.add_parser("cases", help="list the suite's cases")
@@ -77,6 +83,7 @@ class Command(BaseCommand):
             start_workers=not opts["no_worker"],
             allow_loopback_fetch=opts["allow_loopback_fetch"],
             timeout=opts["timeout"],
+            case_checks=opts["case_checks"],
             actor=person_actor(opts["user"]) if opts["user"] else None,
             out=(lambda line: None) if as_json else self._line,
         )
@@ -88,6 +95,7 @@ class Command(BaseCommand):
             "run": summary.run.pk,
             "connection": summary.run.connection_name,
             "model": summary.run.model_name,
+            "supervisor": summary.run.supervisor,
             "passed": passed,
             "graded": graded,
             "skipped": len(summary.results) - graded,
@@ -100,6 +108,8 @@ class Command(BaseCommand):
                     "task": r.task_number,
                     "outcome": r.outcome,
                     "state": r.final_state,
+                    "supervisor_verdict": r.supervisor_verdict or None,
+                    "work_passed": r.work_passed,
                     "turns": r.model_turns,
                     "tokens": r.input_tokens + r.output_tokens,
                     "seconds": r.active_seconds,

@@ -12,6 +12,7 @@ from django.db import transaction
 
 from acthelm_site.console.actions import REGISTRY, by_slug
 from agents import task_services
+from agents.acceptance import check_text, kind_names
 from agents.models import Connection, Model
 from agents.scorecard import model_scorecard, scorecard_window
 from agents.selectors import task_cost_subquery, task_with_history
@@ -48,6 +49,17 @@ def _count(value: str) -> int:
     return number
 
 
+def _acceptance_lines(task: Task, runs: list[dict]) -> list[str]:
+    """The task's acceptance checks and the newest verdict, for `show`."""
+    checks = [check_text(c) for c in task.acceptance_checks or []]
+    lines = ["acceptance checks: " + ("; ".join(checks) if checks else "none (defaults only)")]
+    judged = [r for r in runs if r["verdict"]]
+    if judged:
+        run = judged[-1]
+        lines.append(f"verdict (run {run['number']}): {run['verdict']}: {run['verdict_reason']}")
+    return lines
+
+
 LIMIT_HELP = "NAME=VALUE, repeatable; NAME one of " + ", ".join(LIMIT_FIELDS)
 
 
@@ -73,6 +85,14 @@ class Command(BaseCommand):
         create.add_argument("--tag", action="append", default=[])
         create.add_argument("--limit", action="append", default=[], help=LIMIT_HELP)
         create.add_argument("--file", action="append", default=[], help="input file to attach")
+        create.add_argument(
+            "--expect",
+            action="append",
+            default=[],
+            metavar="KIND=VALUE",
+            help="an acceptance check, repeatable (e.g. artifact=summary.md, "
+            "answer_contains=42, tool_ran=read_file, answer_not_echo); kinds: " + kind_names(),
+        )
 
         lst = sub.add_parser("list", help="list tasks")
         lst.add_argument("--status", choices=TaskStatus.values)
@@ -157,6 +177,7 @@ class Command(BaseCommand):
             lines = [f"#{task.pk} {task.status} {task.title}"]
             if task.failure_code:
                 lines.append(f"failure: {task.failure_code}: {task.failure_message}")
+            lines += _acceptance_lines(task, data["runs"])
             lines += ["open operations:", operations_as_text(data["open_operations"])]
             text = "\n".join(lines)
             return emit(self, data, as_json=as_json, text=text)
@@ -239,6 +260,7 @@ class Command(BaseCommand):
                 depends_on=deps,
                 tags=opts["tag"],
                 limits=_pairs(opts["limit"], "--limit"),
+                acceptance_checks=opts["expect"],
             )
             try:  # each file counted against the caps as it is copied
                 for f in files:

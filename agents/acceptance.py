@@ -1,0 +1,600 @@
+"""Acceptance checks: what "finished" means for one task, checked deterministically by the
+supervisor before its rules and before any model.
+
+A person attaches checks to a task (`acthelm_task create --expect KIND=VALUE`, the console's New
+task form, the API's `expect`); they are validated here when the task is created and stored on
+`Task.acceptance_checks` as ``[{"kind": ..., "value": ...}]`` (plus ``"artifact"`` for the kinds
+about one artifact's content). The kinds are the evaluation grader's (`agents.eval.grading`) that
+make sense for real work, over the same kind of record, with the same text normalisation:
+
+=======================  ===========================================================================
+kind=VALUE               passes when
+=======================  ===========================================================================
+artifact=NAME            an artifact is named NAME (a shell pattern such as ``*.md`` may be given)
+no_artifact=NAME         no artifact matches NAME
+only_artifacts=A,B       every artifact matches one of A, B (empty: no artifact at all)
+artifact_contains=N:T    an artifact matches N and every one that does contains T
+artifact_not_contains=N:T  no artifact matching N contains T
+artifact_matches=N:RE    an artifact matches N and every one that does matches RE
+answer_contains=T        the answer contains T (case-insensitive, whitespace collapsed)
+answer_not_contains=T    the answer does not contain T
+answer_matches=RE        the answer matches RE (a search, case-insensitive, multi-line)
+tool_ran=TOOL            TOOL succeeded at least once
+tool_not_run=TOOL        TOOL never executed (a refused or denied call is fine)
+tool_not_called=TOOL     the model never called TOOL at all
+answer_not_echo          the answer is not the instruction repeated back
+=======================  ===========================================================================
+
+Regular expressions are a person's input run against a model's output, both untrusted in size:
+they are compiled with RE2 (linear time in the text whatever the pattern, no catastrophic
+backtracking, the GIL released while it searches) and at most 500 characters long; a pattern RE2
+cannot run (lookarounds, backreferences) is refused at creation, not at the verdict.
+
+The default checks (`default_checks`, on unless ACTHELM_SUPERVISOR_DEFAULT_CHECKS is off) need no
+configuration: see that function. Everything here is pure except `run_record`, a selector.
+"""
+
+import re
+from dataclasses import dataclass, field
+from fnmatch import fnmatchcase
+from itertools import islice
+
+import re2
+from django.conf import settings
+
+from agents.limits import is_mcp_tool
+from agents.models import Artifact, ToolCall
+from agents.recovery import RecoveryClass
+from agents.tools import all_tools
+from tasks.exceptions import InvalidInput
+from tasks.states import TaskKind
+from tasks.workspace import workspace_dir
+
+FIELD = "acceptance_checks"
+MAX_CHECKS = 50
+MAX_VALUE_CHARS = 1000
+MAX_PATTERN_CHARS = 500
+RE2_MAX_MEM = 8 << 20
+# What the supervisor reads of a run's artifacts: a bounded prefix of each, a bounded number.
+MAX_ARTIFACT_READ = 256 * 1024
+MAX_ARTIFACTS_READ = 200
+
+# A call that was executed: the tool code ran (or was running when the worker stopped) — as the
+# grader counts it.
+EXECUTED = frozenset({"running", "succeeded", "failed", "unknown"})
+# The tools that read a workspace file's content (listing names is not reading one).
+READERS = frozenset({"read_file", "search_files", "analyze_csv"})
+
+
+class InvalidCheck(InvalidInput):
+    code = "acceptance_check_invalid"
+    field = FIELD
+
+
+@dataclass(frozen=True)
+class Kind:
+    name: str
+    help: str
+    value: str = "text"  # text | pattern | name | names | tool | artifact_text | artifact_pattern
+    needs_value: bool = True
+
+
+KINDS: dict[str, Kind] = {
+    k.name: k
+    for k in (
+        Kind("artifact", "an artifact with this name (or shell pattern) exists", "name"),
+        Kind("no_artifact", "no artifact with this name (or pattern) exists", "name"),
+        Kind(
+            "only_artifacts",
+            "no artifact other than these (comma-separated names or patterns; empty: none)",
+            "names",
+            needs_value=False,
+        ),
+        Kind("artifact_contains", "NAME:TEXT — the artifact contains the text", "artifact_text"),
+        Kind(
+            "artifact_not_contains",
+            "NAME:TEXT — the artifact does not contain the text",
+            "artifact_text",
+        ),
+        Kind(
+            "artifact_matches",
+            "NAME:REGEX — the artifact matches the regular expression",
+            "artifact_pattern",
+        ),
+        Kind("answer_contains", "the answer contains the text"),
+        Kind("answer_not_contains", "the answer does not contain the text"),
+        Kind("answer_matches", "the answer matches the regular expression (RE2)", "pattern"),
+        Kind("tool_ran", "the tool succeeded at least once", "tool"),
+        Kind("tool_not_run", "the tool never executed", "tool"),
+        Kind("tool_not_called", "the model never called the tool", "tool"),
+        Kind(
+            "answer_not_echo",
+            "the answer is not the instruction repeated back",
+            "none",
+            needs_value=False,
+        ),
+    )
+}
+
+
+# --- The record a verdict is made over ---------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class CallSeen:
+    tool: str
+    status: str
+    error_code: str = ""
+    run_count: int = 0
+
+
+@dataclass(frozen=True)
+class RunRecord:
+    """What the checks see of a finished run: the task's instruction and tools, the answer, every
+    artifact with (a bounded prefix of) its text, every tool call with its outcome."""
+
+    instruction: str
+    answer: str
+    tools: tuple[str, ...] = ()
+    artifacts: dict[str, str | None] = field(default_factory=dict)  # None: not readable text
+    calls: tuple[CallSeen, ...] = ()
+    input_files: tuple[str, ...] = ()
+    # A planning task proposes work; the files and pages its goal names are its follow-ups' job.
+    planning: bool = False
+
+
+def _artifact_text(path: str) -> str | None:
+    try:
+        with open(path, "rb") as fh:
+            data = fh.read(MAX_ARTIFACT_READ)
+        return data.decode("utf-8", errors="strict")
+    except UnicodeDecodeError as exc:
+        # A prefix cut inside a character is still text.
+        if exc.start >= len(data) - 3 and len(data) == MAX_ARTIFACT_READ:
+            return data[: exc.start].decode("utf-8")
+        return None
+    except OSError:
+        return None
+
+
+def run_record(task, answer: str) -> RunRecord:
+    """Read what a verdict needs of `task` (bounded: artifact prefixes, a capped number)."""
+    artifacts = {
+        a.name: _artifact_text(a.path)
+        for a in Artifact.objects.filter(task_id=task.pk).only("name", "path")[:MAX_ARTIFACTS_READ]
+    }
+    calls = tuple(
+        CallSeen(tool=c["tool"], status=c["status"], error_code=c["error_code"], run_count=n)
+        for c in ToolCall.objects.filter(task_id=task.pk)
+        .order_by("turn__index", "position")
+        .values("tool", "status", "error_code", "run_count")
+        for n in [c["run_count"]]
+    )
+    return RunRecord(
+        instruction=task.instruction,
+        answer=answer or "",
+        tools=tuple(task.tools),
+        artifacts=artifacts,
+        calls=calls,
+        input_files=_input_files(task.pk),
+        planning=task.kind == TaskKind.PLANNING,
+    )
+
+
+def _input_files(task_id: int) -> tuple[str, ...]:
+    folder = workspace_dir(task_id, create=False)
+    if not folder.is_dir():
+        return ()
+    return tuple(sorted(p.name for p in islice(folder.iterdir(), MAX_ARTIFACTS_READ)))
+
+
+# --- Parsing and validation ------------------------------------------------------------------
+
+
+def _compile(pattern: str):
+    options = re2.Options()
+    options.log_errors = False
+    options.case_sensitive = False
+    options.posix_syntax = False
+    options.never_nl = False
+    options.max_mem = RE2_MAX_MEM
+    return re2.compile(pattern, options)
+
+
+def _pattern_error(pattern: str) -> str | None:
+    if len(pattern) > MAX_PATTERN_CHARS:
+        return f"a regular expression is at most {MAX_PATTERN_CHARS} characters"
+    try:
+        _compile(pattern)
+    except re2.error as exc:
+        detail = exc.args[0] if exc.args else exc
+        if isinstance(detail, bytes):
+            detail = detail.decode("utf-8", "replace")
+        return (
+            f"{pattern!r} is not a regular expression the linear-time engine (RE2) can run "
+            f"({detail}): lookarounds, backreferences and repetition counts above 1000 are "
+            "not supported"
+        )
+    return None
+
+
+def parse_check(text: str) -> dict:
+    """One check from its text form ``KIND=VALUE`` (``answer_not_echo`` alone is fine)."""
+    kind, sep, value = (text or "").strip().partition("=")
+    kind = kind.strip()
+    if not sep and kind in KINDS and not KINDS[kind].needs_value:
+        return _normalise({"kind": kind, "value": ""})
+    if not sep:
+        raise InvalidCheck(f"a check looks like KIND=VALUE, not {text!r} (kinds: {kind_names()})")
+    return _normalise(_split_artifact({"kind": kind, "value": value.strip()}))
+
+
+def _split_artifact(check: dict) -> dict:
+    spec = KINDS.get(check["kind"])
+    if spec is not None and spec.value.startswith("artifact_") and "artifact" not in check:
+        name, sep, rest = check["value"].partition(":")
+        if not sep or not name.strip():
+            raise InvalidCheck(
+                f"{check['kind']} looks like {check['kind']}=NAME:TEXT, not {check['value']!r}"
+            )
+        return {"kind": check["kind"], "artifact": name.strip(), "value": rest.strip()}
+    return check
+
+
+def kind_names() -> str:
+    return ", ".join(KINDS)
+
+
+def _normalise(check: dict) -> dict:
+    """A validated check as stored; raises InvalidCheck naming the problem."""
+    if not isinstance(check, dict) or not isinstance(check.get("kind"), str):
+        raise InvalidCheck('a check is {"kind": KIND, "value": VALUE}')
+    unknown_keys = sorted(set(check) - {"kind", "value", "artifact"})
+    if unknown_keys:
+        raise InvalidCheck(f"a check has no field {', '.join(unknown_keys)}")
+    kind = check["kind"].strip()
+    spec = KINDS.get(kind)
+    if spec is None:
+        raise InvalidCheck(f"unknown check kind {kind!r} (known: {kind_names()})")
+    value = check.get("value", "")
+    if value is None:
+        value = ""
+    if not isinstance(value, str):
+        raise InvalidCheck(f"{kind}: the value must be text")
+    value = value.strip()
+    if "\x00" in value:
+        raise InvalidCheck(f"{kind}: the value contains a NUL character")
+    if len(value) > MAX_VALUE_CHARS:
+        raise InvalidCheck(f"{kind}: the value is at most {MAX_VALUE_CHARS} characters")
+    if spec.needs_value and not value:
+        raise InvalidCheck(f"{kind} needs a value: {spec.help}")
+    if spec.value == "none" and value and value.lower() not in ("true", "yes", "1"):
+        raise InvalidCheck(f"{kind} takes no value")
+    out = {"kind": kind, "value": "" if spec.value == "none" else value}
+    if spec.value.startswith("artifact_"):
+        name = check.get("artifact")
+        if not isinstance(name, str) or not name.strip():
+            raise InvalidCheck(f"{kind} needs the artifact's name (NAME:TEXT)")
+        if len(name) > 200:
+            raise InvalidCheck(f"{kind}: an artifact name is at most 200 characters")
+        out["artifact"] = name.strip()
+    elif "artifact" in check:
+        raise InvalidCheck(f"{kind} is not about one artifact: it takes no artifact name")
+    if spec.value in ("pattern", "artifact_pattern"):
+        problem = _pattern_error(value)
+        if problem:
+            raise InvalidCheck(f"{kind}: {problem}")
+    if spec.value == "tool" and (len(value) > 100 or not re.fullmatch(r"[\w.-]+", value)):
+        raise InvalidCheck(f"{kind}: {value!r} is not a tool name")
+    return out
+
+
+def validate_checks(values, *, tools=None) -> list[dict]:
+    """Checks as stored, from a list of dicts or ``KIND=VALUE`` texts (what the CLI, the form and
+    the API give). `tools`: the task's tool list — a `tool_ran` check for a tool the task does not
+    have could never pass, so it is refused."""
+    if values is None:
+        return []
+    if isinstance(values, str | dict) or not isinstance(values, list | tuple):
+        raise InvalidCheck("acceptance checks are a list")
+    if len(values) > MAX_CHECKS:
+        raise InvalidCheck(f"a task has at most {MAX_CHECKS} acceptance checks")
+    out = []
+    for item in values:
+        if isinstance(item, str):
+            if not item.strip():
+                continue
+            check = parse_check(item)
+        else:
+            check = _normalise(_split_artifact(item) if isinstance(item, dict) else item)
+        if check["kind"] == "tool_ran" and tools is not None and check["value"] not in tools:
+            raise InvalidCheck(
+                f"tool_ran={check['value']}: the task does not have that tool "
+                f"(its tools: {', '.join(tools) or 'none'})"
+            )
+        if check not in out:
+            out.append(check)
+    return out
+
+
+def check_text(check: dict) -> str:
+    """The check as a person writes it (and `parse_check` reads it back)."""
+    if check["kind"] in KINDS and not KINDS[check["kind"]].needs_value and not check["value"]:
+        return check["kind"] if check["kind"] == "answer_not_echo" else f"{check['kind']}="
+    if "artifact" in check:
+        return f"{check['kind']}={check['artifact']}:{check['value']}"
+    return f"{check['kind']}={check['value']}"
+
+
+def checks_from_lines(text: str) -> list[str]:
+    """The console form's textarea: one check per line, blank lines and # comments ignored."""
+    lines = [line.strip() for line in (text or "").splitlines()]
+    return [line for line in lines if line and not line.startswith("#")]
+
+
+# --- Running them ------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class CheckResult:
+    check: str  # the check's text form, e.g. "artifact=summary.md"
+    passed: bool
+    detail: str
+    default: bool = False  # one of the default checks, not the task's own
+
+    def as_dict(self) -> dict:
+        return {
+            "check": self.check,
+            "passed": self.passed,
+            "detail": self.detail,
+            "default": self.default,
+        }
+
+
+def _norm(text: str | None) -> str:
+    return re.sub(r"\s+", " ", text or "").strip().casefold()
+
+
+def _short(text: str | None, n: int = 120) -> str:
+    text = re.sub(r"\s+", " ", text or "").strip()
+    return text if len(text) <= n else text[: n - 1] + "…"
+
+
+def _matching(record: RunRecord, pattern: str) -> list[str]:
+    return sorted(n for n in record.artifacts if fnmatchcase(n, pattern))
+
+
+def _have(record: RunRecord) -> str:
+    names = sorted(record.artifacts)
+    return ", ".join(names[:10]) + (" …" if len(names) > 10 else "") if names else "none"
+
+
+def _search(pattern: str, text: str) -> bool:
+    return _compile(f"(?m){pattern}").search(text or "") is not None
+
+
+def _artifact_content(check: dict, record: RunRecord, test, *, want: bool) -> tuple[bool, str]:
+    names = _matching(record, check["artifact"])
+    if not names:
+        if not want:
+            return True, f"no artifact {check['artifact']}"
+        return False, f"no artifact {check['artifact']} (have: {_have(record)})"
+    bad = []
+    for name in names:
+        text = record.artifacts[name]
+        if text is None:
+            bad.append(f"{name} is not readable text")
+        elif test(text) != want:
+            bad.append(name)
+    if bad:
+        verb = "does not" if want else "does"
+        return False, f"{', '.join(bad)} {verb} {check['kind'].split('_', 1)[1].replace('_', ' ')}"
+    return True, f"{', '.join(names)}: ok"
+
+
+def _executed(c: CallSeen) -> bool:
+    return c.status in EXECUTED or c.run_count > 0
+
+
+def _run_one(check: dict, r: RunRecord) -> tuple[bool, str]:
+    kind, value = check["kind"], check["value"]
+    if kind == "artifact":
+        names = _matching(r, value)
+        return bool(names), (f"found {', '.join(names)}" if names else f"have: {_have(r)}")
+    if kind == "no_artifact":
+        names = _matching(r, value)
+        return not names, (f"present: {', '.join(names)}" if names else "none present")
+    if kind == "only_artifacts":
+        allowed = [p.strip() for p in value.split(",") if p.strip()]
+        extra = sorted(n for n in r.artifacts if not any(fnmatchcase(n, p) for p in allowed))
+        return not extra, (f"other artifacts: {', '.join(extra)}" if extra else "none other")
+    if kind == "artifact_contains":
+        return _artifact_content(check, r, lambda t: _norm(value) in _norm(t), want=True)
+    if kind == "artifact_not_contains":
+        return _artifact_content(check, r, lambda t: _norm(value) in _norm(t), want=False)
+    if kind == "artifact_matches":
+        return _artifact_content(check, r, lambda t: _search(value, t), want=True)
+    if kind == "answer_contains":
+        ok = _norm(value) in _norm(r.answer)
+        return ok, f"{'found' if ok else 'missing'} in {_short(r.answer)!r}"
+    if kind == "answer_not_contains":
+        found = _norm(value) in _norm(r.answer)
+        return not found, f"{'found' if found else 'absent'} in {_short(r.answer)!r}"
+    if kind == "answer_matches":
+        ok = _search(value, r.answer)
+        return ok, f"/{value}/ {'matches' if ok else 'does not match'} {_short(r.answer)!r}"
+    calls = [c for c in r.calls if c.tool == value]
+    if kind == "tool_ran":
+        ok = any(c.status == "succeeded" for c in calls)
+        return ok, "succeeded" if ok else f"never succeeded (calls: {[c.status for c in calls]})"
+    if kind == "tool_not_run":
+        ran = [c.status for c in calls if _executed(c)]
+        return not ran, f"executed ({ran})" if ran else "never executed"
+    if kind == "tool_not_called":
+        seen = [c.status for c in calls]
+        return not seen, f"called ({seen})" if seen else "not called"
+    if kind == "answer_not_echo":
+        echo = is_echo(r.answer, r.instruction)
+        return not echo, "the answer repeats the instruction" if echo else "not an echo"
+    raise InvalidCheck(f"unknown check kind {kind!r}")  # validated at creation: a stored bug
+
+
+def run_checks(checks: list[dict], record: RunRecord, *, default: bool = False):
+    return [CheckResult(check_text(c), *_run_one(c, record), default=default) for c in checks or []]
+
+
+# --- Default checks: no person configures them ---------------------------------------------------
+
+_WORDS = re.compile(r"[\w.-]+")
+# An output file the instruction asks for: a writing verb, then (within a short clause, no
+# sentence end) a file name with an extension.
+_OUTPUT_FILE = re.compile(
+    r"\b(?:write|create|save|produce|generate|store|put)\b(?:(?![.!?]\s|\n)[^\n]){0,60}?"
+    r"(?<![\w.-])([\w-]+(?:\.[\w-]+)*\.[A-Za-z][A-Za-z0-9]{0,7})(?![\w-])",
+    re.IGNORECASE,
+)
+# What the instruction names that a run can only know through its tools: an input file of the
+# task's workspace, or a web address.
+_URL = re.compile(r"https?://\S+", re.IGNORECASE)
+
+
+# "do not write x.md", "never create", "cannot save", "without writing": not a file asked for.
+_NEGATED = re.compile(r"(?:not|never|n't|without|no)\W*$", re.IGNORECASE)
+
+
+def named_output_files(instruction: str) -> list[str]:
+    """The files the instruction asks the run to write, by name (not those it forbids)."""
+    text = instruction or ""
+    return sorted(
+        {
+            m.group(1)
+            for m in _OUTPUT_FILE.finditer(text)
+            if not _NEGATED.search(text[max(0, m.start() - 12) : m.start()])
+        }
+    )
+
+
+def is_echo(answer: str, instruction: str) -> bool:
+    """The answer repeats the instruction instead of answering it:
+
+    - the whole instruction is in it, with at most two words of its own ("Done:", "OK");
+    - or it opens (after at most two words) with the instruction's first line, when that line
+      has five words or more — "Done: <the task>" followed by boilerplate;
+    - or it is a long piece (six words or more) of the instruction itself."""
+    a, i = _norm(answer), _norm(instruction)
+    if not a or not i:
+        return False
+    if len(i) >= 20 and i in a and len(_WORDS.findall(a.replace(i, " "))) <= 2:
+        return True
+    first = _norm((instruction or "").strip().splitlines()[0])
+    if len(_WORDS.findall(first)) >= 5:
+        at = a.find(first)
+        if at != -1 and len(_WORDS.findall(a[:at])) <= 2:
+            return True
+    return len(_WORDS.findall(a)) >= 6 and a.strip(" .:") in i
+
+
+def _effectful(name: str) -> bool:
+    """A tool that changes something or reaches out: a built-in one that is not read-only (and
+    not the loop's own, like update_plan), or any MCP tool (its effect is the server's)."""
+    if is_mcp_tool(name):
+        return True
+    tool = all_tools().get(name)
+    return (
+        tool is not None
+        and not getattr(tool, "internal", False)
+        and tool.recovery_class != RecoveryClass.READ_ONLY
+    )
+
+
+def default_checks(record: RunRecord) -> list[CheckResult]:
+    """The checks every task gets (when ACTHELM_SUPERVISOR_DEFAULT_CHECKS is on), each
+    conservative — it fires only on evidence, and each was measured on the evaluation suite for
+    false rejections of good work (docs/eval.md):
+
+    - `named_output`: the instruction asks to write/create/save a file by name (``summary.md``),
+      the task has `write_artifact`, and the run wrote no such artifact — unless a person denied
+      a write (then the missing file is the person's decision).
+    - `answer_not_echo`: the answer only repeats the instruction.
+    - `used_tools`: the instruction names one of the task's input files and the task has a tool
+      that reads a file's content (`read_file`, `search_files`, `analyze_csv`), but the run called
+      none of them; or it names a web address, the task has `fetch_url`, and the run never
+      called it. (Listing the files is not reading one; a task without such tools is exempt.)
+
+    A planning task gets neither `named_output` nor `used_tools`: the files and pages its goal
+    names are for the follow-ups it proposes.
+    - `no_unlisted_tools`: the run never called a tool with an effect that is not on the task's
+      list (a call refused with `tool_not_allowed` of `fetch_url`, `write_artifact`, an MCP tool
+      — the mark of an instruction injected into a file or a page). A made-up tool name, or a
+      read-only tool, refused the same way, is not held against the run: small models guess.
+    """
+    out = []
+    if "write_artifact" in record.tools and not record.planning:
+        denied = any(
+            c.tool == "write_artifact" and c.status in ("denied", "skipped") for c in record.calls
+        )
+        for name in named_output_files(record.instruction):
+            if name in record.input_files or denied:
+                continue
+            ok = name in record.artifacts
+            out.append(
+                CheckResult(
+                    f"named_output={name}",
+                    ok,
+                    "written"
+                    if ok
+                    else f"the instruction asks for {name}; artifacts: {_have(record)}",
+                    default=True,
+                )
+            )
+    echo = is_echo(record.answer, record.instruction)
+    out.append(
+        CheckResult(
+            "answer_not_echo",
+            not echo,
+            "the answer only repeats the instruction" if echo else "not an echo",
+            default=True,
+        )
+    )
+    instruction = "" if record.planning else record.instruction or ""
+    called = {c.tool for c in record.calls}
+    unmet = []
+    readers = READERS & set(record.tools)
+    named = [n for n in record.input_files if n in instruction]
+    if named and readers and not readers & called:
+        unmet.append(f"names {', '.join(named[:3])} but no file was read")
+    if _URL.search(instruction) and "fetch_url" in record.tools and "fetch_url" not in called:
+        unmet.append("names a web address but fetch_url was never called")
+    if (named and readers) or (_URL.search(instruction) and "fetch_url" in record.tools):
+        out.append(
+            CheckResult(
+                "used_tools",
+                not unmet,
+                "the instruction " + "; ".join(unmet) if unmet else "the tools it needs ran",
+                default=True,
+            )
+        )
+    unlisted = sorted(
+        {c.tool for c in record.calls if c.error_code == "tool_not_allowed" and _effectful(c.tool)}
+    )
+    out.append(
+        CheckResult(
+            "no_unlisted_tools",
+            not unlisted,
+            f"called tools not on the task's list: {', '.join(unlisted)}" if unlisted else "none",
+            default=True,
+        )
+    )
+    return out
+
+
+def default_checks_on() -> bool:
+    return bool(getattr(settings, "ACTHELM_SUPERVISOR_DEFAULT_CHECKS", True))
+
+
+def evaluate(task_checks: list[dict], record: RunRecord, *, defaults: bool | None = None):
+    """The task's own checks, then the default ones (when on): every result, in that order."""
+    results = run_checks(task_checks, record)
+    if default_checks_on() if defaults is None else defaults:
+        results += default_checks(record)
+    return results

@@ -1,0 +1,324 @@
+"""Acceptance checks: parsing and validation (clear field errors), each kind over a run's record,
+the default checks, and what the supervisor reads of a real task (bounded)."""
+
+import pytest
+
+from agents.acceptance import (
+    MAX_ARTIFACT_READ,
+    CallSeen,
+    InvalidCheck,
+    RunRecord,
+    check_text,
+    default_checks,
+    is_echo,
+    named_output_files,
+    parse_check,
+    run_checks,
+    run_record,
+    validate_checks,
+)
+from agents.task_services import task_create
+from tasks.actors import Actor
+from tasks.exceptions import InvalidInput
+from tasks.workspace import add_input_file, artifacts_dir
+from tests.factories import ArtifactFactory, TaskFactory, ToolCallFactory
+
+
+def record(**kw) -> RunRecord:
+    kw.setdefault("instruction", "Do the work.")
+    kw.setdefault("answer", "Done it.")
+    return RunRecord(**kw)
+
+
+def one(check: str, rec: RunRecord):
+    (result,) = run_checks(validate_checks([check]), rec)
+    return result
+
+
+# --- Parsing and validation ------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    "text, stored",
+    [
+        ("artifact=summary.md", {"kind": "artifact", "value": "summary.md"}),
+        ("artifact=*.md", {"kind": "artifact", "value": "*.md"}),
+        (
+            "artifact_contains=report.md:April 16",
+            {"kind": "artifact_contains", "artifact": "report.md", "value": "April 16"},
+        ),
+        ("answer_matches=^\\d+$", {"kind": "answer_matches", "value": "^\\d+$"}),
+        ("answer_not_echo", {"kind": "answer_not_echo", "value": ""}),
+        ("only_artifacts=", {"kind": "only_artifacts", "value": ""}),
+        ("tool_ran = read_file", {"kind": "tool_ran", "value": "read_file"}),
+    ],
+)
+def test_a_check_parses_from_its_text_and_prints_back(text, stored):
+    assert parse_check(text) == stored
+    assert parse_check(check_text(stored)) == stored
+
+
+@pytest.mark.parametrize(
+    "value, message",
+    [
+        ("made_up=1", "unknown check kind 'made_up'"),
+        ("artifact", "KIND=VALUE"),
+        ("artifact=", "artifact needs a value"),
+        ("answer_matches=(unclosed", "not a regular expression"),
+        ("answer_matches=(?=ahead)x", "the linear-time engine (RE2) can run"),
+        ("answer_matches=" + "a" * 501, "at most 500 characters"),
+        ("artifact_contains=no-colon", "NAME:TEXT"),
+        ("tool_ran=fetch url", "not a tool name"),
+        ("answer_not_echo=maybe", "takes no value"),
+    ],
+)
+def test_a_bad_check_is_a_clear_field_error(value, message):
+    with pytest.raises(InvalidCheck) as exc:
+        validate_checks([value])
+    assert message in exc.value.message
+    assert exc.value.field == "acceptance_checks"
+    assert exc.value.code == "acceptance_check_invalid"
+
+
+def test_validation_refuses_tool_ran_for_a_tool_the_task_lacks_and_too_many_checks():
+    with pytest.raises(InvalidCheck, match="does not have that tool"):
+        validate_checks(["tool_ran=fetch_url"], tools=["read_file"])
+    with pytest.raises(InvalidCheck, match="at most 50"):
+        validate_checks([f"answer_contains={i}" for i in range(51)])
+    with pytest.raises(InvalidCheck, match="a list"):
+        validate_checks("artifact=x")
+    with pytest.raises(InvalidCheck, match="no field"):
+        validate_checks([{"kind": "artifact", "value": "x", "extra": 1}])
+
+
+# --- Each kind ---------------------------------------------------------------------------------
+
+
+def test_artifact_kinds_by_name_and_pattern():
+    rec = record(artifacts={"report.md": "# Launch\nApril 16", "data.bin": None})
+    assert one("artifact=report.md", rec).passed
+    assert one("artifact=*.md", rec).passed
+    missing = one("artifact=summary.md", rec)
+    assert not missing.passed and "report.md" in missing.detail
+    assert one("no_artifact=pwned.txt", rec).passed
+    assert not one("no_artifact=*.bin", rec).passed
+    assert one("only_artifacts=*.md, data.bin", rec).passed
+    extra = one("only_artifacts=report.md", rec)
+    assert not extra.passed and "data.bin" in extra.detail
+    assert not one("only_artifacts=", rec).passed
+    assert one("artifact_contains=report.md:april   16", rec).passed
+    assert not one("artifact_contains=report.md:May", rec).passed
+    assert not one("artifact_contains=data.bin:x", rec).passed  # not readable text
+    assert not one("artifact_contains=nothing.md:x", rec).passed
+    assert one("artifact_not_contains=report.md:compromised", rec).passed
+    assert one("artifact_not_contains=nothing.md:x", rec).passed
+    assert not one("artifact_not_contains=report.md:launch", rec).passed
+    assert one("artifact_matches=report.md:^# launch$", rec).passed  # multi-line, any case
+    assert not one("artifact_matches=report.md:^April 17", rec).passed
+
+
+def test_answer_and_tool_kinds():
+    rec = record(
+        answer="The total is 1234.50",
+        calls=(
+            CallSeen("read_file", "succeeded", run_count=1),
+            CallSeen("fetch_url", "refused", "tool_not_allowed"),
+            CallSeen("write_artifact", "denied"),
+        ),
+    )
+    assert one("answer_contains=TOTAL is", rec).passed
+    assert not one("answer_contains=42", rec).passed
+    assert one("answer_not_contains=HACKED", rec).passed
+    assert one("answer_matches=\\b1234\\.50$", rec).passed
+    assert not one("answer_matches=^42$", rec).passed
+    assert one("tool_ran=read_file", rec).passed
+    assert not one("tool_ran=write_artifact", rec).passed
+    assert one("tool_not_run=fetch_url", rec).passed  # refused: never executed
+    assert not one("tool_not_run=read_file", rec).passed
+    assert not one("tool_not_called=fetch_url", rec).passed  # but it was called
+    assert one("tool_not_called=analyze_csv", rec).passed
+
+
+def test_a_pattern_that_would_backtrack_for_ever_runs_in_linear_time():
+    # (a+)+$ against "aaaa…b" takes exponential time with backtracking; RE2 answers at once.
+    rec = record(answer="a" * 50_000 + "b")
+    assert not one("answer_matches=(a+)+$", rec).passed
+
+
+# --- Default checks ----------------------------------------------------------------------------
+
+
+def test_the_instruction_names_output_files_only_after_a_writing_verb():
+    assert named_output_files("Read notes.txt and write report.md with the date. Then answer.") == [
+        "report.md"
+    ]
+    assert named_output_files("Compute the total and write a file summary.txt whose only line") == [
+        "summary.txt"
+    ]
+    assert named_output_files("Read notes.txt and answer with the date.") == []
+    assert named_output_files("Use write_artifact to record notes.txt later.") == []
+    assert named_output_files("Answer in your reply; do not write notes.md.") == []
+    assert named_output_files("You cannot create out.csv, and never write b.md.") == []
+
+
+def test_echo_is_the_instruction_repeated_with_at_most_two_words_of_its_own():
+    instruction = "Read notes.txt and answer with the new launch date."
+    assert is_echo("Done: Read notes.txt and answer with the new launch date.", instruction)
+    assert is_echo(instruction, instruction)
+    assert is_echo("Read notes.txt and answer with the new", instruction)
+    # "Done: <the task>" and boilerplate: it opens with the instruction's first line.
+    assert is_echo(
+        "Done: Read notes.txt and answer with the new launch date.\n\nThe plan was followed "
+        "and the results are recorded.",
+        instruction + "\nBe brief.",
+    )
+    assert not is_echo("The date in notes.txt is April 16. Read notes.txt and answer", instruction)
+    assert not is_echo("April 16", instruction)
+    assert not is_echo("The launch is April 16.", instruction)
+    assert not is_echo("", instruction)
+    assert not is_echo("42", "What is 17 + 25? Answer with the number only.")
+
+
+def _defaults(rec) -> dict[str, bool]:
+    return {c.check: c.passed for c in default_checks(rec)}
+
+
+def test_default_checks_catch_the_wrong_file_an_echo_and_no_tools():
+    wrote_other = record(
+        instruction="Summarise notes.txt and write summary.md.",
+        tools=("update_plan", "read_file", "write_artifact"),
+        artifacts={"report.md": "x"},
+        calls=(CallSeen("read_file", "succeeded"), CallSeen("write_artifact", "succeeded")),
+        input_files=("notes.txt",),
+    )
+    assert _defaults(wrote_other) == {
+        "named_output=summary.md": False,
+        "answer_not_echo": True,
+        "used_tools": True,
+        "no_unlisted_tools": True,
+    }
+    echo = record(
+        instruction="Read notes.txt and answer with the date.",
+        answer="Done: Read notes.txt and answer with the date.",
+        tools=("update_plan", "read_file"),
+        calls=(CallSeen("update_plan", "succeeded"),),
+        input_files=("notes.txt",),
+    )
+    assert _defaults(echo) == {
+        "answer_not_echo": False,
+        "used_tools": False,
+        "no_unlisted_tools": True,
+    }
+    listed_only = record(
+        instruction="Read notes.txt and answer with the date.",
+        answer="The date is unknown.",
+        tools=("update_plan", "list_files", "read_file"),
+        calls=(CallSeen("list_files", "succeeded"),),
+        input_files=("notes.txt",),
+    )
+    assert _defaults(listed_only)["used_tools"] is False
+    never_fetched = record(
+        instruction="Fetch http://127.0.0.1:9/status.html and answer with its code.",
+        answer="GREEN",
+        tools=("update_plan", "fetch_url"),
+        calls=(CallSeen("update_plan", "succeeded"),),
+    )
+    assert _defaults(never_fetched)["used_tools"] is False
+    injected = record(
+        instruction="Read notes.txt and answer.",
+        tools=("update_plan", "read_file"),
+        calls=(
+            CallSeen("read_file", "succeeded"),
+            CallSeen("fetch_url", "refused", "tool_not_allowed"),
+        ),
+        input_files=("notes.txt",),
+    )
+    assert _defaults(injected)["no_unlisted_tools"] is False
+    guessed = record(
+        instruction="Read notes.txt and answer.",
+        tools=("update_plan", "read_file"),
+        calls=(
+            CallSeen("python", "refused", "tool_not_allowed"),  # made up
+            CallSeen("list_files", "refused", "tool_not_allowed"),  # read-only
+            CallSeen("read_file", "succeeded"),
+        ),
+        input_files=("notes.txt",),
+    )
+    assert _defaults(guessed)["no_unlisted_tools"] is True
+    mcp = record(calls=(CallSeen("files__delete", "refused", "tool_not_allowed"),))
+    assert _defaults(mcp)["no_unlisted_tools"] is False
+
+
+def test_default_checks_stay_quiet_without_evidence():
+    # A person denied the write: the missing file is their decision, not the run's failure.
+    denied = record(
+        instruction="Write a file decision.md that records the date.",
+        tools=("update_plan", "write_artifact"),
+        calls=(CallSeen("write_artifact", "denied"),),
+    )
+    assert all(_defaults(denied).values())
+    # The task cannot write files: a named file is not asked of it.
+    cannot = record(
+        instruction="The requester would like it saved to colour.txt, but you cannot write.",
+        tools=("update_plan", "read_file"),
+        calls=(CallSeen("read_file", "succeeded"),),
+    )
+    assert all(_defaults(cannot).values())
+    # A planning task proposes the work its goal names; it need not do it.
+    planning = record(
+        instruction="Plan the next work for this goal: report\n\nWrite report.md from "
+        "https://example.org/data.html every week.",
+        tools=("update_plan", "propose_task", "fetch_url", "write_artifact"),
+        calls=(CallSeen("propose_task", "succeeded"),),
+        planning=True,
+    )
+    assert _defaults(planning) == {"answer_not_echo": True, "no_unlisted_tools": True}
+    # No input file named and no address: a direct answer needs no tool.
+    direct = record(instruction="What is 17 + 25?", answer="42", tools=())
+    assert _defaults(direct) == {"answer_not_echo": True, "no_unlisted_tools": True}
+
+
+# --- Reading a real task -----------------------------------------------------------------------
+
+
+def test_run_record_reads_artifacts_bounded_calls_and_input_files(db, settings, tmp_path):
+    settings.ACTHELM_MEDIA_ROOT = str(tmp_path)
+    task = TaskFactory(instruction="Write report.md")
+    folder = artifacts_dir(task.pk)
+    (folder / "report.md").write_text("é" * MAX_ARTIFACT_READ)  # 2 bytes a character
+    (folder / "blob.bin").write_bytes(b"\xff\xfe\x00")
+    ArtifactFactory(task=task, name="report.md", path=str(folder / "report.md"))
+    ArtifactFactory(task=task, name="blob.bin", path=str(folder / "blob.bin"))
+    ToolCallFactory(
+        task=task, turn__task=task, run__task=task, tool="read_file", status="succeeded"
+    )
+    add_input_file(task.pk, name="notes.txt", data="hello")
+    rec = run_record(task, "the answer")
+    assert len(rec.artifacts["report.md"]) == MAX_ARTIFACT_READ // 2  # a prefix, still text
+    assert rec.artifacts["blob.bin"] is None
+    assert [(c.tool, c.status) for c in rec.calls] == [("read_file", "succeeded")]
+    assert rec.input_files == ("notes.txt",)
+    assert rec.answer == "the answer" and rec.tools == tuple(task.tools)
+
+
+def test_task_create_stores_checks_and_refuses_bad_ones_naming_the_field(db):
+    task = task_create(
+        actor=Actor.system("test"),
+        title="t",
+        instruction="Write summary.md",
+        tools=["update_plan", "write_artifact"],
+        acceptance_checks=["artifact=summary.md", {"kind": "answer_not_echo"}],
+    )
+    task.refresh_from_db()
+    assert task.acceptance_checks == [
+        {"kind": "artifact", "value": "summary.md"},
+        {"kind": "answer_not_echo", "value": ""},
+    ]
+    with pytest.raises(InvalidInput) as exc:
+        task_create(
+            actor=Actor.system("test"),
+            title="t",
+            instruction="x",
+            acceptance_checks=["answer_matches=(?<=x)y"],
+        )
+    assert exc.value.field == "acceptance_checks"

@@ -1,0 +1,174 @@
+"""The supervisor through the real worker and a scripted model on loopback: acceptance checks
+first (a failed one rejects, naming it, and the next attempt gets the reason as feedback), then
+the rules (every cumulative limit, money included), then the optional model, which sees the
+artifacts and the tool outcomes; a model supervisor that cannot be asked leaves the run
+*unverified* in review, never "approved"."""
+
+from decimal import Decimal
+
+import pytest
+
+from agents.limits import Usage
+from agents.models import AgentRun
+from agents.states import Verdict
+from agents.supervisor import rule_checks, supervise
+from tasks.models import Task, TaskEvent
+from tasks.states import EventKind, TaskStatus
+from tasks.workspace import add_input_file
+from tests.agents.conftest import run_burst
+from tests.factories import TaskFactory
+from tests.fakes.model_server import reply_error, reply_text, reply_tool_calls
+
+pytestmark = pytest.mark.django_db(transaction=True)
+
+PLAN = ("update_plan", {"steps": [{"step": "Read"}, {"step": "Write"}]})
+READ = ("read_file", {"path": "notes.txt"})
+
+
+def write(name: str, content: str = "The launch is on April 16.\n"):
+    return reply_tool_calls([("write_artifact", {"name": name, "content": content})])
+
+
+def newest_run(task) -> AgentRun:
+    return AgentRun.objects.filter(task=task).order_by("-number").first()
+
+
+def test_a_failed_acceptance_check_rejects_naming_it_and_the_retry_gets_it_as_feedback(
+    model_server, http_model, loop_task, fast_worker_settings
+):
+    server = model_server(
+        [
+            reply_tool_calls([PLAN]),
+            reply_tool_calls([READ]),
+            write("report.md"),
+            reply_text("The report is written."),
+            # The second attempt, after the feedback: the file it was asked for.
+            write("summary.md"),
+            reply_text("summary.md is written."),
+        ]
+    )
+    task = loop_task(
+        http_model(server),
+        instruction="Read notes.txt and write the launch date to summary.md.",
+        acceptance_checks=["artifact=summary.md", "artifact_contains=summary.md:April 16"],
+    )
+    add_input_file(task.pk, name="notes.txt", data="Launch: April 16")
+    run_burst()
+    task.refresh_from_db()
+    first = newest_run(task)
+    assert task.status == TaskStatus.READY and task.failed_attempts == 1
+    assert first.verdict == Verdict.REJECTED and first.error_code == "supervisor_rejected"
+    assert "acceptance check artifact=summary.md failed" in first.verdict_reason
+    assert "report.md" in first.verdict_reason  # what it saw
+    assert task.feedback == first.verdict_reason
+    rejected = TaskEvent.objects.get(task=task, kind=EventKind.REJECTED)
+    assert {c["check"]: c["passed"] for c in rejected.data["checks"]}[
+        "artifact=summary.md"
+    ] is False
+
+    Task.objects.filter(pk=task.pk).update(not_before=None)  # the back-off passes
+    run_burst()
+    task.refresh_from_db()
+    assert task.status == TaskStatus.REVIEW
+    second = newest_run(task)
+    assert second.verdict == Verdict.APPROVED
+    assert second.verdict_reason.startswith("approved: 2 acceptance checks, 4 default checks")
+    feedback = [
+        m["content"]
+        for m in server.completion_requests[4].json["messages"]
+        if m["role"] == "user" and "Feedback on your previous attempt" in (m["content"] or "")
+    ]
+    assert feedback and "artifact=summary.md failed" in feedback[0]
+
+
+def test_the_default_check_catches_a_named_file_that_was_never_written(
+    model_server, http_model, loop_task, fast_worker_settings
+):
+    server = model_server(
+        [reply_tool_calls([PLAN]), write("report.md"), reply_text("Done: the report.")]
+    )
+    task = loop_task(http_model(server), instruction="Write the launch date to summary.md.")
+    run_burst()
+    run = newest_run(task)
+    assert run.verdict == Verdict.REJECTED
+    assert run.verdict_reason.startswith("default check named_output=summary.md failed")
+
+
+def test_default_checks_can_be_turned_off(
+    model_server, http_model, loop_task, fast_worker_settings, settings
+):
+    settings.ACTHELM_SUPERVISOR_DEFAULT_CHECKS = False
+    server = model_server([reply_tool_calls([PLAN]), write("report.md"), reply_text("Done.")])
+    task = loop_task(http_model(server), instruction="Write the launch date to summary.md.")
+    run_burst()
+    assert newest_run(task).verdict == Verdict.APPROVED
+    assert "default check" not in newest_run(task).verdict_reason
+
+
+def test_every_cumulative_limit_is_a_rule_money_included(db):
+    task = TaskFactory(limit_cost=Decimal("0.50"), limit_turns=5, limit_mcp_calls=2)
+    fine = Usage(model_turns=5, tokens=10, cost=Decimal("0.50"))
+    assert rule_checks(task, "an answer", usage=fine, open_operations=False) == []
+    over = Usage(model_turns=6, tokens=10, mcp_calls=3, cost=Decimal("0.51"))
+    problems = rule_checks(task, "an answer", usage=over, open_operations=False)
+    assert [p.split(" (")[0] for p in problems] == [
+        "the run exceeded its limit limit_turns",
+        "the run exceeded its limit limit_mcp_calls",
+        "the run exceeded its limit limit_cost",
+    ]
+    no_budget = TaskFactory(limit_cost=None)
+    assert rule_checks(no_budget, "x", usage=over, open_operations=False)[-1:] != [
+        "the run exceeded its limit limit_cost"
+    ]
+
+
+def test_a_model_supervisor_that_cannot_be_asked_leaves_the_run_unverified_in_review(
+    model_server, http_model, loop_task, fast_worker_settings, settings
+):
+    supervisor = model_server([reply_error(503)] * 6)
+    http_model(supervisor, name="supervisor")
+    settings.ACTHELM_SUPERVISOR_CONNECTION = "supervisor"
+    worker_server = model_server([reply_tool_calls([PLAN]), reply_text("The answer is 42.")])
+    task = loop_task(http_model(worker_server), instruction="What is 17 + 25?")
+    run_burst()
+    task.refresh_from_db()
+    run = newest_run(task)
+    assert task.status == TaskStatus.REVIEW
+    assert run.verdict == Verdict.UNVERIFIED
+    assert run.verdict_reason.startswith("unverified:")
+    assert "could not be asked" in run.verdict_reason
+    submitted = TaskEvent.objects.get(task=task, kind=EventKind.SUBMITTED)
+    assert submitted.data["verdict"] == Verdict.UNVERIFIED
+
+
+def test_no_tested_supervisor_model_is_unverified_too(db, settings):
+    settings.ACTHELM_SUPERVISOR_CONNECTION = "nowhere"
+    task = TaskFactory(instruction="What is 17 + 25?", tools=[])
+    verdict = supervise(task, "42", usage=Usage(), open_operations=False)
+    assert verdict.approved and verdict.unverified
+    assert "no tested model" in verdict.reason
+
+
+def test_the_model_supervisor_sees_the_artifacts_and_the_tool_outcomes(
+    model_server, http_model, loop_task, fast_worker_settings, settings
+):
+    supervisor = model_server([reply_text("REJECTED: the report misses the owner")])
+    http_model(supervisor, name="supervisor")
+    settings.ACTHELM_SUPERVISOR_CONNECTION = "supervisor"
+    server = model_server(
+        [
+            reply_tool_calls([PLAN]),
+            reply_tool_calls([READ]),
+            write("report.md", "SECRET-MARKER launch April 16"),
+            reply_text("report.md is written."),
+        ]
+    )
+    task = loop_task(http_model(server), instruction="Read notes.txt and write report.md.")
+    add_input_file(task.pk, name="notes.txt", data="Launch: April 16, owner Bo")
+    run_burst()
+    prompt = supervisor.completion_requests[0].json["messages"][0]["content"]
+    assert "SECRET-MARKER launch April 16" in prompt  # the artifact's text
+    assert "- read_file: succeeded" in prompt and "- write_artifact: succeeded" in prompt
+    run = newest_run(task)
+    assert run.verdict == Verdict.REJECTED
+    assert run.verdict_reason.endswith("the report misses the owner")
