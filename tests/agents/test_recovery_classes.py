@@ -247,6 +247,7 @@ def test_sigkill_during_a_read_only_call_simply_runs_it_again(loop_settings, doo
     with ScriptedModelServer(script) as server:
         task = tool_task(server, ["analyze_csv"])
         # Big enough that analysing it takes seconds: the kill lands while it runs.
+        loop_settings.ACTHELM_INPUT_FILE_MAX_BYTES = 100_000_000  # 37 MB, over the default cap
         rows = "north,12.5,2024-01-01,some text here\n" * 1_000_000
         add_input_file(task.pk, name="data.csv", data="region,amount,day,note\n" + rows)
         worker = doomed()
