@@ -217,7 +217,17 @@ class AgentLoop:
                 health=True,
             )
         self.provider = provider_for(task.connection)
-        use_tools = bool(task.tools) and task.model.supports_tools and self.provider.supports_tools
+        capable = task.model.supports_tools and self.provider.supports_tools
+        if [t for t in task.tools if t] and not capable:
+            # Never a silent run without the tools the task was given.
+            raise _fail(
+                "model_not_tool_capable",
+                f"the task has tools but model {task.model} is recorded as not tool-capable: "
+                "resume or retry it on another model, or a person overrides the record "
+                "(acthelm_connection test --override-tools)",
+                retryable=False,
+            )
+        use_tools = bool(task.tools) and capable
         known = set(tool_names())
         self.offered = [name for name in task.tools if name in known] if use_tools else []
         # Resolved once: an MCP tool (SERVER__TOOL) is read from its server's recorded list.
@@ -318,6 +328,8 @@ class AgentLoop:
                 for c in self.open_operations()
             ],
             "turn_calls": [c.pk for c in last_calls],
+            # The tools this run offered the model (empty: a run without tools, said on the page).
+            "tools_offered": list(self.offered),
         }
 
     # -- the loop ---------------------------------------------------------------------------------

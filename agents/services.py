@@ -84,6 +84,24 @@ def model_check_for_task(*, task, model: Model) -> ModelCheck:
     return check
 
 
+def usable_models():
+    """Models a task with tools can run on: passed their test, tool-capable, on an enabled
+    connection (the rule the reconciler and a person's new task without a model share)."""
+    return Model.objects.filter(
+        test_status=ModelTestStatus.PASSED, supports_tools=True, connection__enabled=True
+    ).select_related("connection")
+
+
+def best_zero_cost_model() -> Model | None:
+    """The highest-priority zero-cost connection's tested, tool-capable model, or None."""
+    return (
+        usable_models()
+        .filter(connection__cost_tier=CostTier.ZERO_COST)
+        .order_by("-connection__priority", "connection__name", "id")
+        .first()
+    )
+
+
 MAX_CONTEXT_WINDOW = INT32_MAX
 
 

@@ -131,10 +131,12 @@ def task_create(request):
                 task = task_services.task_create_with_files(
                     actor=Actor.person(request.user),
                     files=[(upload.name, upload) for upload in form.cleaned_data["files"]],
+                    check_model=True,
                     **form.service_kwargs(),
                 )
             except ActhelmError as exc:
-                form.add_error(None, f"{exc.message} [{exc.code}]")
+                field = exc.field if exc.field in form.fields else None
+                form.add_error(field, f"{exc.message} [{exc.code}]")
             else:
                 log.info(
                     "console.task_created",
@@ -243,6 +245,10 @@ def task_page_context(request, pk: int) -> dict:
 
     runs = list(task.runs.select_related("model__connection").order_by("number"))
     run_numbers = {run.pk: run.number for run in runs}
+    for run in runs:
+        # Recorded by the loop in every checkpoint; older runs did not record it.
+        offered = run.checkpoint.get("tools_offered") if isinstance(run.checkpoint, dict) else None
+        run.without_tools = offered == []
     calls = (
         ToolCall.objects.defer("result")
         .select_related("approval", "review_decision")

@@ -47,3 +47,21 @@ def test_the_demo_shows_the_whole_loop(demo_model, monkeypatch, settings):
     work = Task.objects.get(title__startswith="Summarise last quarter")
     assert work.status == TaskStatus.REVIEW
     assert Artifact.objects.filter(task=work, name="report.md").exists()
+
+
+def test_the_demo_model_passes_its_own_connection_test_tool_probe_included(demo_model, monkeypatch):
+    from django.core.management import call_command
+
+    from agents.models import Model
+    from agents.services import connection_test
+    from tasks.actors import Actor
+    from tests.factories import UserFactory
+
+    monkeypatch.setenv("ACTHELM_DEMO_MODEL_PORT", str(demo_model))
+    call_command("acthelm_demo")
+    actor = Actor.person(UserFactory(username="ops", is_superuser=True))
+    [result] = connection_test(actor=actor, name="demo")
+    assert result["ok"] and result["supports_tools"], result
+    assert "tool calling works" in result["message"]
+    model = Model.objects.get(connection__name="demo")
+    assert (model.test_status, model.supports_tools) == ("passed", True)
