@@ -21,7 +21,8 @@ from tasks.workspace import add_input_file
 
 def _password_file() -> Path:
     """The generated demo password, kept beside the media folder (var/, ignored by git) so that
-    every `make run` can print it beside the console's address."""
+    every `make run` can print it beside the console's address (one set with
+    ACTHELM_DEMO_PASSWORD is the person's own and is not written down)."""
     return Path(settings.ACTHELM_MEDIA_ROOT).parent / "demo-password"
 
 
@@ -66,13 +67,13 @@ class Command(BaseCommand):
         with transaction.atomic():
             user = User.objects.filter(username=username).first()
             if user is None:
-                password = password or secrets.token_urlsafe(9)
+                if not password:  # generated: remembered, to be printed on every run
+                    password = secrets.token_urlsafe(9)
+                    _remember(password)
                 user = User.objects.create_superuser(username, f"{username}@example.com", password)
-                _remember(password)
             elif password:
                 user.set_password(password)
                 user.save(update_fields=["password"])
-                _remember(password)
             else:
                 password = _remembered(user)
             if password:
