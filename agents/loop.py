@@ -33,7 +33,7 @@ from agents.providers import Completion, ProviderError, ToolSpec
 from agents.providers.base import PERMANENT_CODES, CancelEvent
 from agents.recorder import CallState, NewCall, NewTurn, Recorder, Result, Step, load_state
 from agents.services import provider_for
-from agents.states import TOOL_CALL_DONE, ModelTestStatus, RecoveryClass, Role
+from agents.states import TOOL_CALL_DONE, CostTier, ModelTestStatus, RecoveryClass, Role
 from agents.states import ToolCallStatus as TC
 from agents.tools import ToolContext, ToolError, all_tools, get_tool, operation_hash, tool_names
 from agents.tools.artifacts import stamp_fence
@@ -415,7 +415,8 @@ class AgentLoop:
                 retryable=exc.code not in PERMANENT_CODES,
             ) from None
         completion, adjusted = _storable(completion)
-        usage = turn_usage_fields(task.model, completion)
+        free = task.connection.cost_tier == CostTier.ZERO_COST
+        usage = turn_usage_fields(task.model, completion, free=free)
         usage["cost"], cost_adjusted = storable.money(usage["cost"])
         if cost_adjusted:
             adjusted.append("cost")

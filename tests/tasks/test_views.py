@@ -820,9 +820,22 @@ def test_the_task_page_shows_cost_and_the_money_budget(boss):
     task = _costed_task(Decimal("1.5"))
     Task.objects.filter(pk=task.pk).update(limit_cost=Decimal("2"))
     page = boss.get(detail(task)).content.decode()
-    assert "$1.50 / $2.00" in page
+    assert "$1.50 / $2.00 USD" in page
     Task.objects.filter(pk=task.pk).update(limit_cost=None)
-    assert "$1.50 (no budget)" in boss.get(detail(task)).content.decode()
+    assert "$1.50 USD (no budget)" in boss.get(detail(task)).content.decode()
+
+
+def test_the_task_page_shows_each_turns_cost_zero_as_zero_and_a_partial_total(boss):
+    from decimal import Decimal
+
+    task = _costed_task(Decimal("0"), Decimal("0.25"), None)
+    page = boss.get(detail(task)).content.decode()
+    costs = re.findall(r'<span class="turn-cost">([^<]*)</span>', page)
+    assert costs == ["$0.00", "$0.25", "cost unknown"]
+    assert "$0.25 USD (no budget) — partial: 1 model turn of unknown cost" in page
+    free = _costed_task(Decimal("0"))
+    page = boss.get(detail(free)).content.decode()
+    assert "$0.00 USD (no budget)" in page and "partial" not in page
 
 
 def test_retry_after_the_money_budget_raises_it_with_a_decimal(boss):
