@@ -3,6 +3,7 @@
 import logging
 import math
 from dataclasses import asdict, dataclass, field
+from decimal import Decimal
 
 from django.conf import settings
 from django.db import transaction
@@ -284,6 +285,39 @@ def model_update(*, actor: Actor, model_id: int, changes: dict) -> Model:
         extra={"model": str(model), "fields": changed, "actor": actor.label},
     )
     return model
+
+
+PRICE_FIELDS = (
+    "price_input_per_mtok",
+    "price_output_per_mtok",
+    "price_cached_input_per_mtok",
+    "price_cache_write_per_mtok",
+)
+MAX_PRICE = Decimal("999999.9999")  # the columns' 10 digits, 4 after the point
+
+
+def _price(field: str, value) -> Decimal | None:
+    if value is None or (isinstance(value, str) and value.strip().lower() in ("", "none")):
+        return None
+    try:
+        price = Decimal(str(value).strip())
+    except ArithmeticError:
+        raise InvalidInput(f"{field}: a price such as 2.50, not {value!r}", field=field) from None
+    if not price.is_finite() or price < 0 or price > MAX_PRICE:
+        raise InvalidInput(f"{field}: a price from 0 to {MAX_PRICE}", field=field)
+    return price.quantize(Decimal("0.0001"))
+
+
+def model_set_prices(*, actor: Actor, model_id: int, prices: dict) -> Model:
+    """A person sets a model's prices in US dollars per million tokens (empty or "none" clears
+    one; the cached prices fall back to the input price). Recorded as set by that person, so
+    filling from the price table never overwrites them."""
+    unknown = sorted(set(prices) - set(PRICE_FIELDS))
+    if unknown:
+        raise InvalidInput(f"not a price: {', '.join(unknown)}")
+    changes = {field: _price(field, value) for field, value in prices.items()}
+    changes["prices_source"] = f"set by {actor.label}"[:100]
+    return model_update(actor=actor, model_id=model_id, changes=changes)
 
 
 def provider_for(conn: Connection):
