@@ -197,8 +197,6 @@ def task_create(
     tool_policies = dict(tool_policies or {})
     _validate_tools(tools, tool_policies)
     tool_policies = _with_default_policies(tools, tool_policies)
-    if check_model:
-        connection, model = model_for_new_task(connection=connection, model=model, tools=tools)
     if model is not None and connection is None:
         connection = model.connection
     if model is not None and model.connection_id != connection.pk:
@@ -207,6 +205,8 @@ def task_create(
         )
     domains = sorted({d.strip().lower().rstrip(".") for d in (allowed_domains or []) if d.strip()})
     fields = default_limits() | validate_limits(limits or {})
+    if check_model:  # after the input's own checks: a bad field is named first
+        connection, model = model_for_new_task(connection=connection, model=model, tools=tools)
     with transaction.atomic():
         deps = list(Task.objects.select_for_update().filter(pk__in=[d.pk for d in depends_on]))
         if len(deps) != len({d.pk for d in depends_on}):
