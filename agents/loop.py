@@ -184,6 +184,7 @@ class AgentLoop:
             self.history.add_turn(role, content, calls)
             self.last = (role, content, calls)
         self.approvals, self.run_again = saved.approvals, saved.run_again
+        self.offered: list[str] | None = None  # set by _validate
         self.memory_from_run = saved.memory_from_run
         # Usage of the earlier runs, read once; this run's own is counted here as it goes.
         self.base, self.mine = saved.usage, Usage()
@@ -328,9 +329,11 @@ class AgentLoop:
                 for c in self.open_operations()
             ],
             "turn_calls": [c.pk for c in last_calls],
-            # The tools this run offered the model (empty: a run without tools, said on the page).
-            "tools_offered": list(self.offered),
-        }
+        } | (
+            # The tools this run offered the model (empty: a run without tools, said on the
+            # page); absent when the run stopped before it offered any (validation failed).
+            {"tools_offered": list(self.offered)} if self.offered is not None else {}
+        )
 
     # -- the loop ---------------------------------------------------------------------------------
 

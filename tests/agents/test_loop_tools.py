@@ -224,6 +224,8 @@ def test_a_task_with_tools_is_not_run_on_a_model_recorded_as_not_tool_capable(lo
     task.refresh_from_db()
     assert (task.status, task.failure_code) == (TaskStatus.FAILED, "model_not_tool_capable")
     assert task.failed_attempts <= 1 and not requests  # failed at once, the model never asked
+    run = task.runs.get()
+    assert run.error_code == "model_not_tool_capable" and "tools_offered" not in run.checkpoint
 
 
 def test_a_run_records_the_tools_it_offered_and_a_run_without_tools_says_so(loop_settings):
