@@ -48,15 +48,13 @@ migrate: $(STAMP)
 	$(PY) manage.py migrate --noinput
 
 demo: migrate
-	ACTHELM_DEMO_MODEL_PORT=$(DEMO_MODEL_PORT) $(PY) manage.py acthelm_demo
+	ACTHELM_DEMO_MODEL_PORT=$(DEMO_MODEL_PORT) $(PY) manage.py acthelm_demo \
+		--console-url http://$(HOST):$(PORT)/
 
-# The console on $(HOST):$(PORT), one worker and the scripted demo model; Ctrl-C stops them.
+# The console on $(HOST):$(PORT), one worker and the scripted demo model; one Ctrl-C stops
+# them: bin/run-demo sends each one SIGTERM once and waits for all three.
 run: demo
-	@echo "Console: http://$(HOST):$(PORT)/  (admin: http://$(HOST):$(PORT)/admin/)"
-	@trap 'kill 0' INT TERM EXIT; \
-	$(PY) -m acthelm_site.demo_model --port $(DEMO_MODEL_PORT) & \
-	ACTHELM_RECONCILE_INTERVAL_SECONDS=10 $(PY) manage.py acthelm_worker --worker-id demo-worker & \
-	$(PY) manage.py runserver --noreload $(HOST):$(PORT)
+	@$(PY) bin/run-demo --host $(HOST) --port $(PORT) --demo-model-port $(DEMO_MODEL_PORT)
 
 worker: migrate
 	$(PY) manage.py acthelm_worker

@@ -76,6 +76,9 @@ def next_turn(body: dict) -> dict:
     tools = {t["function"]["name"] for t in body.get("tools") or [] if "function" in t}
     task = _task_text(messages)
     first_line = task.splitlines()[0] if task else "the task"
+    if "ping" in tools and not _called(messages, "ping"):
+        # The connection test's tool-calling probe (acthelm_connection test demo).
+        return {"content": "", "tool_calls": [_call("ping", {})]}
     if "update_plan" in tools and not _called(messages, "update_plan"):
         steps = ["Understand the task", "Do the work with the tools at hand", "Report back"]
         if "propose_task" in tools:

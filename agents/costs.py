@@ -3,7 +3,8 @@
 ``turn_cost(model, usage)`` is pure: the provider's reported cost when it gives one
 (OpenRouter's ``usage.cost``), else the tokens at the model's prices per million, with cache
 reads and cache writes at their own prices (an empty cached price falls back to the input
-price). None when neither is known: an unknown cost is not zero.
+price). None when neither is known: an unknown cost is not zero — except on a zero-cost
+connection (a local model, a free tier), whose unpriced turns cost nothing: $0.
 
 ``model_fill_prices`` fills empty prices from the ``genai-prices`` table; a price a person
 entered is never overwritten.
@@ -46,16 +47,17 @@ class TokenUsage(Protocol):
     reported_cost: Decimal | None
 
 
-def turn_cost(model: Model | None, usage: TokenUsage) -> Decimal | None:
-    """The cost of one model turn in US dollars, or None when it cannot be known."""
+def turn_cost(model: Model | None, usage: TokenUsage, *, free: bool = False) -> Decimal | None:
+    """The cost of one model turn in US dollars, or None when it cannot be known. `free`: the
+    turn ran on a zero-cost connection, so a turn without a reported cost or prices cost $0."""
     reported = getattr(usage, "reported_cost", None)
     if reported is not None:
         return Decimal(reported).quantize(COST_PLACES)
     if model is None:
-        return None
+        return Decimal(0).quantize(COST_PLACES) if free else None
     price_in, price_out = model.price_input_per_mtok, model.price_output_per_mtok
     if price_in is None or price_out is None:
-        return None
+        return Decimal(0).quantize(COST_PLACES) if free else None
     cached = max(0, getattr(usage, "cached_input_tokens", 0) or 0)
     written = max(0, getattr(usage, "cache_write_tokens", 0) or 0)
     plain = max(0, usage.input_tokens - cached - written)
@@ -70,15 +72,18 @@ def turn_cost(model: Model | None, usage: TokenUsage) -> Decimal | None:
     return total.quantize(COST_PLACES)
 
 
-def turn_usage_fields(model: Model | None, usage: TokenUsage) -> dict[str, Any]:
+def turn_usage_fields(
+    model: Model | None, usage: TokenUsage, *, free: bool = False
+) -> dict[str, Any]:
     """The ``Turn`` fields of a model turn's usage and cost: ``Turn(..., **turn_usage_fields(
-    task.model, completion))`` in the transaction that stores the turn."""
+    task.model, completion))`` in the transaction that stores the turn (`free`: on a zero-cost
+    connection)."""
     return {
         "input_tokens": usage.input_tokens,
         "cached_input_tokens": getattr(usage, "cached_input_tokens", 0) or 0,
         "cache_write_tokens": getattr(usage, "cache_write_tokens", 0) or 0,
         "output_tokens": usage.output_tokens,
-        "cost": turn_cost(model, usage),
+        "cost": turn_cost(model, usage, free=free),
     }
 
 

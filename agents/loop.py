@@ -34,7 +34,7 @@ from agents.providers import Completion, ProviderError, ToolSpec
 from agents.providers.base import PERMANENT_CODES, CancelEvent
 from agents.recorder import CallState, NewCall, NewTurn, Recorder, Result, Step, load_state
 from agents.services import provider_for
-from agents.states import TOOL_CALL_DONE, ModelTestStatus, RecoveryClass, Role
+from agents.states import TOOL_CALL_DONE, CostTier, ModelTestStatus, RecoveryClass, Role
 from agents.states import ToolCallStatus as TC
 from agents.tools import ToolContext, ToolError, all_tools, get_tool, operation_hash, tool_names
 from agents.tools.artifacts import stamp_fence
@@ -192,6 +192,7 @@ class AgentLoop:
             self.history.add_turn(role, content, calls)
             self.last = (role, content, calls)
         self.approvals, self.run_again = saved.approvals, saved.run_again
+        self.offered: list[str] | None = None  # set by _validate
         self.memory_from_run = saved.memory_from_run
         # Usage of the earlier runs, read once; this run's own is counted here as it goes.
         self.base, self.mine = saved.usage, Usage()
@@ -225,7 +226,17 @@ class AgentLoop:
                 health=True,
             )
         self.provider = provider_for(task.connection)
-        use_tools = bool(task.tools) and task.model.supports_tools and self.provider.supports_tools
+        capable = task.model.supports_tools and self.provider.supports_tools
+        if [t for t in task.tools if t] and not capable:
+            # Never a silent run without the tools the task was given.
+            raise _fail(
+                "model_not_tool_capable",
+                f"the task has tools but model {task.model} is recorded as not tool-capable: "
+                "resume or retry it on another model, or a person overrides the record "
+                "(acthelm_connection test --override-tools)",
+                retryable=False,
+            )
+        use_tools = bool(task.tools) and capable
         known = set(tool_names())
         self.offered = [name for name in task.tools if name in known] if use_tools else []
         # Resolved once: an MCP tool (SERVER__TOOL) is read from its server's recorded list.
@@ -344,7 +355,11 @@ class AgentLoop:
                 for c in self.open_operations()
             ],
             "turn_calls": [c.pk for c in last_calls],
-        }
+        } | (
+            # The tools this run offered the model (empty: a run without tools, said on the
+            # page); absent when the run stopped before it offered any (validation failed).
+            {"tools_offered": list(self.offered)} if self.offered is not None else {}
+        )
 
     # -- the loop ---------------------------------------------------------------------------------
 
@@ -429,7 +444,8 @@ class AgentLoop:
                 retryable=exc.code not in PERMANENT_CODES,
             ) from None
         completion, adjusted = _storable(completion)
-        usage = turn_usage_fields(task.model, completion)
+        free = task.connection.cost_tier == CostTier.ZERO_COST
+        usage = turn_usage_fields(task.model, completion, free=free)
         usage["cost"], cost_adjusted = storable.money(usage["cost"])
         if cost_adjusted:
             adjusted.append("cost")

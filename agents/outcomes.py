@@ -71,7 +71,9 @@ class Outcome:
 
 
 # Failures that retrying cannot fix: the task fails at once.
-FINAL_CODES = frozenset({"connection_missing", "connection_disabled", "model_untested"})
+FINAL_CODES = frozenset(
+    {"connection_missing", "connection_disabled", "model_untested", "model_not_tool_capable"}
+)
 # Run endings that are not failed attempts.
 NOT_ATTEMPTS = frozenset(
     {

@@ -20,7 +20,7 @@ from django.db import transaction
 from django.db.models import Exists, OuterRef
 
 from agents.models import Model
-from agents.states import CostTier, ModelTestStatus
+from agents.services import best_zero_cost_model, usable_models
 from agents.task_services import task_create
 from tasks.actors import Actor
 from tasks.models import Goal, Task, TaskDependency
@@ -147,12 +147,6 @@ def idle_goal_ids() -> list[int]:
     )
 
 
-def _usable_models():
-    return Model.objects.filter(
-        test_status=ModelTestStatus.PASSED, supports_tools=True, connection__enabled=True
-    ).select_related("connection")
-
-
 def choose_model(goal: Goal) -> Model | None:
     """The model of the goal's most recent task that has a usable one (tested, tool-calling, on
     an enabled connection); else the highest-priority zero-cost connection's tested model."""
@@ -163,15 +157,10 @@ def choose_model(goal: Goal) -> Model | None:
         .first()
     )
     if recent is not None:
-        model = _usable_models().filter(pk=recent).first()
+        model = usable_models().filter(pk=recent).first()
         if model is not None:
             return model
-    return (
-        _usable_models()
-        .filter(connection__cost_tier=CostTier.ZERO_COST)
-        .order_by("-connection__priority", "connection__name", "id")
-        .first()
-    )
+    return best_zero_cost_model()
 
 
 def _settled_last_round(goal: Goal) -> str | None:

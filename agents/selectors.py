@@ -1,10 +1,84 @@
 """Reads for the console, the CLI and the API that reach past the ledger into runs and turns."""
 
+import mimetypes
+from dataclasses import dataclass
+from pathlib import Path
+
 from django.db.models import DecimalField, OuterRef, Subquery, Sum
 
 from agents.limits import task_usage
-from agents.models import Turn
+from agents.models import Artifact, Turn
+from tasks.exceptions import InvalidInput
 from tasks.selectors import event_as_dict, task_as_dict
+from tasks.workspace import artifacts_dir, list_input_files, safe_file_name, workspace_dir
+
+# Types a browser could run as a page: a task's file is served as plain text instead.
+ACTIVE_TYPES = ("html", "xml", "javascript", "ecmascript", "svg")
+
+
+@dataclass(frozen=True)
+class TaskFile:
+    """One of a task's files on disk, found by name inside its own folder (never through a
+    symlink), with a content type that is safe to serve."""
+
+    name: str
+    path: Path
+    content_type: str
+    kind: str  # "artifact" | "input"
+
+
+def _safe_type(content_type: str) -> str:
+    content_type = (content_type or "").split(";")[0].strip().lower() or "text/plain"
+    if any(word in content_type for word in ACTIVE_TYPES):
+        content_type = "text/plain"
+    if content_type.startswith("text/"):
+        content_type += "; charset=utf-8"
+    return content_type
+
+
+def _inside(folder: Path, name: str) -> Path | None:
+    folder = folder.resolve()
+    path = folder / name
+    if path.is_symlink() or not path.is_file() or path.resolve().parent != folder:
+        return None
+    return path
+
+
+def task_file(task_id: int, name: str, *, kind: str) -> TaskFile | None:
+    """The task's artifact (kind "artifact") or input file (kind "input") called `name`, or None
+    when it has none by that name (or its file is gone)."""
+    try:
+        name = safe_file_name(name)
+    except InvalidInput:
+        return None
+    if kind == "artifact":
+        artifact = Artifact.objects.filter(task_id=task_id, name=name).first()
+        if artifact is None:
+            return None
+        path = _inside(artifacts_dir(task_id, create=False), name)
+        content_type = artifact.content_type
+    else:
+        path = _inside(workspace_dir(task_id, create=False), name)
+        content_type = mimetypes.guess_type(name)[0] or "application/octet-stream"
+    if path is None:
+        return None
+    return TaskFile(name=name, path=path, content_type=_safe_type(content_type), kind=kind)
+
+
+def task_result(task) -> dict:
+    """What a task produced: the newest answer and verdict, its artifacts and input files."""
+    answer_run = task.runs.exclude(answer="").order_by("-number").first()
+    verdict_run = task.runs.exclude(verdict="").order_by("-number").first()
+    return {
+        "answer": answer_run.answer if answer_run else None,
+        "verdict": verdict_run.verdict if verdict_run else None,
+        "verdict_reason": verdict_run.verdict_reason or None if verdict_run else None,
+        "artifacts": [
+            {"name": a.name, "size": a.size, "content_type": a.content_type, "sha256": a.sha256}
+            for a in task.artifacts.order_by("name")
+        ],
+        "input_files": list_input_files(task.pk),
+    }
 
 
 def task_cost_subquery() -> Subquery:

@@ -3,6 +3,7 @@
 import logging
 import math
 from dataclasses import asdict, dataclass, field
+from decimal import Decimal
 
 from django.conf import settings
 from django.db import transaction
@@ -82,6 +83,24 @@ def model_check_for_task(*, task, model: Model) -> ModelCheck:
         )
     check.ok = not check.problems
     return check
+
+
+def usable_models():
+    """Models a task with tools can run on: passed their test, tool-capable, on an enabled
+    connection (the rule the reconciler and a person's new task without a model share)."""
+    return Model.objects.filter(
+        test_status=ModelTestStatus.PASSED, supports_tools=True, connection__enabled=True
+    ).select_related("connection")
+
+
+def best_zero_cost_model() -> Model | None:
+    """The highest-priority zero-cost connection's tested, tool-capable model, or None."""
+    return (
+        usable_models()
+        .filter(connection__cost_tier=CostTier.ZERO_COST)
+        .order_by("-connection__priority", "connection__name", "id")
+        .first()
+    )
 
 
 MAX_CONTEXT_WINDOW = INT32_MAX
@@ -266,6 +285,39 @@ def model_update(*, actor: Actor, model_id: int, changes: dict) -> Model:
         extra={"model": str(model), "fields": changed, "actor": actor.label},
     )
     return model
+
+
+PRICE_FIELDS = (
+    "price_input_per_mtok",
+    "price_output_per_mtok",
+    "price_cached_input_per_mtok",
+    "price_cache_write_per_mtok",
+)
+MAX_PRICE = Decimal("999999.9999")  # the columns' 10 digits, 4 after the point
+
+
+def _price(field: str, value) -> Decimal | None:
+    if value is None or (isinstance(value, str) and value.strip().lower() in ("", "none")):
+        return None
+    try:
+        price = Decimal(str(value).strip())
+    except ArithmeticError:
+        raise InvalidInput(f"{field}: a price such as 2.50, not {value!r}", field=field) from None
+    if not price.is_finite() or price < 0 or price > MAX_PRICE:
+        raise InvalidInput(f"{field}: a price from 0 to {MAX_PRICE}", field=field)
+    return price.quantize(Decimal("0.0001"))
+
+
+def model_set_prices(*, actor: Actor, model_id: int, prices: dict) -> Model:
+    """A person sets a model's prices in US dollars per million tokens (empty or "none" clears
+    one; the cached prices fall back to the input price). Recorded as set by that person, so
+    filling from the price table never overwrites them."""
+    unknown = sorted(set(prices) - set(PRICE_FIELDS))
+    if unknown:
+        raise InvalidInput(f"not a price: {', '.join(unknown)}")
+    changes = {field: _price(field, value) for field, value in prices.items()}
+    changes["prices_source"] = f"set by {actor.label}"[:100]
+    return model_update(actor=actor, model_id=model_id, changes=changes)
 
 
 def provider_for(conn: Connection):

@@ -18,8 +18,8 @@ from django.utils import timezone
 from agents.acceptance import validate_checks
 from agents.limits import exhausted_limits, remaining, task_usage
 from agents.models import ToolCall
-from agents.services import model_check_for_task
-from agents.states import RunStatus, ToolCallStatus
+from agents.services import best_zero_cost_model, model_check_for_task, usable_models
+from agents.states import ModelTestStatus, RunStatus, ToolCallStatus
 from agents.tools import find_tool, tool_names
 from agents.transitions import end_started_runs, set_call_status
 from approvals.services import settle_for_cancelled_task
@@ -101,6 +101,62 @@ def _with_default_policies(tools: list[str], policies: dict[str, str]) -> dict[s
     return out
 
 
+NO_USABLE_MODEL = "no_usable_model"
+MODEL_NOT_TOOL_CAPABLE = "model_not_tool_capable"
+
+
+def model_for_new_task(*, connection=None, model=None, tools: list[str]) -> tuple:
+    """What a person's new task runs on, checked now so that it does not fail a second later:
+    the model they chose, else the chosen connection's first tested, tool-capable model, else
+    the best tested, tool-capable, zero-cost model (the reconciler's rule). Refused with a
+    field error (``model``) when there is none or the chosen one could not run the task."""
+    if model is None:
+        if connection is not None:
+            model = usable_models().filter(connection=connection).order_by("name", "id").first()
+            if model is None:
+                raise InvalidInput(
+                    f"connection {connection} has no tested, tool-capable model: choose a model "
+                    f"or test one (acthelm_connection test {connection})",
+                    field="model",
+                    code=NO_USABLE_MODEL,
+                )
+        else:
+            model = best_zero_cost_model()
+            if model is None:
+                raise InvalidInput(
+                    "no tested, tool-capable, zero-cost model to run the task on: choose a "
+                    "connection and model, or add and test one (acthelm_connection add, "
+                    "acthelm_connection test)",
+                    field="model",
+                    code=NO_USABLE_MODEL,
+                )
+        return model.connection, model
+    if connection is not None and model.connection_id != connection.pk:
+        raise InvalidInput(
+            f"model {model} does not belong to connection {connection}", field="model"
+        )
+    if model.test_status != ModelTestStatus.PASSED:
+        raise InvalidInput(
+            f"model {model} has not passed its test ({model.test_status}): "
+            f"acthelm_connection test {model.connection}",
+            field="model",
+            code="model_untested",
+        )
+    if not model.connection.enabled:
+        raise InvalidInput(
+            f"connection {model.connection} is disabled", field="model", code="connection_disabled"
+        )
+    if [t for t in tools if t] and not model.supports_tools:
+        raise InvalidInput(
+            f"model {model} is recorded as not tool-capable and the task has tools: choose "
+            "another model, give the task no tools, or override the record "
+            "(acthelm_connection test --override-tools)",
+            field="model",
+            code=MODEL_NOT_TOOL_CAPABLE,
+        )
+    return model.connection, model
+
+
 def task_create(
     *,
     actor: Actor,
@@ -121,13 +177,16 @@ def task_create(
     limits: dict | None = None,
     evaluation: bool = False,
     acceptance_checks: list | None = None,
+    check_model: bool = False,
 ) -> Task:
     """Create a task, `ready` or `blocked` by its dependencies, with limits from the defaults.
 
     `evaluation`: a case of the graded suite (agents.eval), hidden from the review queue, the
     inbox and the scorecard's real-work figures. `acceptance_checks`: ``KIND=VALUE`` texts or
     ``{"kind", "value"}`` objects (agents.acceptance), refused with `acceptance_check_invalid`
-    (field `acceptance_checks`) when a kind is unknown or a pattern cannot be run."""
+    (field `acceptance_checks`) when a kind is unknown or a pattern cannot be run.
+    `check_model` (a person's new task from the console, the CLI or the API): without a model,
+    the default one (`model_for_new_task`); a model the task could not run on is refused now."""
     title, instruction = (title or "").strip(), (instruction or "").strip()
     if not title:
         raise InvalidInput("a task needs a title", field="title")
@@ -151,6 +210,8 @@ def task_create(
     domains = sorted({d.strip().lower().rstrip(".") for d in (allowed_domains or []) if d.strip()})
     fields = default_limits() | validate_limits(limits or {})
     checks = validate_checks(acceptance_checks, tools=tools)
+    if check_model:  # after the input's own checks: a bad field is named first
+        connection, model = model_for_new_task(connection=connection, model=model, tools=tools)
     with transaction.atomic():
         deps = list(Task.objects.select_for_update().filter(pk__in=[d.pk for d in depends_on]))
         if len(deps) != len({d.pk for d in depends_on}):

@@ -15,7 +15,7 @@ from django.core.exceptions import PermissionDenied
 from django.shortcuts import get_object_or_404, redirect, render
 from django.urls import reverse
 from django.utils import timezone
-from django.views.decorators.http import require_GET, require_POST
+from django.views.decorators.http import require_GET, require_http_methods, require_POST
 
 from acthelm_site.console.shared import (
     MANAGE_CONNECTIONS_PERM,
@@ -24,7 +24,7 @@ from acthelm_site.console.shared import (
 )
 from agents import services
 from agents.connection_rules import MAX_TIMEOUT_SECONDS
-from agents.models import Connection
+from agents.models import Connection, Model
 from agents.states import ConnectionKind, CostTier
 from tasks.actors import Actor
 from tasks.exceptions import ActhelmError, InvalidInput, NotPermitted
@@ -198,3 +198,58 @@ def connection_test(request, pk: int):
         extra={"connection": conn.name, "passed": sum(1 for r in results if r["ok"])},
     )
     return redirect(reverse("agents:connections") + f"#conn-{conn.pk}")
+
+
+# --- Model prices ---------------------------------------------------------------------------
+
+
+def _price_rows():
+    models = Model.objects.select_related("connection").order_by("connection__name", "name")
+    return [
+        {
+            "model": m,
+            "prices": [
+                (field, label, getattr(m, field))
+                for field, label in zip(
+                    services.PRICE_FIELDS,
+                    ("input", "output", "cached input", "cache write"),
+                    strict=True,
+                )
+            ],
+        }
+        for m in models
+    ]
+
+
+@require_http_methods(["GET", "POST"])
+@login_required
+def model_prices(request):
+    """Each model's prices in US dollars per million tokens; a person with the permission sets
+    them (agents.services.model_set_prices)."""
+    if not any(request.user.has_perm(perm) for perm in VIEW_CONNECTIONS_PERMS):
+        raise PermissionDenied
+    error, status = None, 200
+    if request.method == "POST":
+        if not request.user.has_perm(MANAGE_CONNECTIONS_PERM):
+            raise PermissionDenied
+        model_id = request.POST.get("model", "")
+        try:
+            model = services.model_set_prices(
+                actor=Actor.person(request.user),
+                model_id=int(model_id) if model_id.isdigit() else 0,
+                prices={f: request.POST.get(f, "") for f in services.PRICE_FIELDS},
+            )
+        except NotPermitted:
+            raise PermissionDenied from None
+        except ActhelmError as exc:
+            error, status = exc, exc.http_status
+        else:
+            log.info("console.model_prices_set", extra={"model": str(model)})
+            messages.success(request, f"Prices of {model} saved (USD per million tokens).")
+            return redirect(reverse("agents:model_prices") + f"#model-{model.pk}")
+    context = {
+        "rows": _price_rows(),
+        "can_manage": request.user.has_perm(MANAGE_CONNECTIONS_PERM),
+        "error": error,
+    }
+    return render(request, "console/model_prices.html", context, status=status)

@@ -35,6 +35,9 @@ def emit(command, data, *, as_json: bool, text: str = "") -> None:
 def fail(command, exc: ActhelmError, *, as_json: bool):
     if as_json:
         command.stdout.write(
-            json.dumps({"ok": False, "error": exc.code, "message": str(exc)}, indent=2)
+            json.dumps(
+                {"ok": False, "error": exc.code, "message": str(exc), "field": exc.field},
+                indent=2,
+            )
         )
     raise CommandError(f"{exc} [{exc.code}]")

@@ -70,7 +70,12 @@ class TaskCreateForm(forms.Form):
     connection = forms.ModelChoiceField(
         queryset=Connection.objects.none(), required=False, empty_label="default"
     )
-    model = ModelChoice(queryset=Model.objects.none(), required=False, empty_label="default")
+    model = ModelChoice(
+        queryset=Model.objects.none(),
+        required=False,
+        empty_label="default",
+        help_text="Default: the best tested, tool-capable, zero-cost model.",
+    )
     tags = forms.CharField(required=False, help_text="Comma-separated.")
     files = MultipleFileField(required=False, help_text="Copied into the task's workspace.")
     acceptance_checks = forms.CharField(

@@ -166,6 +166,7 @@ class TaskDependency(models.Model):
     depends_on = models.ForeignKey(Task, on_delete=models.CASCADE, related_name="dependant_links")
 
     class Meta:
+        verbose_name_plural = "task dependencies"
         constraints = [
             models.UniqueConstraint(fields=["task", "depends_on"], name="task_dependency_unique"),
             models.CheckConstraint(

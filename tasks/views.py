@@ -9,7 +9,17 @@ from decimal import Decimal
 
 from django.contrib import messages
 from django.core.exceptions import PermissionDenied
-from django.db.models import BooleanField, Case, F, Prefetch, Value, When
+from django.db.models import (
+    BooleanField,
+    Case,
+    Count,
+    F,
+    OuterRef,
+    Prefetch,
+    Subquery,
+    Value,
+    When,
+)
 from django.db.models.functions import Length
 from django.http import FileResponse, Http404, HttpResponse
 from django.shortcuts import get_object_or_404, redirect, render
@@ -38,9 +48,10 @@ from acthelm_site.console.timeline import event_details
 from agents import task_services
 from agents.acceptance import check_text
 from agents.limits import task_usage
-from agents.models import Artifact, Model, ToolCall
+from agents.models import Artifact, Model, ToolCall, Turn
 from agents.selectors import task_cost_subquery
 from agents.services import model_check_for_task
+from agents.states import Role
 from agents.tools import all_tools
 from approvals.states import ApprovalStatus, ReviewChoice
 from memory.models import MemorySelection
@@ -142,11 +153,12 @@ def task_create(request):
                 task = task_services.task_create_with_files(
                     actor=Actor.person(request.user),
                     files=[(upload.name, upload) for upload in form.cleaned_data["files"]],
+                    check_model=True,
                     **form.service_kwargs(),
                 )
             except ActhelmError as exc:
-                where = exc.field if exc.field in form.fields else None
-                form.add_error(where, f"{exc.message} [{exc.code}]")
+                field = exc.field if exc.field in form.fields else None
+                form.add_error(field, f"{exc.message} [{exc.code}]")
             else:
                 log.info(
                     "console.task_created",
@@ -205,18 +217,25 @@ def money(value) -> str:
     return f"${value:,.2f}"
 
 
-def _limit_rows(task: Task, usage) -> list[dict]:
-    """Used vs granted for the limits counted across runs; the per-item limits as granted."""
+def _limit_rows(task: Task, usage, *, unknown_cost_turns: int = 0) -> list[dict]:
+    """Used vs granted for the limits counted across runs; the per-item limits as granted.
+    Money is in US dollars; a spend over known costs only (`unknown_cost_turns` model turns had
+    no price) is marked partial."""
     rows = []
     for limit in CUMULATIVE:
         granted = getattr(task, limit.field)
         used = getattr(usage, limit.counter)
         show = money if limit.money else _number
+        currency = " USD" if limit.money else ""
         if granted is None:  # no money budget: show what was spent
-            text, percent = f"{show(used)} (no budget)", 0
+            text, percent = f"{show(used)}{currency} (no budget)", 0
         else:
-            text = f"{show(used)} / {show(granted)}"
+            text = f"{show(used)} / {show(granted)}{currency}"
             percent = min(100, round(100 * used / granted)) if granted else 100
+        if limit.money:
+            if unknown_cost_turns:
+                turns = "turn" if unknown_cost_turns == 1 else "turns"
+                text += f" — partial: {unknown_cost_turns} model {turns} of unknown cost"
         rows.append(
             {
                 "field": limit.field,
@@ -243,8 +262,17 @@ def _limit_rows(task: Task, usage) -> list[dict]:
 
 def task_page_context(request, pk: int) -> dict:
     """Everything the task page shows, in a fixed number of queries."""
+    unknown_cost = (
+        Turn.objects.filter(task=OuterRef("pk"), role=Role.ASSISTANT, cost__isnull=True)
+        .order_by()
+        .values("task")
+        .annotate(n=Count("id"))
+        .values("n")
+    )
     task = get_object_or_404(
-        Task.objects.select_related("goal", "connection", "model__connection", "conversation"),
+        Task.objects.select_related(
+            "goal", "connection", "model__connection", "conversation"
+        ).annotate(unknown_cost_turns=Subquery(unknown_cost)),
         pk=pk,
     )
     actions = [
@@ -255,6 +283,10 @@ def task_page_context(request, pk: int) -> dict:
 
     runs = list(task.runs.select_related("model__connection").order_by("number"))
     run_numbers = {run.pk: run.number for run in runs}
+    for run in runs:
+        # Recorded by the loop in every checkpoint; older runs did not record it.
+        offered = run.checkpoint.get("tools_offered") if isinstance(run.checkpoint, dict) else None
+        run.without_tools = offered == []
     calls = (
         ToolCall.objects.defer("result")
         .select_related("approval__decided_by", "review_decision__decided_by")
@@ -282,6 +314,7 @@ def task_page_context(request, pk: int) -> dict:
     approvals, reviews = [], []
     for turn in turns:
         turn.run_number = run_numbers.get(turn.run_id)
+        turn.cost_text = money(turn.cost) if turn.cost is not None else ""
         for call in turn.tool_calls.all():
             call.arguments_pretty = (
                 pretty_json(call.arguments) if call.arguments is not None else call.arguments_raw
@@ -343,7 +376,7 @@ def task_page_context(request, pk: int) -> dict:
         "more_events": older_events is not None,
         "older_events": older_events,
         "notifications": task_notifications(task.pk),
-        "limits": _limit_rows(task, usage),
+        "limits": _limit_rows(task, usage, unknown_cost_turns=task.unknown_cost_turns or 0),
         "usage": usage,
         "plan": plan,
         "plan_steps": plan_steps,

@@ -13,7 +13,7 @@ from typing import Literal
 
 from django.contrib.admin.views.decorators import staff_member_required
 from django.core.exceptions import RequestDataTooBig
-from django.http import Http404
+from django.http import FileResponse, Http404
 from django.utils import timezone
 from ninja import File, Form, NinjaAPI, Query, Status
 from ninja.errors import AuthenticationError, HttpError, ValidationError
@@ -38,6 +38,7 @@ from agents import services as agent_services
 from agents import task_services
 from agents.models import Connection, ToolCall
 from agents.scorecard import model_scorecard, scorecard_window
+from agents.selectors import task_file
 from agents.services import model_check_for_task
 from agents.views import display_url
 from approvals.models import Approval, ReviewDecision
@@ -218,6 +219,41 @@ def _model(model_id: int | None, field: str = "model_id"):
     return model
 
 
+def _connection_and_model(payload: s.TaskCreateIn) -> tuple:
+    """A new task's connection and model, by id or by name (a model as NAME or CONNECTION/NAME);
+    None when not given (the service chooses the default model)."""
+    if payload.connection_id is not None and payload.connection:
+        raise InvalidInput("give connection or connection_id, not both", field="connection")
+    if payload.model_id is not None and payload.model:
+        raise InvalidInput("give model or model_id, not both", field="model")
+    connection = None
+    if payload.connection_id is not None:
+        connection = Connection.objects.filter(pk=payload.connection_id).first()
+        if connection is None:
+            raise InvalidInput(
+                f"connection {payload.connection_id} does not exist", field="connection_id"
+            )
+    elif payload.connection:
+        connection = Connection.objects.filter(name=payload.connection).first()
+        if connection is None:
+            raise InvalidInput(
+                f"connection {payload.connection!r} does not exist", field="connection"
+            )
+    if not payload.model:
+        return connection, _model(payload.model_id)
+    models = model_queryset().filter(name=payload.model)
+    if connection is None and not models.exists() and "/" in payload.model:
+        conn_name, _, name = payload.model.partition("/")
+        models = model_queryset().filter(connection__name=conn_name, name=name)
+    if connection is not None:
+        models = models.filter(connection=connection)
+    found = list(models[:2])
+    if len(found) != 1:
+        problem = "is ambiguous: name the connection" if found else "does not exist"
+        raise InvalidInput(f"model {payload.model!r} {problem}", field="model")
+    return connection, found[0]
+
+
 def _done(request, task_id: int, action: str) -> dict:
     log.info(
         "api.action",
@@ -283,13 +319,7 @@ def create_task(
         goal = Goal.objects.filter(pk=payload.goal_id).first()
         if goal is None:
             raise InvalidInput(f"goal {payload.goal_id} does not exist", field="goal_id")
-    connection = None
-    if payload.connection_id is not None:
-        connection = Connection.objects.filter(pk=payload.connection_id).first()
-        if connection is None:
-            raise InvalidInput(
-                f"connection {payload.connection_id} does not exist", field="connection_id"
-            )
+    connection, model = _connection_and_model(payload)
     deps = list(Task.objects.filter(pk__in=payload.depends_on))
     if len(deps) != len(set(payload.depends_on)):
         raise InvalidInput("a task in depends_on does not exist", field="depends_on")
@@ -320,11 +350,12 @@ def create_task(
         tool_policies={tool: "ask" for tool in payload.ask_tools if tool.strip()},
         allowed_domains=payload.allowed_domains,
         connection=connection,
-        model=_model(payload.model_id),
+        model=model,
         depends_on=deps,
         tags=[t.strip() for t in payload.tags if t.strip()],
         limits=limits,
         acceptance_checks=[c for c in payload.expect if c.strip()],
+        check_model=True,
     )
     log.info("api.task_created", extra={"task_id": task.pk, "actor": actor.label})
     return Status(201, task_as_dict(_task_or_404(task.pk)))
@@ -362,6 +393,37 @@ def tool_call_result(request, task_id: int, call_id: int):
     for text in result:
         return text
     raise NotFound(f"task {task_id} has no tool call {call_id}")
+
+
+def _file_response(task_id: int, name: str, kind: str) -> FileResponse:
+    found = task_file(task_id, name, kind=kind)
+    if found is None:
+        _task_or_404(task_id)
+        what = "artifact" if kind == "artifact" else "input file"
+        raise NotFound(f"task {task_id} has no {what} {name!r}")
+    response = FileResponse(
+        found.path.open("rb"),
+        as_attachment=True,
+        filename=found.name,
+        content_type=found.content_type,
+    )
+    response["X-Content-Type-Options"] = "nosniff"
+    response["Content-Security-Policy"] = "sandbox; default-src 'none'"
+    return response
+
+
+@api.get("/tasks/{task_id}/artifacts/{name}", response={200: None, **ERRORS}, tags=["tasks"])
+def download_artifact(request, task_id: int, name: str):
+    """An artifact's file, as an attachment (the names are in GET /tasks/{id} `artifacts`)."""
+    _require(request, VIEW_PERM)
+    return _file_response(task_id, name, "artifact")
+
+
+@api.get("/tasks/{task_id}/files/{name}", response={200: None, **ERRORS}, tags=["tasks"])
+def download_input_file(request, task_id: int, name: str):
+    """An input file of the task's workspace, as an attachment (GET /tasks/{id} `input_files`)."""
+    _require(request, VIEW_PERM)
+    return _file_response(task_id, name, "input")
 
 
 @api.post("/tasks/{task_id}/pause", response={200: s.TaskOut, **ERRORS}, tags=["actions"])

@@ -103,6 +103,12 @@ class TaskCreateIn(TaskLimitsIn):
     allowed_domains: list[str] = []
     connection_id: int | None = None
     model_id: int | None = None
+    connection: str | None = Field(None, description="A connection's name (or connection_id)")
+    model: str | None = Field(
+        None,
+        description="A model's name, or CONNECTION/NAME (or model_id). Without a connection and "
+        "model: the best tested, tool-capable, zero-cost model, else 400 no_usable_model",
+    )
     depends_on: list[int] = []
     tags: list[str] = []
     expect: list[str] = Field(

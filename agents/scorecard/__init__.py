@@ -20,20 +20,25 @@ What each number means:
   reported cost, else the turn's tokens at the model's prices, cached input at its own price);
   for runs whose turns carry no cost (recorded before costs were stored), input and output
   tokens times the model's price per million tokens; None when neither is known (unknown is
-  not free). Cost per closed task divides the cost
-  of the window's runs by the tasks closed in it (by a person or the policy).
+  not free, but an unpriced turn on a zero-cost connection costs $0). When only some turns'
+  costs are known, the cost is their sum, marked partial (`cost_partial`); so are the totals
+  when a model's cost is partial or unknown. Cost per closed task divides the cost
+  of the window's runs by the tasks closed in it (by a person or the policy). All in US dollars.
+- cost over time (`cost_series`): the window's model-turn costs per hour (a window of a day),
+  per day, or per week (windows longer than 92 days), each bucket partial when a turn in it has
+  no known cost.
 """
 
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, field
 from datetime import date, datetime, time, timedelta
 from decimal import Decimal
 
 from django.db.models import Count, Exists, OuterRef, Q, Subquery, Sum
-from django.db.models.functions import Coalesce
+from django.db.models.functions import Coalesce, Trunc
 from django.utils import timezone
 
 from agents.models import AgentRun, Model, Turn
-from agents.states import Role, RunStatus, Verdict
+from agents.states import CostTier, Role, RunStatus, Verdict
 from tasks.exceptions import InvalidInput
 from tasks.models import TaskEvent
 from tasks.states import EventKind
@@ -46,6 +51,7 @@ PERIODS: dict[str, timedelta] = {
 DEFAULT_PERIOD = "week"
 MILLION = Decimal(1_000_000)
 COST_PLACES = Decimal("0.000001")
+CURRENCY = "USD"
 
 
 @dataclass(frozen=True)
@@ -105,6 +111,8 @@ class ModelScore:
     price_input_per_mtok: Decimal | None = None
     price_output_per_mtok: Decimal | None = None
     cost: Decimal | None = None
+    # The cost is a sum over known costs only: some model turns' costs are unknown.
+    cost_partial: bool = False
     # The stored turn costs of the runs, and how many model turns have none.
     stored_cost: Decimal | None = None
     unpriced_turns: int = 0
@@ -147,19 +155,40 @@ def _number(value: Decimal | None) -> float | None:
     return None if value is None else float(value)
 
 
+@dataclass(frozen=True)
+class CostBucket:
+    start: datetime
+    cost: Decimal | None  # None: no known cost in it
+    partial: bool  # some turn in it has no known cost
+    turns: int
+
+    def as_dict(self) -> dict:
+        return {
+            "start": self.start.isoformat(),
+            "cost": _number(self.cost),
+            "partial": self.partial,
+            "turns": self.turns,
+        }
+
+
 @dataclass
 class Scorecard:
     window: Window
     models: list[ModelScore]
     totals: ModelScore
+    cost_series: list[CostBucket] = field(default_factory=list)
+    cost_bucket: str = "day"
 
     def as_dict(self) -> dict:
         return {
             "since": self.window.since.isoformat(),
             "until": self.window.until.isoformat(),
             "period": self.window.label,
+            "currency": CURRENCY,
             "models": [m.as_dict() for m in self.models],
             "totals": self.totals.as_dict(),
+            "cost_bucket": self.cost_bucket,
+            "cost_series": [b.as_dict() for b in self.cost_series],
         }
 
 
@@ -256,10 +285,17 @@ def model_scorecard(*, window: Window) -> Scorecard:
                 **numbers,
             )
             stored, unknown = numbers.get("stored_cost"), numbers.get("unpriced_turns")
+            free = model.connection.cost_tier == CostTier.ZERO_COST
+            estimate = token_cost(model, score.input_tokens, score.output_tokens)
             if stored is not None and not unknown:
                 score.cost = stored.quantize(COST_PLACES)
-            else:
-                score.cost = token_cost(model, score.input_tokens, score.output_tokens)
+            elif estimate is not None:
+                score.cost = estimate
+            elif free and (stored is not None or score.input_tokens or score.output_tokens):
+                # Unpriced work on a zero-cost connection: its unknown turns cost $0.
+                score.cost = (stored or Decimal(0)).quantize(COST_PLACES)
+            elif stored is not None:
+                score.cost, score.cost_partial = stored.quantize(COST_PLACES), True
         scores.append(score)
     scores.sort(key=lambda s: (s.model_id is None, s.connection, s.model))
 
@@ -272,10 +308,72 @@ def model_scorecard(*, window: Window) -> Scorecard:
     )
     # Prices differ per model: the total is the sum of the models' costs, and unknown when a
     # model that used tokens has no price.
-    used = [s for s in scores if s.input_tokens or s.output_tokens]
-    if all(s.cost is not None for s in used):
-        totals.cost = sum((s.cost for s in used), Decimal(0)).quantize(COST_PLACES)
-    return Scorecard(window=window, models=scores, totals=totals)
+    used = [s for s in scores if s.input_tokens or s.output_tokens or s.cost is not None]
+    known = [s.cost for s in used if s.cost is not None]
+    if known:
+        totals.cost = sum(known, Decimal(0)).quantize(COST_PLACES)
+        totals.cost_partial = any(s.cost is None or s.cost_partial for s in used)
+    bucket, series = cost_over_time(window, runs)
+    return Scorecard(
+        window=window, models=scores, totals=totals, cost_series=series, cost_bucket=bucket
+    )
+
+
+def _bucket_kind(window: Window) -> str:
+    span = window.until - window.since
+    if span <= timedelta(days=1, hours=1):
+        return "hour"
+    return "day" if span <= timedelta(days=92) else "week"
+
+
+def _bucket_start(moment: datetime, kind: str) -> datetime:
+    moment = timezone.localtime(moment).replace(minute=0, second=0, microsecond=0)
+    if kind == "hour":
+        return moment
+    moment = moment.replace(hour=0)
+    return moment - timedelta(days=moment.weekday()) if kind == "week" else moment
+
+
+def cost_over_time(window: Window, runs) -> tuple[str, list[CostBucket]]:
+    """The window's model-turn costs per hour, day or week (one grouped query), every bucket
+    of the window present, empty ones at $0."""
+    kind = _bucket_kind(window)
+    rows = (
+        Turn.objects.filter(run__in=runs.values("pk"), role=Role.ASSISTANT)
+        .annotate(bucket=Trunc("created_at", kind, tzinfo=timezone.get_current_timezone()))
+        .values("bucket")
+        .annotate(
+            total=Sum("cost"),
+            turns=Count("id"),
+            unknown=Count(
+                "id",
+                filter=Q(cost__isnull=True) & ~Q(run__connection__cost_tier=CostTier.ZERO_COST),
+            ),
+        )
+        .order_by()
+    )
+    found = {_bucket_start(r["bucket"], kind): r for r in rows}
+    step = {"hour": timedelta(hours=1), "day": timedelta(days=1), "week": timedelta(weeks=1)}
+    series, start = [], _bucket_start(window.since, kind)
+    while start <= window.until:
+        row = found.get(start)
+        if row is None:
+            series.append(CostBucket(start=start, cost=Decimal(0), partial=False, turns=0))
+        else:
+            cost = row["total"]
+            series.append(
+                CostBucket(
+                    start=start,
+                    cost=None if cost is None and row["unknown"] else (cost or Decimal(0)),
+                    partial=bool(row["unknown"]) and cost is not None,
+                    turns=row["turns"],
+                )
+            )
+        if kind == "hour":
+            start += step[kind]
+        else:  # past the next midnight, then back to it: a day is not always 24 hours
+            start = _bucket_start(start + step[kind] + timedelta(hours=2), kind)
+    return kind, series
 
 
 def token_cost(model: Model, input_tokens: int, output_tokens: int) -> Decimal | None:

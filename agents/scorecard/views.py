@@ -50,6 +50,41 @@ def chart(score, scale: int) -> dict:
     }
 
 
+COST_BAR_WIDTH = 14
+COST_BAR_GAP = 4
+COST_FORMATS = {"hour": "H:i", "day": "M j", "week": "M j"}
+
+
+def cost_chart(card) -> dict:
+    """Server-side geometry of the cost-over-time chart: one bar per bucket, on one scale."""
+    top = max((b.cost for b in card.cost_series if b.cost), default=0)
+    bars = []
+    for i, bucket in enumerate(card.cost_series):
+        height = round(CHART_HEIGHT * bucket.cost / top) if top and bucket.cost else 0
+        if bucket.cost is None:
+            text = "unknown"
+        else:
+            text = f"${bucket.cost:,.4f}" + (" (partial)" if bucket.partial else "")
+        bars.append(
+            {
+                "bucket": bucket,
+                "x": i * (COST_BAR_WIDTH + COST_BAR_GAP),
+                "y": CHART_HEIGHT - height,
+                "height": height,
+                "text": text,
+            }
+        )
+    return {
+        "bars": bars,
+        "width": max(1, len(bars) * (COST_BAR_WIDTH + COST_BAR_GAP) - COST_BAR_GAP),
+        "height": CHART_HEIGHT,
+        "bar_width": COST_BAR_WIDTH,
+        "top": f"${top:,.4f}",
+        "format": COST_FORMATS[card.cost_bucket],
+        "partial": any(b.partial or b.cost is None for b in card.cost_series),
+    }
+
+
 @require_GET
 @console_view(SCORECARD_PERM)
 def scorecard(request):
@@ -70,6 +105,7 @@ def scorecard(request):
     context = {
         "card": card,
         "rows": [{"score": s, "chart": chart(s, scale)} for s in card.models],
+        "cost_chart": cost_chart(card),
         "periods": list(PERIODS),
         "period": "" if since else period,
         "since": since,

@@ -53,3 +53,62 @@ def test_the_demo_shows_the_whole_loop(demo_model, monkeypatch, settings):
     run = AgentRun.objects.get(task=work)
     assert run.verdict == "approved" and "3 default checks" in run.verdict_reason
     assert run.answer.startswith("I read tickets.csv and wrote report.md.")
+
+
+def test_the_demo_model_passes_its_own_connection_test_tool_probe_included(demo_model, monkeypatch):
+    from django.core.management import call_command
+
+    from agents.models import Model
+    from agents.services import connection_test
+    from tasks.actors import Actor
+    from tests.factories import UserFactory
+
+    monkeypatch.setenv("ACTHELM_DEMO_MODEL_PORT", str(demo_model))
+    call_command("acthelm_demo")
+    actor = Actor.person(UserFactory(username="ops", is_superuser=True))
+    [result] = connection_test(actor=actor, name="demo")
+    assert result["ok"] and result["supports_tools"], result
+    assert "tool calling works" in result["message"]
+    model = Model.objects.get(connection__name="demo")
+    assert (model.test_status, model.supports_tools) == ("passed", True)
+
+
+def test_a_second_make_run_keeps_the_first_ones_demo_connection(demo_model, monkeypatch):
+    from io import StringIO
+
+    from django.core.management import call_command
+
+    from agents.models import Connection
+
+    monkeypatch.setenv("ACTHELM_DEMO_MODEL_PORT", str(demo_model))
+    call_command("acthelm_demo", stdout=StringIO())
+    first = f"http://127.0.0.1:{demo_model}/v1"
+    # A second run on another port, while the first one's demo model answers: left alone.
+    monkeypatch.setenv("ACTHELM_DEMO_MODEL_PORT", "9")  # nothing listens on the discard port
+    out = StringIO()
+    call_command("acthelm_demo", stdout=out)
+    assert Connection.objects.get(name="demo").base_url == first
+    assert "stays on" in out.getvalue()
+    # Once nothing answers where it points (the first run is gone), the next run takes it.
+    Connection.objects.filter(name="demo").update(base_url="http://127.0.0.1:9/v1")
+    monkeypatch.setenv("ACTHELM_DEMO_MODEL_PORT", str(demo_model))
+    call_command("acthelm_demo", stdout=StringIO())
+    assert Connection.objects.get(name="demo").base_url == first
+
+
+def test_the_demo_password_is_printed_beside_the_consoles_address_on_every_run(monkeypatch):
+    from io import StringIO
+
+    from django.core.management import call_command
+
+    monkeypatch.delenv("ACTHELM_DEMO_PASSWORD", raising=False)
+    out = StringIO()
+    call_command("acthelm_demo", "--console-url", "http://127.0.0.1:8000/", stdout=out)
+    [line] = [x for x in out.getvalue().splitlines() if x.startswith("Console:")]
+    password = line.split("sign in as founder / ")[1].split()[0]
+    assert line.startswith("Console: http://127.0.0.1:8000/  sign in as founder / ")
+    again = StringIO()
+    call_command("acthelm_demo", "--console-url", "http://127.0.0.1:8000/", stdout=again)
+    assert f"sign in as founder / {password}  (admin: http://127.0.0.1:8000/admin/)" in (
+        again.getvalue()
+    )

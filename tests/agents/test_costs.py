@@ -118,6 +118,13 @@ def test_unknown_prices_give_no_cost(db):
     assert turn_cost(None, usage(input_tokens=10)) is None
 
 
+def test_on_a_zero_cost_connection_an_unpriced_turn_costs_nothing(priced):
+    assert turn_cost(ModelFactory(), usage(input_tokens=10), free=True) == Decimal(0)
+    assert turn_cost(None, usage(input_tokens=10), free=True) == Decimal(0)
+    # Prices a person set, or a reported cost, still count.
+    assert turn_cost(priced, usage(input_tokens=1_000_000), free=True) > 0
+
+
 # -- prices from the table ---------------------------------------------------------------------
 
 

@@ -71,10 +71,20 @@ def test_each_stored_turn_has_its_cost_priced_or_reported(loop_settings):
 def test_a_turn_without_prices_or_a_reported_cost_has_no_cost(loop_settings):
     with ScriptedModelServer([reply_text("Done.")]) as server:
         task = tool_task(server, ["list_files"])
+        task.connection.cost_tier = "paid"  # unknown is not free
+        task.connection.save(update_fields=["cost_tier"])
         work()
     [turn] = Turn.objects.filter(task=task, role="assistant")
     assert turn.cost is None
     assert "limit_cost" not in AgentRun.objects.get(task=task).checkpoint["remaining"]
+
+
+def test_an_unpriced_turn_on_a_zero_cost_connection_costs_nothing(loop_settings):
+    with ScriptedModelServer([reply_text("Done.")]) as server:
+        task = tool_task(server, ["list_files"])  # scripted_model: a zero-cost connection
+        work()
+    [turn] = Turn.objects.filter(task=task, role="assistant")
+    assert turn.cost == Decimal(0) and task_usage(task.pk).cost == Decimal(0)
 
 
 def test_over_its_money_budget_the_task_fails_limit_cost_and_retry_asks_to_raise_it(

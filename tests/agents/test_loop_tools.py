@@ -209,3 +209,31 @@ def test_file_and_page_content_cannot_widen_the_tools_policies_or_domains(loop_s
     ]
     assert status_of(task) == TaskStatus.AWAITING_APPROVAL
     assert target.counts["/notice"] == 1 and sum(target.counts.values()) == 1
+
+
+# --- No silent runs without tools (issue 24) -------------------------------------------------
+
+
+def test_a_task_with_tools_is_not_run_on_a_model_recorded_as_not_tool_capable(loop_settings):
+    with ScriptedModelServer([reply_text("I answered without tools.")]) as server:
+        task = tool_task(server, ["update_plan", "read_file"])
+        task.model.supports_tools = False
+        task.model.save(update_fields=["supports_tools"])
+        Worker(worker_id="w", burst=True).run()
+        requests = server.completion_requests
+    task.refresh_from_db()
+    assert (task.status, task.failure_code) == (TaskStatus.FAILED, "model_not_tool_capable")
+    assert task.failed_attempts <= 1 and not requests  # failed at once, the model never asked
+    run = task.runs.get()
+    assert run.error_code == "model_not_tool_capable" and "tools_offered" not in run.checkpoint
+
+
+def test_a_run_records_the_tools_it_offered_and_a_run_without_tools_says_so(loop_settings):
+    with ScriptedModelServer([reply_text("Done.")]) as server:
+        task = tool_task(server, [])
+        Worker(worker_id="w", burst=True).run()
+        with_tools = tool_task(server, ["read_file"])
+        Worker(worker_id="w", burst=True).run()
+    assert status_of(task) == status_of(with_tools) == TaskStatus.REVIEW
+    assert task.runs.get().checkpoint["tools_offered"] == []
+    assert with_tools.runs.get().checkpoint["tools_offered"] == ["read_file"]

@@ -69,7 +69,7 @@ def outcomes():
         price_input_per_mtok=Decimal("2.00"),
         price_output_per_mtok=Decimal("10.00"),
     )
-    b = ModelFactory(name="model-b", connection=ConnectionFactory(name="beta"))
+    b = ModelFactory(name="model-b", connection=ConnectionFactory(name="beta", cost_tier="paid"))
 
     # alpha: approved and closed by a person
     t1 = TaskFactory(status=TaskStatus.DONE)
@@ -172,7 +172,8 @@ def test_a_week_per_model(outcomes):
     assert (t.closed_by_person, t.closed_by_policy, t.reopened) == (1, 1, 1)
     assert (t.limit_failures, t.loops, t.model_turns, t.finished_runs) == (2, 1, 53, 8)
     assert (t.input_tokens, t.output_tokens) == (492_000, 96_200)
-    assert t.cost is None  # beta used tokens and has no price
+    # beta used tokens and has no price: the total is alpha's known cost, marked partial.
+    assert (t.cost, t.cost_partial) == (Decimal("1.546000"), True)
 
 
 def test_since_a_date_includes_older_work(outcomes):
@@ -213,7 +214,8 @@ def test_totals_have_a_cost_when_every_model_is_priced():
 def test_aggregation_is_a_fixed_number_of_queries(outcomes, django_assert_max_num_queries):
     for i in range(30):
         run(TaskFactory(), outcomes[0], 1, tokens=(i, i))
-    with django_assert_max_num_queries(6):  # runs, events, turn costs, models, 2 totals
+    # runs, events, turn costs, models, 2 totals, the cost over time
+    with django_assert_max_num_queries(7):
         model_scorecard(window=scorecard_window(period="week"))
 
 
@@ -236,7 +238,8 @@ def test_stats_command_prints_the_scorecard_as_json(outcomes):
     a = next(m for m in data["models"] if m["label"] == "alpha/model-a")
     assert (a["runs"], a["approvals"], a["closed_by_person"], a["reopened"]) == (7, 2, 1, 1)
     assert a["cost"] == 1.546 and a["avg_turns"] == 6.33
-    assert data["totals"]["runs"] == 9 and data["totals"]["cost"] is None
+    assert data["totals"]["runs"] == 9 and data["totals"]["cost"] == 1.546
+    assert data["totals"]["cost_partial"] is True and data["currency"] == "USD"
 
 
 def test_stats_command_since_a_date_and_text_output(outcomes):
@@ -335,3 +338,64 @@ def test_approved_runs_later_closed_or_reopened_and_unverified_ones_apart():
     assert (score.unverified_closed, score.unverified_reopened) == (0, 1)
     assert (card.totals.approved_closed, card.totals.unverified_reopened) == (2, 1)
     assert score.as_dict()["approved_reopened"] == 1
+
+
+# --- costs: zero-cost work, partial sums, the currency, over time (issue 24) ----------------------
+
+
+def test_zero_cost_work_costs_nothing_and_a_sum_over_known_costs_is_partial():
+    from tests.factories import TurnFactory
+
+    free = ModelFactory(connection=ConnectionFactory(name="local", cost_tier="zero_cost"))
+    paid = ModelFactory(connection=ConnectionFactory(name="hosted", cost_tier="paid"))
+    run(TaskFactory(), free, 1, tokens=(1_000, 100))  # no turn rows, no prices
+    task = TaskFactory()
+    r = run(task, paid, 1, tokens=(2_000, 200))
+    TurnFactory(task=task, run=r, index=1, role="assistant", cost=Decimal("0.25"))
+    TurnFactory(task=task, run=r, index=2, role="assistant", cost=None)
+    card = model_scorecard(window=scorecard_window(period="day"))
+    rows = {s.connection: s for s in card.models}
+    assert (rows["local"].cost, rows["local"].cost_partial) == (Decimal(0), False)
+    assert (rows["hosted"].cost, rows["hosted"].cost_partial) == (Decimal("0.25"), True)
+    assert (card.totals.cost, card.totals.cost_partial) == (Decimal("0.25"), True)
+    data = card.as_dict()
+    assert data["currency"] == "USD" and data["totals"]["cost_partial"] is True
+
+
+def test_cost_over_time_has_every_bucket_of_the_window():
+    from tests.factories import TurnFactory
+
+    paid = ModelFactory(connection=ConnectionFactory(cost_tier="paid"))
+    task = TaskFactory()
+    r = run(task, paid, 1)
+    TurnFactory(task=task, run=r, index=1, role="assistant", cost=Decimal("0.5"))
+    TurnFactory(task=task, run=r, index=2, role="assistant", cost=Decimal("0.25"))
+    old = TurnFactory(task=task, run=r, index=3, role="assistant", cost=None)
+    from agents.models import Turn
+
+    Turn.objects.filter(pk=old.pk).update(created_at=timezone.now() - timedelta(days=3))
+    card = model_scorecard(window=scorecard_window(period="week"))
+    assert card.cost_bucket == "day" and len(card.cost_series) in (7, 8)
+    today, three_days_ago = card.cost_series[-1], card.cost_series[-4]
+    assert (today.cost, today.partial, today.turns) == (Decimal("0.75"), False, 2)
+    assert (three_days_ago.cost, three_days_ago.turns) == (None, 1)  # unknown, not free
+    assert all(b.cost == 0 for b in card.cost_series[:-4])
+    day = model_scorecard(window=scorecard_window(period="day"))
+    assert day.cost_bucket == "hour" and len(day.cost_series) in (24, 25)
+
+
+def test_the_page_shows_costs_in_dollars_partial_marks_and_the_cost_over_time(client, viewer):
+    from tests.factories import TurnFactory
+
+    paid = ModelFactory(connection=ConnectionFactory(name="hosted", cost_tier="paid"))
+    task = TaskFactory()
+    r = run(task, paid, 1, tokens=(10, 10))
+    TurnFactory(task=task, run=r, index=1, role="assistant", cost=Decimal("0.5"))
+    TurnFactory(task=task, run=r, index=2, role="assistant", cost=None)
+    free = ModelFactory(connection=ConnectionFactory(name="local", cost_tier="zero_cost"))
+    run(TaskFactory(), free, 1, tokens=(10, 10))
+    html = client.get("/scorecard/?period=week").content.decode()
+    assert "Cost (USD)" in html and "$0.5000" in html and ">partial</span>" in html
+    local = html[html.index('data-model="local/') :]
+    assert "$0.0000" in local[: local.index("</tr>")]  # zero-cost work is $0, not a blank
+    assert "Cost over time (USD per day" in html and "$0.5000 (partial)" in html

@@ -198,3 +198,41 @@ def test_the_admin_action_overrides_the_probe_with_who_did_it(model_server, acto
     assert model.supports_tools is True and model.tools_override_by.username == "admin"
     [result] = connection_test(actor=actor, name="probe-openai")
     assert result["supports_tools"] is True and "explicit override of admin" in result["message"]
+
+
+def test_a_person_sets_a_models_prices_from_the_command(manager_actor_user):
+    from decimal import Decimal
+    from io import StringIO
+
+    from django.core.management import call_command
+
+    from tests.factories import ConnectionFactory, ModelFactory
+
+    model = ModelFactory(name="big", connection=ConnectionFactory(name="hosted"))
+    out = StringIO()
+    call_command(
+        "acthelm_connection", "--user", manager_actor_user.username, "prices", "hosted",
+        "--input", "3", "--output", "15", "--cached-input", "0.3", stdout=out,
+    )  # fmt: skip
+    assert "hosted/big: input 3.0000, output 15.0000, cached input 0.3000" in out.getvalue()
+    assert "USD per million tokens (set by" in out.getvalue()
+    model.refresh_from_db()
+    assert model.price_output_per_mtok == Decimal("15")
+    call_command(
+        "acthelm_connection", "--user", manager_actor_user.username, "prices", "hosted",
+        "--cached-input", "none", stdout=StringIO(),
+    )  # fmt: skip
+    model.refresh_from_db()
+    assert model.price_cached_input_per_mtok is None and model.price_input_per_mtok == 3
+    with pytest.raises(Exception, match="price from 0"):
+        call_command(
+            "acthelm_connection", "--user", manager_actor_user.username, "prices", "hosted",
+            "--input", "-2",
+        )  # fmt: skip
+
+
+@pytest.fixture
+def manager_actor_user(db):
+    from tests.factories import UserFactory
+
+    return UserFactory(username="pricer", perms=["agents.manage_connections"])

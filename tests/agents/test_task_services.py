@@ -264,3 +264,63 @@ def test_a_follow_up_inherits_the_parent_s_acceptance_checks_only_when_asked(pla
     )
     # tool_ran=read_file could never pass without read_file: left out.
     assert asked.acceptance_checks == [{"kind": "artifact", "value": "summary.md"}]
+
+
+# --- A person's new task: the model it runs on (issue 24) ------------------------------------
+
+
+def test_a_new_task_without_a_model_runs_on_the_best_zero_cost_tested_tool_capable_model(actor):
+    from tests.factories import ConnectionFactory
+
+    ModelFactory(connection=ConnectionFactory(cost_tier="paid", priority=100))
+    ModelFactory(connection=ConnectionFactory(priority=90), supports_tools=False)
+    ModelFactory(connection=ConnectionFactory(priority=80), test_status="untested")
+    ModelFactory(connection=ConnectionFactory(priority=70, enabled=False))
+    low = ModelFactory(connection=ConnectionFactory(priority=1))
+    best = ModelFactory(connection=ConnectionFactory(priority=5))
+    task = task_services.task_create(actor=actor, title="T", instruction="I", check_model=True)
+    assert (task.connection, task.model) == (best.connection, best)
+    # A chosen connection: its own tested, tool-capable model.
+    task = task_services.task_create(
+        actor=actor, title="T", instruction="I", connection=low.connection, check_model=True
+    )
+    assert task.model == low
+
+
+def test_a_new_task_is_refused_at_creation_when_no_model_could_run_it(actor):
+    ModelFactory(supports_tools=False)
+    with pytest.raises(InvalidInput) as refused:
+        task_services.task_create(actor=actor, title="T", instruction="I", check_model=True)
+    assert (refused.value.code, refused.value.field) == ("no_usable_model", "model")
+    assert not Task.objects.exists()
+    # Without check_model (the engine's own callers, the tests) nothing is chosen or refused.
+    task = task_services.task_create(actor=actor, title="T", instruction="I")
+    assert task.model is None
+
+
+@pytest.mark.parametrize(
+    ("fields", "tools", "code"),
+    [
+        ({"test_status": "untested"}, ["read_file"], "model_untested"),
+        ({"test_status": "failed"}, [], "model_untested"),
+        ({"supports_tools": False}, ["read_file"], "model_not_tool_capable"),
+    ],
+)
+def test_a_chosen_model_the_task_could_not_run_on_is_refused_at_creation(
+    actor, fields, tools, code
+):
+    model = ModelFactory(**fields)
+    with pytest.raises(InvalidInput) as refused:
+        task_services.task_create(
+            actor=actor, title="T", instruction="I", tools=tools, model=model, check_model=True
+        )
+    assert (refused.value.code, refused.value.field) == (code, "model")
+    assert not Task.objects.exists()
+
+
+def test_a_task_without_tools_may_run_on_a_model_that_is_not_tool_capable(actor):
+    model = ModelFactory(supports_tools=False)
+    task = task_services.task_create(
+        actor=actor, title="T", instruction="I", tools=[], model=model, check_model=True
+    )
+    assert task.model == model

@@ -205,3 +205,32 @@ def test_csrf_is_enforced_on_connections():
     data = {"name": "y", "kind": "anthropic", "base_url": "http://h/", "models": "m"}
     assert client.post(ADD, data).status_code == 403
     assert not Connection.objects.filter(name="y").exists()
+
+
+# --- Model prices (issue 24) ----------------------------------------------------------------
+
+
+def test_model_prices_are_shown_and_set_from_the_console(manager, client):
+    from decimal import Decimal
+
+    model = ModelFactory(name="gpt", connection=ConnectionFactory(name="hosted"))
+    url = reverse("agents:model_prices")
+    page = manager.get(url)
+    assert page.status_code == 200 and 'id="model-' in page.content.decode()
+    form = {"model": model.pk, "price_input_per_mtok": "2.5", "price_output_per_mtok": "10"}
+    response = manager.post(url, {**form, "price_cached_input_per_mtok": ""})
+    assert response.status_code == 302
+    model.refresh_from_db()
+    assert (model.price_input_per_mtok, model.price_output_per_mtok) == (
+        Decimal("2.5"),
+        Decimal("10"),
+    )
+    assert model.price_cached_input_per_mtok is None and model.prices_source.startswith("set by")
+    bad = manager.post(url, {**form, "price_output_per_mtok": "-1"})
+    assert bad.status_code == 400 and "price from 0" in bad.content.decode()
+    model.refresh_from_db()
+    assert model.price_output_per_mtok == Decimal("10")
+    # Someone who may only look sees the prices and cannot change them.
+    client.force_login(UserFactory(username="looker", perms=["agents.view_connection"]))
+    assert "$2.5000" in client.get(url).content.decode()
+    assert client.post(url, form).status_code == 403

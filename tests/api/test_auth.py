@@ -22,6 +22,8 @@ ENDPOINTS = [
     ("post_form", "/api/tasks", {"title": "T", "instruction": "I"}),
     ("get", "/api/tasks/1", None),
     ("get", "/api/tasks/1/calls/1/result", None),
+    ("get", "/api/tasks/1/artifacts/1", None),
+    ("get", "/api/tasks/1/files/1", None),
     ("post", "/api/tasks/1/pause", None),
     ("post", "/api/tasks/1/withdraw-pause", None),
     ("post", "/api/tasks/1/resume", {}),

@@ -169,6 +169,7 @@ def test_create_with_input_files_and_choices(api):
 
 
 def test_create_waits_for_dependencies(api):
+    ModelFactory()  # the default model a new task runs on
     dep = TaskFactory(status=TaskStatus.READY)
     response = api.post_form(
         "/api/tasks", {"title": "After", "instruction": "Then", "depends_on": [dep.pk]}
@@ -209,9 +210,40 @@ def test_create_says_it_takes_form_fields_when_sent_json(api):
     assert not Task.objects.exists()
 
 
+def test_create_takes_the_connection_and_the_model_by_name(api):
+    from tests.factories import ConnectionFactory
+
+    model = ModelFactory(connection=ConnectionFactory(name="local"), name="qwen3:8b")
+    ModelFactory(connection=ConnectionFactory(name="other"), name="qwen3:8b")
+    form = {"title": "T", "instruction": "I"}
+    made = api.post_form("/api/tasks", {**form, "connection": "local", "model": "qwen3:8b"})
+    assert made.status_code == 201, made.content
+    assert (made.json()["connection"], made.json()["model"]) == ("local", "qwen3:8b")
+    made = api.post_form("/api/tasks", {**form, "model": "local/qwen3:8b"})
+    assert made.status_code == 201 and Task.objects.get(pk=made.json()["id"]).model == model
+    ambiguous = api.post_form("/api/tasks", {**form, "model": "qwen3:8b"})
+    assert_error(ambiguous, 400, "invalid_input", "model")
+    unknown = api.post_form("/api/tasks", {**form, "connection": "nope"})
+    assert_error(unknown, 400, "invalid_input", "connection")
+    assert Task.objects.count() == 2
+
+
+def test_create_without_a_model_runs_on_the_default_one_or_is_refused(api):
+    form = {"title": "T", "instruction": "I"}
+    untested = ModelFactory(test_status=ModelTestStatus.UNTESTED)
+    assert_error(api.post_form("/api/tasks", form), 400, "no_usable_model", "model")
+    chosen = {**form, "model_id": untested.pk}
+    assert_error(api.post_form("/api/tasks", chosen), 400, "model_untested", "model")
+    assert not Task.objects.exists()
+    default = ModelFactory()
+    made = api.post_form("/api/tasks", form)
+    assert made.status_code == 201 and made.json()["model"] == default.name
+
+
 def test_create_rejects_an_unsafe_file_name_and_keeps_nothing(api, settings):
     from django.core.files.uploadedfile import SimpleUploadedFile
 
+    ModelFactory()  # the default model a new task runs on
     data = {
         "title": "T",
         "instruction": "I",
@@ -297,6 +329,7 @@ def test_the_mcp_call_limit_and_the_money_budget_are_set_shown_and_raised(api):
 
     from tests.factories import TurnFactory
 
+    ModelFactory()  # the default model a new task runs on
     response = api.post_form(
         "/api/tasks",
         {"title": "Budget", "instruction": "Do it", "limit_mcp_calls": 5, "limit_cost": "0.01"},
@@ -581,3 +614,67 @@ def test_a_body_that_is_not_json_is_400(api):
     )
     assert_error(response, 400, "invalid_input")
     assert status_of(task.pk) == TaskStatus.REVIEW
+
+
+# --- Downloads: artifacts and input files (issue 24) -----------------------------------------
+
+
+def _with_files(task, artifacts: dict[str, tuple[str, bytes]], inputs: dict[str, bytes]):
+    from tasks.workspace import add_input_file, artifacts_dir
+    from tests.factories import ArtifactFactory
+
+    for name, (content_type, data) in artifacts.items():
+        (artifacts_dir(task.pk) / name).write_bytes(data)
+        ArtifactFactory(task=task, name=name, size=len(data), content_type=content_type)
+    for name, data in inputs.items():
+        add_input_file(task.pk, name=name, data=data)
+
+
+def test_artifacts_and_input_files_download_as_attachments(api):
+    task = TaskFactory(status=TaskStatus.REVIEW)
+    _with_files(
+        task,
+        {"report.md": ("text/markdown", b"# Report\n"), "page.html": ("text/html", b"<script>")},
+        {"notes.txt": b"hello", "data.bin": b"\x00\x01"},
+    )
+    got = api.get(f"/api/tasks/{task.pk}/artifacts/report.md")
+    assert got.status_code == 200 and b"".join(got.streaming_content) == b"# Report\n"
+    assert got["Content-Disposition"].startswith('attachment; filename="report.md"')
+    assert got["Content-Type"] == "text/markdown; charset=utf-8"
+    assert got["X-Content-Type-Options"] == "nosniff"
+    html = api.get(f"/api/tasks/{task.pk}/artifacts/page.html")
+    assert html["Content-Type"] == "text/plain; charset=utf-8"  # never run as a page
+    notes = api.get(f"/api/tasks/{task.pk}/files/notes.txt")
+    assert notes.status_code == 200 and b"".join(notes.streaming_content) == b"hello"
+    binary = api.get(f"/api/tasks/{task.pk}/files/data.bin")
+    assert binary["Content-Type"] == "application/octet-stream"
+
+
+@pytest.mark.parametrize(
+    "path",
+    [
+        "artifacts/notes.txt",  # an input file is not an artifact
+        "files/report.md",  # nor the other way round
+        "artifacts/nope.md",
+        "files/.hidden",
+        "files/..",
+    ],
+)
+def test_a_file_the_task_does_not_have_is_404(api, path):
+    task = TaskFactory(status=TaskStatus.REVIEW)
+    _with_files(task, {"report.md": ("text/markdown", b"x")}, {"notes.txt": b"y"})
+    assert_error(api.get(f"/api/tasks/{task.pk}/{path}"), 404, "not_found")
+    # A name with a slash matches no route at all.
+    assert api.get(f"/api/tasks/{task.pk}/files/..%2F..%2Fmanage.py").status_code == 404
+
+
+def test_downloads_need_the_view_permission_and_an_existing_task(api):
+    from tests.api.conftest import client_for
+
+    task = TaskFactory(status=TaskStatus.REVIEW)
+    _with_files(task, {"report.md": ("text/markdown", b"x")}, {})
+    stranger = client_for("stranger", [])
+    assert_error(
+        stranger.get(f"/api/tasks/{task.pk}/artifacts/report.md"), 403, "permission_denied"
+    )
+    assert_error(api.get("/api/tasks/999999/artifacts/report.md"), 404, "task_not_found")

@@ -120,6 +120,7 @@ def test_retry_with_a_raised_limit_writes_the_same_events(api, console):
 
 
 def test_creating_a_task_writes_the_same_events(api, console):
+    ModelFactory()  # the default model a new task runs on
     mark = last_event_id()
     form = {"title": "Same", "instruction": "Do it", "priority": 0, "tools": ["read_file"]}
     from tasks.services import default_limits

@@ -79,6 +79,9 @@ def test_impossible_token_counts_and_costs_are_clamped(loop_settings):
     usage = {"prompt_tokens": 2**40, "completion_tokens": 5, "cost": 1e300}
     with ScriptedModelServer([reply_text("counted", usage=usage)] * 3) as server:
         task = tool_task(server, [])
+        # A paid connection: on a zero-cost one an unpriced turn costs $0 (issue 24).
+        task.connection.cost_tier = "paid"
+        task.connection.save(update_fields=["cost_tier"])
         run_burst()
         assert len(server.requests) == 1
     task.refresh_from_db()

@@ -146,3 +146,10 @@ def test_saving_a_task_page_never_undoes_a_claim_made_after_it_was_loaded(client
     task.refresh_from_db()
     assert task.status == TaskStatus.IN_PROGRESS and task.lease_owner == "w1"
     assert task.claim_count == 1 and task.title != "Renamed"
+
+
+def test_the_admin_says_task_dependencies(client):
+    client.force_login(UserFactory(username="root", is_superuser=True))
+    task = TaskFactory(status=TaskStatus.READY)
+    page = client.get(reverse("admin:tasks_task_change", args=[task.pk])).content.decode()
+    assert "Task dependencies" in page and "dependencys" not in page

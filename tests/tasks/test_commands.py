@@ -1,10 +1,11 @@
 import json
 
 import pytest
+from django.core.management.base import CommandError
 
 from tasks.models import Task
 from tasks.states import TaskStatus
-from tests.factories import TaskFactory, UserFactory
+from tests.factories import ModelFactory, TaskFactory, UserFactory
 
 
 @pytest.fixture
@@ -13,6 +14,7 @@ def admin_user(transactional_db):
 
 
 def test_create_prints_the_task_as_json(manage, admin_user, tmp_path):
+    ModelFactory()  # the default model a new task runs on
     note = tmp_path / "notes.txt"
     note.write_text("hello")
     result = manage(
@@ -30,6 +32,23 @@ def test_create_prints_the_task_as_json(manage, admin_user, tmp_path):
     data = json.loads(result.stdout)
     assert data["status"] == "ready" and data["id"]
     assert Task.objects.get(pk=data["id"]).title == "T"
+
+
+def test_create_without_a_usable_model_is_refused_with_the_field(manage, admin_user):
+    no_tools = ModelFactory(supports_tools=False)
+    args = ["acthelm_task", "--json", "create", "--title", "T", "--instruction", "I"]
+    result = manage(*args)
+    assert result.returncode != 0 and "no_usable_model" in result.stderr
+    assert json.loads(result.stdout) | {"message": ""} == {
+        "ok": False,
+        "error": "no_usable_model",
+        "message": "",
+        "field": "model",
+    }
+    assert not Task.objects.exists()
+    # A model chosen by name that the task (with its default tools) cannot run on: refused too.
+    result = manage(*args, "--model", no_tools.name)
+    assert "model_not_tool_capable" in result.stderr and not Task.objects.exists()
 
 
 def test_close_of_a_task_not_in_review_fails_clearly_and_changes_nothing(manage, admin_user):
@@ -257,3 +276,49 @@ def test_list_asks_the_same_number_of_queries_for_3_or_30_tasks():
     many, rows = queries_for_list()
     assert len(rows) == 30 and few == many
     assert all(r["depends_on"] == [first.pk] for r in rows if r["id"] != first.pk)
+
+
+def test_show_prints_the_answer_the_verdict_and_the_artifacts(admin_user, tmp_path):
+    from io import StringIO
+
+    from django.core.management import call_command
+    from django.utils import timezone
+
+    from agents.models import Artifact
+    from tasks.workspace import add_input_file, artifacts_dir
+    from tests.factories import AgentRunFactory
+
+    task = TaskFactory(status=TaskStatus.REVIEW, title="Summarise")
+    AgentRunFactory(
+        task=task,
+        status="succeeded",
+        finished_at=timezone.now(),
+        answer="Three themes.\x1b[2J Login first.",
+        verdict="approved",
+        verdict_reason="names the themes",
+    )
+    (artifacts_dir(task.pk) / "report.md").write_text("# Report\nLogin.\n")
+    Artifact.objects.create(task=task, name="report.md", path="x", size=16, sha256="0" * 64)
+    add_input_file(task.pk, name="tickets.csv", data=b"id,topic\n1,login\n")
+    out = StringIO()
+    call_command("acthelm_task", "show", str(task.pk), stdout=out)
+    text = out.getvalue()
+    assert "verdict: approved: names the themes" in text
+    assert "answer:\n  Three themes.\ufffd[2J Login first." in text  # no escape reaches the tty
+    assert (
+        "artifacts: report.md (16 bytes)" in text and "input files: tickets.csv (17 bytes)" in text
+    )
+    out = StringIO()
+    call_command("acthelm_task", "--json", "show", str(task.pk), stdout=out)
+    data = json.loads(out.getvalue())
+    assert data["answer"].startswith("Three themes.") and data["verdict"] == "approved"
+    assert [a["name"] for a in data["artifacts"]] == ["report.md"]
+
+    target = tmp_path / "copy.md"
+    call_command("acthelm_task", "artifact", str(task.pk), "report.md", "-o", str(target))
+    assert target.read_text() == "# Report\nLogin.\n"
+    out = StringIO()
+    call_command("acthelm_task", "artifact", str(task.pk), "tickets.csv", stdout=out)
+    assert out.getvalue() == "id,topic\n1,login\n"  # an input file when no artifact has the name
+    with pytest.raises(CommandError, match="not_found"):
+        call_command("acthelm_task", "artifact", str(task.pk), "report.md", "--input")

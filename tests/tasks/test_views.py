@@ -279,6 +279,28 @@ def test_create_reports_the_service_refusal(boss):
     assert not Task.objects.exists()
 
 
+def test_a_task_from_the_form_left_at_default_runs_on_the_default_model(boss):
+    from tests.factories import ConnectionFactory
+
+    ModelFactory(connection=ConnectionFactory(cost_tier="paid", priority=9))
+    free = ModelFactory(connection=ConnectionFactory(priority=1))
+    form = {"title": "T", "instruction": "I", "priority": "0", "tools": ["read_file"]}
+    response = boss.post("/tasks/new/", {**form, **_default_limits()})
+    task = Task.objects.get()
+    assert response.status_code == 302
+    assert (task.connection, task.model, task.status) == (free.connection, free, "ready")
+
+
+def test_the_form_refuses_a_task_no_model_could_run_as_an_error_on_the_model_field(boss):
+    ModelFactory(test_status=ModelTestStatus.UNTESTED)
+    form = {"title": "T", "instruction": "I", "priority": "0", "tools": ["read_file"]}
+    response = boss.post("/tasks/new/", {**form, **_default_limits()})
+    assert response.status_code == 400
+    errors = response.context["form"].errors
+    assert "no_usable_model" in errors["model"][0] and "__all__" not in errors
+    assert not Task.objects.exists()
+
+
 def _default_limits():
     from tasks.services import default_limits
 
@@ -838,9 +860,22 @@ def test_the_task_page_shows_cost_and_the_money_budget(boss):
     task = _costed_task(Decimal("1.5"))
     Task.objects.filter(pk=task.pk).update(limit_cost=Decimal("2"))
     page = boss.get(detail(task)).content.decode()
-    assert "$1.50 / $2.00" in page
+    assert "$1.50 / $2.00 USD" in page
     Task.objects.filter(pk=task.pk).update(limit_cost=None)
-    assert "$1.50 (no budget)" in boss.get(detail(task)).content.decode()
+    assert "$1.50 USD (no budget)" in boss.get(detail(task)).content.decode()
+
+
+def test_the_task_page_shows_each_turns_cost_zero_as_zero_and_a_partial_total(boss):
+    from decimal import Decimal
+
+    task = _costed_task(Decimal("0"), Decimal("0.25"), None)
+    page = boss.get(detail(task)).content.decode()
+    costs = re.findall(r'<span class="turn-cost">([^<]*)</span>', page)
+    assert costs == ["$0.00", "$0.25", "cost unknown"]
+    assert "$0.25 USD (no budget) — partial: 1 model turn of unknown cost" in page
+    free = _costed_task(Decimal("0"))
+    page = boss.get(detail(free)).content.decode()
+    assert "$0.00 USD (no budget)" in page and "partial" not in page
 
 
 def test_retry_after_the_money_budget_raises_it_with_a_decimal(boss):
@@ -857,3 +892,19 @@ def test_retry_after_the_money_budget_raises_it_with_a_decimal(boss):
     response = boss.post(action("retry", task), {"limit_value": "2.25"})
     task.refresh_from_db()
     assert task.status == TaskStatus.READY and task.limit_cost == Decimal("2.25")
+
+
+def test_the_runs_card_says_when_a_run_had_no_tools(boss):
+    from django.utils import timezone
+
+    from tests.factories import AgentRunFactory
+
+    task = TaskFactory(status=TaskStatus.REVIEW)
+    ended = {"status": "failed", "finished_at": timezone.now()}
+    AgentRunFactory(task=task, number=1, checkpoint={"tools_offered": ["read_file"]}, **ended)
+    page = boss.get(detail(task)).content.decode()
+    assert ">no tools<" not in page
+    AgentRunFactory(task=task, number=2, checkpoint={"tools_offered": []}, **ended)
+    AgentRunFactory(task=task, number=3, checkpoint={}, **ended)  # before runs recorded it
+    page = boss.get(detail(task)).content.decode()
+    assert page.count(">no tools<") == 1

@@ -1,11 +1,15 @@
-"""acthelm_connection add|list|test — model connections, scriptable, with --json output."""
+"""acthelm_connection add|list|test|prices — model connections, scriptable, with --json output.
+
+`prices NAME [--model M] [--input X] [--output Y] [--cached-input X] [--cache-write X]` shows a
+connection's models' prices (US dollars per million tokens) and sets those given ("none" clears
+one)."""
 
 import json
 
 from django.core.management.base import BaseCommand
 
 from agents.models import Connection
-from agents.services import connection_add, connection_test
+from agents.services import PRICE_FIELDS, connection_add, connection_test, model_set_prices
 from agents.states import ConnectionKind, CostTier
 from tasks.cli import emit, fail, person_actor
 from tasks.exceptions import ActhelmError, InvalidInput
@@ -41,6 +45,20 @@ def connection_as_dict(conn: Connection) -> dict:
     }
 
 
+PRICE_FLAGS = dict(
+    zip(("input", "output", "cached-input", "cache-write"), PRICE_FIELDS, strict=True)
+)
+
+
+def _prices_of(model) -> dict:
+    return {
+        "model": model.name,
+        **{f: None if getattr(model, f) is None else str(getattr(model, f)) for f in PRICE_FIELDS},
+        "prices_source": model.prices_source or None,
+        "currency": "USD",
+    }
+
+
 class Command(BaseCommand):
     help = "Add, list and test connections to model providers."
 
@@ -69,6 +87,11 @@ class Command(BaseCommand):
         add.add_argument("--context-window", type=int)
         add.add_argument("--no-tools", action="store_true", help="the models cannot call tools")
         sub.add_parser("list")
+        prices = sub.add_parser("prices", help="show or set a model's prices (USD per 1M tokens)")
+        prices.add_argument("name")
+        prices.add_argument("--model", dest="model_name", help="one model (default: every one)")
+        for flag, field in PRICE_FLAGS.items():
+            prices.add_argument(f"--{flag}", dest=field, help=f"{field} (USD; 'none' clears it)")
         test = sub.add_parser("test", help="make a real request; record pass or fail")
         test.add_argument("name")
         test.add_argument("--model", dest="model_name")
@@ -129,6 +152,30 @@ class Command(BaseCommand):
             as_json=opts["json"],
             text=f"connection {conn.name} added",
         )
+
+    def do_prices(self, opts):
+        conn = Connection.objects.filter(name=opts["name"]).first()
+        if conn is None:
+            raise InvalidInput(f"connection {opts['name']!r} does not exist")
+        models = list(conn.models.order_by("name"))
+        if opts["model_name"]:
+            models = [m for m in models if m.name == opts["model_name"]]
+            if not models:
+                raise InvalidInput(f"connection {conn.name} has no model {opts['model_name']!r}")
+        given = {f: opts[f] for f in PRICE_FIELDS if opts.get(f) is not None}
+        if given:
+            actor = person_actor(opts["user"])
+            models = [model_set_prices(actor=actor, model_id=m.pk, prices=given) for m in models]
+        rows = [_prices_of(m) for m in models]
+        text = "\n".join(
+            f"{conn.name}/{r['model']}: input {r['price_input_per_mtok'] or '—'}, output "
+            f"{r['price_output_per_mtok'] or '—'}, cached input "
+            f"{r['price_cached_input_per_mtok'] or '(input)'}, cache write "
+            f"{r['price_cache_write_per_mtok'] or '(input)'} USD per million tokens"
+            + (f" ({r['prices_source']})" if r["prices_source"] else "")
+            for r in rows
+        )
+        emit(self, rows, as_json=opts["json"], text=text)
 
     def do_test(self, opts):
         results = connection_test(

@@ -1,9 +1,13 @@
-"""acthelm_task create|show|list|pending|pause|withdraw-pause|resume|cancel|approve|deny|run-again|
-skip|close|reopen|retry|limits|delete|stats — every console action, scriptable, with --json output.
+"""acthelm_task create|show|list|pending|artifact|pause|withdraw-pause|resume|cancel|approve|deny|
+run-again|skip|close|reopen|retry|limits|delete|stats — every console action, scriptable, with
+--json output.
 
-`show` and `pending` list the open operations with the id and hash that approve/deny/run-again/skip
-take."""
+`show` prints the answer, the verdict, the artifacts and input files, and the open operations with
+the id and hash that approve/deny/run-again/skip take (as `pending` does across tasks); `artifact`
+downloads an artifact or an input file."""
 
+import re
+import shutil
 from argparse import ArgumentTypeError
 from pathlib import Path
 
@@ -15,7 +19,7 @@ from agents import task_services
 from agents.acceptance import check_text, kind_names
 from agents.models import Connection, Model
 from agents.scorecard import model_scorecard, scorecard_window
-from agents.selectors import task_cost_subquery, task_with_history
+from agents.selectors import task_cost_subquery, task_file, task_result, task_with_history
 from approvals.models import Approval, ReviewDecision
 from approvals.selectors import open_operations, operations_as_text
 from tasks import services
@@ -49,18 +53,32 @@ def _count(value: str) -> int:
     return number
 
 
-def _acceptance_lines(task: Task, runs: list[dict]) -> list[str]:
-    """The task's acceptance checks and the newest verdict, for `show`."""
+def _acceptance_lines(task: Task) -> list[str]:
+    """The task's acceptance checks, for `show` (the verdict is in the result's lines)."""
     checks = [check_text(c) for c in task.acceptance_checks or []]
-    lines = ["acceptance checks: " + ("; ".join(checks) if checks else "none (defaults only)")]
-    judged = [r for r in runs if r["verdict"]]
-    if judged:
-        run = judged[-1]
-        lines.append(f"verdict (run {run['number']}): {run['verdict']}: {run['verdict_reason']}")
-    return lines
+    return ["acceptance checks: " + ("; ".join(checks) if checks else "none (defaults only)")]
 
 
 LIMIT_HELP = "NAME=VALUE, repeatable; NAME one of " + ", ".join(LIMIT_FIELDS)
+# What a model wrote reaches a terminal: no control characters but newlines and tabs.
+_CONTROL = re.compile(r"[\x00-\x08\x0b-\x1f\x7f-\x9f]")
+
+
+def _printable(text: str) -> str:
+    return _CONTROL.sub("\ufffd", text)
+
+
+def _result_lines(result: dict) -> list[str]:
+    lines = []
+    if result["verdict"]:
+        reason = f": {result['verdict_reason']}" if result["verdict_reason"] else ""
+        lines.append(f"verdict: {result['verdict']}{reason}")
+    if result["answer"]:
+        lines += ["answer:", *("  " + line for line in result["answer"].splitlines())]
+    for title, rows in (("artifacts", result["artifacts"]), ("input files", result["input_files"])):
+        names = ", ".join(f"{r['name']} ({r['size']} bytes)" for r in rows)
+        lines.append(f"{title}: {names or 'none'}")
+    return [_printable(line) for line in lines]
 
 
 class Command(BaseCommand):
@@ -79,7 +97,10 @@ class Command(BaseCommand):
         create.add_argument("--tool", action="append", dest="tools", help="repeatable")
         create.add_argument("--policy", action="append", default=[], help="TOOL=allow|ask")
         create.add_argument("--allow-domain", action="append", default=[], dest="domains")
-        create.add_argument("--connection", help="connection name")
+        create.add_argument(
+            "--connection",
+            help="connection name (default: the best tested, tool-capable, zero-cost model's)",
+        )
         create.add_argument("--model", help="model name on the connection")
         create.add_argument("--depends-on", type=int, action="append", default=[])
         create.add_argument("--tag", action="append", default=[])
@@ -110,8 +131,15 @@ class Command(BaseCommand):
         stats.add_argument("--period", choices=["day", "week", "month"], default="week")
         stats.add_argument("--since", help="a date (YYYY-MM-DD); overrides --period")
 
-        show = sub.add_parser("show")
+        show = sub.add_parser("show", help="the task: answer, verdict, artifacts, operations")
         show.add_argument("task", type=int)
+        artifact = sub.add_parser("artifact", help="download an artifact or an input file")
+        artifact.add_argument("task", type=int)
+        artifact.add_argument("name")
+        artifact.add_argument("-o", "--output", help="write the file here (default: print it)")
+        artifact.add_argument(
+            "--input", action="store_true", help="an input file (default: an artifact, else one)"
+        )
         limits = sub.add_parser("limits", help="change a task's limits")
         limits.add_argument("task", type=int)
         limits.add_argument("--limit", action="append", required=True, help=LIMIT_HELP)
@@ -151,7 +179,8 @@ class Command(BaseCommand):
         if len(models) != 1:
             raise InvalidInput(
                 f"model {opts['model']!r} "
-                + ("is ambiguous; add --connection" if models else "does not exist")
+                + ("is ambiguous; add --connection" if models else "does not exist"),
+                field="model",
             )
         return models[0]
 
@@ -174,13 +203,18 @@ class Command(BaseCommand):
             task = self._task(opts["task"])
             data = task_with_history(task)
             data["open_operations"] = open_operations(task_id=task.pk)
-            lines = [f"#{task.pk} {task.status} {task.title}"]
+            result = task_result(task)
+            data |= result
+            lines = [f"#{task.pk} {task.status} {_printable(task.title)}"]
             if task.failure_code:
-                lines.append(f"failure: {task.failure_code}: {task.failure_message}")
-            lines += _acceptance_lines(task, data["runs"])
+                lines.append(_printable(f"failure: {task.failure_code}: {task.failure_message}"))
+            lines += _acceptance_lines(task)
+            lines += _result_lines(result)
             lines += ["open operations:", operations_as_text(data["open_operations"])]
             text = "\n".join(lines)
             return emit(self, data, as_json=as_json, text=text)
+        if action == "artifact":
+            return self._artifact(opts, as_json)
         if action == "pending":
             rows = open_operations(limit=opts["limit"])
             return emit(self, rows, as_json=as_json, text=operations_as_text(rows))
@@ -221,6 +255,27 @@ class Command(BaseCommand):
             )
         return emit(self, card.as_dict(), as_json=as_json, text="\n".join(lines))
 
+    def _artifact(self, opts, as_json):
+        task = self._task(opts["task"])
+        kinds = ["input"] if opts["input"] else ["artifact", "input"]
+        found = next(
+            (f for kind in kinds if (f := task_file(task.pk, opts["name"], kind=kind))), None
+        )
+        if found is None:
+            what = "input file" if opts["input"] else "artifact or input file"
+            raise CommandError(f"task {task.pk} has no {what} {opts['name']!r} [not_found]")
+        info = {"task": task.pk, "name": found.name, "kind": found.kind,
+                "size": found.path.stat().st_size, "content_type": found.content_type}  # fmt: skip
+        if opts["output"]:
+            with found.path.open("rb") as src, open(opts["output"], "wb") as dst:
+                shutil.copyfileobj(src, dst)
+            text = f"{found.kind} {found.name} ({info['size']} bytes) written to {opts['output']}"
+            return emit(self, info | {"output": opts["output"]}, as_json=as_json, text=text)
+        content = found.path.read_bytes().decode("utf-8", errors="replace")
+        if as_json:
+            return emit(self, info | {"content": content}, as_json=True)
+        self.stdout.write(_printable(content.replace("\r\n", "\n")), ending="")
+
     def _task(self, task_id: int) -> Task:
         try:
             return Task.objects.select_related("connection", "model").get(pk=task_id)
@@ -232,7 +287,9 @@ class Command(BaseCommand):
         if opts["connection"]:
             connection = Connection.objects.filter(name=opts["connection"]).first()
             if connection is None:
-                raise InvalidInput(f"connection {opts['connection']!r} does not exist")
+                raise InvalidInput(
+                    f"connection {opts['connection']!r} does not exist", field="connection"
+                )
         goal = None
         if opts["goal"]:
             goal = Goal.objects.filter(pk=opts["goal"]).first()
@@ -261,6 +318,7 @@ class Command(BaseCommand):
                 tags=opts["tag"],
                 limits=_pairs(opts["limit"], "--limit"),
                 acceptance_checks=opts["expect"],
+                check_model=True,
             )
             try:  # each file counted against the caps as it is copied
                 for f in files:
