@@ -5,11 +5,13 @@ import pytest
 
 from tasks.models import Task
 from tests.api.conftest import error_of
+from tests.factories import ModelFactory
 
 pytestmark = pytest.mark.django_db
 
 
 def test_create_with_acceptance_checks(api):
+    ModelFactory()  # a tested, tool-capable, zero-cost model for a new task
     response = api.post_form(
         "/api/tasks",
         {

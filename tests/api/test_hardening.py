@@ -10,7 +10,13 @@ from acthelm_site.api import selectors
 from tasks.models import Goal, Task
 from tasks.states import EventKind, TaskStatus
 from tests.api.conftest import error_of
-from tests.factories import AgentRunFactory, TaskEventFactory, TaskFactory, TurnFactory
+from tests.factories import (
+    AgentRunFactory,
+    ModelFactory,
+    TaskEventFactory,
+    TaskFactory,
+    TurnFactory,
+)
 
 pytestmark = pytest.mark.django_db
 
@@ -101,6 +107,7 @@ def test_a_retry_budget_that_rounds_to_zero_is_refused(api):
 
 
 def test_an_empty_budget_means_none(api, settings):
+    ModelFactory()  # a tested, tool-capable, zero-cost model for a new task
     settings.ACTHELM_LIMIT_COST = "5.00"  # a default budget: empty must not fall back to it
     body = {"title": "T", "instruction": "I", "limit_cost": "", "limit_turns": ""}
     response = api.post_form("/api/tasks", body)
@@ -129,14 +136,16 @@ def test_the_cli_refuses_a_budget_that_rounds_to_zero(manage, transactional_db):
 
 
 def test_an_unknown_form_field_is_refused_by_name(api):
-    """Issue 24 item 1: `-F model=demo` was dropped and the task ran on no model."""
-    body = {"title": "T", "instruction": "I", "model": "demo"}
-    error = assert_refused(api.post_form("/api/tasks", body), 422, "unknown_field", "model")
-    assert "model" in error["message"]
+    """Issue 24 item 1: a field the API does not know (`-F modle=demo`) was dropped silently and
+    the task ran without it. (`model` itself is a name now: tests/api/test_endpoints.py.)"""
+    body = {"title": "T", "instruction": "I", "modle": "demo"}
+    error = assert_refused(api.post_form("/api/tasks", body), 422, "unknown_field", "modle")
+    assert "modle" in error["message"]
     assert not Task.objects.exists()
 
 
 def test_files_are_no_unknown_field(api):
+    ModelFactory()  # a tested, tool-capable, zero-cost model for a new task
     upload = SimpleUploadedFile("notes.txt", b"hi")
     response = api.post_form("/api/tasks", {"title": "T", "instruction": "I", "files": [upload]})
     assert response.status_code == 201, response.content

@@ -10,7 +10,7 @@ from django.core.files.uploadhandler import FileUploadHandler
 from tasks.models import Task
 from tasks.workspace import task_dir
 from tests.api.conftest import ALL_PERMS, client_for, error_of
-from tests.factories import UserFactory
+from tests.factories import ModelFactory, UserFactory
 
 FILE_CAP = 100_000
 TASK_CAP = 250_000
@@ -82,6 +82,7 @@ def test_the_api_refuses_files_over_the_task_cap_and_keeps_nothing(caps):
 
 @pytest.mark.django_db
 def test_files_under_the_caps_are_stored(caps):
+    ModelFactory()  # a tested, tool-capable, zero-cost model for a new task
     api = client_for("founder", ALL_PERMS)
     files = [upload("a.bin", FILE_CAP), upload("b.bin", 1000)]
     response = api.post_form("/api/tasks", {"title": "T", "instruction": "I", "files": files})
@@ -103,6 +104,7 @@ def test_the_console_form_refuses_a_file_over_the_cap_on_its_field(caps, client)
 
 
 def test_the_cli_refuses_a_file_over_the_cap_and_keeps_nothing(manage, transactional_db, tmp_path):
+    ModelFactory()  # a tested, tool-capable, zero-cost model for a new task
     UserFactory(username="ops", is_superuser=True)
     big = tmp_path / "big.bin"
     big.write_bytes(b"x" * (3 * FILE_CAP))

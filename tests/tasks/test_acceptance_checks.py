@@ -10,7 +10,7 @@ from agents.states import RunStatus, Verdict
 from tasks.models import Task
 from tasks.services import default_limits
 from tasks.states import TaskStatus
-from tests.factories import AgentRunFactory, TaskFactory, UserFactory
+from tests.factories import AgentRunFactory, ModelFactory, TaskFactory, UserFactory
 
 pytestmark = pytest.mark.django_db
 
@@ -31,6 +31,7 @@ def _form(**more):
 
 
 def test_the_form_takes_one_check_per_line(boss):
+    ModelFactory()  # a tested, tool-capable, zero-cost model for a new task
     response = boss.post(
         "/tasks/new/",
         _form(acceptance_checks="artifact=summary.md\n\n# a comment\nanswer_not_echo\n"),
@@ -67,6 +68,7 @@ def test_the_task_page_marks_an_unverified_verdict(boss):
 
 
 def test_cli_create_expect_and_show(manage, transactional_db):
+    ModelFactory()  # a tested, tool-capable, zero-cost model for a new task
     UserFactory(username="ops", is_superuser=True)
     created = manage(
         "acthelm_task",
