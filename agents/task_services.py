@@ -185,7 +185,8 @@ def task_create(
     `evaluation`: a case of the graded suite (agents.eval), hidden from the review queue, the
     inbox and the scorecard's real-work figures. `acceptance_checks`: ``KIND=VALUE`` texts or
     ``{"kind", "value"}`` objects (agents.acceptance), refused with `acceptance_check_invalid`
-    (field `acceptance_checks`) when a kind is unknown or a pattern cannot be run.
+    (field `acceptance_checks`) when a kind is unknown or a pattern cannot be run; a person's
+    work task for a goal given none gets the goal's (`meetable_checks`).
     `check_model` (a person's new task from the console, the CLI or the API): without a model,
     the default one (`model_for_new_task`); a model the task could not run on is refused now."""
     title, instruction = (title or "").strip(), (instruction or "").strip()
