@@ -43,6 +43,7 @@ from tasks.services import (
     task_set_limits,
     validate_limits,
 )
+from tasks.services import goal_create as ledger_goal_create
 from tasks.states import (
     EventKind,
     TaskKind,
@@ -184,7 +185,8 @@ def task_create(
     `evaluation`: a case of the graded suite (agents.eval), hidden from the review queue, the
     inbox and the scorecard's real-work figures. `acceptance_checks`: ``KIND=VALUE`` texts or
     ``{"kind", "value"}`` objects (agents.acceptance), refused with `acceptance_check_invalid`
-    (field `acceptance_checks`) when a kind is unknown or a pattern cannot be run.
+    (field `acceptance_checks`) when a kind is unknown or a pattern cannot be run; a person's
+    work task for a goal given none gets the goal's (`meetable_checks`).
     `check_model` (a person's new task from the console, the CLI or the API): without a model,
     the default one (`model_for_new_task`); a model the task could not run on is refused now."""
     title, instruction = (title or "").strip(), (instruction or "").strip()
@@ -210,6 +212,15 @@ def task_create(
     domains = sorted({d.strip().lower().rstrip(".") for d in (allowed_domains or []) if d.strip()})
     fields = default_limits() | validate_limits(limits or {})
     checks = validate_checks(acceptance_checks, tools=tools)
+    if (
+        not checks
+        and goal is not None
+        and origin == TaskOrigin.PERSON
+        and kind != TaskKind.PLANNING
+    ):
+        # A person's work for a goal, with no checks of its own: the goal's (a plan is not the
+        # goal's result, so a planning task gets none).
+        checks = meetable_checks(goal.acceptance_checks, tools)
     if check_model:  # after the input's own checks: a bad field is named first
         connection, model = model_for_new_task(connection=connection, model=model, tools=tools)
     with transaction.atomic():
@@ -533,6 +544,31 @@ def follow_up_permissions(parent: Task, tools: list[str] | None = None) -> dict:
     }
 
 
+def meetable_checks(checks: list[dict], tools: list[str]) -> list[dict]:
+    """Stored checks handed on to a task with these tools: each once, without the `tool_ran`
+    checks for tools it does not have (they could never pass)."""
+    out: list[dict] = []
+    for check in checks or []:
+        if check.get("kind") == "tool_ran" and check.get("value") not in tools:
+            continue
+        if check not in out:
+            out.append(check)
+    return out
+
+
+def goal_create(
+    *, actor: Actor, title: str, description: str = "", acceptance_checks: list | None = None
+) -> Goal:
+    """A new active goal with the acceptance checks of the work planned for it (``KIND=VALUE``
+    texts or ``{"kind", "value"}`` objects, refused with `acceptance_check_invalid`, field
+    `acceptance_checks`). The goal has no tool list, so `tool_ran` is not checked against one:
+    each task that gets the goal's checks drops those for tools it lacks (`meetable_checks`)."""
+    checks = validate_checks(acceptance_checks, tools=None)
+    return ledger_goal_create(
+        actor=actor, title=title, description=description, acceptance_checks=checks
+    )
+
+
 def follow_up_create(
     *,
     actor: Actor,
@@ -547,7 +583,8 @@ def follow_up_create(
     connection and model, `blocked` or `ready` by its dependencies, with at most the parent's
     permissions (`follow_up_permissions`); at most ACTHELM_MAX_PROPOSALS_PER_TASK per parent.
     The parent's acceptance checks describe the parent's result, so a follow-up gets them only
-    when asked (`inherit_checks`), and then only those its tools can meet.
+    when asked (`inherit_checks`): then the parent's and its goal's (`Goal.acceptance_checks`,
+    the defaults of the goal's work), each once, only those its tools can meet.
 
     Proposing the same title twice from one parent returns the first follow-up: the tool is
     replayed after a crash, and the loop names dependencies by title, so titles stay unique.
@@ -574,11 +611,10 @@ def follow_up_create(
             )
         inherited = follow_up_permissions(parent, tools)
         if inherit_checks:
-            inherited["acceptance_checks"] = [
-                c
-                for c in parent.acceptance_checks
-                if c.get("kind") != "tool_ran" or c.get("value") in inherited["tools"]
-            ]
+            goal_checks = parent.goal.acceptance_checks if parent.goal_id else []
+            inherited["acceptance_checks"] = meetable_checks(
+                [*parent.acceptance_checks, *goal_checks], inherited["tools"]
+            )
         task = task_create(
             actor=actor,
             title=title,

@@ -22,6 +22,10 @@ class Goal(models.Model):
     title = models.CharField(max_length=200)
     description = models.TextField(blank=True)
     active = models.BooleanField(default=True)
+    # The acceptance checks of the work planned for this goal (agents.acceptance): the default of
+    # a person's task with this goal, and what a follow-up with `inherit_checks` adds. Validated
+    # by agents.task_services.goal_create, hence not editable in the admin.
+    acceptance_checks = models.JSONField(default=list, blank=True, editable=False)
     created_by = models.ForeignKey(
         settings.AUTH_USER_MODEL, null=True, blank=True, on_delete=models.SET_NULL, related_name="+"
     )

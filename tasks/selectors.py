@@ -176,6 +176,7 @@ def goal_as_dict(goal: Goal, *, with_tasks: int = 0) -> dict:
         "title": goal.title,
         "description": goal.description,
         "active": goal.active,
+        "acceptance_checks": list(goal.acceptance_checks or []),
         "created_by": goal.created_by.get_username() if goal.created_by_id else None,
         "created_at": goal.created_at.isoformat(),
         "task_counts": counts,

@@ -253,8 +253,13 @@ def task_delete(*, actor: Actor, task_id: int) -> None:
 # --- Goals -----------------------------------------------------------------------------------
 
 
-def goal_create(*, actor: Actor, title: str, description: str = "") -> Goal:
-    """A new active goal; the reconciler plans it at its next pass while it has no open work."""
+def goal_create(
+    *, actor: Actor, title: str, description: str = "", acceptance_checks: list | None = None
+) -> Goal:
+    """A new active goal; the reconciler plans it at its next pass while it has no open work.
+
+    `acceptance_checks` are stored as given: the interfaces call
+    `agents.task_services.goal_create`, which validates them (the kinds live in the engine)."""
     actor.require("tasks.add_goal")
     title, description = (title or "").strip(), (description or "").strip()
     if not title:
@@ -262,7 +267,10 @@ def goal_create(*, actor: Actor, title: str, description: str = "") -> Goal:
     if len(title) > 200:
         raise InvalidInput("a title is at most 200 characters", field="title")
     goal = Goal.objects.create(
-        title=title, description=description, created_by=actor.user if actor.is_person else None
+        title=title,
+        description=description,
+        acceptance_checks=list(acceptance_checks or []),
+        created_by=actor.user if actor.is_person else None,
     )
     log.info("goal.created", extra={"goal_id": goal.pk, "actor": actor.label})
     return goal

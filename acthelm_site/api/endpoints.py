@@ -673,7 +673,12 @@ def list_goals(request, active: bool | None = None):
 def create_goal(request, payload: s.GoalIn):
     """A new active goal: the reconciler plans it at its next pass."""
     actor = _require(request, ADD_GOAL_PERM)
-    goal = services.goal_create(actor=actor, title=payload.title, description=payload.description)
+    goal = task_services.goal_create(
+        actor=actor,
+        title=payload.title,
+        description=payload.description,
+        acceptance_checks=[c for c in payload.expect if c.strip()],
+    )
     return Status(201, goal_as_dict(_goal_or_404(goal.pk)))
 
 

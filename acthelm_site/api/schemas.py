@@ -363,6 +363,11 @@ class ModelCheckOut(Schema):
 class GoalIn(BodyIn):
     title: str = Field(..., min_length=1, max_length=200)
     description: str = ""
+    expect: list[str] = Field(
+        [],
+        description="Acceptance checks of the goal's work, one KIND=VALUE each: the default of "
+        "a person's task with this goal, added to a follow-up that inherits its parent's checks",
+    )
 
 
 class GoalOut(Schema):
@@ -370,6 +375,7 @@ class GoalOut(Schema):
     title: str
     description: str
     active: bool
+    acceptance_checks: list[dict[str, str]] = []
     created_by: str | None
     created_at: datetime
     task_counts: dict[str, int] = Field(description="Tasks by state")

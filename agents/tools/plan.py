@@ -57,7 +57,9 @@ class ProposeTaskArgs(ToolArgs):
     )
     inherit_checks: bool = Field(
         default=False,
-        description="Give the follow-up this task's acceptance checks too (default: none).",
+        description=(
+            "Give the follow-up this task's and its goal's acceptance checks (default: none)."
+        ),
     )
 
 

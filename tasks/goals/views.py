@@ -4,6 +4,7 @@ from django.shortcuts import get_object_or_404, render
 from django.views.decorators.http import require_GET
 
 from acthelm_site.console.shared import console_view
+from agents.acceptance import check_text
 from tasks.models import Goal, Task
 from tasks.selectors import goal_as_dict
 
@@ -24,6 +25,7 @@ def goal_detail(request, pk: int):
         "goal": goal,
         "counts": sorted(data["task_counts"].items()),
         "open_tasks": data["open_tasks"],
+        "acceptance_checks": [check_text(c) for c in data["acceptance_checks"]],
         "tasks": tasks[:GOAL_TASKS],
         "more": len(tasks) > GOAL_TASKS,
     }

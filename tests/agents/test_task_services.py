@@ -14,7 +14,7 @@ from tasks.exceptions import (
     ModelCheckFailed,
     TransitionNotAllowed,
 )
-from tasks.models import Task, TaskEvent
+from tasks.models import Goal, Task, TaskEvent
 from tasks.states import EventKind, TaskKind, TaskOrigin, TaskStatus
 from tests.factories import AgentRunFactory, GoalFactory, ModelFactory, TaskFactory
 
@@ -324,3 +324,105 @@ def test_a_task_without_tools_may_run_on_a_model_that_is_not_tool_capable(actor)
         actor=actor, title="T", instruction="I", tools=[], model=model, check_model=True
     )
     assert task.model == model
+
+
+# --- A goal's acceptance checks: the defaults of the work planned for it (issue 23) -----------
+
+GOAL_CHECKS = [
+    {"kind": "artifact", "value": "report.md"},
+    {"kind": "tool_ran", "value": "fetch_url"},
+]
+
+
+@pytest.fixture
+def goal_keeper(db):
+    from tests.factories import UserFactory
+
+    return Actor.person(UserFactory(username="keeper", perms=["tasks.add_goal"]))
+
+
+def test_a_goal_is_created_with_validated_checks_and_refused_with_a_bad_one(goal_keeper):
+    goal = task_services.goal_create(
+        actor=goal_keeper,
+        title="Report",
+        acceptance_checks=["artifact=report.md", "tool_ran=fetch_url", "artifact=report.md"],
+    )
+    # A goal has no tools: tool_ran is kept (each task drops it when it lacks the tool).
+    assert Goal.objects.get(pk=goal.pk).acceptance_checks == GOAL_CHECKS
+    with pytest.raises(InvalidInput) as exc:
+        task_services.goal_create(
+            actor=goal_keeper, title="Bad", acceptance_checks=["answer_matches=(?=ahead)x"]
+        )
+    assert (exc.value.code, exc.value.field) == ("acceptance_check_invalid", "acceptance_checks")
+    assert list(Goal.objects.values_list("title", flat=True)) == ["Report"]
+
+
+def test_a_person_s_task_for_a_goal_without_checks_gets_the_goal_s(actor):
+    goal = GoalFactory(acceptance_checks=GOAL_CHECKS)
+    meets = task_services.task_create(
+        actor=actor, title="T", instruction="I", goal=goal, tools=["fetch_url"]
+    )
+    assert meets.acceptance_checks == GOAL_CHECKS
+    # tool_ran=fetch_url could never pass without fetch_url: left out, not refused.
+    lacks = task_services.task_create(
+        actor=actor, title="T", instruction="I", goal=goal, tools=["read_file"]
+    )
+    assert lacks.acceptance_checks == [GOAL_CHECKS[0]]
+    own = task_services.task_create(
+        actor=actor, title="T", instruction="I", goal=goal, acceptance_checks=["answer_not_echo"]
+    )
+    assert own.acceptance_checks == [{"kind": "answer_not_echo", "value": ""}]
+    alone = task_services.task_create(actor=actor, title="T", instruction="I")
+    assert alone.acceptance_checks == []
+
+
+def test_a_planning_task_does_not_get_its_goal_s_checks(actor):
+    goal = GoalFactory(acceptance_checks=GOAL_CHECKS)
+    for origin in (TaskOrigin.RECONCILER, TaskOrigin.PERSON):
+        plan = task_services.task_create(
+            actor=actor,
+            title="Plan",
+            instruction="I",
+            goal=goal,
+            kind=TaskKind.PLANNING,
+            origin=origin,
+            tools=["update_plan", "propose_task", "fetch_url"],
+        )
+        assert plan.acceptance_checks == []
+
+
+def test_a_follow_up_that_inherits_checks_gets_its_goal_s_too(planning_task):
+    planning_task.goal.acceptance_checks = [*GOAL_CHECKS, {"kind": "answer_not_echo", "value": ""}]
+    planning_task.goal.save(update_fields=["acceptance_checks"])
+    planning_task.tools = ["update_plan", "propose_task", "write_artifact", "fetch_url"]
+    planning_task.acceptance_checks = [{"kind": "answer_not_echo", "value": ""}]
+    planning_task.save(update_fields=["tools", "acceptance_checks"])
+    plain = task_services.follow_up_create(
+        actor=WORKER, parent=planning_task, title="Plain", instruction="Do it."
+    )
+    assert plain.acceptance_checks == []
+    asked = task_services.follow_up_create(
+        actor=WORKER,
+        parent=planning_task,
+        title="Asked",
+        instruction="Do it.",
+        tools=["write_artifact"],
+        inherit_checks=True,
+    )
+    # The parent's, then the goal's, each once; tool_ran=fetch_url left out without fetch_url.
+    assert asked.acceptance_checks == [
+        {"kind": "answer_not_echo", "value": ""},
+        {"kind": "artifact", "value": "report.md"},
+    ]
+    with_tool = task_services.follow_up_create(
+        actor=WORKER,
+        parent=planning_task,
+        title="With the tool",
+        instruction="Do it.",
+        tools=["fetch_url"],
+        inherit_checks=True,
+    )
+    assert with_tool.acceptance_checks == [
+        {"kind": "answer_not_echo", "value": ""},
+        *GOAL_CHECKS,
+    ]

@@ -2,6 +2,8 @@
 
 from django.core.management.base import BaseCommand
 
+from agents import task_services
+from agents.acceptance import check_text, kind_names
 from tasks import services
 from tasks.cli import emit, fail, person_actor
 from tasks.exceptions import ActhelmError, GoalNotFound
@@ -21,6 +23,15 @@ class Command(BaseCommand):
         create = sub.add_parser("create", help="create an active goal")
         create.add_argument("--title", required=True)
         create.add_argument("--description", default="")
+        create.add_argument(
+            "--expect",
+            action="append",
+            default=[],
+            metavar="KIND=VALUE",
+            help="an acceptance check of the goal's work, repeatable: the default of a person's "
+            "task with this goal, added to a follow-up that inherits its parent's checks; "
+            "kinds: " + kind_names(),
+        )
         lst = sub.add_parser("list", help="list goals, newest first")
         state = lst.add_mutually_exclusive_group()
         state.add_argument("--active", action="store_true", help="only active goals")
@@ -45,8 +56,11 @@ class Command(BaseCommand):
 
     def _create(self, opts, as_json):
         actor = person_actor(opts["user"])
-        goal = services.goal_create(
-            actor=actor, title=opts["title"], description=opts["description"]
+        goal = task_services.goal_create(
+            actor=actor,
+            title=opts["title"],
+            description=opts["description"],
+            acceptance_checks=opts["expect"],
         )
         data = goal_as_dict(self._goal(goal.pk))
         emit(self, data, as_json=as_json, text=f"goal {goal.pk} created: {goal.title}")
@@ -73,6 +87,9 @@ class Command(BaseCommand):
         ]
         if data["description"]:
             lines.append(data["description"])
+        if data["acceptance_checks"]:
+            checks = "; ".join(check_text(c) for c in data["acceptance_checks"])
+            lines.append(f"acceptance checks: {checks}")
         lines += [f"  #{t['id']:<6} {t['status']:<18} {t['title']}" for t in data["tasks"]]
         emit(self, data, as_json=as_json, text="\n".join(lines))
 
