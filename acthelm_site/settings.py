@@ -254,7 +254,8 @@ ACTHELM_MCP_EXECUTABLES = env_list("ACTHELM_MCP_EXECUTABLES", [])
 # An optional model supervisor on a connection of its own (empty: rule checks only).
 ACTHELM_SUPERVISOR_CONNECTION = os.environ.get("ACTHELM_SUPERVISOR_CONNECTION", "")
 ACTHELM_SUPERVISOR_MODEL = os.environ.get("ACTHELM_SUPERVISOR_MODEL", "")
-# The supervisor's default acceptance checks (agents.acceptance.default_checks): a named output
+# The supervisor's default acceptance checks (agents.engine.acceptance.default_checks): a named
+# output
 # file that was never written, an answer that only repeats the instruction, a run that needed its
 # tools and called none, a call of a tool not on the task's list. Measured in docs/eval.md.
 ACTHELM_SUPERVISOR_DEFAULT_CHECKS = env_bool("ACTHELM_SUPERVISOR_DEFAULT_CHECKS", True)

@@ -1,6 +1,7 @@
 """Admin for connections, models, runs and the transcript (read-only: workers write it).
 
-Edits of connections and models go through agents.services (connection_update, model_update):
+Edits of connections and models go through agents.catalogue.connections (connection_update,
+model_update):
 the same validators as the console and the CLI, and a model whose test no longer says anything
 (a new URL, command or credential; a new name or tool support) is untested again.
 """
@@ -9,8 +10,9 @@ from django import forms
 from django.contrib import admin, messages
 from django.core.exceptions import PermissionDenied
 
-from agents import services, toolservers
-from agents.costs import model_fill_prices
+from agents.catalogue import connections, toolservers
+from agents.catalogue.prices import model_fill_prices
+from agents.catalogue.toolservers import validate_server_name
 from agents.models import (
     AgentRun,
     Artifact,
@@ -21,7 +23,6 @@ from agents.models import (
     ToolServer,
     Turn,
 )
-from agents.toolservers import validate_server_name
 from tasks.actors import Actor
 from tasks.exceptions import ActhelmError, NotPermitted
 
@@ -60,7 +61,9 @@ def override_tools(modeladmin, request, queryset):
     actor = Actor.person(request.user)
     for model_id in queryset.values_list("pk", flat=True):
         try:
-            model = _through_service(services.model_override_tools, actor=actor, model_id=model_id)
+            model = _through_service(
+                connections.model_override_tools, actor=actor, model_id=model_id
+            )
         except ActhelmError as exc:
             modeladmin.message_user(request, f"{exc} [{exc.code}]", messages.ERROR)
             continue
@@ -91,10 +94,10 @@ class ConnectionAdmin(admin.ModelAdmin):
             obj.save()
             return
         _through_service(
-            services.connection_update,
+            connections.connection_update,
             actor=Actor.person(request.user),
             connection_id=obj.pk,
-            changes=_changes(form, services.CONNECTION_EDITABLE),
+            changes=_changes(form, connections.CONNECTION_EDITABLE),
         )
         obj.refresh_from_db()
 
@@ -112,13 +115,13 @@ class ConnectionAdmin(admin.ModelAdmin):
                 continue
             sub = next(f for f in formset.forms if f.instance.pk == obj.pk)
             _through_service(
-                services.model_update,
+                connections.model_update,
                 actor=actor,
                 model_id=obj.pk,
                 changes={
                     name: sub.cleaned_data[name]
                     for name in changed.get(obj.pk, [])
-                    if name in services.MODEL_EDITABLE
+                    if name in connections.MODEL_EDITABLE
                 },
             )
 
@@ -149,10 +152,10 @@ class ModelAdmin(admin.ModelAdmin):
             obj.save()
             return
         _through_service(
-            services.model_update,
+            connections.model_update,
             actor=Actor.person(request.user),
             model_id=obj.pk,
-            changes=_changes(form, services.MODEL_EDITABLE),
+            changes=_changes(form, connections.MODEL_EDITABLE),
         )
         obj.refresh_from_db()
 
@@ -173,7 +176,7 @@ class ModelAdmin(admin.ModelAdmin):
 
 @admin.register(ToolServer)
 class ToolServerAdmin(admin.ModelAdmin):
-    """Adding, changing and testing go through agents.toolservers (the same checks as the
+    """Adding, changing and testing go through agents.catalogue.toolservers (the same checks as the
     command): a stdio command is for superusers or ACTHELM_MCP_EXECUTABLES, an edit of what the
     server runs or reaches resets its test, and a stdio server is tested on a worker host."""
 

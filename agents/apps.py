@@ -10,7 +10,7 @@ class AgentsConfig(AppConfig):
         from agents import checks  # noqa: F401 - registers the checks
 
         # SERVER__TOOL names resolve to the tools recorded for registered MCP servers.
-        from agents.toolservers import install_resolver
+        from agents.catalogue.toolservers import install_resolver
 
         install_resolver()
 

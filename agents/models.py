@@ -5,8 +5,8 @@ from django.core.exceptions import ValidationError
 from django.db import models
 from django.db.models import Q
 
-from agents.connection_rules import validate_connection
-from agents.recovery import CHOICES as RECOVERY_CHOICES
+from agents.catalogue.connection_rules import validate_connection
+from agents.catalogue.tools.recovery_class import CHOICES as RECOVERY_CHOICES
 from agents.states import (
     ConnectionKind,
     CostTier,
@@ -350,7 +350,8 @@ class ToolServer(models.Model):
     test_message = models.TextField(blank=True, editable=False)
     created_at = models.DateTimeField(auto_now_add=True)
     updated_at = models.DateTimeField(auto_now=True)
-    # Who registered the server and who last changed what it runs or reaches (agents.toolservers).
+    # Who registered the server and who last changed what it runs or reaches
+    # (agents.catalogue.toolservers).
     created_by = models.ForeignKey(
         settings.AUTH_USER_MODEL,
         null=True,
@@ -390,7 +391,8 @@ class ToolServer(models.Model):
 
 class WorkerSeen(models.Model):
     """When each worker process was last seen: upserted from its maintenance loop
-    (`agents.seen.record_seen`), so the Workers page lists idle workers too, not only those that
+    (`agents.engine.seen.record_seen`), so the Workers page lists idle workers too, not only those
+    that
     hold a lease."""
 
     worker_id = models.CharField(max_length=200, unique=True)

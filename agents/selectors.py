@@ -6,7 +6,7 @@ from pathlib import Path
 
 from django.db.models import DecimalField, OuterRef, Subquery, Sum
 
-from agents.limits import task_usage
+from agents.engine.usage import task_usage
 from agents.models import Artifact, Turn
 from tasks.exceptions import InvalidInput
 from tasks.selectors import event_as_dict, task_as_dict

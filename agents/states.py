@@ -2,7 +2,7 @@
 
 from django.db import models
 
-from agents.recovery import RecoveryClass  # noqa: F401  (defined once, with the tools)
+from agents.catalogue.tools.recovery_class import RecoveryClass  # noqa: F401  (defined once, with the tools)
 
 
 class RunStatus(models.TextChoices):
@@ -81,7 +81,7 @@ TOOL_CALL_DONE = frozenset(
 
 
 TC = ToolCallStatus
-# Where a tool call may go from each state; agents.transitions.set_call_status enforces it.
+# Where a tool call may go from each state; agents.engine.transitions.set_call_status enforces it.
 TOOL_CALL_TRANSITIONS: dict[str, frozenset[str]] = {
     # PENDING/APPROVED -> SUCCEEDED/FAILED: a read-only or idempotent call runs without an
     # intent record; its result is written with the step (recovery runs it again if lost).

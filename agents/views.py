@@ -1,6 +1,7 @@
 """The console's connections page: connections with their health, models with their tests.
 
-Adding and testing call agents.services (which check agents.manage_connections). A credential is
+Adding and testing call agents.catalogue.connections (which check agents.manage_connections). A
+credential is
 only ever shown by the name of its environment variable.
 """
 
@@ -22,8 +23,8 @@ from acthelm_site.console.shared import (
     VIEW_CONNECTIONS_PERMS,
     login_required,
 )
-from agents import services
-from agents.connection_rules import MAX_TIMEOUT_SECONDS
+from agents.catalogue import connections as catalogue
+from agents.catalogue.connection_rules import MAX_TIMEOUT_SECONDS
 from agents.models import Connection, Model
 from agents.states import ConnectionKind, CostTier
 from tasks.actors import Actor
@@ -161,7 +162,7 @@ def connection_add(request):
     if not form.is_valid():
         return _render(request, form=form, status=400)
     try:
-        conn = services.connection_add(actor=Actor.person(request.user), **form.service_kwargs())
+        conn = catalogue.connection_add(actor=Actor.person(request.user), **form.service_kwargs())
     except NotPermitted:
         raise PermissionDenied from None
     except ActhelmError as exc:
@@ -180,7 +181,7 @@ def connection_test(request, pk: int):
         raise PermissionDenied
     conn = get_object_or_404(Connection, pk=pk)
     try:
-        results = services.connection_test(actor=Actor.person(request.user), name=conn.name)
+        results = catalogue.connection_test(actor=Actor.person(request.user), name=conn.name)
     except NotPermitted:
         raise PermissionDenied from None
     except ActhelmError as exc:
@@ -211,7 +212,7 @@ def _price_rows():
             "prices": [
                 (field, label, getattr(m, field))
                 for field, label in zip(
-                    services.PRICE_FIELDS,
+                    catalogue.PRICE_FIELDS,
                     ("input", "output", "cached input", "cache write"),
                     strict=True,
                 )
@@ -225,7 +226,7 @@ def _price_rows():
 @login_required
 def model_prices(request):
     """Each model's prices in US dollars per million tokens; a person with the permission sets
-    them (agents.services.model_set_prices)."""
+    them (agents.catalogue.connections.model_set_prices)."""
     if not any(request.user.has_perm(perm) for perm in VIEW_CONNECTIONS_PERMS):
         raise PermissionDenied
     error, status = None, 200
@@ -234,10 +235,10 @@ def model_prices(request):
             raise PermissionDenied
         model_id = request.POST.get("model", "")
         try:
-            model = services.model_set_prices(
+            model = catalogue.model_set_prices(
                 actor=Actor.person(request.user),
                 model_id=int(model_id) if model_id.isdigit() else 0,
-                prices={f: request.POST.get(f, "") for f in services.PRICE_FIELDS},
+                prices={f: request.POST.get(f, "") for f in catalogue.PRICE_FIELDS},
             )
         except NotPermitted:
             raise PermissionDenied from None

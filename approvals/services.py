@@ -1,6 +1,6 @@
 """The one writer of an approval's status and a needs_review decision's choice. A person's
 decision as a whole (hash checked, the tool call released or settled, the task queued again) is
-`agents.decisions`, which calls these inside its transaction."""
+`agents.actions.decisions`, which calls these inside its transaction."""
 
 from django.utils import timezone
 

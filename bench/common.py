@@ -522,9 +522,10 @@ def engine_run_inline(worker_id: str) -> int:
     statement and model call of the runs on its own thread's connection, and cProfile sees the
     slot. Returns how many tasks it processed.
 
-    The only place a benchmark touches engine internals: `agents.worker.Worker` and its private
+    The only place a benchmark touches engine internals: `agents.engine.worker.Worker` and its
+    private
     `drain()` method (claim → run → outcome in this thread until nothing is claimable)."""
-    from agents.worker import Worker
+    from agents.engine.worker import Worker
 
     worker = Worker(worker_id=worker_id, concurrency=1, burst=True)
     worker.drain()
@@ -533,7 +534,7 @@ def engine_run_inline(worker_id: str) -> int:
 
 def provider_class(kind: str = "openai_compatible"):
     """The provider class the engine builds for a connection of `kind` (public registry)."""
-    from agents.providers import get_provider_class
+    from agents.catalogue.providers import get_provider_class
 
     return get_provider_class(kind)
 

@@ -181,8 +181,8 @@ def read_logs(paths: list[Path]) -> dict:
 def run_acthelm(args, db_url: str, datadir: str, root: Path) -> dict:
     from django.db import connection
 
+    from agents.engine.intake import task_create
     from agents.models import AgentRun, Turn
-    from agents.task_services import task_create
     from tasks.actors import Actor
     from tasks.models import Task
 
@@ -416,8 +416,9 @@ def run_signals(args, db_url: str, root: Path, samples: int = 5, turn_s: float =
     from django.conf import settings
     from django.db import connection
 
+    from agents.actions.tasks import task_cancel
+    from agents.engine.intake import task_create
     from agents.models import Artifact
-    from agents.task_services import task_cancel, task_create
     from tasks.actors import Actor
     from tasks.models import Task
     from tasks.services import task_pause

@@ -62,8 +62,8 @@ def stop(children) -> None:
 
 
 def measure_wakeup(db_url: str, model, samples: int) -> list[float]:
+    from agents.engine.intake import task_create
     from agents.models import AgentRun
-    from agents.task_services import task_create
     from tasks.actors import Actor
     from tasks.models import Task
 
@@ -105,8 +105,8 @@ def measure_wakeup(db_url: str, model, samples: int) -> list[float]:
 
 def measure_recovery(db_url: str, model, server, kills: int, env: dict) -> list[float]:
     """Kill the holder mid model request; time until the task's next run starts."""
+    from agents.engine.intake import task_create
     from agents.models import AgentRun
-    from agents.task_services import task_create
     from tasks.actors import Actor
     from tasks.models import Task
 

@@ -11,7 +11,7 @@ from django.db.models import Count, Q
 from django.utils.html import format_html_join
 
 from acthelm_site.console.actions import ConsoleAction, task_actions
-from agents import task_services
+from agents.actions import tasks as person_tasks
 from tasks.actors import Actor
 from tasks.exceptions import ActhelmError, InvalidInput, NotPermitted, TransitionNotAllowed
 from tasks.models import Goal, Task, TaskDependency, TaskEvent
@@ -108,10 +108,10 @@ class TaskAdminForm(forms.ModelForm):
             changes = {
                 name: data[name]
                 for name in self.changed_data
-                if name in task_services.EDITABLE_FIELDS and name in data
+                if name in person_tasks.EDITABLE_FIELDS and name in data
             }
             try:
-                task_services.task_edit_check(task=self.instance, changes=changes)
+                person_tasks.task_edit_check(task=self.instance, changes=changes)
             except InvalidInput as exc:
                 raise forms.ValidationError(f"{exc.message} [{exc.code}]") from None
         return data
@@ -206,16 +206,16 @@ class TaskAdmin(admin.ModelAdmin):
     def save_model(self, request, obj, form, change):
         # Write only what this form changed, and never under a worker: a claim that happened
         # after the page was loaded must not be undone by a Save of the old row.
-        # agents.task_services.task_update checks the edit, refuses it under a worker and writes the
+        # agents.actions.tasks.task_update checks the edit, refuses it under a worker and writes the
         # `edited` event.
         changes = {
             name: form.cleaned_data[name]
             for name in form.changed_data
-            if name in task_services.EDITABLE_FIELDS
+            if name in person_tasks.EDITABLE_FIELDS
         }
         if changes:
             try:
-                task_services.task_update(
+                person_tasks.task_update(
                     actor=Actor.person(request.user), task_id=obj.pk, changes=changes
                 )
             except (NotPermitted, TransitionNotAllowed) as exc:

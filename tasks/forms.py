@@ -7,9 +7,9 @@ from django import forms
 from django.conf import settings
 from django.core.exceptions import ValidationError
 
-from agents.acceptance import checks_from_lines, kind_names, validate_checks
+from agents.catalogue.tools import tool_names
+from agents.engine.acceptance import checks_from_lines, kind_names, validate_checks
 from agents.models import Connection, Model
-from agents.tools import tool_names
 from tasks.exceptions import InvalidInput
 from tasks.limits import BY_FIELD, LIMIT_FIELDS
 from tasks.models import Goal

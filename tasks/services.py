@@ -259,7 +259,7 @@ def goal_create(
     """A new active goal; the reconciler plans it at its next pass while it has no open work.
 
     `acceptance_checks` are stored as given: the interfaces call
-    `agents.task_services.goal_create`, which validates them (the kinds live in the engine)."""
+    `agents.actions.tasks.goal_create`, which validates them (the kinds live in the engine)."""
     actor.require("tasks.add_goal")
     title, description = (title or "").strip(), (description or "").strip()
     if not title:

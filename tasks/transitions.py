@@ -2,7 +2,8 @@
 
 Every function here locks the task row (`SELECT … FOR UPDATE`), checks the move against
 `tasks.states.TRANSITIONS`, writes the new state and a `TaskEvent` in one transaction, and raises
-`TransitionNotAllowed` for a move the table does not allow. The claim (`agents.leases`) is the one
+`TransitionNotAllowed` for a move the table does not allow. The claim (`agents.engine.leases`) is
+the one
 exception to the lock-then-write shape: a single conditional UPDATE whose WHERE clause decides the
 race.
 """

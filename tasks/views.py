@@ -45,14 +45,14 @@ from acthelm_site.console.shared import (
     pretty_json,
 )
 from acthelm_site.console.timeline import event_details
-from agents import task_services
-from agents.acceptance import check_text
-from agents.limits import task_usage
+from agents.actions import tasks as person_tasks
+from agents.catalogue.connections import model_check_for_task
+from agents.catalogue.tools import all_tools
+from agents.engine.acceptance import check_text
+from agents.engine.usage import task_usage
 from agents.models import Artifact, Model, ToolCall, Turn
 from agents.selectors import task_cost_subquery
-from agents.services import model_check_for_task
 from agents.states import Role
-from agents.tools import all_tools
 from approvals.states import ApprovalStatus, ReviewChoice
 from memory.models import MemorySelection
 from tasks import services
@@ -150,7 +150,7 @@ def task_create(request):
             form.add_error("files", refused)
         if form.is_valid():
             try:
-                task = task_services.task_create_with_files(
+                task = person_tasks.task_create_with_files(
                     actor=Actor.person(request.user),
                     files=[(upload.name, upload) for upload in form.cleaned_data["files"]],
                     check_model=True,

@@ -34,12 +34,12 @@ from acthelm_site.console.shared import (
     VIEW_CONNECTIONS_PERMS,
     VIEW_PERM,
 )
-from agents import services as agent_services
-from agents import task_services
+from agents.actions import tasks as person_tasks
+from agents.catalogue import connections as agent_connections
+from agents.catalogue.connections import model_check_for_task
 from agents.models import Connection, ToolCall
 from agents.scorecard import model_scorecard, scorecard_window
 from agents.selectors import task_file
-from agents.services import model_check_for_task
 from agents.views import display_url
 from approvals.models import Approval, ReviewDecision
 from tasks import services
@@ -338,7 +338,7 @@ def create_task(
         # An empty money field, sent, is "no budget" (as the field says), not the default.
         or (BY_FIELD[field].money and field in payload.model_fields_set)
     }
-    task = task_services.task_create_with_files(
+    task = person_tasks.task_create_with_files(
         actor=actor,
         files=[(upload.name, upload) for upload in files or []],
         title=payload.title,
@@ -447,7 +447,7 @@ def resume_task(request, task_id: int, payload: s.ResumeIn = None):
     model_check_failed when it would not fit; see GET /tasks/{id}/model-check)."""
     actor = _require(request, ACTION_PERMS[A.RESUME])
     model = _model(payload.model_id if payload else None)
-    task_services.task_resume(actor=actor, task_id=task_id, model=model)
+    person_tasks.task_resume(actor=actor, task_id=task_id, model=model)
     return _done(request, task_id, A.RESUME)
 
 
@@ -464,7 +464,7 @@ def model_check(request, task_id: int, model_id: int):
 def cancel_task(request, task_id: int, payload: s.CancelIn = None):
     actor = _require(request, ACTION_PERMS[A.CANCEL])
     reason = (payload.reason if payload else "").strip()
-    task_services.task_cancel(actor=actor, task_id=task_id, reason=reason)
+    person_tasks.task_cancel(actor=actor, task_id=task_id, reason=reason)
     return _done(request, task_id, A.CANCEL)
 
 
@@ -491,7 +491,7 @@ def retry_task(request, task_id: int, payload: s.RetryIn = None):
     actor = _require(request, ACTION_PERMS[A.RETRY])
     payload = payload or s.RetryIn()
     model = _model(payload.model_id)
-    task_services.task_retry(actor=actor, task_id=task_id, model=model, limits=payload.limits)
+    person_tasks.task_retry(actor=actor, task_id=task_id, model=model, limits=payload.limits)
     return _done(request, task_id, A.RETRY)
 
 
@@ -626,7 +626,7 @@ def test_connection(request, connection_id: int, payload: s.ConnectionTestIn = N
         raise NotFound(f"connection {connection_id} does not exist", code="connection_not_found")
     model_name = payload.model if payload else None
     try:
-        return agent_services.connection_test(actor=actor, name=conn.name, model_name=model_name)
+        return agent_connections.connection_test(actor=actor, name=conn.name, model_name=model_name)
     except InvalidInput as exc:
         raise InvalidInput(exc.message, field="model" if model_name else None) from None
 
@@ -673,7 +673,7 @@ def list_goals(request, active: bool | None = None):
 def create_goal(request, payload: s.GoalIn):
     """A new active goal: the reconciler plans it at its next pass."""
     actor = _require(request, ADD_GOAL_PERM)
-    goal = task_services.goal_create(
+    goal = person_tasks.goal_create(
         actor=actor,
         title=payload.title,
         description=payload.description,

@@ -3,7 +3,7 @@ open operations of the approvals inbox. Each read makes a fixed number of querie
 
 from django.db.models import Prefetch
 
-from agents.limits import task_usage
+from agents.engine.usage import task_usage
 from agents.models import ToolCall
 from approvals.models import Approval, ReviewDecision
 from approvals.selectors import decidable_approvals, decidable_reviews

@@ -15,7 +15,8 @@ from collections.abc import Callable
 from dataclasses import dataclass
 
 from acthelm_site.console.shared import CLOSE_PERM, DECIDE_PERM, OPERATE_PERM
-from agents import decisions, task_services
+from agents.actions import decisions
+from agents.actions import tasks as person_tasks
 from tasks import services
 from tasks.states import ACTIONS, Action
 
@@ -118,7 +119,7 @@ REGISTRY: dict[str, ConsoleAction] = {
         ConsoleAction(
             A.RESUME,
             OPERATE_PERM,
-            task_services.task_resume,
+            person_tasks.task_resume,
             inputs=(MODEL,),
             success="Task resumed: it is queued.",
             style="primary",
@@ -130,7 +131,7 @@ REGISTRY: dict[str, ConsoleAction] = {
         ConsoleAction(
             A.RETRY,
             OPERATE_PERM,
-            task_services.task_retry,
+            person_tasks.task_retry,
             inputs=(MODEL, Input("raised_limit", kind="raised_limit")),
             success="Task queued again from its last checkpoint.",
             style="primary",
@@ -172,7 +173,7 @@ REGISTRY: dict[str, ConsoleAction] = {
         ConsoleAction(
             A.CANCEL,
             OPERATE_PERM,
-            task_services.task_cancel,
+            person_tasks.task_cancel,
             inputs=(Input("reason", help="why (shown on the timeline)"),),
             success="Task cancelled: no further step starts.",
             confirm="Cancel task #{pk}? No further step starts and it cannot be resumed.",

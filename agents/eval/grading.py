@@ -272,7 +272,7 @@ def passed(checks: list[Check]) -> bool:
     return bool(checks) and all(c.passed for c in checks)
 
 
-# --- The grader's checks as a real task's acceptance checks (agents.acceptance) ----------------
+# --- The grader's checks as a real task's acceptance checks (agents.engine.acceptance) ---
 
 # The grader's checks that a person could attach to a real task; `state: review` is what an
 # approved run reaches anyway. The others (approvals, refusals, the first tool, the plan, turns)

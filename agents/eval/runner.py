@@ -1,10 +1,10 @@
 """`acthelm_eval run`: the cases become ordinary tasks, the normal workers run them, the runner
 plays the person of each case's script, grades each task when it settles and stores the result.
 
-Only public paths are used: `agents.task_services.task_create` (with `evaluation=True`) and the
+Only public paths are used: `agents.actions.tasks.task_create` (with `evaluation=True`) and the
 workspace's input files, `manage.py acthelm_worker --burst` processes (or workers already
-running), `agents.decisions.approval_approve/deny` with the operation's hash, and
-`agents.task_services.task_cancel`. The runner never writes a task's status itself and never holds a
+running), `agents.actions.decisions.approval_approve/deny` with the operation's hash, and
+`agents.actions.tasks.task_cancel`. The runner never writes a task's status itself and never holds a
 transaction while it waits.
 
 How a case settles:
@@ -43,8 +43,10 @@ from django.conf import settings
 from django.db import transaction
 from django.utils import timezone
 
-from agents.acceptance import default_checks_on
-from agents.decisions import approval_approve, approval_deny
+from agents.actions.decisions import approval_approve, approval_deny
+from agents.actions.tasks import task_cancel
+from agents.engine.acceptance import default_checks_on
+from agents.engine.intake import task_create
 from agents.eval.cases import Case, load_cases, suite_sha256
 from agents.eval.grading import Check, as_acceptance_checks, grade, passed
 from agents.eval.models import EvalOutcome, EvalResult, EvalRun, EvalRunStatus
@@ -52,7 +54,6 @@ from agents.eval.record import task_record
 from agents.models import AgentRun, Connection, Model
 from agents.scorecard import token_cost
 from agents.states import ModelTestStatus, Verdict
-from agents.task_services import task_cancel, task_create
 from approvals.models import Approval
 from approvals.states import ApprovalStatus
 from tasks.actors import Actor

@@ -4,7 +4,7 @@ from django.shortcuts import get_object_or_404, render
 from django.views.decorators.http import require_GET
 
 from acthelm_site.console.shared import console_view
-from agents.acceptance import check_text
+from agents.engine.acceptance import check_text
 from tasks.models import Goal, Task
 from tasks.selectors import goal_as_dict
 

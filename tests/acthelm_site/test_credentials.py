@@ -11,9 +11,9 @@ from acthelm_site.credentials import (
     credential_problem,
     redact,
 )
+from agents.catalogue.tools import ToolContext, ToolError, get_tool
+from agents.catalogue.toolservers import toolserver_add, toolserver_test
 from agents.models import ToolServer
-from agents.tools import ToolContext, ToolError, get_tool
-from agents.toolservers import toolserver_add, toolserver_test
 from tasks.actors import Actor
 from tasks.exceptions import InvalidInput
 from tasks.notify.channels import DeliveryFailed

@@ -26,8 +26,8 @@ def demo_model():
 def test_the_demo_shows_the_whole_loop(demo_model, monkeypatch, settings):
     from django.core.management import call_command
 
-    from agents.reconciler import reconcile
-    from agents.worker import Worker
+    from agents.engine.reconciler import reconcile
+    from agents.engine.worker import Worker
 
     settings.ACTHELM_HEARTBEAT_SECONDS = 0.5
     monkeypatch.setenv("ACTHELM_DEMO_MODEL_PORT", str(demo_model))
@@ -58,8 +58,8 @@ def test_the_demo_shows_the_whole_loop(demo_model, monkeypatch, settings):
 def test_the_demo_model_passes_its_own_connection_test_tool_probe_included(demo_model, monkeypatch):
     from django.core.management import call_command
 
+    from agents.catalogue.connections import connection_test
     from agents.models import Model
-    from agents.services import connection_test
     from tasks.actors import Actor
     from tests.factories import UserFactory
 

@@ -160,8 +160,8 @@ def _calls(path: Path) -> list[dict]:
 
 
 def _sleepy_cli_task(tmp_path, seconds=3):
+    from agents.engine.intake import task_create
     from agents.models import Connection, Model
-    from agents.task_services import task_create
     from tasks.actors import Actor
 
     calls = tmp_path / "calls.jsonl"

@@ -13,9 +13,9 @@ from pathlib import Path
 import pytest
 from django.db import connection
 
+from agents.engine.intake import task_create
 from agents.models import AgentRun, Connection, Model
 from agents.states import RunStatus
-from agents.task_services import task_create
 from tasks.actors import Actor
 from tasks.models import Task, TaskEvent
 from tasks.states import EventKind, TaskStatus

@@ -12,8 +12,8 @@ from django.urls import reverse
 from django.utils import timezone
 
 from acthelm_site.ops_views import worker_host
+from agents.engine.seen import record_seen
 from agents.models import WorkerSeen
-from agents.seen import record_seen
 from agents.states import RunStatus
 from tasks.states import EventKind, TaskStatus
 from tests.conftest import ROOT
@@ -353,7 +353,8 @@ def test_workers_page_htmx_refresh_returns_the_fragment(client, fleet):
 
 
 def test_an_idle_worker_is_listed_from_when_it_was_last_seen(client, db):
-    """agents.seen.record_seen (the maintenance loop's one call) upserts the process's row; the
+    """agents.engine.seen.record_seen (the maintenance loop's one call) upserts the process's row;
+    the
     page lists a worker that holds nothing as idle, and one not seen for a while as gone."""
     record_seen("host-i:300:0", force=True)
     record_seen("host-i:300:0", force=True)  # an upsert: still one row

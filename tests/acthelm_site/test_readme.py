@@ -18,9 +18,9 @@ import pytest
 from django.core.management import call_command
 
 from acthelm_site.demo_model import Handler
+from agents.engine.reconciler import reconcile
+from agents.engine.worker import Worker
 from agents.models import Artifact
-from agents.reconciler import reconcile
-from agents.worker import Worker
 from tasks.models import Task
 from tasks.states import TaskStatus
 from tests.conftest import ROOT

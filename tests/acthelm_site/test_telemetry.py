@@ -6,7 +6,7 @@ from django.test import Client
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
 
 from acthelm_site import telemetry
-from agents.providers import Message, ProviderError, build_provider
+from agents.catalogue.providers import Message, ProviderError, build_provider
 from tests.fakes.model_server import ScriptedModelServer, reply_error, reply_text
 
 

@@ -10,8 +10,8 @@ from pathlib import Path
 from django.db import connection
 from psycopg.conninfo import make_conninfo
 
+from agents.engine.intake import task_create
 from agents.models import Connection, Model, ToolCall
-from agents.task_services import task_create
 from tasks.actors import Actor
 from tasks.models import Task
 

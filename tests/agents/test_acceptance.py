@@ -3,7 +3,7 @@ the default checks, and what the supervisor reads of a real task (bounded)."""
 
 import pytest
 
-from agents.acceptance import (
+from agents.engine.acceptance import (
     MAX_ARTIFACT_READ,
     CallSeen,
     InvalidCheck,
@@ -17,7 +17,7 @@ from agents.acceptance import (
     run_record,
     validate_checks,
 )
-from agents.task_services import task_create
+from agents.engine.intake import task_create
 from tasks.actors import Actor
 from tasks.exceptions import InvalidInput
 from tasks.workspace import add_input_file, artifacts_dir

@@ -174,7 +174,7 @@ def test_a_superuser_can_register_a_stdio_command(client, db):
 
 
 def test_a_staff_user_cannot_turn_an_allowed_server_into_a_shell(toolserver_staff, settings):
-    from agents.toolservers import toolserver_add
+    from agents.catalogue.toolservers import toolserver_add
     from tasks.actors import Actor
 
     root = UserFactory(username="root", is_staff=True, is_superuser=True)

@@ -5,8 +5,8 @@ from decimal import Decimal
 
 import pytest
 
-from agents.costs import model_fill_prices, table_prices, turn_cost
-from agents.providers import Completion, Message, ToolSpec, build_provider
+from agents.catalogue.prices import model_fill_prices, table_prices, turn_cost
+from agents.catalogue.providers import Completion, Message, ToolSpec, build_provider
 from tests.factories import ConnectionFactory, ModelFactory
 from tests.fakes.model_server import ScriptedModelServer, reply_text
 
@@ -152,7 +152,7 @@ def test_fill_prices_for_an_unknown_model_changes_nothing(db, actor):
 
 
 def test_turn_usage_fields_fit_a_turn(priced):
-    from agents.costs import turn_usage_fields
+    from agents.catalogue.prices import turn_usage_fields
     from tests.factories import TurnFactory
 
     u = usage(input_tokens=1000, cached_input_tokens=900, output_tokens=10)

@@ -1,6 +1,6 @@
 import pytest
 
-from agents import decisions
+from agents.actions import decisions
 from agents.states import ToolCallStatus
 from approvals.states import ApprovalStatus, ReviewChoice
 from tasks.actors import Actor

@@ -16,8 +16,8 @@ from dataclasses import dataclass, field
 import pytest
 from django.db import connection
 
-from agents.leases import claim_next
-from agents.worker import Worker
+from agents.engine.leases import claim_next
+from agents.engine.worker import Worker
 from tasks.states import TaskStatus
 from tasks.workspace import add_input_file
 from tests.agents.scripted import fast_settings, status_of, tool_task
@@ -168,7 +168,7 @@ class _KeepAlive(http.server.BaseHTTPRequestHandler):
 
 
 def test_the_worker_keeps_one_http_connection_to_the_model_server():
-    from agents.providers import Message, build_provider
+    from agents.catalogue.providers import Message, build_provider
 
     _KeepAlive.ports = []
     server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), _KeepAlive)
@@ -192,8 +192,8 @@ def test_the_worker_keeps_one_http_connection_to_the_model_server():
 def _mcp_steps(settings, count, steps: int) -> Counts:
     import sys
 
+    from agents.catalogue.toolservers import toolserver_test
     from agents.models import ToolServer
-    from agents.toolservers import toolserver_test
     from tasks.actors import Actor
     from tests.agents.conftest import ROOT
     from tests.factories import UserFactory

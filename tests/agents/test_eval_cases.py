@@ -2,8 +2,8 @@
 
 import pytest
 
+from agents.catalogue.tools import tool_names
 from agents.eval.cases import CASES_DIR, InvalidCase, load_cases, parse_case, suite_sha256
-from agents.tools import tool_names
 
 pytestmark = pytest.mark.django_db  # tool names come from the registry the app loads
 

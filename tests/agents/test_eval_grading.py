@@ -3,7 +3,7 @@ Pure functions: no database."""
 
 import pytest
 
-from agents.acceptance import validate_checks
+from agents.engine.acceptance import validate_checks
 from agents.eval.cases import load_cases
 from agents.eval.grading import (
     CHECKS,

@@ -8,8 +8,9 @@ from types import SimpleNamespace
 import pytest
 from django.db import connection
 
+from agents.actions.tasks import task_cancel
+from agents.engine.intake import task_create
 from agents.models import AgentRun, Artifact, ToolCall
-from agents.task_services import task_cancel, task_create
 from tasks.actors import Actor
 from tasks.models import Task
 from tasks.services import task_pause

@@ -1,9 +1,9 @@
-"""The claim (agents.leases.claim_batch): a worker started by an evaluation claims evaluation
+"""The claim (agents.engine.leases.claim_batch): a worker started by an evaluation claims evaluation
 tasks only; a normal worker claims both (issue 21 item 7)."""
 
 import pytest
 
-from agents.leases import claim_batch, claim_next
+from agents.engine.leases import claim_batch, claim_next
 from tests.factories import TaskFactory
 
 pytestmark = pytest.mark.django_db

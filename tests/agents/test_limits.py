@@ -5,8 +5,8 @@ from decimal import Decimal
 
 import pytest
 
-from agents.limits import Usage, exhausted_limits, reached, remaining, task_usage
-from agents.task_services import task_retry
+from agents.actions.tasks import task_retry
+from agents.engine.usage import Usage, exhausted_limits, reached, remaining, task_usage
 from tasks.exceptions import LimitNotRaised
 from tasks.limits import BY_FIELD
 from tasks.services import task_set_limits

@@ -5,9 +5,9 @@ import threading
 
 import pytest
 
+from agents.actions.tasks import task_cancel, task_resume
+from agents.engine.worker import Worker
 from agents.models import AgentRun, CompactionDecision, Conversation, ToolCall, Turn
-from agents.task_services import task_cancel, task_resume
-from agents.worker import Worker
 from memory.models import MemoryEntry, MemorySelection
 from tasks.actors import Actor
 from tasks.models import Task
@@ -163,7 +163,7 @@ def test_declined_turns_are_discarded_too(
 def test_reaching_a_limit_fails_the_task_keeps_the_checkpoint_and_retry_needs_a_raise(
     model_server, http_model, loop_task, fast_worker_settings, person, limits, script, code
 ):
-    from agents.task_services import task_retry
+    from agents.actions.tasks import task_retry
     from tasks.exceptions import LimitNotRaised
     from tasks.services import task_set_limits
 

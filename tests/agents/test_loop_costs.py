@@ -7,10 +7,10 @@ from decimal import Decimal
 
 import pytest
 
-from agents.limits import task_usage
+from agents.actions.tasks import task_retry
+from agents.engine.usage import task_usage
+from agents.engine.worker import Worker
 from agents.models import AgentRun, Turn
-from agents.task_services import task_retry
-from agents.worker import Worker
 from tasks.exceptions import LimitNotRaised
 from tasks.models import Task
 from tasks.states import TaskStatus

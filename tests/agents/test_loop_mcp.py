@@ -5,12 +5,12 @@ import sys
 
 import pytest
 
-from agents.decisions import approval_approve, review_run_again, review_skip
-from agents.limits import task_usage
+from agents.actions.decisions import approval_approve, review_run_again, review_skip
+from agents.engine.outcomes import recover_stale
+from agents.engine.usage import task_usage
+from agents.engine.worker import Worker
 from agents.models import Conversation, ToolCall, ToolServer
-from agents.outcomes import recover_stale
 from agents.states import ToolCallStatus
-from agents.worker import Worker
 from approvals.models import Approval, ReviewDecision
 from approvals.states import ReviewChoice
 from tasks.states import TaskStatus
@@ -29,7 +29,7 @@ def loop_settings(settings):
 @pytest.fixture
 def mcp(tmp_path):
     """A registered stdio MCP server whose tools were recorded by a test."""
-    from agents.toolservers import toolserver_test
+    from agents.catalogue.toolservers import toolserver_test
     from tasks.actors import Actor
     from tests.factories import UserFactory
 
@@ -220,8 +220,8 @@ def test_a_long_mcp_result_is_cut_for_the_model_and_stored_whole(loop_settings, 
 def test_the_mcp_call_limit_stops_before_a_call_and_retry_asks_to_raise_it(
     loop_settings, mcp, actor
 ):
+    from agents.actions.tasks import task_retry
     from agents.models import AgentRun
-    from agents.task_services import task_retry
     from tasks.exceptions import LimitNotRaised
     from tasks.models import Task
 
@@ -266,8 +266,8 @@ def test_cancel_aborts_an_mcp_call_in_flight_and_the_worker_keeps_serving(
 ):
     import threading
 
+    from agents.actions.tasks import task_cancel
     from agents.models import AgentRun
-    from agents.task_services import task_cancel
     from tasks.actors import Actor
 
     script = [reply_tool_calls([("local__hang", {"seconds": 3600}, "h1")]), reply_text("Done.")]

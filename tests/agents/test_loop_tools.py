@@ -6,9 +6,9 @@ tool's result."""
 
 import pytest
 
+from agents.engine.worker import Worker
 from agents.models import Artifact, Conversation
 from agents.states import ToolCallStatus
-from agents.worker import Worker
 from tasks.models import Task
 from tasks.states import EventKind, TaskStatus
 from tasks.workspace import add_input_file

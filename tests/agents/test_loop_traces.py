@@ -6,7 +6,7 @@ import pytest
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
 
 from acthelm_site import telemetry
-from agents.worker import Worker
+from agents.engine.worker import Worker
 from tasks.states import TaskStatus
 from tests.agents.scripted import fast_settings, status_of, tool_task
 from tests.fakes.model_server import ScriptedModelServer, reply_text, reply_tool_calls

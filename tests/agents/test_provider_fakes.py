@@ -15,7 +15,7 @@ from pathlib import Path
 import httpx
 import pytest
 
-from agents.providers import Message, ProviderError, build_provider
+from agents.catalogue.providers import Message, ProviderError, build_provider
 from tests.fakes.model_server import (
     ScriptedModelServer,
     hang,

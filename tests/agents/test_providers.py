@@ -16,7 +16,7 @@ from pathlib import Path
 
 import pytest
 
-from agents.providers import (
+from agents.catalogue.providers import (
     PROVIDER_AUTH,
     PROVIDER_BAD_REQUEST,
     PROVIDER_BAD_RESPONSE,
@@ -989,8 +989,8 @@ def test_cli_rejects_shell_string():
 
 @pytest.mark.parametrize("raw", ['{"a": NaN}', '{"a": [1, Infinity]}', '{"a": {"b": -Infinity}}'])
 def test_non_finite_numbers_make_tool_arguments_unparsable(raw):
-    from agents.providers.base import ToolCallRequest
-    from agents.providers.openai_compat import parse_arguments
+    from agents.catalogue.providers.base import ToolCallRequest
+    from agents.catalogue.providers.openai_compat import parse_arguments
 
     arguments, text = parse_arguments(raw)
     call = ToolCallRequest(id="c", name="t", arguments=arguments, arguments_raw=text)
@@ -1001,7 +1001,7 @@ def test_non_finite_numbers_make_tool_arguments_unparsable(raw):
 
 
 def test_non_finite_token_counts_read_as_zero():
-    from agents.providers import _http
+    from agents.catalogue.providers import _http
 
     assert [_http.as_int(v) for v in (float("nan"), float("inf"), -float("inf"), 7.9)] == [
         0,

@@ -8,8 +8,8 @@ import pytest
 from django.core.management import CommandError, call_command
 from django.utils import timezone
 
+from agents.engine.prune import REMOVED_EVENT_KINDS, prune
 from agents.models import AgentRun, Artifact, CompactionDecision, Conversation, ToolCall, Turn
-from agents.prune import REMOVED_EVENT_KINDS, prune
 from agents.states import RunStatus
 from approvals.models import Approval
 from memory.models import MemorySelection

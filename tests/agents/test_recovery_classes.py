@@ -12,13 +12,13 @@ import psycopg
 import pytest
 from django.utils import timezone
 
-from agents.decisions import SKIPPED_RESULT, review_run_again, review_skip
-from agents.limits import task_usage
+from agents.actions.decisions import SKIPPED_RESULT, review_run_again, review_skip
+from agents.actions.tasks import task_retry
+from agents.engine.outcomes import recover_stale
+from agents.engine.usage import task_usage
+from agents.engine.worker import Worker
 from agents.models import AgentRun, Artifact, ToolCall
-from agents.outcomes import recover_stale
 from agents.states import RunStatus, ToolCallStatus
-from agents.task_services import task_retry
-from agents.worker import Worker
 from approvals.models import ReviewDecision
 from approvals.states import ReviewChoice
 from tasks.exceptions import StaleDecision

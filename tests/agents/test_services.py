@@ -5,8 +5,8 @@ import sys
 
 import pytest
 
+from agents.catalogue.connections import connection_add, connection_test
 from agents.models import Connection, Model
-from agents.services import connection_add, connection_test
 from tasks.actors import Actor
 from tasks.exceptions import InvalidInput, NotPermitted
 from tests.agents.conftest import SCRIPTED_CLI
@@ -141,7 +141,7 @@ def test_a_model_that_ignores_the_probe_tool_is_recorded_as_not_tool_capable(
     assert "tool calling works" not in model.test_message
     assert model.tools_override_by is None
     # A task with tools is then refused on this model.
-    from agents.services import model_check_for_task
+    from agents.catalogue.connections import model_check_for_task
     from tests.factories import TaskFactory
 
     check = model_check_for_task(task=TaskFactory(tools=["read_file"]), model=model)

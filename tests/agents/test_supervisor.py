@@ -8,10 +8,10 @@ from decimal import Decimal
 
 import pytest
 
-from agents.limits import Usage
+from agents.engine.supervisor import rule_checks, supervise
+from agents.engine.usage import Usage
 from agents.models import AgentRun
 from agents.states import Verdict
-from agents.supervisor import rule_checks, supervise
 from tasks.models import Task, TaskEvent
 from tasks.states import EventKind, TaskStatus
 from tasks.workspace import add_input_file

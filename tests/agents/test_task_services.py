@@ -4,7 +4,8 @@ retry, and the follow-ups a planning task proposes (never more than the parent h
 import pytest
 from django.utils import timezone
 
-from agents import task_services
+from agents.actions import tasks as person_tasks
+from agents.engine import intake
 from agents.states import RunStatus
 from tasks import services
 from tasks.actors import Actor
@@ -25,7 +26,7 @@ WORKER = Actor.worker("w-test")
 
 def test_create_copies_limit_defaults_and_is_ready(actor, settings):
     settings.ACTHELM_LIMIT_TURNS = 7
-    task = task_services.task_create(actor=actor, title="T", instruction="I")
+    task = intake.task_create(actor=actor, title="T", instruction="I")
     assert task.status == TaskStatus.READY
     assert task.limit_turns == 7 and task.limit_network_requests == 8
     assert task.created_by == actor.user
@@ -35,7 +36,7 @@ def test_create_copies_limit_defaults_and_is_ready(actor, settings):
 
 def test_create_with_an_unfinished_dependency_is_blocked(actor):
     dep = TaskFactory(status=TaskStatus.REVIEW)
-    task = task_services.task_create(actor=actor, title="T", instruction="I", depends_on=[dep])
+    task = intake.task_create(actor=actor, title="T", instruction="I", depends_on=[dep])
     assert task.status == TaskStatus.BLOCKED
 
 
@@ -54,13 +55,13 @@ def test_create_with_an_unfinished_dependency_is_blocked(actor):
 def test_create_refuses_bad_input_clearly(actor, kwargs, message):
     base = {"title": "T", "instruction": "I"}
     with pytest.raises(InvalidInput, match=message):
-        task_services.task_create(actor=actor, **(base | kwargs))
+        intake.task_create(actor=actor, **(base | kwargs))
     assert not Task.objects.exists()
 
 
 def test_cancel_ends_the_running_attempt(actor):
     run = AgentRunFactory()
-    task_services.task_cancel(actor=actor, task_id=run.task_id)
+    person_tasks.task_cancel(actor=actor, task_id=run.task_id)
     run.refresh_from_db()
     assert run.status == RunStatus.CANCELLED and run.finished_at
     assert Task.objects.get(pk=run.task_id).status == TaskStatus.CANCELLED
@@ -69,31 +70,31 @@ def test_cancel_ends_the_running_attempt(actor):
 def test_a_cancelled_task_cannot_be_resumed(actor):
     task = TaskFactory(status=TaskStatus.CANCELLED)
     with pytest.raises(TransitionNotAllowed):
-        task_services.task_resume(actor=actor, task_id=task.pk)
+        person_tasks.task_resume(actor=actor, task_id=task.pk)
 
 
 def test_retry_after_a_limit_needs_the_limit_raised(actor):
     task = TaskFactory(status=TaskStatus.FAILED, failure_code="limit_steps", limit_turns=3)
     AgentRunFactory(task=task, status=RunStatus.FAILED, model_turns=3, finished_at=timezone.now())
     with pytest.raises(LimitNotRaised):
-        task_services.task_retry(actor=actor, task_id=task.pk)
+        person_tasks.task_retry(actor=actor, task_id=task.pk)
     services.task_set_limits(actor=actor, task_id=task.pk, limit_turns=10)
-    assert task_services.task_retry(actor=actor, task_id=task.pk).status == TaskStatus.READY
+    assert person_tasks.task_retry(actor=actor, task_id=task.pk).status == TaskStatus.READY
 
 
 def test_resume_on_another_model_runs_the_checks(actor):
     task = TaskFactory(status=TaskStatus.PAUSED)
     untested = ModelFactory(test_status="failed")
     with pytest.raises(ModelCheckFailed, match="has not passed its test"):
-        task_services.task_resume(actor=actor, task_id=task.pk, model=untested)
+        person_tasks.task_resume(actor=actor, task_id=task.pk, model=untested)
     no_tools = ModelFactory(supports_tools=False)
     with pytest.raises(ModelCheckFailed, match="tool calling"):
-        task_services.task_resume(actor=actor, task_id=task.pk, model=no_tools)
+        person_tasks.task_resume(actor=actor, task_id=task.pk, model=no_tools)
     small = ModelFactory(context_window=1)
     with pytest.raises(ModelCheckFailed, match="context window"):
-        task_services.task_resume(actor=actor, task_id=task.pk, model=small)
+        person_tasks.task_resume(actor=actor, task_id=task.pk, model=small)
     unknown = ModelFactory(context_window=None)
-    task_services.task_resume(actor=actor, task_id=task.pk, model=unknown)
+    person_tasks.task_resume(actor=actor, task_id=task.pk, model=unknown)
     task.refresh_from_db()
     assert task.status == TaskStatus.READY and task.model == unknown
     event = TaskEvent.objects.filter(task=task, kind=EventKind.RESUMED).get()
@@ -115,10 +116,10 @@ def planning_task():
 
 
 def test_follow_ups_are_linked_and_gated_by_their_dependencies(planning_task, settings):
-    first = task_services.follow_up_create(
+    first = intake.follow_up_create(
         actor=WORKER, parent=planning_task, title="Collect", instruction="Collect the data."
     )
-    second = task_services.follow_up_create(
+    second = intake.follow_up_create(
         actor=WORKER,
         parent=planning_task,
         title="Report",
@@ -142,10 +143,10 @@ def test_follow_ups_are_linked_and_gated_by_their_dependencies(planning_task, se
 
 
 def test_proposing_the_same_title_twice_returns_the_first(planning_task):
-    first = task_services.follow_up_create(
+    first = intake.follow_up_create(
         actor=WORKER, parent=planning_task, title="Collect", instruction="Collect."
     )
-    again = task_services.follow_up_create(
+    again = intake.follow_up_create(
         actor=WORKER, parent=planning_task, title=" Collect ", instruction="Collect again."
     )
     assert again.pk == first.pk
@@ -165,7 +166,7 @@ def test_a_follow_up_gets_no_more_than_remains_of_the_parent(planning_task, sett
         status=RunStatus.CANCELLED,
         finished_at=timezone.now(),
     )
-    child = task_services.follow_up_create(
+    child = intake.follow_up_create(
         actor=WORKER, parent=planning_task, title="Next", instruction="Do it."
     )
     assert (child.limit_turns, child.limit_network_requests) == (2, 3)
@@ -174,7 +175,7 @@ def test_a_follow_up_gets_no_more_than_remains_of_the_parent(planning_task, sett
         task=planning_task, model_turns=2, status=RunStatus.CANCELLED, finished_at=timezone.now()
     )
     with pytest.raises(InvalidInput) as exc:
-        task_services.follow_up_create(
+        intake.follow_up_create(
             actor=WORKER, parent=planning_task, title="Later", instruction="Do it."
         )
     assert exc.value.code == "limit_exhausted"
@@ -186,7 +187,7 @@ def test_a_follow_up_gets_what_remains_of_the_money_budget_and_the_mcp_calls(pla
     from tasks.exceptions import InvalidInput
     from tests.factories import TurnFactory
 
-    no_budget = task_services.follow_up_create(
+    no_budget = intake.follow_up_create(
         actor=WORKER, parent=planning_task, title="Free", instruction="Do it."
     )
     assert no_budget.limit_cost is None  # the parent has none: nor does the child
@@ -197,13 +198,13 @@ def test_a_follow_up_gets_what_remains_of_the_money_budget_and_the_mcp_calls(pla
         task=planning_task, status=RunStatus.CANCELLED, finished_at=timezone.now()
     )
     TurnFactory(task=planning_task, run=run, index=1, cost=Decimal("0.25"))
-    child = task_services.follow_up_create(
+    child = intake.follow_up_create(
         actor=WORKER, parent=planning_task, title="Next", instruction="Do it."
     )
     assert (child.limit_cost, child.limit_mcp_calls) == (Decimal("0.75"), 5)
     TurnFactory(task=planning_task, run=run, index=2, cost=Decimal("0.75"))
     with pytest.raises(InvalidInput) as exc:
-        task_services.follow_up_create(
+        intake.follow_up_create(
             actor=WORKER, parent=planning_task, title="Later", instruction="Do it."
         )
     assert exc.value.code == "limit_exhausted"
@@ -214,13 +215,9 @@ def test_proposals_per_task_are_capped(planning_task, settings):
 
     settings.ACTHELM_MAX_PROPOSALS_PER_TASK = 2
     for title in ("One", "Two", "One"):  # the replay of "One" is not a new proposal
-        task_services.follow_up_create(
-            actor=WORKER, parent=planning_task, title=title, instruction="x"
-        )
+        intake.follow_up_create(actor=WORKER, parent=planning_task, title=title, instruction="x")
     with pytest.raises(InvalidInput) as exc:
-        task_services.follow_up_create(
-            actor=WORKER, parent=planning_task, title="Three", instruction="x"
-        )
+        intake.follow_up_create(actor=WORKER, parent=planning_task, title="Three", instruction="x")
     assert exc.value.code == "proposal_limit"
     assert Task.objects.filter(spawned_by=planning_task).count() == 2
 
@@ -231,13 +228,13 @@ def test_a_follow_up_may_ask_for_fewer_tools_never_more(planning_task):
     planning_task.tools = ["update_plan", "propose_task", "read_file", "fetch_url"]
     planning_task.tool_policies = {"fetch_url": "ask"}
     planning_task.save(update_fields=["tools", "tool_policies"])
-    child = task_services.follow_up_create(
+    child = intake.follow_up_create(
         actor=WORKER, parent=planning_task, title="Read", instruction="x", tools=["read_file"]
     )
     assert (child.tools, child.tool_policies) == (["read_file"], {})
     for tools in (["write_artifact"], ["propose_task"], ["read_file", "list_files"]):
         with pytest.raises(InvalidInput) as exc:
-            task_services.follow_up_create(
+            intake.follow_up_create(
                 actor=WORKER, parent=planning_task, title=f"t{tools}", instruction="x", tools=tools
             )
         assert exc.value.code == "tool_not_allowed"
@@ -250,11 +247,11 @@ def test_a_follow_up_inherits_the_parent_s_acceptance_checks_only_when_asked(pla
         {"kind": "tool_ran", "value": "read_file"},
     ]
     planning_task.save(update_fields=["tools", "acceptance_checks"])
-    plain = task_services.follow_up_create(
+    plain = intake.follow_up_create(
         actor=WORKER, parent=planning_task, title="Plain", instruction="Do it."
     )
     assert plain.acceptance_checks == []
-    asked = task_services.follow_up_create(
+    asked = intake.follow_up_create(
         actor=WORKER,
         parent=planning_task,
         title="Asked",
@@ -278,10 +275,10 @@ def test_a_new_task_without_a_model_runs_on_the_best_zero_cost_tested_tool_capab
     ModelFactory(connection=ConnectionFactory(priority=70, enabled=False))
     low = ModelFactory(connection=ConnectionFactory(priority=1))
     best = ModelFactory(connection=ConnectionFactory(priority=5))
-    task = task_services.task_create(actor=actor, title="T", instruction="I", check_model=True)
+    task = intake.task_create(actor=actor, title="T", instruction="I", check_model=True)
     assert (task.connection, task.model) == (best.connection, best)
     # A chosen connection: its own tested, tool-capable model.
-    task = task_services.task_create(
+    task = intake.task_create(
         actor=actor, title="T", instruction="I", connection=low.connection, check_model=True
     )
     assert task.model == low
@@ -290,11 +287,11 @@ def test_a_new_task_without_a_model_runs_on_the_best_zero_cost_tested_tool_capab
 def test_a_new_task_is_refused_at_creation_when_no_model_could_run_it(actor):
     ModelFactory(supports_tools=False)
     with pytest.raises(InvalidInput) as refused:
-        task_services.task_create(actor=actor, title="T", instruction="I", check_model=True)
+        intake.task_create(actor=actor, title="T", instruction="I", check_model=True)
     assert (refused.value.code, refused.value.field) == ("no_usable_model", "model")
     assert not Task.objects.exists()
     # Without check_model (the engine's own callers, the tests) nothing is chosen or refused.
-    task = task_services.task_create(actor=actor, title="T", instruction="I")
+    task = intake.task_create(actor=actor, title="T", instruction="I")
     assert task.model is None
 
 
@@ -311,7 +308,7 @@ def test_a_chosen_model_the_task_could_not_run_on_is_refused_at_creation(
 ):
     model = ModelFactory(**fields)
     with pytest.raises(InvalidInput) as refused:
-        task_services.task_create(
+        intake.task_create(
             actor=actor, title="T", instruction="I", tools=tools, model=model, check_model=True
         )
     assert (refused.value.code, refused.value.field) == (code, "model")
@@ -320,7 +317,7 @@ def test_a_chosen_model_the_task_could_not_run_on_is_refused_at_creation(
 
 def test_a_task_without_tools_may_run_on_a_model_that_is_not_tool_capable(actor):
     model = ModelFactory(supports_tools=False)
-    task = task_services.task_create(
+    task = intake.task_create(
         actor=actor, title="T", instruction="I", tools=[], model=model, check_model=True
     )
     assert task.model == model
@@ -342,7 +339,7 @@ def goal_keeper(db):
 
 
 def test_a_goal_is_created_with_validated_checks_and_refused_with_a_bad_one(goal_keeper):
-    goal = task_services.goal_create(
+    goal = person_tasks.goal_create(
         actor=goal_keeper,
         title="Report",
         acceptance_checks=["artifact=report.md", "tool_ran=fetch_url", "artifact=report.md"],
@@ -350,7 +347,7 @@ def test_a_goal_is_created_with_validated_checks_and_refused_with_a_bad_one(goal
     # A goal has no tools: tool_ran is kept (each task drops it when it lacks the tool).
     assert Goal.objects.get(pk=goal.pk).acceptance_checks == GOAL_CHECKS
     with pytest.raises(InvalidInput) as exc:
-        task_services.goal_create(
+        person_tasks.goal_create(
             actor=goal_keeper, title="Bad", acceptance_checks=["answer_matches=(?=ahead)x"]
         )
     assert (exc.value.code, exc.value.field) == ("acceptance_check_invalid", "acceptance_checks")
@@ -359,27 +356,27 @@ def test_a_goal_is_created_with_validated_checks_and_refused_with_a_bad_one(goal
 
 def test_a_person_s_task_for_a_goal_without_checks_gets_the_goal_s(actor):
     goal = GoalFactory(acceptance_checks=GOAL_CHECKS)
-    meets = task_services.task_create(
+    meets = intake.task_create(
         actor=actor, title="T", instruction="I", goal=goal, tools=["fetch_url"]
     )
     assert meets.acceptance_checks == GOAL_CHECKS
     # tool_ran=fetch_url could never pass without fetch_url: left out, not refused.
-    lacks = task_services.task_create(
+    lacks = intake.task_create(
         actor=actor, title="T", instruction="I", goal=goal, tools=["read_file"]
     )
     assert lacks.acceptance_checks == [GOAL_CHECKS[0]]
-    own = task_services.task_create(
+    own = intake.task_create(
         actor=actor, title="T", instruction="I", goal=goal, acceptance_checks=["answer_not_echo"]
     )
     assert own.acceptance_checks == [{"kind": "answer_not_echo", "value": ""}]
-    alone = task_services.task_create(actor=actor, title="T", instruction="I")
+    alone = intake.task_create(actor=actor, title="T", instruction="I")
     assert alone.acceptance_checks == []
 
 
 def test_a_planning_task_does_not_get_its_goal_s_checks(actor):
     goal = GoalFactory(acceptance_checks=GOAL_CHECKS)
     for origin in (TaskOrigin.RECONCILER, TaskOrigin.PERSON):
-        plan = task_services.task_create(
+        plan = intake.task_create(
             actor=actor,
             title="Plan",
             instruction="I",
@@ -397,11 +394,11 @@ def test_a_follow_up_that_inherits_checks_gets_its_goal_s_too(planning_task):
     planning_task.tools = ["update_plan", "propose_task", "write_artifact", "fetch_url"]
     planning_task.acceptance_checks = [{"kind": "answer_not_echo", "value": ""}]
     planning_task.save(update_fields=["tools", "acceptance_checks"])
-    plain = task_services.follow_up_create(
+    plain = intake.follow_up_create(
         actor=WORKER, parent=planning_task, title="Plain", instruction="Do it."
     )
     assert plain.acceptance_checks == []
-    asked = task_services.follow_up_create(
+    asked = intake.follow_up_create(
         actor=WORKER,
         parent=planning_task,
         title="Asked",
@@ -414,7 +411,7 @@ def test_a_follow_up_that_inherits_checks_gets_its_goal_s_too(planning_task):
         {"kind": "answer_not_echo", "value": ""},
         {"kind": "artifact", "value": "report.md"},
     ]
-    with_tool = task_services.follow_up_create(
+    with_tool = intake.follow_up_create(
         actor=WORKER,
         parent=planning_task,
         title="With the tool",

@@ -6,7 +6,7 @@ from pathlib import Path
 
 import pytest
 
-from agents.tools import ArtifactWritten, RecoveryClass, ToolContext, ToolError, get_tool
+from agents.catalogue.tools import ArtifactWritten, RecoveryClass, ToolContext, ToolError, get_tool
 
 pytestmark = pytest.mark.timeout(30)
 

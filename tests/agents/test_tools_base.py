@@ -5,7 +5,7 @@ import json
 import pytest
 from pydantic import Field
 
-from agents.tools import (
+from agents.catalogue.tools import (
     RecoveryClass,
     Tool,
     ToolArgs,
@@ -20,7 +20,7 @@ from agents.tools import (
     register,
     tool_names,
 )
-from agents.tools.registry import _REGISTRY
+from agents.catalogue.tools.registry import _REGISTRY
 
 pytestmark = pytest.mark.timeout(30)
 
@@ -211,10 +211,11 @@ def test_every_raised_error_code_is_declared():
     import re
     from pathlib import Path
 
-    from agents.tools import ERROR_CODES
+    from agents.catalogue.tools import ERROR_CODES
 
     source = "".join(
-        p.read_text() for p in (Path(__file__).parents[2] / "agents" / "tools").glob("*.py")
+        p.read_text()
+        for p in (Path(__file__).parents[2] / "agents" / "catalogue" / "tools").glob("*.py")
     )
     raised = set(re.findall(r'(?:ToolError|_refuse)\(\s*"([a-z_]+)"', source))
     assert len(raised) > 20

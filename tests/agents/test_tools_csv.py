@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from agents.tools import ToolContext, ToolError, get_tool
+from agents.catalogue.tools import ToolContext, ToolError, get_tool
 
 pytestmark = pytest.mark.timeout(30)
 
@@ -323,7 +323,7 @@ def test_100mb_csv_in_bounded_memory(ws):
     # inherited from this (pytest) process.
     script = f"""
 import json, sys, time
-from agents.tools import ToolContext, get_tool
+from agents.catalogue.tools import ToolContext, get_tool
 
 def hwm_kib():
     for line in open("/proc/self/status"):

@@ -18,8 +18,8 @@ from urllib.parse import quote
 import httpcore
 import pytest
 
-from agents.tools import ToolContext, ToolError, get_tool, host_allowed
-from agents.tools import fetch as fetch_mod
+from agents.catalogue.tools import ToolContext, ToolError, get_tool, host_allowed
+from agents.catalogue.tools import fetch as fetch_mod
 from tests.fakes.http_target import HttpTarget
 
 pytestmark = pytest.mark.timeout(30)

@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from agents.tools import ToolContext, ToolError, get_tool, resolve_in_workspace
+from agents.catalogue.tools import ToolContext, ToolError, get_tool, resolve_in_workspace
 
 pytestmark = pytest.mark.timeout(30)
 

@@ -13,8 +13,8 @@ from pathlib import Path
 
 import pytest
 
-from agents.tools import RecoveryClass, ToolContext, ToolError
-from agents.tools.mcp import (
+from agents.catalogue.tools import RecoveryClass, ToolContext, ToolError
+from agents.catalogue.tools.mcp import (
     McpTool,
     RemoteTool,
     ServerSpec,
@@ -245,8 +245,8 @@ def test_the_catastrophic_pattern_does_not_freeze_a_process():
     answers long before the generous deadline."""
     code = (
         "import json, sys\n"
-        "from agents.tools.mcp import McpTool, RemoteTool, ServerSpec\n"
-        "from agents.tools import ToolError\n"
+        "from agents.catalogue.tools.mcp import McpTool, RemoteTool, ServerSpec\n"
+        "from agents.catalogue.tools import ToolError\n"
         f"schema = json.loads({json.dumps(json.dumps(CATASTROPHIC))})\n"
         "tool = McpTool(ServerSpec(name='s', transport='stdio', command=('x',)),"
         " RemoteTool('t', '', schema))\n"

@@ -9,11 +9,18 @@ from django.core.management import call_command
 from django.core.management.base import CommandError
 from django.db import IntegrityError, transaction
 
+from agents.catalogue.tools import (
+    RecoveryClass,
+    UnknownTool,
+    find_tool,
+    get_tool,
+    operation_hash,
+    tool_names,
+)
+from agents.catalogue.tools.mcp import McpTool
+from agents.catalogue.toolservers import toolserver_add, toolserver_remove, toolserver_test
+from agents.engine.intake import task_create
 from agents.models import ToolServer
-from agents.task_services import task_create
-from agents.tools import RecoveryClass, UnknownTool, find_tool, get_tool, operation_hash, tool_names
-from agents.tools.mcp import McpTool
-from agents.toolservers import toolserver_add, toolserver_remove, toolserver_test
 from tasks.actors import Actor
 from tasks.exceptions import InvalidInput, NotPermitted
 from tests.factories import UserFactory
@@ -213,7 +220,7 @@ def test_a_person_without_superuser_status_registers_only_allowed_executables(op
 
 
 def test_an_edit_records_who_and_resets_the_test_only_for_what_it_reaches(ops, tested_server):
-    from agents.toolservers import toolserver_update
+    from agents.catalogue.toolservers import toolserver_update
 
     assert tested_server.created_by == ops.user
     server = toolserver_update(actor=ops, name="local", changes={"timeout_seconds": 30})
@@ -226,7 +233,7 @@ def test_an_edit_records_who_and_resets_the_test_only_for_what_it_reaches(ops, t
 
 
 def test_an_edit_to_a_shell_is_refused_and_changes_nothing(ops, tested_server, settings):
-    from agents.toolservers import toolserver_update
+    from agents.catalogue.toolservers import toolserver_update
 
     settings.ACTHELM_MCP_EXECUTABLES = [sys.executable]
     with pytest.raises(InvalidInput) as refused:

@@ -3,9 +3,9 @@ from itertools import product
 import pytest
 from django.db import transaction
 
+from agents.engine.transitions import set_call_status
 from agents.models import ToolCall
 from agents.states import TOOL_CALL_TRANSITIONS, ToolCallStatus
-from agents.transitions import set_call_status
 from tasks.exceptions import TransitionNotAllowed
 from tests.factories import ToolCallFactory
 

@@ -8,12 +8,13 @@ import pytest
 from django.db.models import Count
 from django.utils import timezone
 
-from agents.leases import claim_next
-from agents.loop import Outcome
+from agents.actions.tasks import task_cancel
+from agents.engine.intake import task_create
+from agents.engine.leases import claim_next
+from agents.engine.loop import Outcome
+from agents.engine.outcomes import apply_outcome, recover_stale
+from agents.engine.worker import Worker
 from agents.models import AgentRun, Connection, Turn
-from agents.outcomes import apply_outcome, recover_stale
-from agents.task_services import task_cancel, task_create
-from agents.worker import Worker
 from tasks.actors import Actor
 from tasks.models import Task, TaskEvent
 from tasks.services import task_pause
@@ -368,7 +369,7 @@ def test_pause_stops_at_the_next_safe_point_and_resume_continues(
 ):
     import threading
 
-    from agents.task_services import task_resume
+    from agents.actions.tasks import task_resume
 
     model = cli_model("--mode", "sleep", "--seconds", "1.5", "--text", "paused answer")
     task = cli_task(model)

@@ -8,11 +8,11 @@ decided one by one."""
 import pytest
 from django.core.management import CommandError, call_command
 
-from agents.decisions import DENIED_RESULT, approval_approve, approval_deny
+from agents.actions.decisions import DENIED_RESULT, approval_approve, approval_deny
+from agents.catalogue.tools import operation_hash
+from agents.engine.worker import Worker
 from agents.models import Artifact, ToolCall
 from agents.states import ToolCallStatus
-from agents.tools import operation_hash
-from agents.worker import Worker
 from approvals.models import Approval
 from approvals.states import ApprovalStatus
 from tasks.exceptions import StaleDecision

@@ -27,8 +27,8 @@ import pytest
 from django.db import InterfaceError, OperationalError, connection
 from django.db.models import Count
 
+from agents.engine.intake import task_create
 from agents.models import AgentRun, Artifact, Connection, Model, ToolCall, Turn
-from agents.task_services import task_create
 from approvals.models import ReviewDecision
 from approvals.states import ReviewChoice
 from tasks.actors import Actor

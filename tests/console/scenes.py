@@ -5,8 +5,8 @@ from datetime import timedelta
 
 from django.utils import timezone
 
+from agents.catalogue.tools import operation_hash
 from agents.states import RecoveryClass, Role, RunStatus, ToolCallStatus
-from agents.tools import operation_hash
 from approvals.states import ApprovalReason
 from tasks.states import ActorKind, EventKind, TaskStatus
 from tests.factories import (

@@ -8,9 +8,9 @@ import time
 import pytest
 from playwright.sync_api import expect
 
+from agents.engine.intake import task_create
 from agents.models import Connection, Model, ToolCall
 from agents.states import ToolCallStatus
-from agents.task_services import task_create
 from tasks.actors import Actor
 from tasks.models import Task
 from tasks.states import TaskStatus

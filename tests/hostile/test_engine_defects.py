@@ -9,12 +9,12 @@ import psycopg
 import pytest
 from django.utils import timezone
 
-from agents.decisions import approval_approve
-from agents.leases import claim_next
+from agents.actions.decisions import approval_approve
+from agents.actions.tasks import task_cancel
+from agents.engine.leases import claim_next
+from agents.engine.outcomes import apply_outcome, recover_stale
+from agents.engine.worker import Worker
 from agents.models import AgentRun, Connection, ToolCall
-from agents.outcomes import apply_outcome, recover_stale
-from agents.task_services import task_cancel
-from agents.worker import Worker
 from approvals.models import Approval, ReviewDecision
 from tasks.models import Task, TaskEvent
 from tasks.services import task_delete
@@ -180,7 +180,7 @@ def test_4_a_database_error_mid_step_hands_the_task_back(loop_settings):
 
 
 def test_5_every_retry_delay_is_reachable_with_the_defaults(loop_settings):
-    from agents.loop import Outcome
+    from agents.engine.loop import Outcome
 
     with ScriptedModelServer([]) as server:
         task = tool_task(server, [])
@@ -221,7 +221,7 @@ def test_5_a_bad_request_is_not_retried(loop_settings):
 
 
 def test_6_a_withdrawn_pause_does_not_pause(loop_settings):
-    from agents.loop import AgentLoop, Outcome, RunSignals
+    from agents.engine.loop import AgentLoop, Outcome, RunSignals
 
     with ScriptedModelServer([reply_text("finished")]) as server:
         task = tool_task(server, [])
@@ -321,8 +321,8 @@ def test_9_an_approved_call_whose_tool_was_removed_is_refused(loop_settings, act
 
 
 def test_write_artifact_of_an_older_run_cannot_replace_a_newer_runs_file(tmp_path):
-    from agents.tools import ToolContext, ToolError, get_tool
-    from agents.tools.artifacts import stamp_fence
+    from agents.catalogue.tools import ToolContext, ToolError, get_tool
+    from agents.catalogue.tools.artifacts import stamp_fence
 
     tool = get_tool("write_artifact")
     folder = tmp_path / "task" / "artifacts"

@@ -22,9 +22,9 @@ from django.core.management.base import BaseCommand
 from django.test import Client
 from django.utils import timezone
 
+from agents.engine.intake import task_create
+from agents.engine.worker import Worker
 from agents.models import AgentRun, Artifact, Connection, Model, ToolCall, Turn
-from agents.task_services import task_create
-from agents.worker import Worker
 from approvals.models import Approval
 from tasks.actors import Actor
 from tasks.models import Task, TaskEvent

@@ -11,9 +11,9 @@ from pathlib import Path
 
 import pytest
 
-from agents.providers import Message, ProviderError, build_provider
-from agents.tools import ToolContext, ToolError
-from agents.tools.mcp import McpTool, ServerSpec, list_tools
+from agents.catalogue.providers import Message, ProviderError, build_provider
+from agents.catalogue.tools import ToolContext, ToolError
+from agents.catalogue.tools.mcp import McpTool, ServerSpec, list_tools
 from tests.fakes.model_server import ScriptedModelServer, reply_error, reply_json, reply_raw
 
 pytestmark = pytest.mark.timeout(60)

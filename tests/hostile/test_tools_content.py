@@ -31,7 +31,7 @@ _SEARCH_CHILD = r"""
 import json, os, sys, threading, time
 from pathlib import Path
 
-from agents.tools import ToolContext, ToolError, files, get_tool
+from agents.catalogue.tools import ToolContext, ToolError, files, get_tool
 
 workspace, budget, pattern = Path(sys.argv[1]), float(sys.argv[2]), sys.argv[3]
 files.SEARCH_TIME_BUDGET = budget
@@ -226,7 +226,7 @@ def trickled_headers(conn, stop):
 
 def _fetch_in_thread(ctx, url, wait):
     """Run fetch_url in a thread; return (ToolError or result or None if still running)."""
-    from agents.tools import ToolError, get_tool
+    from agents.catalogue.tools import ToolError, get_tool
 
     box = {}
 
@@ -244,7 +244,7 @@ def _fetch_in_thread(ctx, url, wait):
 
 
 def _fetch_ctx(tmp_path, **kw):
-    from agents.tools import ToolContext
+    from agents.catalogue.tools import ToolContext
 
     kw.setdefault("allow_private_network", True)
     kw.setdefault("allowed_domains", ("127.0.0.1",))
@@ -311,8 +311,8 @@ def test_fetch_url_unknown_or_usual_charsets_still_decode(tmp_path):
 
 
 def _scripted_task(server, *, flavor="openai", tools=("update_plan", "read_file"), **kwargs):
+    from agents.engine.intake import task_create
     from agents.models import Connection, Model
-    from agents.task_services import task_create
     from tasks.actors import Actor
 
     conn = Connection.objects.create(
@@ -360,8 +360,8 @@ NON_FINITE_ARGUMENTS = [
 def test_non_finite_numbers_in_tool_arguments_are_refused_and_the_run_goes_on(
     loop_settings, flavor, tool, arguments
 ):
+    from agents.engine.worker import Worker
     from agents.models import AgentRun, ToolCall
-    from agents.worker import Worker
     from tasks.models import Task, TaskEvent
     from tasks.workspace import add_input_file
     from tests.fakes.model_server import ScriptedModelServer, reply_text, reply_tool_calls
@@ -415,7 +415,7 @@ def test_approval_card_shows_the_host_and_port_the_request_will_use(
 ):
     from django.test import Client
 
-    from agents.worker import Worker
+    from agents.engine.worker import Worker
     from approvals.models import Approval
     from tests.fakes.model_server import ScriptedModelServer, reply_text, reply_tool_calls
 
@@ -451,7 +451,7 @@ BIDI_AND_FORMAT = [
 
 @pytest.mark.parametrize("url", BIDI_AND_FORMAT)
 def test_fetch_url_refuses_bidi_and_format_characters(tmp_path, url):
-    from agents.tools import ToolError, get_tool
+    from agents.catalogue.tools import ToolError, get_tool
 
     tool = get_tool("fetch_url")
     with pytest.raises(ToolError) as exc:
@@ -462,8 +462,8 @@ def test_fetch_url_refuses_bidi_and_format_characters(tmp_path, url):
 
 @pytest.mark.django_db(transaction=True)
 def test_a_bidi_url_is_refused_before_anyone_is_asked(loop_settings):
+    from agents.engine.worker import Worker
     from agents.models import ToolCall
-    from agents.worker import Worker
     from approvals.models import Approval
     from tests.fakes.model_server import ScriptedModelServer, reply_text, reply_tool_calls
 
@@ -487,9 +487,9 @@ def test_a_bidi_url_is_refused_before_anyone_is_asked(loop_settings):
 
 @pytest.mark.django_db(transaction=True)
 def test_propose_task_children_inherit_at_most_what_the_parent_has(loop_settings):
-    from agents.limits import task_usage
+    from agents.engine.usage import task_usage
+    from agents.engine.worker import Worker
     from agents.models import ToolCall
-    from agents.worker import Worker
     from tasks.models import Task
     from tests.fakes.model_server import ScriptedModelServer, reply_text, reply_tool_calls
 
@@ -577,7 +577,7 @@ def test_fetch_url_watchdog_never_touches_a_reused_descriptor():
     # A socket the guard watches is closed behind its back and its descriptor is reused by
     # another connection (in a worker: the heartbeat's database connection, say). When the
     # guard fires, the other connection must keep working.
-    from agents.tools.fetch import _Guard
+    from agents.catalogue.tools.fetch import _Guard
 
     one, two = socket.create_server(("127.0.0.1", 0)), socket.create_server(("127.0.0.1", 0))
     with one, two:

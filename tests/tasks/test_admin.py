@@ -28,7 +28,7 @@ def test_task_list_filters_and_search(client, person):
 
 
 def test_task_page_shows_the_timeline(client, person, actor):
-    from agents.task_services import task_create
+    from agents.engine.intake import task_create
 
     client.force_login(person)
     task = task_create(actor=actor, title="T", instruction="I")
@@ -121,7 +121,7 @@ def test_close_on_the_page_of_a_task_in_review(client, person):
 
 
 def test_saving_a_task_page_never_undoes_a_claim_made_after_it_was_loaded(client, person):
-    from agents.leases import claim_next
+    from agents.engine.leases import claim_next
 
     client.force_login(person)
     task = TaskFactory(status=TaskStatus.READY, priority=1)

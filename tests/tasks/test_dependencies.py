@@ -4,8 +4,9 @@ as the close that finished the last one, cycles refused, stuck dependencies expl
 import pytest
 from django.db import transaction
 
-from agents import task_services
-from agents.policies import auto_close_if_allowed
+from agents.actions import tasks as person_tasks
+from agents.engine import intake
+from agents.engine.policies import auto_close_if_allowed
 from agents.states import RunStatus, Verdict
 from tasks import services
 from tasks.actors import Actor
@@ -22,7 +23,7 @@ WORKER = Actor.worker("w-test")
 
 
 def create(actor, title, *deps):
-    return task_services.task_create(actor=actor, title=title, instruction="do it", depends_on=deps)
+    return intake.task_create(actor=actor, title=title, instruction="do it", depends_on=deps)
 
 
 def finish(actor, task):
@@ -122,7 +123,7 @@ def test_cancelling_a_dependency_leaves_dependants_blocked_and_says_why(actor):
     dep = create(actor, "Collect data")
     other = create(actor, "Other")
     waiting = create(actor, "Report", dep, other)
-    task_services.task_cancel(actor=actor, task_id=dep.pk, reason="not needed")
+    person_tasks.task_cancel(actor=actor, task_id=dep.pk, reason="not needed")
 
     assert status(waiting) == "blocked"
     event = TaskEvent.objects.get(task=waiting, kind=EventKind.UNBLOCK_BLOCKED)

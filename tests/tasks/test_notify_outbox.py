@@ -11,10 +11,10 @@ from django.db import connection, transaction
 from django.test.utils import CaptureQueriesContext
 from django.utils import timezone
 
+from agents.engine.outcomes import recover_stale
+from agents.engine.worker import Worker
 from agents.models import AgentRun, Connection
-from agents.outcomes import recover_stale
 from agents.states import RunStatus
-from agents.worker import Worker
 from approvals.models import Approval, ReviewDecision
 from tasks.actors import Actor
 from tasks.models import Task, TaskEvent

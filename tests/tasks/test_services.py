@@ -1,7 +1,8 @@
 import pytest
 from django.utils import timezone
 
-from agents import task_services
+from agents.actions import tasks as person_tasks
+from agents.engine import intake
 from agents.models import AgentRun
 from agents.states import RunStatus
 from tasks import services
@@ -20,9 +21,9 @@ pytestmark = pytest.mark.django_db
 
 
 def test_dependency_cycles_are_refused(actor):
-    a = task_services.task_create(actor=actor, title="A", instruction="I")
-    b = task_services.task_create(actor=actor, title="B", instruction="I", depends_on=[a])
-    c = task_services.task_create(actor=actor, title="C", instruction="I", depends_on=[b])
+    a = intake.task_create(actor=actor, title="A", instruction="I")
+    b = intake.task_create(actor=actor, title="B", instruction="I", depends_on=[a])
+    c = intake.task_create(actor=actor, title="C", instruction="I", depends_on=[b])
     with pytest.raises(DependencyCycle):
         services.task_add_dependency(actor=actor, task_id=a.pk, depends_on_id=c.pk)
     with pytest.raises(DependencyCycle):
@@ -55,7 +56,7 @@ def test_close_needs_review_and_the_permission(actor, outsider):
 def test_closing_the_last_dependency_promotes_the_dependant_in_the_same_transaction(actor):
     a = TaskFactory(status=TaskStatus.REVIEW)
     b = TaskFactory(status=TaskStatus.REVIEW)
-    child = task_services.task_create(actor=actor, title="C", instruction="I", depends_on=[a, b])
+    child = intake.task_create(actor=actor, title="C", instruction="I", depends_on=[a, b])
     services.task_close(actor=actor, task_id=a.pk)
     assert Task.objects.get(pk=child.pk).status == TaskStatus.BLOCKED
     services.task_close(actor=actor, task_id=b.pk)
@@ -87,11 +88,11 @@ def test_every_person_action_matches_the_actions_table(actor, status):
     calls = {
         Action.PAUSE: lambda t: services.task_pause(actor=actor, task_id=t),
         Action.WITHDRAW_PAUSE: lambda t: services.task_withdraw_pause(actor=actor, task_id=t),
-        Action.RESUME: lambda t: task_services.task_resume(actor=actor, task_id=t),
-        Action.CANCEL: lambda t: task_services.task_cancel(actor=actor, task_id=t),
+        Action.RESUME: lambda t: person_tasks.task_resume(actor=actor, task_id=t),
+        Action.CANCEL: lambda t: person_tasks.task_cancel(actor=actor, task_id=t),
         Action.CLOSE: lambda t: services.task_close(actor=actor, task_id=t),
         Action.REOPEN: lambda t: services.task_reopen(actor=actor, task_id=t, feedback="f"),
-        Action.RETRY: lambda t: task_services.task_retry(actor=actor, task_id=t),
+        Action.RETRY: lambda t: person_tasks.task_retry(actor=actor, task_id=t),
         Action.DELETE: lambda t: services.task_delete(actor=actor, task_id=t),
     }
     for action, call in calls.items():

@@ -5,7 +5,7 @@ from pathlib import Path
 
 import pytest
 
-from agents import task_services
+from agents.actions import tasks as person_tasks
 from tasks import services
 from tasks.exceptions import (
     GoalNotFound,
@@ -26,7 +26,7 @@ pytestmark = pytest.mark.django_db
 def test_create_with_files_puts_them_in_the_workspace(actor, tmp_path):
     source = tmp_path / "notes.txt"
     source.write_text("from a path")
-    task = task_services.task_create_with_files(
+    task = person_tasks.task_create_with_files(
         actor=actor,
         title="T",
         instruction="I",
@@ -41,14 +41,14 @@ def test_create_with_files_puts_them_in_the_workspace(actor, tmp_path):
 )
 def test_create_with_bad_file_names_creates_nothing(actor, files):
     with pytest.raises(InvalidInput) as refused:
-        task_services.task_create_with_files(actor=actor, title="T", instruction="I", files=files)
+        person_tasks.task_create_with_files(actor=actor, title="T", instruction="I", files=files)
     assert refused.value.field == "files"
     assert not Task.objects.exists()
 
 
 def test_a_refused_task_leaves_no_files(actor, settings):
     with pytest.raises(InvalidInput) as refused:
-        task_services.task_create_with_files(
+        person_tasks.task_create_with_files(
             actor=actor, title="T", instruction="I", tools=["nope"], files=[("a.txt", b"1")]
         )
     assert refused.value.field == "tools"
@@ -62,8 +62,8 @@ def test_retry_raises_the_limit_and_retries_in_one_transaction(actor):
     task = TaskFactory(status=TaskStatus.FAILED, failure_code="limit_steps", limit_turns=4)
     run_for(task, model_turns=4)
     with pytest.raises(LimitNotRaised):
-        task_services.task_retry(actor=actor, task_id=task.pk, limits={"limit_turns": 4})
-    task_services.task_retry(actor=actor, task_id=task.pk, limits={"limit_turns": 8})
+        person_tasks.task_retry(actor=actor, task_id=task.pk, limits={"limit_turns": 4})
+    person_tasks.task_retry(actor=actor, task_id=task.pk, limits={"limit_turns": 8})
     task.refresh_from_db()
     assert task.status == TaskStatus.READY and task.limit_turns == 8
     changed = task.events.get(kind=EventKind.LIMITS_CHANGED)
@@ -73,7 +73,7 @@ def test_retry_raises_the_limit_and_retries_in_one_transaction(actor):
 def test_a_refused_retry_does_not_keep_the_raised_limit(actor):
     task = TaskFactory(status=TaskStatus.REVIEW, limit_turns=4)
     with pytest.raises(TransitionNotAllowed):
-        task_services.task_retry(actor=actor, task_id=task.pk, limits={"limit_turns": 8})
+        person_tasks.task_retry(actor=actor, task_id=task.pk, limits={"limit_turns": 8})
     task.refresh_from_db()
     assert task.limit_turns == 4 and not task.events.exists()
 
@@ -134,7 +134,7 @@ def test_a_goal_needs_a_title(goal_keeper, title):
 
 
 def test_the_reconciler_no_longer_plans_a_deactivated_goal(goal_keeper):
-    from agents.reconciler import idle_goal_ids
+    from agents.engine.reconciler import idle_goal_ids
 
     goal = services.goal_create(actor=goal_keeper, title="Plan me")
     assert goal.pk in idle_goal_ids()

@@ -7,7 +7,7 @@ import pytest
 from django.db import connection, transaction
 from django.utils import timezone
 
-from agents.leases import claim_next, fenced, holds_attempt, renew_lease
+from agents.engine.leases import claim_next, fenced, holds_attempt, renew_lease
 from agents.models import AgentRun
 from agents.states import RunStatus
 from tasks.actors import Actor
@@ -190,7 +190,7 @@ def test_holds_attempt_and_the_fence():
 @pytest.mark.django_db
 def test_aba_the_old_run_is_fenced_out_after_cancel_and_a_new_claim(actor):
     """Claim, a person resets the task, it is claimed again: the first run can write nothing."""
-    from agents.task_services import task_cancel
+    from agents.actions.tasks import task_cancel
 
     task = TaskFactory()
     old = claim_next(worker_id="w1")
@@ -246,7 +246,7 @@ def test_the_fence_sees_a_persons_action_committed_while_it_waited_for_the_lock(
     an event that leaves the status alone as well as a cancel."""
     import psycopg
 
-    from agents.task_services import task_cancel
+    from agents.actions.tasks import task_cancel
     from tasks.transitions import record_event
     from tests.agents.scripted import conninfo
 

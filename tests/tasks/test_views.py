@@ -195,7 +195,7 @@ def test_task_list_makes_no_count_over_the_table(boss):
 
 
 def test_new_task_form_offers_every_registered_tool(boss):
-    from agents.tools import tool_names
+    from agents.catalogue.tools import tool_names
 
     page = boss.get("/tasks/new/").content.decode()
     for name in tool_names():

@@ -8,8 +8,13 @@ import json
 
 from django.core.management.base import BaseCommand
 
+from agents.catalogue.connections import (
+    PRICE_FIELDS,
+    connection_add,
+    connection_test,
+    model_set_prices,
+)
 from agents.models import Connection
-from agents.services import PRICE_FIELDS, connection_add, connection_test, model_set_prices
 from agents.states import ConnectionKind, CostTier
 from tasks.cli import emit, fail, person_actor
 from tasks.exceptions import ActhelmError, InvalidInput

@@ -2,7 +2,7 @@
 
 from django.core.management.base import BaseCommand
 
-from agents.reconciler import reconcile
+from agents.engine.reconciler import reconcile
 from tasks.cli import emit
 
 

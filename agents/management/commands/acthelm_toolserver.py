@@ -6,14 +6,14 @@ import shlex
 
 from django.core.management.base import BaseCommand
 
-from agents.models import ToolServer
-from agents.states import ToolServerTransport
-from agents.toolservers import (
+from agents.catalogue.toolservers import (
     toolserver_add,
     toolserver_as_dict,
     toolserver_remove,
     toolserver_test,
 )
+from agents.models import ToolServer
+from agents.states import ToolServerTransport
 from tasks.cli import emit, fail, person_actor
 from tasks.exceptions import ActhelmError, InvalidInput
 

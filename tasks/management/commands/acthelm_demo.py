@@ -11,9 +11,9 @@ from django.contrib.auth import get_user_model
 from django.core.management.base import BaseCommand
 from django.db import transaction
 
+from agents.engine.intake import task_create
 from agents.models import Connection, Model
 from agents.states import ConnectionKind, CostTier, ModelTestStatus
-from agents.task_services import task_create
 from tasks.actors import Actor
 from tasks.models import Goal, Task
 from tasks.workspace import add_input_file

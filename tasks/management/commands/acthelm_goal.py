@@ -2,8 +2,8 @@
 
 from django.core.management.base import BaseCommand
 
-from agents import task_services
-from agents.acceptance import check_text, kind_names
+from agents.actions import tasks as person_tasks
+from agents.engine.acceptance import check_text, kind_names
 from tasks import services
 from tasks.cli import emit, fail, person_actor
 from tasks.exceptions import ActhelmError, GoalNotFound
@@ -56,7 +56,7 @@ class Command(BaseCommand):
 
     def _create(self, opts, as_json):
         actor = person_actor(opts["user"])
-        goal = task_services.goal_create(
+        goal = person_tasks.goal_create(
             actor=actor,
             title=opts["title"],
             description=opts["description"],

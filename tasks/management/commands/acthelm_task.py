@@ -15,8 +15,8 @@ from django.core.management.base import BaseCommand, CommandError
 from django.db import transaction
 
 from acthelm_site.console.actions import REGISTRY, by_slug
-from agents import task_services
-from agents.acceptance import check_text, kind_names
+from agents.engine import intake
+from agents.engine.acceptance import check_text, kind_names
 from agents.models import Connection, Model
 from agents.scorecard import model_scorecard, scorecard_window
 from agents.selectors import task_cost_subquery, task_file, task_result, task_with_history
@@ -303,7 +303,7 @@ class Command(BaseCommand):
             if not f.is_file():
                 raise InvalidInput(f"--file {f} is not a readable file")
         with transaction.atomic():
-            task = task_services.task_create(
+            task = intake.task_create(
                 actor=actor,
                 title=opts["title"],
                 instruction=opts["instruction"],

@@ -3,7 +3,7 @@ recovery of runs whose worker died.
 
 A run ends with an `Outcome`; `HANDLERS` maps each `OutcomeKind` to one small function that moves
 the run and the task. They run inside the fenced transaction that records the run's last step
-(`agents.recorder`), or inside `apply_outcome`'s own fence. The status changes themselves go
+(`agents.engine.recorder`), or inside `apply_outcome`'s own fence. The status changes themselves go
 through tasks.transitions.
 """
 
@@ -19,12 +19,12 @@ from django.db import connection, transaction
 from django.db.models import Q
 from django.utils import timezone
 
-from agents import storable
-from agents.leases import fence
+from agents.engine import storable
+from agents.engine.leases import fence
+from agents.engine.policies import auto_close_if_allowed
+from agents.engine.transitions import finish_run
 from agents.models import AgentRun, Connection, Model
-from agents.policies import auto_close_if_allowed
 from agents.states import CostTier, ModelTestStatus, RunStatus, Verdict
-from agents.transitions import finish_run
 from tasks.actors import Actor
 from tasks.models import Task
 from tasks.services import note_stuck_dependants

@@ -26,14 +26,14 @@ from django.db import connection as db
 from psycopg.conninfo import make_conninfo
 
 from acthelm_site.dbpool import release_connection
-from agents.leases import Claim, claim_batch, claim_next, renew_leases
-from agents.loop import AgentLoop, RunSignals
+from agents.engine.leases import Claim, claim_batch, claim_next, renew_leases
+from agents.engine.loop import AgentLoop, RunSignals
+from agents.engine.outcomes import Outcome, apply_outcome, recover_stale
+from agents.engine.reconciler import reconcile
+from agents.engine.seen import record_seen
+from agents.engine.supervisor import supervise
+from agents.engine.supervisor import uses_model as supervisor_uses_model
 from agents.models import AgentRun
-from agents.outcomes import Outcome, apply_outcome, recover_stale
-from agents.reconciler import reconcile
-from agents.seen import record_seen
-from agents.supervisor import supervise
-from agents.supervisor import uses_model as supervisor_uses_model
 from tasks.exceptions import AttemptLost
 from tasks.notify.delivery import deliver_in_maintenance
 from tasks.states import TaskStatus

@@ -9,8 +9,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from agents.providers import Message, ToolCallRequest
-from agents.services import estimate_tokens
+from agents.catalogue.connections import estimate_tokens
+from agents.catalogue.providers import Message, ToolCallRequest
 from agents.states import Role
 
 PLACEHOLDER = "[This tool result was replaced by a placeholder to fit the context window. The full "

@@ -2,7 +2,7 @@
 
 Usage::
 
-    from agents.providers import Message, build_provider
+    from agents.catalogue.providers import Message, build_provider
 
     provider = build_provider("openai_compatible", base_url="http://localhost:11434/v1")
     completion = provider.complete(

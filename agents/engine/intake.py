@@ -1,49 +1,36 @@
-"""A task's services that reach past the ledger: its tools checked against the engine's
-catalogue, its model against its connection, its runs ended and its open decisions settled when it
-is cancelled, what remains of its limits counted for a retry or a follow-up.
+"""The intake: the one path by which a task enters, whoever creates it — a person (the console,
+the CLI, the API, through `task_create`), the reconciler (a goal's planning task) or a planning
+task's `propose_task` (a follow-up, `follow_up_create`, with never more than its parent has).
 
-They live in the engine's app because they touch the ledger (`tasks`), the decisions
-(`approvals`) and the runs and tool calls here; `tasks.services` holds the actions that touch the
-ledger alone (pause, close, reopen, limits, delete, goals, dependencies). Each still moves the
-task's status only through `tasks.transitions`."""
+Its tools are checked against the catalogue, its model against its connection, its acceptance
+checks compiled; the row, its dependencies and its `created` event are written in one
+transaction. It lives in the engine because the engine creates tasks; person actions on tasks
+that exist are `agents.actions.tasks`."""
 
 import logging
 from decimal import Decimal
-from pathlib import Path
 
 from django.conf import settings
 from django.db import transaction
-from django.utils import timezone
 
-from agents.acceptance import validate_checks
-from agents.limits import exhausted_limits, remaining, task_usage
-from agents.models import ToolCall
-from agents.services import best_zero_cost_model, model_check_for_task, usable_models
-from agents.states import ModelTestStatus, RunStatus, ToolCallStatus
-from agents.tools import find_tool, tool_names
-from agents.transitions import end_started_runs, set_call_status
-from approvals.services import settle_for_cancelled_task
+from agents.catalogue.connections import best_zero_cost_model, usable_models
+from agents.catalogue.tools import find_tool, tool_names
+from agents.engine.acceptance import validate_checks
+from agents.engine.usage import remaining, task_usage
+from agents.states import ModelTestStatus
 from tasks.actors import Actor
 from tasks.exceptions import (
     InvalidInput,
-    LimitNotRaised,
-    TransitionNotAllowed,
 )
 from tasks.limits import (
     CUMULATIVE,
-    LIMIT_FIELDS,
-    limit_for_failure,
 )
 from tasks.models import Goal, Task, TaskDependency
 from tasks.numbers import whole_number
 from tasks.services import (
-    act,
     default_limits,
-    note_stuck_dependants,
-    task_set_limits,
     validate_limits,
 )
-from tasks.services import goal_create as ledger_goal_create
 from tasks.states import (
     EventKind,
     TaskKind,
@@ -55,9 +42,7 @@ from tasks.transitions import (
     lock_task,
     notify_ready,
     record_event,
-    set_status,
 )
-from tasks.workspace import add_input_file, remove_task_files, safe_file_name
 
 log = logging.getLogger("acthelm.tasks")
 
@@ -103,6 +88,8 @@ def _with_default_policies(tools: list[str], policies: dict[str, str]) -> dict[s
 
 
 NO_USABLE_MODEL = "no_usable_model"
+
+
 MODEL_NOT_TOOL_CAPABLE = "model_not_tool_capable"
 
 
@@ -184,7 +171,8 @@ def task_create(
 
     `evaluation`: a case of the graded suite (agents.eval), hidden from the review queue, the
     inbox and the scorecard's real-work figures. `acceptance_checks`: ``KIND=VALUE`` texts or
-    ``{"kind", "value"}`` objects (agents.acceptance), refused with `acceptance_check_invalid`
+    ``{"kind", "value"}`` objects (`agents.engine.acceptance`), refused with
+    `acceptance_check_invalid`
     (field `acceptance_checks`) when a kind is unknown or a pattern cannot be run; a person's
     work task for a goal given none gets the goal's (`meetable_checks`).
     `check_model` (a person's new task from the console, the CLI or the API): without a model,
@@ -265,229 +253,6 @@ def task_create(
     return task
 
 
-def task_create_with_files(*, actor: Actor, files: list[tuple[str, object]] = (), **fields) -> Task:
-    """task_create plus input files copied into the task's workspace: (name, data) pairs where
-    data is bytes, an uploaded file or a Path. The files are in the workspace before the task
-    commits, so no worker can claim it and find its folder empty; if anything fails, neither the
-    task nor its files remain."""
-    names = set()
-    for name, _data in files:
-        try:
-            name = safe_file_name(name)
-        except InvalidInput as exc:
-            raise InvalidInput(exc.message, field="files") from None
-        if name in names:
-            raise InvalidInput(f"two files are named {name}", field="files")
-        names.add(name)
-    task = None
-    try:
-        with transaction.atomic():
-            task = task_create(actor=actor, **fields)
-            for name, data in files:
-                if isinstance(data, Path):
-                    add_input_file(task.pk, name=name, source=data)
-                else:
-                    add_input_file(task.pk, name=name, data=data)
-    except BaseException:
-        if task is not None:
-            remove_task_files(task.pk)
-        raise
-    return task
-
-
-def task_resume(*, actor: Actor, task_id: int, model=None) -> Task:
-    """Queue a paused task again, optionally on another connection/model that passes the checks."""
-
-    with transaction.atomic():
-        task = act(task_id, "resume", actor)
-        data = {}
-        if model is not None:
-            check = model_check_for_task(task=task, model=model)
-            check.raise_if_failed()
-            data = {"model_id": model.pk, "model": str(model), "check": check.as_dict()}
-            task.connection, task.model = model.connection, model
-        set_status(task, TaskStatus.READY, actor=actor, kind=EventKind.RESUMED, data=data)
-    return task
-
-
-def task_cancel(*, actor: Actor, task_id: int, reason: str = "") -> Task:
-    """No further step starts. A running attempt ends now; its worker notices at its heartbeat."""
-    with transaction.atomic():
-        task = act(task_id, "cancel", actor)
-        runs = end_started_runs(task.pk, RunStatus.CANCELLED, error_code="cancelled")
-        # An external call in flight may have taken effect: its outcome is unknown, never left
-        # "running" (the run that made it is over and writes nothing more).
-        in_flight = [
-            call.pk for call in ToolCall.objects.filter(task=task, status=ToolCallStatus.RUNNING)
-        ]
-        for call_id in in_flight:
-            set_call_status(
-                call_id,
-                ToolCallStatus.UNKNOWN,
-                error_code="cancelled_in_flight",
-                finished_at=timezone.now(),
-            )
-        settled = settle_for_cancelled_task(task)
-        set_status(
-            task,
-            TaskStatus.CANCELLED,
-            actor=actor,
-            kind=EventKind.CANCELLED,
-            data={
-                "reason": reason,
-                "runs_cancelled": runs,
-                "calls_in_flight": in_flight,
-                **settled,
-            },
-        )
-        note_stuck_dependants(task, actor=actor)
-    return task
-
-
-def task_retry(
-    *,
-    actor: Actor,
-    task_id: int,
-    model=None,
-    limits: dict | None = None,
-    raised_limit: int | None = None,
-) -> Task:
-    """Queue a failed task again from its checkpoint. After a limit, the limit must be raised:
-    `limits` are set first, in the same transaction (all or nothing; unchanged ones are skipped).
-    `raised_limit` is a new value for the limit the task stopped at, whichever that is."""
-
-    if raised_limit is not None:
-        code = Task.objects.filter(pk=task_id).values_list("failure_code", flat=True).first()
-        field = limit_for_failure(code or "")
-        if field:
-            limits = {**(limits or {}), field: raised_limit}
-    raised = validate_limits(limits or {})
-    with transaction.atomic():
-        if raised:
-            current = Task.objects.filter(pk=task_id).values(*raised).first() or {}
-            changed = {f: v for f, v in raised.items() if current.get(f) != v}
-            if changed:
-                task_set_limits(actor=actor, task_id=task_id, **changed)
-        task = act(task_id, "retry", actor)
-        if task.failure_code.startswith("limit_") and task.failure_code in exhausted_limits(task):
-            raise LimitNotRaised(
-                f"task {task_id} stopped at {task.failure_code}; raise that limit before retrying"
-            )
-        data = {"previous_failure": task.failure_code}
-        if model is not None:
-            check = model_check_for_task(task=task, model=model)
-            check.raise_if_failed()
-            data |= {"model_id": model.pk, "model": str(model), "check": check.as_dict()}
-            task.connection, task.model = model.connection, model
-        set_status(
-            task,
-            TaskStatus.READY,
-            actor=actor,
-            kind=EventKind.RETRIED,
-            data=data,
-            failure_code="",
-            failure_message="",
-            failed_attempts=0,
-            lost_count=0,
-            not_before=None,
-        )
-    return task
-
-
-#: What a person may edit on a task's admin page (status and lease fields are never edited).
-EDITABLE_FIELDS = (
-    "title",
-    "instruction",
-    "goal",
-    "kind",
-    "spawned_by",
-    "tags",
-    "priority",
-    *LIMIT_FIELDS,
-    "tools",
-    "tool_policies",
-    "allowed_domains",
-    "connection",
-    "model",
-)
-
-
-def _normalize_domains(domains) -> list[str]:
-    if not isinstance(domains, list | tuple) or not all(isinstance(d, str) for d in domains):
-        raise InvalidInput("allowed domains must be a list of host names")
-    return sorted({d.strip().lower().rstrip(".") for d in domains if d.strip()})
-
-
-def task_edit_check(*, task: Task, changes: dict) -> dict:
-    """The edit a person asks for, checked as task_create checks a new task; returns it normalized.
-    Raises InvalidInput naming the first problem."""
-    unknown = sorted(set(changes) - set(EDITABLE_FIELDS))
-    if unknown:
-        raise InvalidInput(f"these fields cannot be edited: {', '.join(unknown)}")
-    clean = dict(changes)
-    merged = {name: getattr(task, name) for name in EDITABLE_FIELDS} | clean
-    if "title" in clean:
-        clean["title"] = (clean["title"] or "").strip()
-        if not clean["title"] or len(clean["title"]) > 200:
-            raise InvalidInput("a task needs a title of at most 200 characters")
-    if "instruction" in clean:
-        clean["instruction"] = (clean["instruction"] or "").strip()
-        if not clean["instruction"]:
-            raise InvalidInput("a task needs an instruction")
-    if "kind" in clean and clean["kind"] not in TaskKind.values:
-        raise InvalidInput(f"kind must be one of {', '.join(TaskKind.values)}")
-    if "priority" in clean:
-        clean["priority"] = whole_number(clean["priority"], name="priority")
-    clean |= validate_limits({k: v for k, v in clean.items() if k in LIMIT_FIELDS})
-    if {"tools", "tool_policies"} & set(clean):
-        _validate_tools(list(merged["tools"] or []), merged["tool_policies"])
-    if "allowed_domains" in clean:
-        clean["allowed_domains"] = _normalize_domains(clean["allowed_domains"])
-    if "tags" in clean:
-        clean["tags"] = sorted({str(t).strip() for t in clean["tags"] or [] if str(t).strip()})
-    if {"connection", "model"} & set(clean):
-        model, conn = merged["model"], merged["connection"]
-        if model is not None and conn is None:
-            clean["connection"] = conn = model.connection
-        if model is not None and model.connection_id != conn.pk:
-            raise InvalidInput(f"model {model} does not belong to connection {conn}")
-    return clean
-
-
-def _event_value(value):
-    if hasattr(value, "pk"):
-        return value.pk
-    return value
-
-
-def task_update(*, actor: Actor, task_id: int, changes: dict) -> Task:
-    """A person's edit of a task's settings (the admin page): checked like a new task, refused
-    while a worker holds the task, written with an `edited` event naming each change."""
-    actor.require("tasks.operate_task")
-    with transaction.atomic():
-        task = lock_task(task_id)
-        if task.is_held:
-            raise TransitionNotAllowed(f"task {task_id} is running; pause it to edit it")
-        clean = task_edit_check(task=task, changes=changes)
-        changed = {k: v for k, v in clean.items() if getattr(task, k) != v}
-        if not changed:
-            return task
-        before = {k: _event_value(getattr(task, k)) for k in changed}
-        for field, value in changed.items():
-            setattr(task, field, value)
-        task.save(update_fields=[*changed, "updated_at"])
-        after = {k: _event_value(v) for k, v in changed.items()}
-        if "instruction" in changed:  # long text: the event says it changed, the task has it
-            before["instruction"] = after["instruction"] = "…"
-        record_event(
-            task,
-            actor=actor,
-            kind=EventKind.EDITED,
-            data={"fields": sorted(changed), "before": before, "after": after},
-        )
-    return task
-
-
 # Tools a follow-up never inherits: proposing is a planning task's work, and a proposed task is
 # a work task (so proposals cannot chain without bound).
 NOT_INHERITED_TOOLS = frozenset({"propose_task"})
@@ -554,19 +319,6 @@ def meetable_checks(checks: list[dict], tools: list[str]) -> list[dict]:
         if check not in out:
             out.append(check)
     return out
-
-
-def goal_create(
-    *, actor: Actor, title: str, description: str = "", acceptance_checks: list | None = None
-) -> Goal:
-    """A new active goal with the acceptance checks of the work planned for it (``KIND=VALUE``
-    texts or ``{"kind", "value"}`` objects, refused with `acceptance_check_invalid`, field
-    `acceptance_checks`). The goal has no tool list, so `tool_ran` is not checked against one:
-    each task that gets the goal's checks drops those for tools it lacks (`meetable_checks`)."""
-    checks = validate_checks(acceptance_checks, tools=None)
-    return ledger_goal_create(
-        actor=actor, title=title, description=description, acceptance_checks=checks
-    )
 
 
 def follow_up_create(

@@ -19,9 +19,9 @@ from django.conf import settings
 from django.db import transaction
 from django.db.models import Exists, OuterRef
 
+from agents.catalogue.connections import best_zero_cost_model, usable_models
+from agents.engine.intake import task_create
 from agents.models import Model
-from agents.services import best_zero_cost_model, usable_models
-from agents.task_services import task_create
 from tasks.actors import Actor
 from tasks.models import Goal, Task, TaskDependency
 from tasks.states import OPEN, EventKind, TaskKind, TaskOrigin, TaskStatus

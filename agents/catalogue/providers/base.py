@@ -16,7 +16,7 @@ from pydantic import BaseModel, ConfigDict, Field, field_validator
 
 # The credential rule lives in acthelm_site.credentials; re-exported here for the providers' users.
 from acthelm_site.credentials import credential_name_refusal, is_server_secret, redact  # noqa: F401
-from agents.tools.base import non_finite_path
+from agents.catalogue.tools.base import non_finite_path
 
 # --------------------------------------------------------------------------------------
 # Stable error codes

@@ -28,7 +28,7 @@ from pydantic import BaseModel, ConfigDict, ValidationError
 
 # What the worker may do with a call that was running when it crashed: one definition, with the
 # call rows' vocabulary (read-only and idempotent run again; external is never replayed).
-from agents.recovery import RecoveryClass
+from agents.catalogue.tools.recovery_class import RecoveryClass
 
 # Stable error codes.  The loop may show / persist them; tests assert on them.
 ERROR_CODES: frozenset[str] = frozenset(
@@ -63,7 +63,7 @@ ERROR_CODES: frozenset[str] = frozenset(
         "fetch_failed",
         "fetch_timeout",
         "response_charset_invalid",
-        # MCP tools (agents.tools.mcp)
+        # MCP tools (agents.catalogue.tools.mcp)
         "mcp_unreachable",
         "mcp_connection_closed",
         "mcp_timeout",

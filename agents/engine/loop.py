@@ -4,11 +4,13 @@ The run loads the task's saved state once (conversation, calls, plan, usage) and
 memory. Each step: run the tool calls of the last model turn that are still open, ask the model,
 decide the new turn's calls (pure checks: on the task's list → plan first → arguments valid →
 needs approval), and hand everything to the recorder, which writes the step in ONE fenced
-transaction (`agents.recorder`). No transaction is open while the model or a tool runs; the loop
+transaction (`agents.engine.recorder`). No transaction is open while the model or a tool runs; the
+loop
 owns no SQL. The loop never changes the task's status: it returns an Outcome, and `finish`
 records the last step together with it.
 
-Prompt building and compaction: `agents.prompting`. What an outcome does: `agents.outcomes`.
+Prompt building and compaction: `agents.engine.prompting`. What an outcome does:
+`agents.engine.outcomes`.
 """
 
 from __future__ import annotations
@@ -24,21 +26,28 @@ from django.utils import timezone
 
 from acthelm_site import telemetry
 from acthelm_site.dbpool import release_connection
-from agents import storable
-from agents.costs import turn_usage_fields
-from agents.leases import holds_now
-from agents.limits import Usage, is_mcp_tool, reached, remaining
-from agents.outcomes import Outcome, OutcomeKind, apply_outcome
-from agents.prompting import DISCARDED_NOTE, History, result_for_model, system_prompt
-from agents.providers import Completion, ProviderError, ToolSpec
-from agents.providers.base import PERMANENT_CODES, CancelEvent
-from agents.recorder import CallState, NewCall, NewTurn, Recorder, Result, Step, load_state
-from agents.services import provider_for
+from agents.catalogue.connections import provider_for
+from agents.catalogue.prices import turn_usage_fields
+from agents.catalogue.providers import Completion, ProviderError, ToolSpec
+from agents.catalogue.providers.base import PERMANENT_CODES, CancelEvent
+from agents.catalogue.tools import (
+    ToolContext,
+    ToolError,
+    all_tools,
+    get_tool,
+    operation_hash,
+    tool_names,
+)
+from agents.catalogue.tools.artifacts import stamp_fence
+from agents.catalogue.tools.mcp import McpTool, RemoteTool
+from agents.engine import storable
+from agents.engine.leases import holds_now
+from agents.engine.outcomes import Outcome, OutcomeKind, apply_outcome
+from agents.engine.prompting import DISCARDED_NOTE, History, result_for_model, system_prompt
+from agents.engine.recorder import CallState, NewCall, NewTurn, Recorder, Result, Step, load_state
+from agents.engine.usage import Usage, is_mcp_tool, reached, remaining
 from agents.states import TOOL_CALL_DONE, CostTier, ModelTestStatus, RecoveryClass, Role
 from agents.states import ToolCallStatus as TC
-from agents.tools import ToolContext, ToolError, all_tools, get_tool, operation_hash, tool_names
-from agents.tools.artifacts import stamp_fence
-from agents.tools.mcp import McpTool, RemoteTool
 from approvals.states import ApprovalReason
 from memory import services as memory_services
 from tasks.actors import Actor
@@ -825,7 +834,7 @@ class AgentLoop:
 
 
 def _storable(completion: Completion) -> tuple[Completion, list[str]]:
-    """The provider's answer as the database can store it (`agents.storable`): text and call
+    """The provider's answer as the database can store it (`agents.engine.storable`): text and call
     arguments escaped, counts in their columns' range; returns what was changed, by name."""
     adjusted, fields = [], {}
     for name in ("input_tokens", "cached_input_tokens", "cache_write_tokens", "output_tokens"):

@@ -8,12 +8,12 @@ from decimal import Decimal
 from django.conf import settings
 from django.db import transaction
 
-from agents.connection_rules import (
+from agents.catalogue.connection_rules import (
     credential_problem,
     validate_connection,
 )
+from agents.catalogue.providers import ProviderError, build_provider
 from agents.models import Connection, Model, Turn
-from agents.providers import ProviderError, build_provider
 from agents.states import ConnectionKind, CostTier, ModelTestStatus
 from tasks.actors import Actor
 from tasks.exceptions import InvalidInput, ModelCheckFailed

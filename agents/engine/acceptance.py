@@ -42,10 +42,10 @@ from itertools import islice
 import re2
 from django.conf import settings
 
-from agents.limits import is_mcp_tool
+from agents.catalogue.tools import all_tools
+from agents.catalogue.tools.recovery_class import RecoveryClass
+from agents.engine.usage import is_mcp_tool
 from agents.models import Artifact, ToolCall
-from agents.recovery import RecoveryClass
-from agents.tools import all_tools
 from tasks.exceptions import InvalidInput
 from tasks.states import TaskKind
 from tasks.workspace import workspace_dir

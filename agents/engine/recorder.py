@@ -3,8 +3,8 @@
 The agent loop decides in memory and collects what a step produced in a `Step` (turns, tool calls
 in their decided states with their approvals, results, artifacts, the plan, follow-up proposals,
 compaction, events, usage, the answer). `Recorder.commit` writes all of it in one transaction
-that starts with the one-statement fence (`agents.leases.fence`) and ends with the checkpoint
-on the run row — and, at the end of a run, with the outcome (`agents.outcomes.handle`). A run
+that starts with the one-statement fence (`agents.engine.leases.fence`) and ends with the checkpoint
+on the run row — and, at the end of a run, with the outcome (`agents.engine.outcomes.handle`). A run
 that lost its task writes nothing. The loop owns no SQL.
 
 Commits per step: one. An external call (recovery class `external`) adds its intent commit
@@ -24,13 +24,13 @@ from django.db import connection as db
 from django.db.models import F, Prefetch
 from django.utils import timezone
 
-from agents.leases import fence, renew_lease
-from agents.limits import Usage, task_usage
+from agents.engine.intake import propose_follow_up
+from agents.engine.leases import fence, renew_lease
+from agents.engine.outcomes import handle
+from agents.engine.transitions import CallUpdate, set_calls_status
+from agents.engine.usage import Usage, task_usage
 from agents.models import AgentRun, Artifact, CompactionDecision, Conversation, ToolCall, Turn
-from agents.outcomes import handle
 from agents.states import RunStatus, ToolCallStatus
-from agents.task_services import propose_follow_up
-from agents.transitions import CallUpdate, set_calls_status
 from approvals.models import Approval, ReviewDecision
 from approvals.states import ApprovalStatus, ReviewChoice
 from memory import services as memory_services
@@ -41,7 +41,7 @@ from tasks.states import EventKind
 from tasks.transitions import record_events
 
 if TYPE_CHECKING:
-    from agents.outcomes import Outcome
+    from agents.engine.outcomes import Outcome
 
 log = logging.getLogger("acthelm.loop")
 
@@ -101,7 +101,8 @@ class NewTurn:
     discarded: bool = False
     input_tokens: int = 0
     output_tokens: int = 0
-    # agents.costs.turn_usage_fields: cached input, cache writes, cost in US dollars (or None)
+    # agents.catalogue.prices.turn_usage_fields: cached input, cache writes, cost in US dollars (or
+    # None)
     cached_input_tokens: int = 0
     cache_write_tokens: int = 0
     cost: Decimal | None = None

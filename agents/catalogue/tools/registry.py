@@ -20,7 +20,8 @@ class Resolver:
     """Tools that exist outside this process's code, e.g. an MCP server's (``SERVER__TOOL``).
 
     ``find(name)`` returns a Tool or None; ``names()`` lists every name it can resolve now.
-    Installed by the app that knows where such tools are recorded (``agents.toolservers``).
+    Installed by the app that knows where such tools are recorded
+    (``agents.catalogue.toolservers``).
     """
 
     find: Callable[[str], Tool | None]

@@ -18,11 +18,9 @@ from django.db import transaction
 from django.utils import timezone
 
 from acthelm_site.credentials import CREDENTIAL_NOT_ALLOWED, credential_problem
-from agents.connection_rules import MAX_TIMEOUT_SECONDS as MAX_CONNECTION_TIMEOUT
-from agents.models import ToolServer
-from agents.states import ModelTestStatus, ToolServerTransport
-from agents.tools import Resolver, ToolError, add_resolver
-from agents.tools.mcp import (
+from agents.catalogue.connection_rules import MAX_TIMEOUT_SECONDS as MAX_CONNECTION_TIMEOUT
+from agents.catalogue.tools import Resolver, ToolError, add_resolver
+from agents.catalogue.tools.mcp import (
     QUALIFIED_NAME_RE,
     SERVER_NAME_MAX,
     SERVER_NAME_RE,
@@ -33,7 +31,9 @@ from agents.tools.mcp import (
     qualified_name,
     split_name,
 )
-from agents.tools.registry import all_tools
+from agents.catalogue.tools.registry import all_tools
+from agents.models import ToolServer
+from agents.states import ModelTestStatus, ToolServerTransport
 from tasks.actors import Actor
 from tasks.exceptions import InvalidInput
 from tasks.numbers import finite_number

@@ -6,7 +6,7 @@ from django.db import connection
 from django.utils import timezone
 from psycopg.types.json import Jsonb
 
-from agents import storable
+from agents.engine import storable
 from agents.models import AgentRun, ToolCall
 from agents.states import RUN_TRANSITIONS, TOOL_CALL_TRANSITIONS, RunStatus
 from tasks.exceptions import TransitionNotAllowed

@@ -1,9 +1,11 @@
 """Tools from MCP servers: the client side (official ``mcp`` SDK) and the ``Tool`` adapter.
 
-Django-free like the rest of ``agents.tools``: a server is described by a ``ServerSpec`` (built
-from the ``ToolServer`` row by ``agents.toolservers``) and a tool by the schema and annotations
+Django-free like the rest of ``agents.catalogue.tools``: a server is described by a ``ServerSpec``
+(built
+from the ``ToolServer`` row by ``agents.catalogue.toolservers``) and a tool by the schema and
+annotations
 recorded when a person last tested the server.  The registry finds ``SERVER__TOOL`` names
-through a resolver that ``agents.toolservers`` installs.
+through a resolver that ``agents.catalogue.toolservers`` installs.
 
 Every call opens its own session in a private thread with its own event loop, so the caller
 (a worker thread) only waits on an event: it polls the task's cancel event and the deadline,

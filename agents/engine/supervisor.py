@@ -3,7 +3,7 @@
 In order, and the first that fails decides:
 
 1. the task's acceptance checks (`Task.acceptance_checks`), then the default checks that need no
-   configuration (agents.acceptance; ACTHELM_SUPERVISOR_DEFAULT_CHECKS);
+   configuration (agents.engine.acceptance; ACTHELM_SUPERVISOR_DEFAULT_CHECKS);
 2. the rules: a non-empty answer, every cumulative limit of the limits table (turns, runtime,
    tokens, network requests, MCP calls, money) not exceeded, no artifact over the size cap, no
    operation pending;
@@ -12,7 +12,8 @@ In order, and the first that fails decides:
    outcomes; it is called outside any transaction.
 
 A failed check rejects the run with a reason that names the check; the reason is the next
-attempt's feedback (agents.outcomes). When the model supervisor is configured but cannot be asked
+attempt's feedback (agents.engine.outcomes). When the model supervisor is configured but cannot be
+asked
 (no tested model, a provider error), the verdict is *unverified*, not approved: the run waits in
 review marked so (a person reads it knowing no model looked), rather than being retried — a retry
 would repeat the agent's whole run, tokens and side effects included, for a fault of the
@@ -26,11 +27,11 @@ from django.conf import settings
 from django.db import InterfaceError, OperationalError
 from django.db import connection as db
 
-from agents.acceptance import CheckResult, evaluate, run_record
-from agents.limits import task_usage
+from agents.catalogue.connections import provider_for
+from agents.catalogue.providers import Message, ProviderError
+from agents.engine.acceptance import CheckResult, evaluate, run_record
+from agents.engine.usage import task_usage
 from agents.models import Artifact, Model, ToolCall
-from agents.providers import Message, ProviderError
-from agents.services import provider_for
 from agents.states import TOOL_CALL_DONE, ModelTestStatus
 from tasks.limits import CUMULATIVE
 
@@ -66,7 +67,7 @@ class SupervisorVerdict:
     reason: str
     # Approved for review, but the model supervisor that should have looked could not be asked.
     unverified: bool = False
-    # Every acceptance check that ran, passed or not (agents.acceptance.CheckResult).
+    # Every acceptance check that ran, passed or not (agents.engine.acceptance.CheckResult).
     checks: tuple[CheckResult, ...] = field(default=(), compare=False)
 
     @property

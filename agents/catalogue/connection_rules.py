@@ -4,7 +4,7 @@ and `Connection.clean()`. Below the models (it reads no rows), so the model can 
 from django.conf import settings
 
 from acthelm_site.credentials import credential_problem
-from agents.providers.cli import executable_refusal
+from agents.catalogue.providers.cli import executable_refusal
 from agents.states import ConnectionKind, CostTier
 from tasks.exceptions import InvalidInput
 from tasks.numbers import finite_number, whole_number
