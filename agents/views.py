@@ -25,6 +25,7 @@ from acthelm_site.console.shared import (
 )
 from agents.catalogue import connections as catalogue
 from agents.catalogue.connection_rules import MAX_TIMEOUT_SECONDS
+from agents.catalogue.providers import get_provider_class
 from agents.models import Connection, Model
 from agents.states import ConnectionKind, CostTier
 from tasks.actors import Actor
@@ -101,7 +102,7 @@ class ConnectionForm(forms.Form):
 
     def service_kwargs(self) -> dict:
         data = self.cleaned_data
-        tools = not data["no_tools"] and data["kind"] != ConnectionKind.CLI
+        tools = not data["no_tools"] and get_provider_class(data["kind"]).supports_tools
         return {
             "name": data["name"],
             "kind": data["kind"],

@@ -4,7 +4,11 @@ and `Connection.clean()`. Below the models (it reads no rows), so the model can 
 from django.conf import settings
 
 from acthelm_site.credentials import credential_problem
-from agents.catalogue.providers.cli import executable_refusal
+from agents.catalogue.providers import (
+    UnknownProviderKind,
+    get_provider_class,
+    registered_kinds,
+)
 from agents.states import ConnectionKind, CostTier
 from tasks.exceptions import InvalidInput
 from tasks.numbers import finite_number, whole_number
@@ -12,11 +16,15 @@ from tasks.numbers import finite_number, whole_number
 MAX_TIMEOUT_SECONDS = 24 * 3600
 
 
-__all__ = ["credential_problem", "executable_problem", "validate_connection"]
+__all__ = ["connection_kinds", "credential_problem", "validate_connection"]
 
 
-def executable_problem(command: list[str]) -> str | None:
-    return executable_refusal(list(command or []), list(settings.ACTHELM_CLI_EXECUTABLES))
+def connection_kinds() -> list[str]:
+    """The registered provider kinds: the model's choices in their order, then any kind
+    registered beside them (a test holds `ConnectionKind` to the registry)."""
+    registered = registered_kinds()
+    listed = [kind for kind in ConnectionKind.values if kind in registered]
+    return listed + [kind for kind in registered if kind not in listed]
 
 
 def validate_connection(
@@ -31,20 +39,21 @@ def validate_connection(
 ) -> dict:
     """Check a connection's settings; return the bounded numbers. The one validator behind the
     console, the CLI, the admin and Connection.clean()."""
-    if kind not in ConnectionKind.values:
-        raise InvalidInput(f"kind must be one of {', '.join(ConnectionKind.values)}")
+    try:
+        provider = get_provider_class(kind) if isinstance(kind, str) else None
+    except UnknownProviderKind:
+        provider = None
+    if provider is None:
+        raise InvalidInput(f"kind must be one of {', '.join(connection_kinds())}")
     if cost_tier not in CostTier.values:
         raise InvalidInput(f"cost tier must be one of {', '.join(CostTier.values)}")
-    if kind == ConnectionKind.CLI:
-        if not command or not isinstance(command, list):
-            raise InvalidInput("a cli connection needs a command (an argument list)")
-        if not all(isinstance(arg, str) and arg for arg in command):
-            raise InvalidInput("a cli command is a list of non-empty strings")
-        problem = executable_problem(command)
-        if problem:
-            raise InvalidInput(problem, code="executable_not_allowed")
-    elif not base_url:
-        raise InvalidInput(f"a {kind} connection needs a base URL")
+    refused = provider.check_settings(
+        base_url=base_url,
+        command=command,
+        allowed_executables=list(settings.ACTHELM_CLI_EXECUTABLES),
+    )
+    if refused:
+        raise InvalidInput(refused.message, code=refused.code)
     problem = credential_problem(credential_env)
     if problem:
         raise InvalidInput(problem, code="credential_not_allowed")

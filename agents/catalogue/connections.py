@@ -12,9 +12,9 @@ from agents.catalogue.connection_rules import (
     credential_problem,
     validate_connection,
 )
-from agents.catalogue.providers import ProviderError, build_provider
+from agents.catalogue.providers import ProviderError, build_provider, get_provider_class
 from agents.models import Connection, Model, Turn
-from agents.states import ConnectionKind, CostTier, ModelTestStatus
+from agents.states import CostTier, ModelTestStatus
 from tasks.actors import Actor
 from tasks.exceptions import InvalidInput, ModelCheckFailed
 from tasks.numbers import INT32_MAX, whole_number
@@ -159,7 +159,7 @@ def connection_add(
                 connection=conn,
                 name=spec["name"],
                 context_window=spec.get("context_window"),
-                supports_tools=spec.get("supports_tools", kind != ConnectionKind.CLI),
+                supports_tools=spec.get("supports_tools", get_provider_class(kind).supports_tools),
             )
     return conn
 
@@ -337,16 +337,13 @@ def provider_for(conn: Connection):
         refusal = refusal or f"the timeout {timeout!r} is not a positive, finite number"
         timeout = 120
     kwargs = {"timeout": timeout, "api_key": api_key, "config_error": refusal}
-    if conn.kind == ConnectionKind.CLI:
-        kwargs |= {
-            "command": list(conn.command),
-            "answer_field": conn.answer_field,
-            "allowed_executables": list(settings.ACTHELM_CLI_EXECUTABLES),
-        }
-        if conn.credential_env:
-            kwargs["api_key_env"] = conn.credential_env
-    else:
-        kwargs["base_url"] = conn.base_url
+    kwargs |= get_provider_class(conn.kind).connection_arguments(
+        base_url=conn.base_url,
+        command=list(conn.command or []),
+        answer_field=conn.answer_field,
+        credential_env=conn.credential_env,
+        allowed_executables=list(settings.ACTHELM_CLI_EXECUTABLES),
+    )
     return build_provider(conn.kind, **kwargs)
 
 

@@ -20,8 +20,8 @@ from typing import Any, Protocol
 
 from django.db import transaction
 
+from agents.catalogue.providers import get_provider_class
 from agents.models import Model
-from agents.states import ConnectionKind
 from tasks.actors import Actor
 
 log = logging.getLogger("acthelm.costs")
@@ -116,7 +116,7 @@ def table_prices(model: Model) -> dict[str, Decimal]:
     from genai_prices import data_snapshot
 
     conn = model.connection
-    provider_id = "anthropic" if conn.kind == ConnectionKind.ANTHROPIC else None
+    provider_id = get_provider_class(conn.kind).price_provider_id
     api_url = conn.base_url or None if provider_id is None else None
     if provider_id is None and api_url is None:
         return {}

@@ -1,5 +1,10 @@
 """Sending one notification: email through Django's mail framework, or a signed JSON POST.
 
+Each target kind is a `Channel` class registered with `@register`, as provider kinds and tools
+are: it says what a target's address must be, how the address is shown, whether the target may
+be signed, and how one message is sent. `send()` looks the channel up by the target's kind, so a
+new channel is one class here (plus its `TargetKind` value, which a test holds to the registry).
+
 No database access here: delivery calls `send()` outside any transaction. A failed send raises
 `DeliveryFailed` with a stable code; nothing else escapes for the errors a peer can cause.
 
@@ -17,10 +22,14 @@ import os
 import smtplib
 import time
 from dataclasses import dataclass
+from typing import ClassVar
+from urllib.parse import urlsplit
 
 import httpx
 from django.conf import settings
+from django.core.exceptions import ValidationError
 from django.core.mail import EmailMessage, mailers
+from django.core.validators import EmailValidator, URLValidator
 
 from acthelm_site.credentials import CREDENTIAL_NOT_ALLOWED, credential_problem
 from acthelm_site.egress import (
@@ -34,7 +43,6 @@ from acthelm_site.egress import (
     ip_literal,
 )
 from tasks.exceptions import ActhelmError
-from tasks.notify.states import TargetKind
 
 SIGNATURE_HEADER = "X-Acthelm-Signature"
 TIMESTAMP_HEADER = "X-Acthelm-Timestamp"
@@ -73,13 +81,88 @@ def sign(secret: str, body: bytes, timestamp: str) -> str:
     return "sha256=" + hmac.new(secret.encode(), signed, hashlib.sha256).hexdigest()
 
 
+class Channel:
+    """One kind of notification target. Subclasses set `kind` and implement `send`; the
+    class methods are the kind's rules, asked by the model's `clean()`, pages and the CLI."""
+
+    kind: ClassVar[str] = ""
+    #: Whether a target of this kind may name a signing secret (`secret_env`).
+    signed: ClassVar[bool] = False
+    #: The help of the kind's `acthelm_notify add --<kind>` option.
+    address_help: ClassVar[str] = ""
+
+    @classmethod
+    def address_problem(cls, address: str) -> str | None:
+        """Why `address` may not be saved for this kind, or None."""
+        return None
+
+    @classmethod
+    def shown_address(cls, address: str) -> str:
+        """The address for pages and lists (the admin shows the whole address)."""
+        return address
+
+    @classmethod
+    def send(cls, target, message: Message) -> str:
+        """Send `message` to `target`; return a short receipt, or raise DeliveryFailed."""
+        raise NotImplementedError
+
+
+_CHANNELS: dict[str, type[Channel]] = {}
+
+
+def register(cls: type[Channel]) -> type[Channel]:
+    """Class decorator: register a Channel subclass under its `kind`."""
+    if not cls.kind:
+        raise ValueError(f"{cls.__name__} has no kind")
+    existing = _CHANNELS.get(cls.kind)
+    if existing is not None and existing is not cls:
+        raise ValueError(f"channel kind {cls.kind!r} already registered by {existing.__name__}")
+    _CHANNELS[cls.kind] = cls
+    return cls
+
+
+def unregister(kind: str) -> None:
+    """Forget a channel kind (tests that register a throwaway channel)."""
+    _CHANNELS.pop(kind, None)
+
+
+def find_channel(kind: str) -> type[Channel] | None:
+    return _CHANNELS.get(kind)
+
+
+def get_channel(kind: str) -> type[Channel]:
+    channel = _CHANNELS.get(kind)
+    if channel is None:
+        raise DeliveryFailed(f"unknown target kind {kind!r}", code="invalid_target")
+    return channel
+
+
+def channel_kinds() -> list[str]:
+    """The registered kinds, in the order they were registered."""
+    return list(_CHANNELS)
+
+
 def send(target, message: Message) -> str:
     """Send `message` to `target`; return a short receipt, or raise DeliveryFailed."""
-    if target.kind == TargetKind.EMAIL:
+    return get_channel(target.kind).send(target, message)
+
+
+@register
+class EmailChannel(Channel):
+    kind = "email"
+    address_help = "an email address"
+
+    @classmethod
+    def address_problem(cls, address: str) -> str | None:
+        try:
+            EmailValidator()(address)
+        except ValidationError:
+            return "an email target needs an email address"
+        return None
+
+    @classmethod
+    def send(cls, target, message: Message) -> str:
         return _send_email(target, message)
-    if target.kind == TargetKind.WEBHOOK:
-        return _send_webhook(target, message)
-    raise DeliveryFailed(f"unknown target kind {target.kind!r}", code="invalid_target")
 
 
 def _send_email(target, message: Message) -> str:
@@ -149,6 +232,34 @@ def webhook_address_refusal(address: str) -> str | None:
             "unless ACTHELM_NOTIFY_ALLOW_ADDRESSES names it"
         )
     return None
+
+
+@register
+class WebhookChannel(Channel):
+    kind = "webhook"
+    signed = True
+    address_help = "an http(s) URL that receives a JSON POST"
+
+    @classmethod
+    def address_problem(cls, address: str) -> str | None:
+        try:
+            URLValidator(schemes=["http", "https"])(address)
+        except ValidationError:
+            return "a webhook target needs an http:// or https:// URL"
+        return webhook_address_refusal(address)
+
+    @classmethod
+    def shown_address(cls, address: str) -> str:
+        """A webhook URL's path is often its secret (Slack, Mattermost): only the scheme and
+        host are shown."""
+        parts = urlsplit(address)
+        host = parts.hostname or ""
+        port = f":{parts.port}" if parts.port else ""
+        return f"{parts.scheme}://{host}{port}/…"
+
+    @classmethod
+    def send(cls, target, message: Message) -> str:
+        return _send_webhook(target, message)
 
 
 def _send_webhook(target, message: Message) -> str:

@@ -1,16 +1,14 @@
 """Notification targets and the outbox. Imported by `tasks.models`, so both belong to `tasks`."""
 
 import uuid
-from urllib.parse import urlsplit
 
 from django.contrib.postgres.fields import ArrayField
 from django.core.exceptions import ValidationError
-from django.core.validators import EmailValidator, URLValidator
 from django.db import models
 from django.db.models import Q
 
 from acthelm_site.credentials import CREDENTIAL_NOT_ALLOWED, credential_problem
-from tasks.notify.channels import webhook_address_refusal
+from tasks.notify.channels import find_channel
 from tasks.notify.states import NotificationStatus, NotifyEvent, TargetKind, all_events
 
 
@@ -62,33 +60,19 @@ class NotificationTarget(models.Model):
 
     @property
     def shown_address(self) -> str:
-        """The address for pages and lists: a webhook URL's path is often its secret (Slack,
-        Mattermost), so only the scheme and host are shown; the admin shows the whole URL."""
-        if self.kind != TargetKind.WEBHOOK:
-            return self.address
-        parts = urlsplit(self.address)
-        host = parts.hostname or ""
-        port = f":{parts.port}" if parts.port else ""
-        return f"{parts.scheme}://{host}{port}/…"
+        """The address for pages and lists, as the target's channel shows it (a webhook only
+        its scheme and host); the admin shows the whole address."""
+        channel = find_channel(self.kind)
+        return channel.shown_address(self.address) if channel else self.address
 
     def clean(self) -> None:
         errors = {}
-        if self.kind == TargetKind.EMAIL:
-            try:
-                EmailValidator()(self.address)
-            except ValidationError:
-                errors["address"] = "an email target needs an email address"
-            if self.secret_env:
+        channel = find_channel(self.kind)  # an unknown kind: the field's choices refuse it
+        if channel is not None:
+            if problem := channel.address_problem(self.address):
+                errors["address"] = problem
+            if self.secret_env and not channel.signed:
                 errors["secret_env"] = "only webhooks are signed"
-        elif self.kind == TargetKind.WEBHOOK:
-            try:
-                URLValidator(schemes=["http", "https"])(self.address)
-            except ValidationError:
-                errors["address"] = "a webhook target needs an http:// or https:// URL"
-            else:
-                refusal = webhook_address_refusal(self.address)
-                if refusal:
-                    errors["address"] = refusal
         refusal = credential_problem(self.secret_env)  # the one rule of every credential
         if refusal:
             errors["secret_env"] = f"{refusal} [{CREDENTIAL_NOT_ALLOWED}]"

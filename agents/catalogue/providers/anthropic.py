@@ -46,6 +46,7 @@ class AnthropicProvider(Provider):
     kind = "anthropic"
     supports_tools = True
     supports_cancel = True
+    price_provider_id = "anthropic"
 
     def __init__(self, **kwargs: Any) -> None:
         super().__init__(**kwargs)

@@ -9,6 +9,7 @@ from __future__ import annotations
 import abc
 import math
 import threading
+from dataclasses import dataclass
 from decimal import Decimal
 from typing import Any, ClassVar, Literal
 
@@ -119,6 +120,26 @@ def _rebuild_provider_error(
     code: str, message: str, status: int | None, retry_after: float | None
 ) -> ProviderError:
     return ProviderError(code, message, status=status, retry_after=retry_after)
+
+
+@dataclass(frozen=True)
+class SettingsProblem:
+    """Why a connection's settings are refused: the text shown, and a stable code (None: the
+    caller's default)."""
+
+    message: str
+    code: str | None = None
+
+
+def executable_refusal(command: list[str], allowed: list[str]) -> str | None:
+    """Why ``command`` may not be started under the allow-list ``allowed`` (empty: any)."""
+    allowed = [a for a in allowed if a]
+    if not allowed or not command:
+        return None
+    program = command[0]
+    if program in allowed:
+        return None
+    return f"the executable {program!r} is not allowed (allowed: {', '.join(allowed)})"
 
 
 # --------------------------------------------------------------------------------------
@@ -283,6 +304,48 @@ class Provider(abc.ABC):
     kind: ClassVar[str] = ""
     supports_tools: ClassVar[bool] = True
     supports_cancel: ClassVar[bool] = True
+    # The kind's rules, declared here as Django's task backends declare theirs
+    # (`supports_defer`): `check_settings()`, the connection's provider arguments and the price
+    # lookup ask the class, never a comparison with a kind's name.
+    #: A connection of this kind must name the server's base URL.
+    needs_base_url: ClassVar[bool] = True
+    #: A connection of this kind runs a command (an argument list) under the executable allow-list.
+    needs_command: ClassVar[bool] = False
+    #: The genai-prices provider id the price table is searched by; None: by the base URL.
+    price_provider_id: ClassVar[str | None] = None
+
+    @classmethod
+    def check_settings(
+        cls, *, base_url: str, command: list[str] | None, allowed_executables: list[str]
+    ) -> SettingsProblem | None:
+        """Why a connection of this kind may not be saved with these settings, or None."""
+        if cls.needs_command:
+            if not command or not isinstance(command, list):
+                return SettingsProblem(
+                    f"a {cls.kind} connection needs a command (an argument list)"
+                )
+            if not all(isinstance(arg, str) and arg for arg in command):
+                return SettingsProblem(f"a {cls.kind} command is a list of non-empty strings")
+            problem = executable_refusal(list(command), list(allowed_executables))
+            if problem:
+                return SettingsProblem(problem, code="executable_not_allowed")
+        if cls.needs_base_url and not base_url:
+            return SettingsProblem(f"a {cls.kind} connection needs a base URL")
+        return None
+
+    @classmethod
+    def connection_arguments(
+        cls,
+        *,
+        base_url: str,
+        command: list[str],
+        answer_field: str,
+        credential_env: str,
+        allowed_executables: list[str],
+    ) -> dict[str, Any]:
+        """The constructor arguments a stored connection's settings give this kind (beside the
+        timeout, key and configuration error every kind takes)."""
+        return {"base_url": base_url}
 
     def __init__(
         self,
@@ -455,6 +518,11 @@ def get_provider_class(kind: str) -> type[Provider]:
 
 def registered_kinds() -> list[str]:
     return sorted(_REGISTRY)
+
+
+def unregister(kind: str) -> None:
+    """Forget a provider kind (tests that register a throwaway kind)."""
+    _REGISTRY.pop(kind, None)
 
 
 def build_provider(kind: str, **kwargs: Any) -> Provider:

@@ -46,6 +46,7 @@ from .base import (
     Provider,
     ProviderError,
     ToolSpec,
+    executable_refusal,
     register,
 )
 
@@ -161,6 +162,29 @@ class CLIProvider(Provider):
     kind = "cli"
     supports_tools = False
     supports_cancel = True
+    needs_base_url = False
+    needs_command = True
+
+    @classmethod
+    def connection_arguments(
+        cls,
+        *,
+        base_url: str,
+        command: list[str],
+        answer_field: str,
+        credential_env: str,
+        allowed_executables: list[str],
+    ) -> dict[str, Any]:
+        """The command, its answer field and the allow-list; the key reaches the child only
+        through the connection's own variable name."""
+        arguments: dict[str, Any] = {
+            "command": list(command),
+            "answer_field": answer_field,
+            "allowed_executables": list(allowed_executables),
+        }
+        if credential_env:
+            arguments["api_key_env"] = credential_env
+        return arguments
 
     def __init__(self, *, allowed_executables: list[str] | None = None, **kwargs: Any) -> None:
         super().__init__(**kwargs)
@@ -356,17 +380,6 @@ class CLIProvider(Provider):
         if tools:
             message += "; note: the cli provider does not support tool calling"
         return ProbeResult(ok=True, message=message, supports_tools=supports_tools)
-
-
-def executable_refusal(command: list[str], allowed: list[str]) -> str | None:
-    """Why ``command`` may not be started under the allow-list ``allowed`` (empty: any)."""
-    allowed = [a for a in allowed if a]
-    if not allowed or not command:
-        return None
-    program = command[0]
-    if program in allowed:
-        return None
-    return f"the executable {program!r} is not allowed (allowed: {', '.join(allowed)})"
 
 
 def _int(value: Any) -> int:

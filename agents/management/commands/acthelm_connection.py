@@ -14,6 +14,7 @@ from agents.catalogue.connections import (
     connection_test,
     model_set_prices,
 )
+from agents.catalogue.providers import get_provider_class
 from agents.models import Connection
 from agents.states import ConnectionKind, CostTier
 from tasks.cli import emit, fail, person_actor
@@ -146,7 +147,8 @@ class Command(BaseCommand):
                 {
                     "name": m,
                     "context_window": opts["context_window"],
-                    "supports_tools": not opts["no_tools"] and opts["kind"] != ConnectionKind.CLI,
+                    "supports_tools": not opts["no_tools"]
+                    and get_provider_class(opts["kind"]).supports_tools,
                 }
                 for m in opts["models"]
             ],

@@ -6,9 +6,10 @@ from django.core.management.base import BaseCommand
 
 from tasks.cli import emit, fail
 from tasks.exceptions import ActhelmError, InvalidInput
+from tasks.notify.channels import channel_kinds, get_channel
 from tasks.notify.delivery import deliver_due
 from tasks.notify.models import NotificationTarget
-from tasks.notify.states import NotifyEvent, TargetKind
+from tasks.notify.states import NotifyEvent
 from tasks.notify.targets import (
     target_add,
     target_remove,
@@ -18,7 +19,9 @@ from tasks.notify.targets import (
 
 
 class Command(BaseCommand):
-    help = "Manage notification targets (email, webhook) and deliver the outbox once."
+    help = (
+        f"Manage notification targets ({', '.join(channel_kinds())}) and deliver the outbox once."
+    )
 
     def add_arguments(self, parser):
         parser.add_argument("--json", action="store_true", help="print JSON")
@@ -27,8 +30,10 @@ class Command(BaseCommand):
         add = sub.add_parser("add", help="add a target")
         add.add_argument("name")
         where = add.add_mutually_exclusive_group(required=True)
-        where.add_argument("--email", help="an email address")
-        where.add_argument("--webhook", help="an http(s) URL that receives a JSON POST")
+        for kind in channel_kinds():  # one option per registered channel: --email, --webhook
+            where.add_argument(
+                f"--{kind.replace('_', '-')}", dest=kind, help=get_channel(kind).address_help
+            )
         add.add_argument(
             "--secret-env",
             default="",
@@ -63,11 +68,8 @@ class Command(BaseCommand):
             fail(self, exc, as_json=as_json)
 
     def do_add(self, opts, as_json):
-        kind, address = (
-            (TargetKind.EMAIL, opts["email"])
-            if opts["email"]
-            else (TargetKind.WEBHOOK, opts["webhook"])
-        )
+        kind = next(k for k in channel_kinds() if opts[k] is not None)
+        address = opts[kind]
         if NotificationTarget.objects.filter(name=opts["name"]).exists():
             raise InvalidInput(f"a target named {opts['name']!r} exists", code="target_exists")
         target = target_add(

@@ -1,0 +1,104 @@
+"""A notification channel is a class registered under its kind: `send()`, the target's
+`clean()` and its shown address ask the class, so a channel registered here, in a test, is
+checked, shown and sent through with no other file changing."""
+
+from typing import ClassVar
+
+import pytest
+from django.core.exceptions import ValidationError
+
+from tasks.notify.channels import (
+    Channel,
+    DeliveryFailed,
+    EmailChannel,
+    Message,
+    WebhookChannel,
+    channel_kinds,
+    get_channel,
+    register,
+    send,
+    unregister,
+)
+from tasks.notify.models import NotificationTarget
+from tasks.notify.states import TargetKind
+from tasks.notify.targets import sample_message
+
+
+class _Chat(Channel):
+    """Posts to a chat room named `chat:<room>`; keeps what it sent instead of sending it."""
+
+    kind = "chat_test"
+    address_help = "a chat room, chat:<room>"
+    sent: ClassVar[list[tuple[str, str]]] = []
+
+    @classmethod
+    def address_problem(cls, address: str) -> str | None:
+        return None if address.startswith("chat:") else "a chat target names a room (chat:…)"
+
+    @classmethod
+    def shown_address(cls, address: str) -> str:
+        return address.split(":", 1)[0] + ":…"
+
+    @classmethod
+    def send(cls, target, message: Message) -> str:
+        cls.sent.append((target.address, message.subject))
+        return "posted"
+
+
+@pytest.fixture
+def chat_channel():
+    register(_Chat)
+    _Chat.sent.clear()
+    yield _Chat
+    unregister(_Chat.kind)
+
+
+def test_the_model_choices_list_exactly_the_registered_channels():
+    assert channel_kinds() == list(TargetKind.values)
+    assert get_channel(TargetKind.EMAIL) is EmailChannel
+    assert get_channel(TargetKind.WEBHOOK) is WebhookChannel
+
+
+def test_send_goes_through_the_registered_channel_of_the_kind(chat_channel):
+    target = NotificationTarget(name="team", kind="chat_test", address="chat:ops")
+    message = sample_message()
+    assert send(target, message) == "posted"
+    assert chat_channel.sent == [("chat:ops", message.subject)]
+    assert target.shown_address == "chat:…"
+
+
+def test_a_registered_channel_checks_its_own_addresses_and_refuses_a_secret(chat_channel):
+    target = NotificationTarget(
+        name="team",
+        kind="chat_test",
+        address="ops",
+        secret_env="ACTHELM_KEY_CHAT",
+        events=["failed"],
+    )
+    with pytest.raises(ValidationError) as refused:
+        target.clean()
+    assert refused.value.message_dict == {
+        "address": ["a chat target names a room (chat:…)"],
+        "secret_env": ["only webhooks are signed"],
+    }
+    target.address, target.secret_env = "chat:ops", ""
+    target.clean()
+
+
+def test_an_unknown_kind_is_a_clear_delivery_failure():
+    target = NotificationTarget(name="gone", kind="pager", address="555")
+    with pytest.raises(DeliveryFailed) as failed:
+        send(target, sample_message())
+    assert (failed.value.code, failed.value.message) == (
+        "invalid_target",
+        "unknown target kind 'pager'",
+    )
+
+
+def test_a_kind_registers_once():
+    class _Another(Channel):
+        kind = TargetKind.EMAIL
+
+    with pytest.raises(ValueError, match="already registered by EmailChannel"):
+        register(_Another)
+    assert get_channel(TargetKind.EMAIL) is EmailChannel
