@@ -141,6 +141,25 @@ def newest_page(rows, *, key: str, size: int, before: int | None = None):
     return page[:size][::-1], older
 
 
+# The task page and the API's task document show the same pages: the newest turns and events,
+# older ones page by page; "all turns" is bounded too.
+TRANSCRIPT_SIZE = 100
+TRANSCRIPT_ALL_MAX = 500
+TIMELINE_SIZE = 200
+
+
+def transcript_page(turns, *, all_turns: bool = False, before: int | None = None):
+    """A task's transcript page (`turns` is its turn queryset, prefetched as the caller needs):
+    the newest 100 turns (500 with `all_turns`) below `before`, and the next older cursor."""
+    size = TRANSCRIPT_ALL_MAX if all_turns else TRANSCRIPT_SIZE
+    return newest_page(turns, key="index", size=size, before=before)
+
+
+def timeline_page(task: Task, *, before: int | None = None):
+    """A task's timeline page: the newest 200 events below `before`, and the next older cursor."""
+    return newest_page(task.events, key="id", size=TIMELINE_SIZE, before=before)
+
+
 def task_keyset_page(tasks, *, before: int | None, after: int | None, size: int) -> TaskPage:
     """Newest first, keyset-paginated on the primary key (no COUNT, no OFFSET): `before` gives
     the page of tasks older than that id, `after` the page newer than it."""

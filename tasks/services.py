@@ -5,13 +5,11 @@ import logging
 from decimal import Decimal
 
 from django.conf import settings
-from django.db import connection as db_connection
 from django.db import transaction
 from django.db.models import Q
 
 from tasks.actors import Actor
 from tasks.exceptions import (
-    DependencyCycle,
     GoalNotFound,
     InvalidInput,
     TransitionNotAllowed,
@@ -22,7 +20,7 @@ from tasks.limits import (
     BadLimit,
     money_amount,
 )
-from tasks.models import Goal, Task, TaskDependency
+from tasks.models import Goal, Task
 from tasks.numbers import INT32_MAX, whole_number
 from tasks.states import (
     DELETABLE,
@@ -70,41 +68,6 @@ def validate_limits(limits: dict) -> dict:
         else:
             clean[field] = whole_number(value, name=field, minimum=1, maximum=INT32_MAX)
     return clean
-
-
-_CYCLE_SQL = """
-WITH RECURSIVE reach(id) AS (
-    SELECT %s::bigint
-    UNION
-    SELECT d.depends_on_id FROM tasks_taskdependency d JOIN reach r ON d.task_id = r.id
-)
-SELECT EXISTS (SELECT 1 FROM reach WHERE id = %s)
-"""
-
-
-def task_add_dependency(*, actor: Actor, task_id: int, depends_on_id: int) -> None:
-    """Make task wait for depends_on; refuses a cycle. A ready task becomes blocked."""
-    actor.require("tasks.operate_task")
-    if task_id == depends_on_id:
-        raise DependencyCycle("a task cannot depend on itself")
-    with transaction.atomic():
-        task = lock_task(task_id)
-        dep = lock_task(depends_on_id)
-        with db_connection.cursor() as cursor:
-            cursor.execute(_CYCLE_SQL, [depends_on_id, task_id])
-            if cursor.fetchone()[0]:
-                raise DependencyCycle(
-                    f"task {depends_on_id} already depends on task {task_id}: that is a cycle"
-                )
-        TaskDependency.objects.get_or_create(task=task, depends_on=dep)
-        if dep.status != TaskStatus.DONE and task.status == TaskStatus.READY:
-            set_status(
-                task,
-                TaskStatus.BLOCKED,
-                actor=actor,
-                kind=EventKind.BLOCKED,
-                data={"dependency_added": dep.pk},
-            )
 
 
 def act(task_id: int, action: str, actor: Actor, perm: str = "tasks.operate_task") -> Task:

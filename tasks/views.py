@@ -62,7 +62,7 @@ from tasks.forms import TaskCreateForm, model_queryset
 from tasks.limits import BY_FIELD, CUMULATIVE, PER_ITEM, limit_for_failure
 from tasks.models import Task
 from tasks.notify.selectors import task_notifications
-from tasks.selectors import newest_page, status_counts, task_keyset_page
+from tasks.selectors import status_counts, task_keyset_page, timeline_page, transcript_page
 from tasks.states import Action, EventKind, TaskKind, TaskStatus, allowed_actions
 from tasks.uploads import upload_refusal
 from tasks.workspace import artifacts_dir, list_input_files, safe_file_name
@@ -74,10 +74,6 @@ POLLING = frozenset(
     {TaskStatus.READY, TaskStatus.IN_PROGRESS, TaskStatus.PAUSE_REQUESTED, TaskStatus.BLOCKED}
 )
 PAGE_SIZE = 50
-TIMELINE_SIZE = 200
-# The newest turns shown on the task page; "?turns=all" shows the whole transcript.
-TRANSCRIPT_SIZE = 100
-TRANSCRIPT_ALL_MAX = 500  # "?turns=all" shows at most this many turns at once
 EVENT_DATA_CHARS = 300
 POLL_SECONDS = 2
 FOLLOW_UPS_SHOWN = 50
@@ -305,12 +301,7 @@ def task_page_context(request, pk: int) -> dict:
     turn_qs = task.turns.prefetch_related(Prefetch("tool_calls", queryset=calls))
     # The newest page holds the pending operations (always in the newest model turn); older
     # pages go back from `turns_before`. "?turns=all" is bounded too (TRANSCRIPT_ALL_MAX).
-    turns, older_turns = newest_page(
-        turn_qs,
-        key="index",
-        size=TRANSCRIPT_ALL_MAX if all_turns else TRANSCRIPT_SIZE,
-        before=turns_before,
-    )
+    turns, older_turns = transcript_page(turn_qs, all_turns=all_turns, before=turns_before)
     approvals, reviews = [], []
     for turn in turns:
         turn.run_number = run_numbers.get(turn.run_id)
@@ -335,11 +326,8 @@ def task_page_context(request, pk: int) -> dict:
     )
     for selection in memory:
         selection.run_number = run_numbers.get(selection.run_id)
-    events, older_events = newest_page(
-        task.events,
-        key="id",
-        size=TIMELINE_SIZE,
-        before=positive_int(request.GET.get("events_before")),
+    events, older_events = timeline_page(
+        task, before=positive_int(request.GET.get("events_before"))
     )
     for event in events:
         event.details = event_details(event)

@@ -9,14 +9,16 @@ from approvals.models import Approval, ReviewDecision
 from approvals.selectors import decidable_approvals, decidable_reviews
 from approvals.states import ApprovalStatus, ReviewChoice
 from tasks.models import Task
-from tasks.selectors import blocking_reason, event_as_dict, newest_page, task_as_dict
+from tasks.selectors import (
+    blocking_reason,
+    event_as_dict,
+    task_as_dict,
+    timeline_page,
+    transcript_page,
+)
 from tasks.states import allowed_actions
 from tasks.workspace import list_input_files
 
-# As on the task page: the newest turns and events, older ones page by page.
-TRANSCRIPT_SIZE = 100
-TRANSCRIPT_ALL_MAX = 500  # ?turns=all: at most this many turns at once
-TIMELINE_SIZE = 200
 # A tool call's result in the task document; the whole result has its own endpoint.
 RESULT_CHARS = 4000
 
@@ -150,8 +152,7 @@ def task_detail(
         .order_by("position")
     )
     turns = task.turns.prefetch_related(Prefetch("tool_calls", queryset=calls))
-    size = TRANSCRIPT_ALL_MAX if all_turns else TRANSCRIPT_SIZE
-    rows, older_turns = newest_page(turns, key="index", size=size, before=turns_before)
+    rows, older_turns = transcript_page(turns, all_turns=all_turns, before=turns_before)
     data["transcript"] = [
         {
             "index": turn.index,
@@ -200,9 +201,7 @@ def task_detail(
         }
         for a in task.artifacts.order_by("name")
     ]
-    events, older_events = newest_page(
-        task.events, key="id", size=TIMELINE_SIZE, before=events_before
-    )
+    events, older_events = timeline_page(task, before=events_before)
     data["earlier_events"] = older_events is not None
     data["older_events"] = older_events
     data["events"] = [event_as_dict(e) for e in events]

@@ -55,18 +55,6 @@ def result_for_model(text: str, limit: int) -> str:
 
 
 @dataclass
-class CallView:
-    """What the prompt needs of a tool call; the loop's call state satisfies it."""
-
-    call_id: str
-    tool: str
-    arguments: dict | None
-    arguments_raw: str
-    result_for_model: str = ""
-    compacted: bool = False
-
-
-@dataclass
 class _Entry:
     role: str
     content: str

@@ -6,7 +6,7 @@ import json
 import pytest
 from django.core.files.uploadedfile import SimpleUploadedFile
 
-from acthelm_site.api import selectors
+from tasks import selectors as task_selectors
 from tasks.models import Goal, Task
 from tasks.states import EventKind, TaskStatus
 from tests.api.conftest import error_of
@@ -203,11 +203,11 @@ def test_a_failure_inside_an_endpoint_is_a_json_500(api, monkeypatch):
 
 def test_turns_all_is_bounded_and_older_turns_page_back(api):
     run = AgentRunFactory()
-    total = selectors.TRANSCRIPT_ALL_MAX + 5
+    total = task_selectors.TRANSCRIPT_ALL_MAX + 5
     for index in range(total):
         TurnFactory(run=run, task=run.task, index=index, content=f"t{index}")
     data = api.get(f"/api/tasks/{run.task_id}", {"turns": "all"}).json()
-    assert len(data["transcript"]) == selectors.TRANSCRIPT_ALL_MAX
+    assert len(data["transcript"]) == task_selectors.TRANSCRIPT_ALL_MAX
     assert data["transcript"][-1]["index"] == total - 1
     assert data["earlier_turns"] and data["older_turns"] == 5
     rest = api.get(f"/api/tasks/{run.task_id}", {"turns": "all", "turns_before": 5}).json()
@@ -223,7 +223,7 @@ def test_events_older_than_the_newest_200_can_be_read(api):
     TaskEventFactory.create_batch(205, task=task, kind=EventKind.MODEL_TURN)
     data = api.get(f"/api/tasks/{task.pk}").json()
     ids = [e["id"] for e in data["events"]]
-    assert len(ids) == selectors.TIMELINE_SIZE and first.pk not in ids
+    assert len(ids) == task_selectors.TIMELINE_SIZE and first.pk not in ids
     assert data["earlier_events"] and data["older_events"] == ids[0]
     seen = set(ids)
     cursor = data["older_events"]

@@ -8,7 +8,6 @@ from agents.states import RunStatus
 from tasks import services
 from tasks.actors import Actor
 from tasks.exceptions import (
-    DependencyCycle,
     InvalidInput,
     NotPermitted,
     TransitionNotAllowed,
@@ -18,16 +17,6 @@ from tasks.states import ACTIONS, Action, TaskStatus
 from tests.factories import AgentRunFactory, TaskFactory
 
 pytestmark = pytest.mark.django_db
-
-
-def test_dependency_cycles_are_refused(actor):
-    a = intake.task_create(actor=actor, title="A", instruction="I")
-    b = intake.task_create(actor=actor, title="B", instruction="I", depends_on=[a])
-    c = intake.task_create(actor=actor, title="C", instruction="I", depends_on=[b])
-    with pytest.raises(DependencyCycle):
-        services.task_add_dependency(actor=actor, task_id=a.pk, depends_on_id=c.pk)
-    with pytest.raises(DependencyCycle):
-        services.task_add_dependency(actor=actor, task_id=a.pk, depends_on_id=a.pk)
 
 
 def test_pause_is_immediate_for_ready_and_cooperative_for_running(actor):

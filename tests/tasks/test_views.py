@@ -800,7 +800,7 @@ def test_a_long_transcript_shows_the_newest_turns_and_links_to_the_rest(client):
 
 def test_turns_all_is_bounded_and_pages_back(client):
     """Issue 21 item 10: ?turns=all showed every turn of any transcript in one page."""
-    from tasks.views import TRANSCRIPT_ALL_MAX
+    from tasks.selectors import TRANSCRIPT_ALL_MAX
     from tests.factories import AgentRunFactory, TurnFactory
 
     client.force_login(UserFactory(username="boss", is_superuser=True))
