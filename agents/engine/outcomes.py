@@ -146,11 +146,10 @@ def gather(
     kind = OutcomeKind(outcome.kind)
     judgement = _judgement(verdict)
     earlier_attempts: tuple[tuple[str, str], ...] = ()
-    if (
-        kind == OutcomeKind.FAILED
-        and not outcome.health
-        or (kind == OutcomeKind.FINAL and not (judgement and judgement.approved))
-    ):
+    failed_attempt = (kind == OutcomeKind.FAILED and not outcome.health) or (
+        kind == OutcomeKind.FINAL and not (judgement and judgement.approved)
+    )
+    if failed_attempt:
         # A failed attempt: the error loop compares it with the attempts before it.
         earlier_attempts = tuple(
             AgentRun.objects.filter(task=task, status=RunStatus.FAILED)
