@@ -27,6 +27,7 @@ import common  # noqa: E402
 PROFILE_KEYS = (
     "loop.py",
     "outcomes.py",
+    "decide.py",
     "transitions.py",
     "supervisor.py",
     "_http.py",

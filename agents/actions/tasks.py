@@ -19,7 +19,7 @@ from agents.engine.intake import _validate_tools, task_create
 from agents.engine.transitions import end_started_runs, set_call_status
 from agents.engine.usage import exhausted_limits
 from agents.models import ToolCall
-from agents.states import RunStatus, ToolCallStatus
+from agents.states import FailureCode, RunStatus, ToolCallStatus
 from approvals.services import settle_for_cancelled_task
 from tasks.actors import Actor
 from tasks.exceptions import (
@@ -104,7 +104,7 @@ def task_cancel(*, actor: Actor, task_id: int, reason: str = "") -> Task:
     """No further step starts. A running attempt ends now; its worker notices at its heartbeat."""
     with transaction.atomic():
         task = act(task_id, "cancel", actor)
-        runs = end_started_runs(task.pk, RunStatus.CANCELLED, error_code="cancelled")
+        runs = end_started_runs(task.pk, RunStatus.CANCELLED, error_code=FailureCode.CANCELLED)
         # An external call in flight may have taken effect: its outcome is unknown, never left
         # "running" (the run that made it is over and writes nothing more).
         in_flight = [
@@ -159,7 +159,9 @@ def task_retry(
             if changed:
                 task_set_limits(actor=actor, task_id=task_id, **changed)
         task = act(task_id, "retry", actor)
-        if task.failure_code.startswith("limit_") and task.failure_code in exhausted_limits(task):
+        if task.failure_code in FailureCode.limits() and task.failure_code in exhausted_limits(
+            task
+        ):
             raise LimitNotRaised(
                 f"task {task_id} stopped at {task.failure_code}; raise that limit before retrying"
             )

@@ -28,12 +28,14 @@ from psycopg.conninfo import make_conninfo
 from acthelm_site.dbpool import release_connection
 from agents.engine.leases import Claim, claim_batch, claim_next, renew_leases
 from agents.engine.loop import AgentLoop, RunSignals
-from agents.engine.outcomes import Outcome, apply_outcome, recover_stale
+from agents.engine.outcomes import Outcome, apply_outcome
 from agents.engine.reconciler import reconcile
+from agents.engine.recovery import recover_stale
 from agents.engine.seen import record_seen
 from agents.engine.supervisor import supervise
 from agents.engine.supervisor import uses_model as supervisor_uses_model
 from agents.models import AgentRun
+from agents.states import FailureCode
 from tasks.exceptions import AttemptLost
 from tasks.notify.delivery import deliver_in_maintenance
 from tasks.states import TaskStatus
@@ -419,12 +421,12 @@ class Worker:
             # counts, and the attempts' limit ends it — never a hand-back.
             log.exception("run.storage_rejected", extra={"task_id": claim.task_id})
             status = self._fail_attempt(
-                claim, "storage_rejected", storage_message(exc, loop), retryable=True
+                claim, FailureCode.STORAGE_REJECTED, storage_message(exc, loop), retryable=True
             )
         except Exception as exc:  # a bug must not kill the worker; the run fails visibly
             log.exception("run.crashed", extra={"task_id": claim.task_id})
             status = self._fail_attempt(
-                claim, "internal_error", f"{type(exc).__name__}: {exc}", retryable=True
+                claim, FailureCode.INTERNAL_ERROR, f"{type(exc).__name__}: {exc}", retryable=True
             )
         finally:
             with self._lock:
@@ -450,7 +452,7 @@ class Worker:
             code = None
         finally:
             release_connection()
-        event = "run.cancelled" if code == "cancelled" else "run.fenced_out"
+        event = "run.cancelled" if code == FailureCode.CANCELLED else "run.fenced_out"
         log.warning(event, extra={"task_id": claim.task_id, "run_id": claim.run_id})
 
     def _fail_attempt(self, claim: Claim, code: str, message: str, *, retryable: bool):

@@ -38,7 +38,7 @@ from django.db.models.functions import Coalesce, Trunc
 from django.utils import timezone
 
 from agents.models import AgentRun, Model, Turn
-from agents.states import CostTier, Role, RunStatus, Verdict
+from agents.states import CostTier, FailureCode, Role, RunStatus, Verdict
 from tasks.exceptions import InvalidInput
 from tasks.models import TaskEvent
 from tasks.states import EventKind
@@ -198,6 +198,7 @@ def _is_newest_run():
 
 def _run_aggregates() -> dict:
     newest = Q(_is_newest_run())
+    limit_codes, loop = sorted(FailureCode.limits()), FailureCode.ERROR_LOOP
     return {
         "runs": Count("id"),
         "tasks_run": Count("task_id", distinct=True),
@@ -207,12 +208,9 @@ def _run_aggregates() -> dict:
         "rejections": Count("id", filter=Q(verdict=Verdict.REJECTED)),
         "limit_failures": Count(
             "id",
-            filter=Q(error_code__startswith="limit_")
-            | (Q(task__failure_code__startswith="limit_") & newest),
+            filter=Q(error_code__in=limit_codes) | (Q(task__failure_code__in=limit_codes) & newest),
         ),
-        "loops": Count(
-            "id", filter=Q(error_code="error_loop") | (Q(task__failure_code="error_loop") & newest)
-        ),
+        "loops": Count("id", filter=Q(error_code=loop) | (Q(task__failure_code=loop) & newest)),
         "model_turns": Coalesce(Sum("model_turns", filter=~Q(status=RunStatus.STARTED)), 0),
         "input_tokens": Coalesce(Sum("input_tokens"), 0),
         "output_tokens": Coalesce(Sum("output_tokens"), 0),

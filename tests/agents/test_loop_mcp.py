@@ -6,7 +6,7 @@ import sys
 import pytest
 
 from agents.actions.decisions import approval_approve, review_run_again, review_skip
-from agents.engine.outcomes import recover_stale
+from agents.engine.recovery import recover_stale
 from agents.engine.usage import task_usage
 from agents.engine.worker import Worker
 from agents.models import Conversation, ToolCall, ToolServer

@@ -14,7 +14,7 @@ from django.utils import timezone
 
 from agents.actions.decisions import SKIPPED_RESULT, review_run_again, review_skip
 from agents.actions.tasks import task_retry
-from agents.engine.outcomes import recover_stale
+from agents.engine.recovery import recover_stale
 from agents.engine.usage import task_usage
 from agents.engine.worker import Worker
 from agents.models import AgentRun, Artifact, ToolCall

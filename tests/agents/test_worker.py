@@ -12,7 +12,8 @@ from agents.actions.tasks import task_cancel
 from agents.engine.intake import task_create
 from agents.engine.leases import claim_next
 from agents.engine.loop import Outcome
-from agents.engine.outcomes import apply_outcome, recover_stale
+from agents.engine.outcomes import apply_outcome
+from agents.engine.recovery import recover_stale
 from agents.engine.worker import Worker
 from agents.models import AgentRun, Connection, Turn
 from tasks.actors import Actor

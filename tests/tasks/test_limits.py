@@ -79,3 +79,14 @@ def test_the_form_the_api_and_the_task_json_list_every_limit(db):
         assert limit.key in task_limits
     assert Decimal(task_limits["cost"]) == Decimal("1.5")
     assert [bound.name for bound in form.limit_fields()] == [limit.field for limit in LIMITS]
+
+
+def test_every_limit_failure_code_is_a_failure_code_and_no_other_is_a_limit():
+    from agents.states import FailureCode
+
+    codes = {limit.failure_code for limit in CUMULATIVE}
+    for code in codes:
+        assert FailureCode(code).is_limit
+        assert not FailureCode(code).is_final and FailureCode(code).is_attempt
+    assert FailureCode.limits() == codes
+    assert not any(limit.failure_code for limit in PER_ITEM)

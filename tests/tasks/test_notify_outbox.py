@@ -11,7 +11,7 @@ from django.db import connection, transaction
 from django.test.utils import CaptureQueriesContext
 from django.utils import timezone
 
-from agents.engine.outcomes import recover_stale
+from agents.engine.recovery import recover_stale
 from agents.engine.worker import Worker
 from agents.models import AgentRun, Connection
 from agents.states import RunStatus

@@ -4,7 +4,7 @@ import json
 
 from django.core.management.base import BaseCommand
 
-from agents.engine.outcomes import recover_stale
+from agents.engine.recovery import recover_stale
 
 
 class Command(BaseCommand):
