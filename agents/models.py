@@ -158,6 +158,10 @@ class AgentRun(models.Model):
     output_tokens = models.PositiveBigIntegerField(default=0)
     network_requests = models.PositiveIntegerField(default=0)
     active_seconds = models.FloatField(default=0)
+    # Starts of MCP tools, raised in the transaction that raises the call's run_count (a crash
+    # cannot lose one); and the sum of the run's known turn costs in US dollars.
+    mcp_calls = models.PositiveIntegerField(default=0)
+    cost = models.DecimalField(max_digits=16, decimal_places=8, default=0)
 
     # What remains of each limit and which operations are pending, after every round.
     checkpoint = models.JSONField(default=dict, blank=True)

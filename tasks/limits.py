@@ -5,8 +5,7 @@ the CLI read this table; nothing else lists the limits.
 
 Plain Python (no Django import), so that `acthelm_site.settings` can read the defaults from it.
 What a task has *used* is counted by the engine (`agents.engine.usage.task_usage`): `counter` names
-the
-attribute of its `Usage` that a cumulative limit is compared with.
+the attribute of its `Usage` that a cumulative limit is compared with.
 """
 
 import os
@@ -154,6 +153,12 @@ LIMIT_FIELDS: tuple[str, ...] = tuple(BY_FIELD)
 CUMULATIVE: tuple[Limit, ...] = tuple(limit for limit in LIMITS if limit.cumulative)
 BEFORE_A_MODEL_TURN: tuple[Limit, ...] = tuple(
     limit for limit in CUMULATIVE if limit.checked_before == "model_turn"
+)
+BEFORE_A_NETWORK_REQUEST: tuple[Limit, ...] = tuple(
+    limit for limit in CUMULATIVE if limit.checked_before == "network_request"
+)
+BEFORE_AN_MCP_CALL: tuple[Limit, ...] = tuple(
+    limit for limit in CUMULATIVE if limit.checked_before == "mcp_call"
 )
 PER_ITEM: tuple[Limit, ...] = tuple(limit for limit in LIMITS if not limit.cumulative)
 

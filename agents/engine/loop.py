@@ -18,7 +18,7 @@ from __future__ import annotations
 import logging
 import threading
 import time
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field
 from decimal import Decimal
 
 from django.conf import settings
@@ -45,22 +45,26 @@ from agents.engine.leases import holds_now
 from agents.engine.outcomes import Outcome, OutcomeKind, apply_outcome
 from agents.engine.prompting import DISCARDED_NOTE, History, result_for_model, system_prompt
 from agents.engine.recorder import CallState, NewCall, NewTurn, Recorder, Result, Step, load_state
-from agents.engine.usage import Usage, is_mcp_tool, reached, remaining
+from agents.engine.usage import ZERO, Usage, first_reached, headroom, is_mcp_tool, remaining
 from agents.states import TOOL_CALL_DONE, CostTier, ModelTestStatus, RecoveryClass, Role
 from agents.states import ToolCallStatus as TC
 from approvals.states import ApprovalReason
 from memory import services as memory_services
 from tasks.actors import Actor
 from tasks.exceptions import AttemptLost
-from tasks.limits import BEFORE_A_MODEL_TURN, BY_FIELD
+from tasks.limits import (
+    BEFORE_A_MODEL_TURN,
+    BEFORE_A_NETWORK_REQUEST,
+    BEFORE_AN_MCP_CALL,
+    CUMULATIVE,
+)
 from tasks.states import EventKind, TaskStatus, ToolPolicy
 from tasks.workspace import artifacts_dir, workspace_dir
 
 __all__ = ["AgentLoop", "Outcome", "RunSignals"]
 
 log = logging.getLogger("acthelm.loop")
-MCP_CALLS = BY_FIELD["limit_mcp_calls"]
-NETWORK_REQUESTS = BY_FIELD["limit_network_requests"]
+_NO_CAP = 2**31 - 1
 #: Recovery classes from the most to the least freely replayed (an unknown one is the strictest).
 _STRICTNESS = {
     RecoveryClass.READ_ONLY: 0,
@@ -116,7 +120,6 @@ class AgentLoop:
         self.signals = signals
         self.step = Step()
         self._clock = time.monotonic()
-        self.mine_seconds = 0.0
         self.recorder: Recorder | None = None
 
     # -- entry points ----------------------------------------------------------------------------
@@ -151,7 +154,8 @@ class AgentLoop:
 
     def commit(self) -> None:
         """Write what the run produced since its last commit (one fenced transaction)."""
-        self.recorder.commit(self.step, active_seconds=self._elapsed(), checkpoint=self._checkpoint)
+        self._book(Usage(active_seconds=self._elapsed()))
+        self.recorder.commit(self.step, checkpoint=self._checkpoint)
         self.step = Step()
 
     def finish(self, outcome: Outcome, verdict=None) -> str | None:
@@ -167,9 +171,9 @@ class AgentLoop:
                 outcome=outcome,
                 verdict=verdict,
             )
+        self._book(Usage(active_seconds=self._elapsed()))
         status = self.recorder.commit(
             self.step,
-            active_seconds=self._elapsed(),
             checkpoint=self._checkpoint,
             outcome=outcome,
             verdict=verdict,
@@ -204,7 +208,7 @@ class AgentLoop:
         self.offered: list[str] | None = None  # set by _validate
         self.memory_from_run = saved.memory_from_run
         # Usage of the earlier runs, read once; this run's own is counted here as it goes.
-        self.base, self.mine = saved.usage, Usage()
+        self.base, self.mine = saved.usage, ZERO
 
     # -- 1. validate ------------------------------------------------------------------------------
 
@@ -307,46 +311,38 @@ class AgentLoop:
     # -- usage, time and the checkpoint -----------------------------------------------------------
 
     def _elapsed(self) -> float:
+        """The seconds since the last commit (booked with the step that ends now)."""
         now = time.monotonic()
         delta, self._clock = now - self._clock, now
-        self.mine_seconds += delta
         return delta
 
     def usage(self) -> Usage:
-        base, mine = self.base, self.mine
-        return Usage(
-            model_turns=base.model_turns + mine.model_turns,
-            tokens=base.tokens + mine.tokens,
-            active_seconds=base.active_seconds
-            + self.mine_seconds
-            + (time.monotonic() - self._clock),
-            network_requests=base.network_requests + mine.network_requests,
-            mcp_calls=base.mcp_calls + mine.mcp_calls,
-            cost=base.cost + mine.cost,
-        )
+        """The task's usage now: earlier runs, this run's booked usage, and the time since the
+        last commit."""
+        return self.base + self.mine + Usage(active_seconds=time.monotonic() - self._clock)
+
+    def _book(self, delta: Usage) -> None:
+        """The one place usage is booked: in memory (for the limits) and in the step (for the
+        run row, written with the step)."""
+        self.mine += delta
+        self.step.usage += delta
 
     def _book_turn(self, completion: Completion, cost: Decimal | None) -> None:
-        """The one place a model turn's usage is booked (in memory and in the step); its cost
-        is stored on the turn itself (`NewTurn.cost`)."""
-        tokens = completion.input_tokens + completion.output_tokens
-        self.mine = replace(
-            self.mine,
-            model_turns=self.mine.model_turns + 1,
-            tokens=self.mine.tokens + tokens,
-            cost=self.mine.cost + (cost or 0),
+        """A model turn's usage; its cost is stored on the turn itself too (`NewTurn.cost`)."""
+        self._book(
+            Usage(
+                model_turns=1,
+                input_tokens=completion.input_tokens,
+                output_tokens=completion.output_tokens,
+                cost=cost or Decimal(0),
+            )
         )
-        self.step.model_turns += 1
-        self.step.input_tokens += completion.input_tokens
-        self.step.output_tokens += completion.output_tokens
 
-    def _book_requests(self, count: int) -> None:
-        if count:
-            self.mine = replace(self.mine, network_requests=self.mine.network_requests + count)
-            self.step.network_requests += count
-
-    def _book_mcp_call(self) -> None:
-        """An MCP call starts (its run_count rises in the same commit as its start or result)."""
-        self.mine = replace(self.mine, mcp_calls=self.mine.mcp_calls + 1)
+    def _book_start(self, call: CallState) -> None:
+        """A call starts (its Result raises run_count): an MCP call is booked in the same step,
+        so that the run's mcp_calls commits with the call's run_count (a crash loses neither)."""
+        if is_mcp_tool(call.tool):
+            self._book(Usage(mcp_calls=1))
 
     def open_operations(self) -> list[CallState]:
         return [c for c in self.calls if c.status not in TOOL_CALL_DONE]
@@ -411,10 +407,9 @@ class AgentLoop:
             self._model_turn()
 
     def _check_limits(self) -> None:
-        usage = self.usage()
-        for limit in BEFORE_A_MODEL_TURN:
-            if message := reached(limit, self.task, usage):
-                raise _fail(limit.failure_code, message, retryable=False)
+        if found := first_reached(BEFORE_A_MODEL_TURN, self.task, self.usage()):
+            limit, message = found
+            raise _fail(limit.failure_code, message, retryable=False)
 
     # -- one model turn ---------------------------------------------------------------------------
 
@@ -434,13 +429,18 @@ class AgentLoop:
                     "replaced": len(compaction[0]),
                 },
             )
-        remaining_budget = task.limit_token_budget - self.usage().tokens
+        # The answer may use no more tokens than the budgets that count tokens leave.
+        remaining_budget = headroom(CUMULATIVE, task, self.usage(), "tokens")
+        if remaining_budget is not None:
+            max_tokens = max(1, min(task.limit_output_tokens, remaining_budget))
+        else:
+            max_tokens = task.limit_output_tokens
         try:
             completion = self.provider.complete(
                 model=task.model.name,
                 messages=self.history.messages(),
                 tools=self.specs,
-                max_tokens=max(1, min(task.limit_output_tokens, remaining_budget)),
+                max_tokens=max_tokens,
                 cancel_event=self.signals.cancel,
             )
         except ProviderError as exc:
@@ -627,6 +627,11 @@ class AgentLoop:
             {"tool": d.tool.name, "target": d.tool.target(d.args), "reason": d.reason},
         )
 
+    def _requests_left(self) -> int:
+        """What the limits checked before a network request leave (no such limit: no cap)."""
+        left = headroom(BEFORE_A_NETWORK_REQUEST, self.task, self.usage())
+        return _NO_CAP if left is None else left
+
     def _context(self) -> ToolContext:
         return ToolContext(
             workspace=workspace_dir(self.task_id),
@@ -635,9 +640,7 @@ class AgentLoop:
             allow_private_network=settings.ACTHELM_FETCH_ALLOW_PRIVATE,
             allowed_endpoints=tuple(settings.ACTHELM_FETCH_ALLOW_ENDPOINTS),
             max_artifact_bytes=self.task.limit_artifact_bytes,
-            network_requests_remaining=max(
-                0, self.task.limit_network_requests - self.usage().network_requests
-            ),
+            network_requests_remaining=self._requests_left(),
             cancel_event=self.signals.cancel,
             fence_token=self.claim_count,
         )
@@ -692,11 +695,12 @@ class AgentLoop:
     def _execute(self, call: CallState, d: Decision) -> None:
         tool = d.tool
         mcp = is_mcp_tool(tool.name)
-        if mcp and (message := reached(MCP_CALLS, self.task, self.usage())):
+        if mcp and (found := first_reached(BEFORE_AN_MCP_CALL, self.task, self.usage())):
             # Checked before the call starts: it stays open (nothing ran) for a run after the
             # limit is raised.
-            _span_outcome(call, "refused", MCP_CALLS.failure_code)
-            raise _fail(MCP_CALLS.failure_code, message, retryable=False)
+            limit, message = found
+            _span_outcome(call, "refused", limit.failure_code)
+            raise _fail(limit.failure_code, message, retryable=False)
         call.arguments, call.arguments_hash = d.canonical, d.hash
         with telemetry.execute_tool(
             tool=tool.name,
@@ -704,8 +708,6 @@ class AgentLoop:
             arguments=d.canonical,
             recovery_class=str(tool.recovery_class),
         ) as span:
-            if mcp:
-                self._book_mcp_call()
             self._execute_in_span(call, d, span)
 
     def _execute_in_span(self, call: CallState, d: Decision, span) -> None:
@@ -727,6 +729,7 @@ class AgentLoop:
                 )
             )
             call.status, counted = TC.RUNNING, 1
+            self._book_start(call)
             self.commit()
             release_connection()
         elif recovery != RecoveryClass.READ_ONLY and not tool.internal:
@@ -744,7 +747,8 @@ class AgentLoop:
         if error is not None and error.code == "cancelled":
             span.outcome("cancelled")
             raise AttemptLost("cancelled while a tool ran")
-        self._book_requests(requests or 0)
+        if requests:
+            self._book(Usage(network_requests=requests))
         if artifact is not None:
             self.step.artifacts.append((call, artifact))
         if error is not None:
@@ -759,8 +763,14 @@ class AgentLoop:
             # (whose "run again" would repeat it).
             self.commit()
         if error is not None and error.code == "network_limit":
-            message = NETWORK_REQUESTS.reached.format(granted=self.task.limit_network_requests)
-            raise _fail(NETWORK_REQUESTS.failure_code, message, retryable=False)
+            # A limit checked before a request stopped the tool: the first one reached (or,
+            # had the tool counted a request the run did not book, the first one checked).
+            usage = self.usage()
+            found = first_reached(BEFORE_A_NETWORK_REQUEST, self.task, usage)
+            limit = found[0] if found else BEFORE_A_NETWORK_REQUEST[0]
+            granted, used = getattr(self.task, limit.field), getattr(usage, limit.counter)
+            message = found[1] if found else limit.reached.format(granted=granted, used=used)
+            raise _fail(limit.failure_code, message, retryable=False)
 
     def _execute_internal(self, call: CallState, tool, args, counted: int) -> None:
         result = tool.run(args, self._context())
@@ -797,6 +807,8 @@ class AgentLoop:
                 arguments_hash=call.arguments_hash or None,
             )
         )
+        if runs > 0:
+            self._book_start(call)
         call.status, call.result_for_model, call.error_code = to, for_model, code
         data = {"tool": call.tool, "ok": error is None, "error": code or None}
         if to != TC.REFUSED:
@@ -829,7 +841,7 @@ class AgentLoop:
         # The request may have reached the server before the crash: it counts against the
         # task's network limit like any other request (an MCP call counts as one when it starts).
         if not is_mcp_tool(call.tool):
-            self._book_requests(1)
+            self._book(Usage(network_requests=1))
         self.step.event(EventKind.NEEDS_REVIEW, {"tool": call.tool}, call=call)
 
 

@@ -28,7 +28,7 @@ from agents.engine.intake import propose_follow_up
 from agents.engine.leases import fence, renew_lease
 from agents.engine.outcomes import handle
 from agents.engine.transitions import CallUpdate, set_calls_status
-from agents.engine.usage import Usage, task_usage
+from agents.engine.usage import FIELDS, ZERO, Usage, task_usage
 from agents.models import AgentRun, Artifact, CompactionDecision, Conversation, ToolCall, Turn
 from agents.states import RunStatus, ToolCallStatus
 from approvals.models import Approval, ReviewDecision
@@ -149,10 +149,9 @@ class Step:
     proposals: list[tuple[CallState, Any]] = field(default_factory=list)
     compaction: tuple | None = None
     events: list[Event] = field(default_factory=list)
-    model_turns: int = 0
-    input_tokens: int = 0
-    output_tokens: int = 0
-    network_requests: int = 0
+    # What the step used (turns, tokens, time, requests, MCP starts, cost): added to the run row
+    # in the step's own transaction, column by column (agents.engine.usage.Usage).
+    usage: Usage = ZERO
     answer: str | None = None
 
     def event(self, kind: str, data: dict, call: CallState | None = None) -> None:
@@ -248,7 +247,6 @@ class Recorder:
         self,
         step: Step,
         *,
-        active_seconds: float,
         checkpoint,
         outcome: Outcome | None = None,
         verdict=None,
@@ -257,18 +255,18 @@ class Recorder:
         the task's status. A connection that died while the model or a tool ran (nothing was
         written yet) is reopened once; AttemptLost when the run no longer holds its task."""
         try:
-            return self._commit(step, active_seconds, checkpoint, outcome, verdict)
+            return self._commit(step, checkpoint, outcome, verdict)
         except (OperationalError, InterfaceError):
             if db.in_atomic_block:
                 raise
             log.warning("loop.reconnect", extra={"task_id": self.task_id})
             db.close()
-            return self._commit(step, active_seconds, checkpoint, outcome, verdict)
+            return self._commit(step, checkpoint, outcome, verdict)
 
-    def _commit(self, step, active_seconds, checkpoint, outcome, verdict) -> str:
+    def _commit(self, step, checkpoint, outcome, verdict) -> str:
         with transaction.atomic():
             held = fence(self.run_id, self.task_id, full=outcome is not None)
-            self._write(step, held.task, active_seconds, checkpoint)
+            self._write(step, held.task, checkpoint)
             status = held.status
             if outcome is not None:
                 if step.clear_feedback:
@@ -285,7 +283,7 @@ class Recorder:
 
     # -- the writes, in the order their foreign keys need -----------------------------------------
 
-    def _write(self, step: Step, task: Task | None, active_seconds: float, checkpoint) -> None:
+    def _write(self, step: Step, task: Task | None, checkpoint) -> None:
         now = timezone.now()
         if step.selection:
             how, what = step.selection
@@ -369,12 +367,10 @@ class Recorder:
         answer = {}
         if step.answer is not None:
             answer = {"answer": step.answer, "answer_stored_at": now}
+        # The step's usage in the statement that writes the checkpoint; its MCP starts commit
+        # with the calls' raised run_count (both in this transaction).
         updated = AgentRun.objects.filter(pk=self.run_id, status=RunStatus.STARTED).update(
-            model_turns=F("model_turns") + step.model_turns,
-            input_tokens=F("input_tokens") + step.input_tokens,
-            output_tokens=F("output_tokens") + step.output_tokens,
-            network_requests=F("network_requests") + step.network_requests,
-            active_seconds=F("active_seconds") + active_seconds,
+            **{f.name: F(f.name) + getattr(step.usage, f.name) for f in FIELDS},
             checkpoint=checkpoint(),
             **answer,
         )

@@ -4,9 +4,8 @@ In order, and the first that fails decides:
 
 1. the task's acceptance checks (`Task.acceptance_checks`), then the default checks that need no
    configuration (agents.engine.acceptance; ACTHELM_SUPERVISOR_DEFAULT_CHECKS);
-2. the rules: a non-empty answer, every cumulative limit of the limits table (turns, runtime,
-   tokens, network requests, MCP calls, money) not exceeded, no artifact over the size cap, no
-   operation pending;
+2. the rules: a non-empty answer, every cumulative limit of the limits table (`tasks.limits`)
+   not exceeded, no artifact over the size cap, no operation pending;
 3. when ACTHELM_SUPERVISOR_CONNECTION names a connection (and ACTHELM_SUPERVISOR_MODEL one of its
    models), a model that sees the instruction, the answer, the artifacts (bounded) and the tool
    outcomes; it is called outside any transaction.

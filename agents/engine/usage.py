@@ -1,13 +1,13 @@
 """What a task has used across all its runs, and what remains of its limits. The limits
 themselves (names, settings, labels, counters, failure codes) are the table `tasks.limits`."""
 
-from dataclasses import asdict, dataclass
+from dataclasses import dataclass, fields
 from decimal import Decimal
 
-from django.db.models import DecimalField, Sum
+from django.db.models import Sum
 from django.db.models.functions import Coalesce
 
-from agents.models import AgentRun, ToolCall, Turn
+from agents.models import AgentRun
 from tasks.limits import CUMULATIVE, Limit
 
 #: MCP tools are named SERVER__TOOL; no built-in tool name contains the separator.
@@ -16,8 +16,13 @@ MCP_SEPARATOR = "__"
 
 @dataclass(frozen=True)
 class Usage:
+    """What was used: by a task (all its runs), by one run, or by one step (the delta the
+    recorder adds to the run row). Each field is a column of `AgentRun` of the same name, summed
+    by `task_usage`; a cumulative limit's `counter` names a field (or `tokens`)."""
+
     model_turns: int = 0
-    tokens: int = 0
+    input_tokens: int = 0
+    output_tokens: int = 0
     active_seconds: float = 0.0
     network_requests: int = 0
     # Executions of MCP tools (every start counts, a run again after a crash too).
@@ -25,43 +30,39 @@ class Usage:
     # US dollars: the sum of the turns' known costs.
     cost: Decimal = Decimal(0)
 
+    def __add__(self, other: "Usage") -> "Usage":
+        if not isinstance(other, Usage):
+            return NotImplemented
+        return Usage(**{f.name: getattr(self, f.name) + getattr(other, f.name) for f in FIELDS})
+
+    @property
+    def tokens(self) -> int:
+        return self.input_tokens + self.output_tokens
+
     def as_dict(self) -> dict:
-        data = asdict(self)
-        data["cost"] = str(self.cost)
-        return data
+        """JSON-safe, as checkpoints and the API show it (tokens as one number)."""
+        return {
+            "model_turns": self.model_turns,
+            "tokens": self.tokens,
+            "active_seconds": self.active_seconds,
+            "network_requests": self.network_requests,
+            "mcp_calls": self.mcp_calls,
+            "cost": str(self.cost),
+        }
+
+
+FIELDS = fields(Usage)
+#: Nothing used: what a run and a step start from.
+ZERO = Usage()
 
 
 def task_usage(task_id: int) -> Usage:
-    """Usage summed over every run of the task: limits hold across pauses and restarts."""
+    """Usage summed over every run of the task, in one aggregate: limits hold across pauses and
+    restarts."""
     totals = AgentRun.objects.filter(task_id=task_id).aggregate(
-        model_turns=Coalesce(Sum("model_turns"), 0),
-        input_tokens=Coalesce(Sum("input_tokens"), 0),
-        output_tokens=Coalesce(Sum("output_tokens"), 0),
-        active_seconds=Coalesce(Sum("active_seconds"), 0.0),
-        network_requests=Coalesce(Sum("network_requests"), 0),
+        **{f.name: Coalesce(Sum(f.name), f.type(0)) for f in FIELDS}
     )
-    return Usage(
-        model_turns=totals["model_turns"],
-        tokens=totals["input_tokens"] + totals["output_tokens"],
-        active_seconds=float(totals["active_seconds"]),
-        network_requests=totals["network_requests"],
-        mcp_calls=task_mcp_calls(task_id),
-        cost=task_cost(task_id),
-    )
-
-
-def task_mcp_calls(task_id: int) -> int:
-    """How often the task started an MCP tool (``ToolCall.run_count`` is raised at each start,
-    in the same transaction that marks the call running, so a crash cannot lose one)."""
-    return ToolCall.objects.filter(task_id=task_id, tool__contains=MCP_SEPARATOR).aggregate(
-        n=Coalesce(Sum("run_count"), 0)
-    )["n"]
-
-
-def task_cost(task_id: int) -> Decimal:
-    return Turn.objects.filter(task_id=task_id).aggregate(
-        cost=Coalesce(Sum("cost"), Decimal(0), output_field=DecimalField())
-    )["cost"]
+    return Usage(**{f.name: f.type(totals[f.name]) for f in FIELDS})
 
 
 def is_mcp_tool(name: str) -> bool:
@@ -92,6 +93,25 @@ def remaining(task, usage: Usage) -> dict:
         else:
             result[limit.failure_code] = max(0, left)
     return result
+
+
+def first_reached(limits, task, usage: Usage) -> tuple[Limit, str] | None:
+    """The first of ``limits`` the task has reached, with its failure message; None if none."""
+    for limit in limits:
+        if message := reached(limit, task, usage):
+            return limit, message
+    return None
+
+
+def headroom(limits, task, usage: Usage, counter: str | None = None):
+    """What remains before the first of ``limits`` is reached (never negative), counting only
+    those whose counter is ``counter`` when it is given; None when none of them is set."""
+    left = [
+        getattr(task, limit.field) - getattr(usage, limit.counter)
+        for limit in limits
+        if (counter is None or limit.counter == counter) and getattr(task, limit.field) is not None
+    ]
+    return max(0, min(left)) if left else None
 
 
 def exhausted_limits(task, usage: Usage | None = None) -> set[str]:

@@ -9,7 +9,7 @@ from agents.actions.decisions import approval_approve, review_run_again, review_
 from agents.engine.recovery import recover_stale
 from agents.engine.usage import task_usage
 from agents.engine.worker import Worker
-from agents.models import Conversation, ToolCall, ToolServer
+from agents.models import AgentRun, Conversation, ToolCall, ToolServer
 from agents.states import ToolCallStatus
 from approvals.models import Approval, ReviewDecision
 from approvals.states import ReviewChoice
@@ -179,6 +179,8 @@ def test_sigkill_during_an_mcp_call_needs_review_then_run_again_or_skip(
         assert (call.status, call.run_count) == (ToolCallStatus.UNKNOWN, 1)
         assert mcp("slow_add") == 1  # not replayed
         assert task_usage(task.pk).mcp_calls == 1
+        # The killed run booked the start with its intent commit: a crash cannot lose it.
+        assert AgentRun.objects.get(task=task, worker_id="doomed").mcp_calls == 1
         decision = ReviewDecision.objects.get(task=task)
         assert decision.choice == ReviewChoice.PENDING
 
@@ -221,7 +223,6 @@ def test_the_mcp_call_limit_stops_before_a_call_and_retry_asks_to_raise_it(
     loop_settings, mcp, actor
 ):
     from agents.actions.tasks import task_retry
-    from agents.models import AgentRun
     from tasks.exceptions import LimitNotRaised
     from tasks.models import Task
 
@@ -246,7 +247,7 @@ def test_the_mcp_call_limit_stops_before_a_call_and_retry_asks_to_raise_it(
         assert (second.status, second.run_count) == (ToolCallStatus.PENDING, 0)
         assert task_usage(task.pk).mcp_calls == 1
         run = AgentRun.objects.get(task=task)
-        assert run.error_code == "limit_mcp"
+        assert run.error_code == "limit_mcp" and run.mcp_calls == 1
         assert run.checkpoint["remaining"]["limit_mcp"] == 0
 
         with pytest.raises(LimitNotRaised):
@@ -258,7 +259,36 @@ def test_the_mcp_call_limit_stops_before_a_call_and_retry_asks_to_raise_it(
     second.refresh_from_db()
     assert (second.status, second.run_count) == (ToolCallStatus.SUCCEEDED, 1)
     assert task_usage(task.pk).mcp_calls == 2
+    assert [r.mcp_calls for r in AgentRun.objects.filter(task=task).order_by("number")] == [1, 1]
     assert status_of(task) == TaskStatus.REVIEW
+
+
+def test_a_run_stores_its_mcp_calls_and_cost_and_the_task_sums_its_runs(loop_settings, mcp):
+    from decimal import Decimal
+
+    from agents.models import Turn
+
+    script = [
+        reply_tool_calls(
+            [("local__add_item", {"name": "a"}, "a1"), ("local__add_item", {"name": "b"}, "a2")],
+            usage={"prompt_tokens": 1000, "completion_tokens": 100},
+        ),
+        reply_text("Done.", usage={"prompt_tokens": 10, "completion_tokens": 5, "cost": 0.25}),
+    ]
+    with ScriptedModelServer(script) as server:
+        task = tool_task(server, ["local__add_item"], tool_policies={"local__add_item": "allow"})
+        model = task.model
+        model.price_input_per_mtok, model.price_output_per_mtok = Decimal("1"), Decimal("2")
+        model.save()
+        work()
+    assert status_of(task) == TaskStatus.REVIEW and mcp("add_item") == 2
+    run = AgentRun.objects.get(task=task)
+    # 1000 input x 1 + 100 output x 2 per million tokens, then the reported 0.25.
+    assert run.cost == Decimal("0.2512") == sum(t.cost or 0 for t in Turn.objects.filter(task=task))
+    assert run.mcp_calls == 2 == sum(c.run_count for c in calls_of(task))
+    assert (run.model_turns, run.input_tokens, run.output_tokens) == (2, 1010, 105)
+    usage = task_usage(task.pk)
+    assert (usage.mcp_calls, usage.cost, usage.tokens) == (2, Decimal("0.2512"), 1115)
 
 
 def test_cancel_aborts_an_mcp_call_in_flight_and_the_worker_keeps_serving(

@@ -107,9 +107,9 @@ def test_default_checks_can_be_turned_off(
 
 def test_every_cumulative_limit_is_a_rule_money_included(db):
     task = TaskFactory(limit_cost=Decimal("0.50"), limit_turns=5, limit_mcp_calls=2)
-    fine = Usage(model_turns=5, tokens=10, cost=Decimal("0.50"))
+    fine = Usage(model_turns=5, output_tokens=10, cost=Decimal("0.50"))
     assert rule_checks(task, "an answer", usage=fine, open_operations=False) == []
-    over = Usage(model_turns=6, tokens=10, mcp_calls=3, cost=Decimal("0.51"))
+    over = Usage(model_turns=6, output_tokens=10, mcp_calls=3, cost=Decimal("0.51"))
     problems = rule_checks(task, "an answer", usage=over, open_operations=False)
     assert [p.split(" (")[0] for p in problems] == [
         "the run exceeded its limit limit_turns",

@@ -4,7 +4,9 @@ tests need tasks in every state; production code changes status only through tra
 import factory
 from django.contrib.auth import get_user_model
 from django.contrib.auth.models import Permission
+from django.db.models import F
 
+from agents.engine.usage import is_mcp_tool
 from agents.eval.models import EvalOutcome, EvalResult, EvalRun, EvalRunStatus
 from agents.models import AgentRun, Artifact, Connection, Conversation, Model, ToolCall, Turn
 from agents.states import ConnectionKind, CostTier, ModelTestStatus, RecoveryClass, Role
@@ -126,6 +128,14 @@ class TurnFactory(factory.django.DjangoModelFactory):
     role = Role.ASSISTANT
     content = "Thinking out loud, visibly."
 
+    @classmethod
+    def _create(cls, model_class, *args, **kwargs):
+        """A priced turn is booked on its run, as the recorder does (AgentRun.cost)."""
+        turn = super()._create(model_class, *args, **kwargs)
+        if turn.cost:
+            AgentRun.objects.filter(pk=turn.run_id).update(cost=F("cost") + turn.cost)
+        return turn
+
 
 class ToolCallFactory(factory.django.DjangoModelFactory):
     class Meta:
@@ -140,6 +150,16 @@ class ToolCallFactory(factory.django.DjangoModelFactory):
     arguments = factory.LazyFunction(lambda: {"url": "https://example.com/"})
     arguments_hash = factory.Sequence(lambda n: f"{n:064x}")
     recovery_class = RecoveryClass.EXTERNAL
+
+    @classmethod
+    def _create(cls, model_class, *args, **kwargs):
+        """An MCP call's starts are booked on its run, as the recorder does (AgentRun.mcp_calls)."""
+        call = super()._create(model_class, *args, **kwargs)
+        if call.run_count and is_mcp_tool(call.tool):
+            AgentRun.objects.filter(pk=call.run_id).update(
+                mcp_calls=F("mcp_calls") + call.run_count
+            )
+        return call
 
 
 class ArtifactFactory(factory.django.DjangoModelFactory):

@@ -49,7 +49,8 @@ def test_the_environment_gives_the_defaults():
 
 
 def test_cumulative_limits_name_a_usage_counter_a_failure_code_and_a_message():
-    counters = set(Usage.__dataclass_fields__)
+    # Every field of Usage (each a column of AgentRun), and tokens (input + output).
+    counters = {*Usage.__dataclass_fields__, "tokens"}
     for limit in CUMULATIVE:
         assert limit.counter in counters
         assert limit.failure_code.startswith("limit_")
