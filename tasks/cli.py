@@ -1,10 +1,11 @@
 """Shared pieces of Acthelm's management commands: who acts, and how results and errors print."""
 
+import argparse
 import json
 import os
 
 from django.contrib.auth import get_user_model
-from django.core.management.base import CommandError
+from django.core.management.base import BaseCommand, CommandError
 
 from tasks.actors import Actor
 from tasks.exceptions import ActhelmError
@@ -41,3 +42,35 @@ def fail(command, exc: ActhelmError, *, as_json: bool):
             )
         )
     raise CommandError(f"{exc} [{exc.code}]")
+
+
+class ActionCommand(BaseCommand):
+    """A command of actions, `acthelm_x ACTION [options]`, each run by its method `do_ACTION(opts)`.
+
+    `--json` goes before or after the action's name; with `person_option`, `--user` says who acts
+    (`person_actor`). An `ActhelmError` prints as JSON under --json and exits as a CommandError.
+    """
+
+    person_option = False
+
+    def add_arguments(self, parser):
+        parser.add_argument("--json", action="store_true", help="print JSON")
+        if self.person_option:
+            parser.add_argument("--user", help="act as this person (default: $ACTHELM_USER)")
+        actions = parser.add_subparsers(dest="action", required=True)
+        self.add_actions(actions)
+        # `acthelm_x list --json` as well as `acthelm_x --json list`.
+        for action in actions.choices.values():
+            action.add_argument(
+                "--json", action="store_true", default=argparse.SUPPRESS, help="print JSON"
+            )
+
+    def add_actions(self, actions) -> None:
+        """Add one parser per action: `actions.add_parser("list", help=...)`."""
+        raise NotImplementedError(f"{type(self).__name__} declares no actions")
+
+    def handle(self, *args, **opts):
+        try:
+            return getattr(self, "do_" + opts["action"])(opts)
+        except ActhelmError as exc:
+            fail(self, exc, as_json=opts["json"])

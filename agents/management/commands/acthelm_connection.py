@@ -6,8 +6,6 @@ one)."""
 
 import json
 
-from django.core.management.base import BaseCommand
-
 from agents.catalogue.connections import (
     PRICE_FIELDS,
     connection_add,
@@ -17,8 +15,8 @@ from agents.catalogue.connections import (
 from agents.catalogue.providers import get_provider_class
 from agents.models import Connection
 from agents.states import ConnectionKind, CostTier
-from tasks.cli import emit, fail, person_actor
-from tasks.exceptions import ActhelmError, InvalidInput
+from tasks.cli import ActionCommand, emit, person_actor
+from tasks.exceptions import InvalidInput
 
 
 def connection_as_dict(conn: Connection) -> dict:
@@ -65,13 +63,12 @@ def _prices_of(model) -> dict:
     }
 
 
-class Command(BaseCommand):
+class Command(ActionCommand):
+    person_option = True
+
     help = "Add, list and test connections to model providers."
 
-    def add_arguments(self, parser):
-        parser.add_argument("--json", action="store_true")
-        parser.add_argument("--user", help="act as this person (default: $ACTHELM_USER)")
-        sub = parser.add_subparsers(dest="action", required=True)
+    def add_actions(self, sub):
         add = sub.add_parser("add")
         add.add_argument("name")
         add.add_argument("--kind", required=True, choices=ConnectionKind.values)
@@ -107,12 +104,6 @@ class Command(BaseCommand):
             help="count the model(s) as tool-capable even if the probe tool is not called "
             "(recorded with who overrode it)",
         )
-
-    def handle(self, *args, **opts):
-        try:
-            return getattr(self, "do_" + opts["action"])(opts)
-        except ActhelmError as exc:
-            fail(self, exc, as_json=opts["json"])
 
     def do_list(self, opts):
         rows = [connection_as_dict(c) for c in Connection.objects.prefetch_related("models")]

@@ -1,22 +1,15 @@
 """acthelm_eval run|report|cases — the graded task suite (see docs/eval.md)."""
 
-import argparse
-
-from django.core.management.base import BaseCommand
-
 from agents.eval.cases import load_cases
 from agents.eval.report import eval_report, format_report, wilson_interval
 from agents.eval.runner import Runner
-from tasks.cli import emit, fail, person_actor
-from tasks.exceptions import ActhelmError
+from tasks.cli import ActionCommand, emit, person_actor
 
 
-class Command(BaseCommand):
+class Command(ActionCommand):
     help = "Run the graded task suite on a connection/model, and report pass rates."
 
-    def add_arguments(self, parser):
-        parser.add_argument("--json", action="store_true")
-        sub = parser.add_subparsers(dest="action", required=True)
+    def add_actions(self, sub):
         run = sub.add_parser("run", help="create the cases as tasks, let workers run them, grade")
         run.add_argument("--connection", required=True)
         run.add_argument("--model", required=True)
@@ -58,18 +51,7 @@ class Command(BaseCommand):
         )
         report = sub.add_parser("report", help="pass rates per connection/model")
         report.add_argument("--run", type=int, default=None, help="only this evaluation run")
-        cases = sub.add_parser("cases", help="list the suite's cases")
-        # `acthelm_eval report --json` as well as `acthelm_eval --json report`.
-        for subparser in (run, report, cases):
-            subparser.add_argument(
-                "--json", action="store_true", default=argparse.SUPPRESS, help="JSON output"
-            )
-
-    def handle(self, *args, **opts):
-        try:
-            return getattr(self, "do_" + opts["action"])(opts)
-        except ActhelmError as exc:
-            fail(self, exc, as_json=opts["json"])
+        sub.add_parser("cases", help="list the suite's cases")
 
     def do_run(self, opts):
         as_json = opts["json"]

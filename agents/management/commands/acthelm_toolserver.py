@@ -1,10 +1,7 @@
 """acthelm_toolserver add|list|test|remove — MCP tool servers, scriptable, with --json output."""
 
-import argparse
 import json
 import shlex
-
-from django.core.management.base import BaseCommand
 
 from agents.catalogue.toolservers import (
     toolserver_add,
@@ -14,17 +11,16 @@ from agents.catalogue.toolservers import (
 )
 from agents.models import ToolServer
 from agents.states import ToolServerTransport
-from tasks.cli import emit, fail, person_actor
-from tasks.exceptions import ActhelmError, InvalidInput
+from tasks.cli import ActionCommand, emit, person_actor
+from tasks.exceptions import InvalidInput
 
 
-class Command(BaseCommand):
+class Command(ActionCommand):
+    person_option = True
+
     help = "Add, list, test and remove MCP tool servers (their tools are named SERVER__TOOL)."
 
-    def add_arguments(self, parser):
-        parser.add_argument("--json", action="store_true")
-        parser.add_argument("--user", help="act as this person (default: $ACTHELM_USER)")
-        sub = parser.add_subparsers(dest="action", required=True)
+    def add_actions(self, sub):
         add = sub.add_parser("add")
         add.add_argument("name")
         add.add_argument("--transport", required=True, choices=ToolServerTransport.values)
@@ -53,17 +49,6 @@ class Command(BaseCommand):
         test.add_argument("name")
         remove = sub.add_parser("remove")
         remove.add_argument("name")
-        # `acthelm_toolserver list --json` as well as `acthelm_toolserver --json list`.
-        for subparser in sub.choices.values():
-            subparser.add_argument(
-                "--json", action="store_true", default=argparse.SUPPRESS, help="JSON output"
-            )
-
-    def handle(self, *args, **opts):
-        try:
-            return getattr(self, "do_" + opts["action"])(opts)
-        except ActhelmError as exc:
-            fail(self, exc, as_json=opts["json"])
 
     def do_add(self, opts):
         command = []

@@ -1,25 +1,22 @@
 """acthelm_goal create|list|show|deactivate — goals, scriptable, with --json output."""
 
-from django.core.management.base import BaseCommand
-
 from agents.actions import tasks as person_tasks
 from agents.engine.acceptance import check_text, kind_names
 from tasks import services
-from tasks.cli import emit, fail, person_actor
-from tasks.exceptions import ActhelmError, GoalNotFound
+from tasks.cli import ActionCommand, emit, person_actor
+from tasks.exceptions import GoalNotFound
 from tasks.models import Goal
 from tasks.selectors import goal_as_dict
 
 SHOW_TASKS = 100
 
 
-class Command(BaseCommand):
+class Command(ActionCommand):
+    person_option = True
+
     help = "Create, list, show and deactivate goals (the reconciler plans active goals)."
 
-    def add_arguments(self, parser):
-        parser.add_argument("--json", action="store_true", help="print JSON")
-        parser.add_argument("--user", help="act as this person (default: $ACTHELM_USER)")
-        sub = parser.add_subparsers(dest="action", required=True)
+    def add_actions(self, sub):
         create = sub.add_parser("create", help="create an active goal")
         create.add_argument("--title", required=True)
         create.add_argument("--description", default="")
@@ -41,20 +38,14 @@ class Command(BaseCommand):
         deactivate = sub.add_parser("deactivate", help="the reconciler stops planning it")
         deactivate.add_argument("goal", type=int)
 
-    def handle(self, *args, **opts):
-        as_json = opts["json"]
-        try:
-            return getattr(self, "_" + opts["action"])(opts, as_json)
-        except ActhelmError as exc:
-            fail(self, exc, as_json=as_json)
-
     def _goal(self, goal_id: int) -> Goal:
         goal = Goal.objects.select_related("created_by").filter(pk=goal_id).first()
         if goal is None:
             raise GoalNotFound(f"goal {goal_id} does not exist")
         return goal
 
-    def _create(self, opts, as_json):
+    def do_create(self, opts):
+        as_json = opts["json"]
         actor = person_actor(opts["user"])
         goal = person_tasks.goal_create(
             actor=actor,
@@ -65,7 +56,8 @@ class Command(BaseCommand):
         data = goal_as_dict(self._goal(goal.pk))
         emit(self, data, as_json=as_json, text=f"goal {goal.pk} created: {goal.title}")
 
-    def _list(self, opts, as_json):
+    def do_list(self, opts):
+        as_json = opts["json"]
         goals = Goal.objects.select_related("created_by").order_by("-id")
         if opts["active"]:
             goals = goals.filter(active=True)
@@ -80,7 +72,8 @@ class Command(BaseCommand):
         )
         emit(self, rows, as_json=as_json, text=text or "no goals")
 
-    def _show(self, opts, as_json):
+    def do_show(self, opts):
+        as_json = opts["json"]
         data = goal_as_dict(self._goal(opts["goal"]), with_tasks=SHOW_TASKS)
         lines = [
             f"goal {data['id']}: {data['title']} ({'active' if data['active'] else 'inactive'})"
@@ -93,7 +86,8 @@ class Command(BaseCommand):
         lines += [f"  #{t['id']:<6} {t['status']:<18} {t['title']}" for t in data["tasks"]]
         emit(self, data, as_json=as_json, text="\n".join(lines))
 
-    def _deactivate(self, opts, as_json):
+    def do_deactivate(self, opts):
+        as_json = opts["json"]
         actor = person_actor(opts["user"])
         services.goal_deactivate(actor=actor, goal_id=opts["goal"])
         data = goal_as_dict(self._goal(opts["goal"]))

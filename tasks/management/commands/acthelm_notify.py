@@ -1,11 +1,7 @@
 """acthelm_notify add|list|test|remove|deliver — notification targets and the outbox, scriptable."""
 
-import argparse
-
-from django.core.management.base import BaseCommand
-
-from tasks.cli import emit, fail
-from tasks.exceptions import ActhelmError, InvalidInput
+from tasks.cli import ActionCommand, emit
+from tasks.exceptions import InvalidInput
 from tasks.notify.channels import channel_kinds, get_channel
 from tasks.notify.delivery import deliver_due
 from tasks.notify.models import NotificationTarget
@@ -18,14 +14,12 @@ from tasks.notify.targets import (
 )
 
 
-class Command(BaseCommand):
+class Command(ActionCommand):
     help = (
         f"Manage notification targets ({', '.join(channel_kinds())}) and deliver the outbox once."
     )
 
-    def add_arguments(self, parser):
-        parser.add_argument("--json", action="store_true", help="print JSON")
-        sub = parser.add_subparsers(dest="action", required=True)
+    def add_actions(self, sub):
 
         add = sub.add_parser("add", help="add a target")
         add.add_argument("name")
@@ -54,20 +48,9 @@ class Command(BaseCommand):
         remove.add_argument("name")
         deliver = sub.add_parser("deliver", help="one delivery pass over the due notifications")
         deliver.add_argument("--limit", type=int, help="at most this many sends")
-        # `acthelm_notify list --json` as well as `acthelm_notify --json list`.
-        for subparser in sub.choices.values():
-            subparser.add_argument(
-                "--json", action="store_true", default=argparse.SUPPRESS, help="print JSON"
-            )
 
-    def handle(self, *args, **opts):
+    def do_add(self, opts):
         as_json = opts["json"]
-        try:
-            getattr(self, f"do_{opts['action']}")(opts, as_json)
-        except ActhelmError as exc:
-            fail(self, exc, as_json=as_json)
-
-    def do_add(self, opts, as_json):
         kind = next(k for k in channel_kinds() if opts[k] is not None)
         address = opts[kind]
         if NotificationTarget.objects.filter(name=opts["name"]).exists():
@@ -87,7 +70,8 @@ class Command(BaseCommand):
             f"for {', '.join(target.events)}",
         )
 
-    def do_list(self, opts, as_json):
+    def do_list(self, opts):
+        as_json = opts["json"]
         rows = [target_summary(t) for t in NotificationTarget.objects.order_by("name")]
         lines = [
             f"{r['name']:<20} {r['kind']:<8} {r['state']:<9} "
@@ -97,7 +81,8 @@ class Command(BaseCommand):
         ]
         emit(self, rows, as_json=as_json, text="\n".join(lines) or "no notification targets")
 
-    def do_test(self, opts, as_json):
+    def do_test(self, opts):
+        as_json = opts["json"]
         receipt = target_test(name=opts["name"])
         emit(
             self,
@@ -106,7 +91,8 @@ class Command(BaseCommand):
             text=f"sent a test notification to {opts['name']}: {receipt}",
         )
 
-    def do_remove(self, opts, as_json):
+    def do_remove(self, opts):
+        as_json = opts["json"]
         dropped = target_remove(name=opts["name"])
         emit(
             self,
@@ -115,7 +101,8 @@ class Command(BaseCommand):
             text=f"removed {opts['name']} ({dropped} pending notification(s) marked failed)",
         )
 
-    def do_deliver(self, opts, as_json):
+    def do_deliver(self, opts):
+        as_json = opts["json"]
         report = deliver_due(limit=opts["limit"])
         data = {
             "delivered": report.delivered,

@@ -2,20 +2,17 @@
 creation; only its SHA-256 is stored."""
 
 from django.contrib.auth import get_user_model
-from django.core.management.base import BaseCommand, CommandError
+from django.core.management.base import CommandError
 
 from acthelm_site.api import tokens
 from acthelm_site.api.models import ApiToken
-from tasks.cli import emit, fail
-from tasks.exceptions import ActhelmError
+from tasks.cli import ActionCommand, emit
 
 
-class Command(BaseCommand):
+class Command(ActionCommand):
     help = "Create, list and revoke API tokens (Authorization: Bearer <token> at /api/)."
 
-    def add_arguments(self, parser):
-        parser.add_argument("--json", action="store_true", help="print JSON")
-        sub = parser.add_subparsers(dest="action", required=True)
+    def add_actions(self, sub):
         create = sub.add_parser("create", help="create a token for a person (printed once)")
         create.add_argument("--user", required=True, help="the person the token acts as")
         create.add_argument("--name", required=True, help="what the token is for")
@@ -25,13 +22,6 @@ class Command(BaseCommand):
         revoke = sub.add_parser("revoke", help="refuse a token from now on")
         revoke.add_argument("token", help="its prefix, e.g. acthelm_1a2b3c4d_… (as listed)")
 
-    def handle(self, *args, **opts):
-        as_json = opts["json"]
-        try:
-            return getattr(self, "_" + opts["action"])(opts, as_json)
-        except ActhelmError as exc:
-            fail(self, exc, as_json=as_json)
-
     def _user(self, username: str):
         User = get_user_model()
         try:
@@ -39,7 +29,8 @@ class Command(BaseCommand):
         except User.DoesNotExist:
             raise CommandError(f"no user named {username!r}") from None
 
-    def _create(self, opts, as_json):
+    def do_create(self, opts):
+        as_json = opts["json"]
         new = tokens.token_create(user=self._user(opts["user"]), name=opts["name"])
         data = tokens.token_as_dict(new.token) | {"token": new.secret}
         text = (
@@ -48,7 +39,8 @@ class Command(BaseCommand):
         )
         emit(self, data, as_json=as_json, text=text)
 
-    def _list(self, opts, as_json):
+    def do_list(self, opts):
+        as_json = opts["json"]
         qs = ApiToken.objects.select_related("user").order_by("-id")
         if opts["user"]:
             qs = qs.filter(user=self._user(opts["user"]))
@@ -63,7 +55,8 @@ class Command(BaseCommand):
         )
         emit(self, rows, as_json=as_json, text=text or "no tokens")
 
-    def _revoke(self, opts, as_json):
+    def do_revoke(self, opts):
+        as_json = opts["json"]
         token = tokens.token_revoke(token_id=tokens.token_find(opts["token"]).pk)
         emit(
             self,
