@@ -20,25 +20,28 @@ from pydantic import BaseModel, ConfigDict, Field, field_validator
 from acthelm_site.credentials import credential_name_refusal as credential_name_refusal
 from acthelm_site.credentials import is_server_secret, redact
 from agents.catalogue.tools.base import non_finite_path
+from agents.failure_codes import FailureCode
 
 # --------------------------------------------------------------------------------------
 # Stable error codes
 # --------------------------------------------------------------------------------------
 
-PROVIDER_AUTH = "provider_auth"
-PROVIDER_RATE_LIMITED = "provider_rate_limited"
-PROVIDER_QUOTA = "provider_quota"
-PROVIDER_SERVER_ERROR = "provider_server_error"
-PROVIDER_TIMEOUT = "provider_timeout"
-PROVIDER_UNREACHABLE = "provider_unreachable"
-PROVIDER_BAD_RESPONSE = "provider_bad_response"
-PROVIDER_BAD_REQUEST = "provider_bad_request"
-PROVIDER_CANCELLED = "provider_cancelled"
-PROVIDER_CLI_FAILED = "provider_cli_failed"
-PROVIDER_OUTPUT_TOO_LARGE = "provider_output_too_large"
+# A provider's error ends a run with its code, so the codes are FailureCode's (written once,
+# there); the constants are the plain strings.
+PROVIDER_AUTH = FailureCode.PROVIDER_AUTH.value
+PROVIDER_RATE_LIMITED = FailureCode.PROVIDER_RATE_LIMITED.value
+PROVIDER_QUOTA = FailureCode.PROVIDER_QUOTA.value
+PROVIDER_SERVER_ERROR = FailureCode.PROVIDER_SERVER_ERROR.value
+PROVIDER_TIMEOUT = FailureCode.PROVIDER_TIMEOUT.value
+PROVIDER_UNREACHABLE = FailureCode.PROVIDER_UNREACHABLE.value
+PROVIDER_BAD_RESPONSE = FailureCode.PROVIDER_BAD_RESPONSE.value
+PROVIDER_BAD_REQUEST = FailureCode.PROVIDER_BAD_REQUEST.value
+PROVIDER_CANCELLED = FailureCode.PROVIDER_CANCELLED.value
+PROVIDER_CLI_FAILED = FailureCode.PROVIDER_CLI_FAILED.value
+PROVIDER_OUTPUT_TOO_LARGE = FailureCode.PROVIDER_OUTPUT_TOO_LARGE.value
 #: The connection's configuration is refused (a credential name or an executable that is not
 #: allowed): no request was made. A person must fix the connection; retrying cannot help.
-PROVIDER_CONFIG = "provider_config"
+PROVIDER_CONFIG = FailureCode.PROVIDER_CONFIG.value
 
 ALL_CODES = frozenset(
     {
