@@ -1,6 +1,8 @@
 """What a connection's settings must satisfy: one validator behind the console, the CLI, the admin
 and `Connection.clean()`. Below the models (it reads no rows), so the model can call it."""
 
+from typing import TypedDict
+
 from django.conf import settings
 
 from acthelm_site.credentials import credential_problem
@@ -27,6 +29,13 @@ def connection_kinds() -> list[str]:
     return listed + [kind for kind in registered if kind not in listed]
 
 
+class ConnectionNumbers(TypedDict):
+    """A connection's numbers as `validate_connection` bounded them."""
+
+    priority: int
+    timeout_seconds: float
+
+
 def validate_connection(
     *,
     kind: str,
@@ -36,7 +45,7 @@ def validate_connection(
     cost_tier: str = CostTier.PAID,
     priority: int = 0,
     timeout_seconds: float = 120,
-) -> dict:
+) -> ConnectionNumbers:
     """Check a connection's settings; return the bounded numbers. The one validator behind the
     console, the CLI, the admin and Connection.clean()."""
     try:

@@ -4,19 +4,22 @@ import logging
 import math
 from dataclasses import asdict, dataclass, field
 from decimal import Decimal
+from typing import Any, NotRequired, TypedDict
 
 from django.conf import settings
 from django.db import transaction
+from django.db.models import QuerySet
 
 from agents.catalogue.connection_rules import (
     credential_problem,
     validate_connection,
 )
-from agents.catalogue.providers import ProviderError, build_provider, get_provider_class
+from agents.catalogue.providers import Provider, ProviderError, build_provider, get_provider_class
 from agents.models import Connection, Model, Turn
 from agents.states import CostTier, ModelTestStatus
 from tasks.actors import Actor
 from tasks.exceptions import InvalidInput, ModelCheckFailed
+from tasks.models import Task
 from tasks.numbers import INT32_MAX, whole_number
 
 log = logging.getLogger("acthelm.agents")
@@ -38,7 +41,7 @@ class ModelCheck:
     context_window: int | None = None
     notes: list[str] = field(default_factory=list)
 
-    def as_dict(self) -> dict:
+    def as_dict(self) -> dict[str, Any]:
         return asdict(self)
 
     def raise_if_failed(self) -> None:
@@ -46,7 +49,7 @@ class ModelCheck:
             raise ModelCheckFailed("; ".join(self.problems))
 
 
-def conversation_tokens(task) -> int:
+def conversation_tokens(task: Task) -> int:
     """Estimate what the saved conversation costs in tokens if sent to a model now."""
     total = estimate_tokens(task.instruction)
     conversation = getattr(task, "conversation", None) if task.pk else None
@@ -63,7 +66,7 @@ def conversation_tokens(task) -> int:
     return total
 
 
-def model_check_for_task(*, task, model: Model) -> ModelCheck:
+def model_check_for_task(*, task: Task, model: Model) -> ModelCheck:
     """The checks before a task is queued on another model (resume, retry)."""
     check = ModelCheck(context_window=model.context_window)
     if model.test_status != ModelTestStatus.PASSED:
@@ -85,7 +88,7 @@ def model_check_for_task(*, task, model: Model) -> ModelCheck:
     return check
 
 
-def usable_models():
+def usable_models() -> QuerySet[Model]:
     """Models a task with tools can run on: passed their test, tool-capable, on an enabled
     connection (the rule the reconciler and a person's new task without a model share)."""
     return Model.objects.filter(
@@ -106,6 +109,26 @@ def best_zero_cost_model() -> Model | None:
 MAX_CONTEXT_WINDOW = INT32_MAX
 
 
+class ModelSpec(TypedDict):
+    """A model to add with a new connection (`connection_add`)."""
+
+    name: str
+    context_window: NotRequired[int | None]
+    #: Absent: what the connection's kind supports.
+    supports_tools: NotRequired[bool]
+
+
+class ModelTestResult(TypedDict):
+    """What `connection_test` found for one model."""
+
+    model: str
+    ok: bool
+    message: str
+    context_window: int | None
+    supports_tools: bool
+    tools_override_by: str | None
+
+
 def connection_add(
     *,
     actor: Actor,
@@ -118,7 +141,7 @@ def connection_add(
     cost_tier: str = CostTier.PAID,
     priority: int = 0,
     timeout_seconds: float = 120,
-    models: list[dict] | None = None,
+    models: list[ModelSpec] | None = None,
 ) -> Connection:
     """Add a connection and its models. The credential is an environment variable's name."""
     actor.require("agents.manage_connections")
@@ -186,7 +209,7 @@ MODEL_EDITABLE = (
 )
 
 
-def _untest(models, *, reason: str, actor: Actor) -> int:
+def _untest(models: QuerySet[Model], *, reason: str, actor: Actor) -> int:
     """Reset models to untested: what they passed against is gone. A tool override goes too."""
     return models.exclude(test_status=ModelTestStatus.UNTESTED, tools_override_at=None).update(
         test_status=ModelTestStatus.UNTESTED,
@@ -197,7 +220,7 @@ def _untest(models, *, reason: str, actor: Actor) -> int:
     )
 
 
-def connection_update(*, actor: Actor, connection_id: int, changes: dict) -> Connection:
+def connection_update(*, actor: Actor, connection_id: int, changes: dict[str, Any]) -> Connection:
     """A person's edit of a connection (the admin): validated like a new one; when what its models
     were tested against changes (kind, URL, command, answer field, credential), they are untested
     again and tasks will not run on them until a new test passes."""
@@ -251,7 +274,7 @@ def connection_update(*, actor: Actor, connection_id: int, changes: dict) -> Con
     return conn
 
 
-def model_update(*, actor: Actor, model_id: int, changes: dict) -> Model:
+def model_update(*, actor: Actor, model_id: int, changes: dict[str, Any]) -> Model:
     """A person's edit of a model (the admin). A new name or a change of tool support makes the
     old test say nothing: the model is untested again (and a tool override is dropped)."""
     actor.require("agents.manage_connections")
@@ -296,7 +319,7 @@ PRICE_FIELDS = (
 MAX_PRICE = Decimal("999999.9999")  # the columns' 10 digits, 4 after the point
 
 
-def _price(field: str, value) -> Decimal | None:
+def _price(field: str, value: object) -> Decimal | None:
     if value is None or (isinstance(value, str) and value.strip().lower() in ("", "none")):
         return None
     try:
@@ -308,19 +331,21 @@ def _price(field: str, value) -> Decimal | None:
     return price.quantize(Decimal("0.0001"))
 
 
-def model_set_prices(*, actor: Actor, model_id: int, prices: dict) -> Model:
+def model_set_prices(*, actor: Actor, model_id: int, prices: dict[str, object]) -> Model:
     """A person sets a model's prices in US dollars per million tokens (empty or "none" clears
     one; the cached prices fall back to the input price). Recorded as set by that person, so
     filling from the price table never overwrites them."""
     unknown = sorted(set(prices) - set(PRICE_FIELDS))
     if unknown:
         raise InvalidInput(f"not a price: {', '.join(unknown)}")
-    changes = {field: _price(field, value) for field, value in prices.items()}
+    changes: dict[str, Decimal | str | None] = {
+        field: _price(field, value) for field, value in prices.items()
+    }
     changes["prices_source"] = f"set by {actor.label}"[:100]
     return model_update(actor=actor, model_id=model_id, changes=changes)
 
 
-def provider_for(conn: Connection):
+def provider_for(conn: Connection) -> Provider:
     """Build the provider of a connection; the key is read from its environment variable now.
 
     The credential's name is checked again here, at use time: a row written before the rules
@@ -336,7 +361,7 @@ def provider_for(conn: Connection):
     if not (isinstance(timeout, int | float) and math.isfinite(timeout) and timeout > 0):
         refusal = refusal or f"the timeout {timeout!r} is not a positive, finite number"
         timeout = 120
-    kwargs = {"timeout": timeout, "api_key": api_key, "config_error": refusal}
+    kwargs: dict[str, Any] = {"timeout": timeout, "api_key": api_key, "config_error": refusal}
     kwargs |= get_provider_class(conn.kind).connection_arguments(
         base_url=conn.base_url,
         command=list(conn.command or []),
@@ -383,7 +408,7 @@ def model_override_tools(*, actor: Actor, model_id: int) -> Model:
 
 def connection_test(
     *, actor: Actor, name: str, model_name: str | None = None, override_tools: bool = False
-) -> list[dict]:
+) -> list[ModelTestResult]:
     """A real request per model (and a tool-calling probe when the model claims tools);
     records pass or fail, the message and the context window when the provider reports it.
 
@@ -404,7 +429,7 @@ def connection_test(
     if override_tools:
         models = [model_override_tools(actor=actor, model_id=m.pk) for m in models]
     provider = provider_for(conn)
-    results = []
+    results: list[ModelTestResult] = []
     for model in models:
         overridden = model.tools_override_by_id is not None or model.tools_override_at is not None
         try:

@@ -96,7 +96,7 @@ class PriceFill:
     filled: dict[str, str]
     message: str
 
-    def as_dict(self) -> dict:
+    def as_dict(self) -> dict[str, Any]:
         return {"model": self.model, "filled": self.filled, "message": self.message}
 
 

@@ -12,14 +12,16 @@ from __future__ import annotations
 import logging
 import math
 import re
+from typing import Any, TypedDict
 
 from django.conf import settings
 from django.db import transaction
 from django.utils import timezone
+from pydantic import BaseModel
 
 from acthelm_site.credentials import CREDENTIAL_NOT_ALLOWED, credential_problem
 from agents.catalogue.connection_rules import MAX_TIMEOUT_SECONDS as MAX_CONNECTION_TIMEOUT
-from agents.catalogue.tools import Resolver, ToolError, add_resolver
+from agents.catalogue.tools import Resolver, ToolContext, ToolError, ToolResult, add_resolver
 from agents.catalogue.tools.mcp import (
     QUALIFIED_NAME_RE,
     SERVER_NAME_MAX,
@@ -80,6 +82,16 @@ def stdio_refusal(actor: Actor, command: list[str]) -> str | None:
     )
 
 
+class ServerSettings(TypedDict):
+    """A tool server's settings as `toolserver_check` cleaned them (the row's fields)."""
+
+    transport: str
+    command: list[str]
+    url: str
+    credential_env: str
+    timeout_seconds: float
+
+
 def toolserver_check(
     *,
     actor: Actor,
@@ -89,7 +101,7 @@ def toolserver_check(
     credential_env: str = "",
     timeout_seconds: float = 60,
     check_command: bool = True,
-) -> dict:
+) -> ServerSettings:
     """A server's settings, checked and cleaned; InvalidInput names the field. The one validator
     behind the admin's form, the command and the services. ``check_command=False`` for an edit
     that leaves a stdio server's command and credential as they are."""
@@ -151,7 +163,7 @@ def server_spec(server: ToolServer) -> ServerSpec:
     )
 
 
-def _bounded_timeout(value) -> float:
+def _bounded_timeout(value: float) -> float:
     """A row written before the bound (nan, infinity, 1e300) waits the default, never forever."""
     try:
         number = float(value)
@@ -207,7 +219,7 @@ def toolserver_add(
     return server
 
 
-def toolserver_update(*, actor: Actor, name: str, changes: dict) -> ToolServer:
+def toolserver_update(*, actor: Actor, name: str, changes: dict[str, Any]) -> ToolServer:
     """Change a server's settings (EDITABLE) with the checks of ``toolserver_add``. Changing a
     stdio server's command or credential, or making a server stdio, is a registration: for a
     superuser or an allowed executable. An edit of RESETS_TEST makes the server untested and
@@ -251,7 +263,7 @@ def toolserver_update(*, actor: Actor, name: str, changes: dict) -> ToolServer:
     return server
 
 
-def toolserver_test(*, actor: Actor, name: str, in_web_process: bool = False) -> dict:
+def toolserver_test(*, actor: Actor, name: str, in_web_process: bool = False) -> dict[str, Any]:
     """Connect, list the server's tools and record them (with their schemas and annotations).
 
     A failed test keeps the tools recorded before: tasks that use them keep working once the
@@ -305,7 +317,7 @@ def toolserver_remove(*, actor: Actor, name: str) -> None:
         raise InvalidInput(f"tool server {name!r} does not exist")
 
 
-def toolserver_as_dict(server: ToolServer) -> dict:
+def toolserver_as_dict(server: ToolServer) -> dict[str, Any]:
     return {
         "name": server.name,
         "transport": server.transport,
@@ -361,12 +373,12 @@ class RefusedMcpTool(McpTool):
         super().__init__(spec, remote)
         self.refusal = refusal
 
-    def run(self, args, ctx):
+    def run(self, args: BaseModel, ctx: ToolContext) -> ToolResult:
         raise ToolError(CREDENTIAL_NOT_ALLOWED, f"MCP server {self.spec.name!r}: {self.refusal}")
 
 
 def mcp_tool_names() -> list[str]:
-    names = []
+    names: list[str] = []
     for server in ToolServer.objects.only("name", "tools"):
         names.extend(qualified_name(server.name, t.name) for t in usable_tools(server))
     return names

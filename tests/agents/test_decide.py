@@ -5,6 +5,7 @@ from datetime import UTC, datetime, timedelta
 
 import pytest
 
+from agents.catalogue.providers import base as provider_base
 from agents.catalogue.providers.base import ALL_CODES, HEALTH_CODES
 from agents.engine.decide import (
     Facts,
@@ -40,11 +41,17 @@ def health(code=FailureCode.PROVIDER_RATE_LIMITED, **kw) -> Health:
     return Health(connection_id=7, connection_name="free-a", cooldown_until=None, **kw)
 
 
-def test_every_provider_code_is_a_failure_code():
-    # provider_cooling_down is the engine's own: the connection rests, no request was made.
-    assert {FailureCode(code) for code in ALL_CODES} == {
-        c for c in FailureCode if c.name.startswith("PROVIDER_")
-    } - {FailureCode.PROVIDER_COOLING_DOWN}
+def test_the_providers_codes_are_the_failure_codes_provider_members():
+    # The codes are written once, in FailureCode; the providers take a constant and an ALL_CODES
+    # entry for each PROVIDER_* member. provider_cooling_down is the engine's own: the connection
+    # rests, no request was made.
+    members = {c for c in FailureCode if c.name.startswith("PROVIDER_")} - {
+        FailureCode.PROVIDER_COOLING_DOWN
+    }
+    assert ALL_CODES == {c.value for c in members}
+    assert {c.name: getattr(provider_base, c.name, None) for c in members} == {
+        c.name: c.value for c in members
+    }
     assert not any(FailureCode(code).is_final or FailureCode(code).is_limit for code in ALL_CODES)
     assert {FailureCode(c) for c in HEALTH_CODES} & FailureCode.not_attempts() == {
         FailureCode.PROVIDER_AUTH

@@ -21,7 +21,9 @@ import re
 import ssl
 import threading
 import time
+from collections.abc import Callable, Coroutine
 from dataclasses import dataclass
+from decimal import Decimal, InvalidOperation
 from typing import Any
 
 import httpx
@@ -90,7 +92,7 @@ def request(
     returned, not raised: the caller classifies them with ``raise_for_status``."""
     provider.check_config()
 
-    def coro(reuse: bool):
+    def coro(reuse: bool) -> Coroutine[Any, Any, HttpResponse]:
         return _request(
             provider,
             method,
@@ -117,7 +119,7 @@ def _thread_loop() -> asyncio.AbstractEventLoop:
     return loop
 
 
-def _run(coro: Any) -> Any:
+def _run[T](coro: Callable[[bool], Coroutine[Any, Any, T]]) -> T:
     try:
         asyncio.get_running_loop()
     except RuntimeError:
@@ -137,20 +139,24 @@ def _new_client(timeout: float, *, keep_alive: bool) -> httpx.AsyncClient:
     )
 
 
-def _client(provider: Provider, url: str, timeout: float) -> tuple[tuple, httpx.AsyncClient]:
+# A thread's client is kept per (provider class name, origin, timeout).
+type _ClientKey = tuple[str, str, float]
+
+
+def _client(provider: Provider, url: str, timeout: float) -> tuple[_ClientKey, httpx.AsyncClient]:
     """This thread's client for the endpoint (one per connection: scheme, host, port)."""
-    clients = getattr(_loops, "clients", None)
+    clients: dict[_ClientKey, httpx.AsyncClient] | None = getattr(_loops, "clients", None)
     if clients is None:
         clients = _loops.clients = {}
-    key = (type(provider).__name__, _origin(url), timeout)
+    key: _ClientKey = (type(provider).__name__, _origin(url), timeout)
     client = clients.get(key)
     if client is None or client.is_closed:
         client = clients[key] = _new_client(timeout, keep_alive=True)
     return key, client
 
 
-async def _discard(key: tuple | None, client: httpx.AsyncClient) -> None:
-    clients = getattr(_loops, "clients", {})
+async def _discard(key: _ClientKey | None, client: httpx.AsyncClient) -> None:
+    clients: dict[_ClientKey, httpx.AsyncClient] = getattr(_loops, "clients", {})
     if key is not None and clients.get(key) is client:
         del clients[key]
     await client.aclose()
@@ -173,17 +179,17 @@ async def _request(
     if json_body is not None:
         content = json.dumps(json_body, ensure_ascii=False).encode("utf-8")
         headers = {"content-type": "application/json", **headers}
-    key = None
+    key: _ClientKey | None = None
     if reuse:
         key, client = _client(provider, url, timeout)
     else:
         client = _new_client(timeout, keep_alive=False)
-    watcher: asyncio.Task | None = None
-    task: asyncio.Task | None = None
+    watcher: asyncio.Task[None] | None = None
+    task: asyncio.Task[HttpResponse] | None = None
     ok = False
     try:
         task = asyncio.create_task(_send(provider, client, method, url, headers, content, timeout))
-        waiters: set[asyncio.Task] = {task}
+        waiters: set[asyncio.Task[Any]] = {task}
         if cancel_event is not None:
             watcher = asyncio.create_task(_watch(cancel_event))
             waiters.add(watcher)
@@ -215,7 +221,7 @@ def _ssl_context() -> ssl.SSLContext:
     return httpx.create_ssl_context()
 
 
-async def _cancel(task: asyncio.Task) -> None:
+async def _cancel(task: asyncio.Task[Any]) -> None:
     """Cancel ``task`` and wait until it is finished, without raising its outcome."""
     if task.done():
         return
@@ -230,11 +236,15 @@ async def _watch(event: threading.Event) -> None:
     engine passes), else by polling."""
     if isinstance(event, CancelEvent):
         loop = asyncio.get_running_loop()
-        woken = loop.create_future()
+        woken: asyncio.Future[None] = loop.create_future()
+
+        def settle() -> None:
+            if not woken.done():
+                woken.set_result(None)
 
         def wake() -> None:
             try:
-                loop.call_soon_threadsafe(lambda: woken.done() or woken.set_result(None))
+                loop.call_soon_threadsafe(settle)
             except RuntimeError:  # the loop closed meanwhile: the request is over anyway
                 pass
 
@@ -317,7 +327,7 @@ def _origin(url: str) -> str:
 # --------------------------------------------------------------------------------------
 
 
-def error_text(body: bytes, redact=None) -> tuple[str, str]:
+def error_text(body: bytes, redact: Callable[[str], str] | None = None) -> tuple[str, str]:
     """Return ``(summary, searchable)`` for an error body in any common server format.
 
     ``summary`` is a short human text, ``searchable`` also contains error type/code fields.
@@ -408,10 +418,8 @@ def as_int(value: Any) -> int:
     return 0
 
 
-def as_cost(value: Any):
+def as_cost(value: Any) -> Decimal | None:
     """A reported cost (a JSON number, US dollars) as a Decimal; None when absent or odd."""
-    from decimal import Decimal, InvalidOperation
-
     if isinstance(value, bool) or not isinstance(value, int | float | str):
         return None
     try:

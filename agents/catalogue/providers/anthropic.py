@@ -68,7 +68,7 @@ class AnthropicProvider(Provider):
         return headers
 
     @staticmethod
-    def wire_messages(messages: list[Message]) -> tuple[str, list[dict]]:
+    def wire_messages(messages: list[Message]) -> tuple[str, list[dict[str, Any]]]:
         """Return ``(system, messages)`` in Messages API shape.
 
         System messages are joined into ``system``; tool results become ``tool_result``
@@ -76,13 +76,13 @@ class AnthropicProvider(Provider):
         consecutive tool results, and a user note after them, form one user message).
         """
         system_parts: list[str] = []
-        turns: list[tuple[str, list[dict]]] = []
+        turns: list[tuple[str, list[dict[str, Any]]]] = []
         for msg in messages:
             if msg.role == "system":
                 if msg.content:
                     system_parts.append(msg.content)
                 continue
-            blocks: list[dict] = []
+            blocks: list[dict[str, Any]] = []
             if msg.role == "tool":
                 role = "user"
                 blocks.append(
@@ -116,7 +116,7 @@ class AnthropicProvider(Provider):
         return "\n\n".join(system_parts), wire
 
     @staticmethod
-    def wire_tools(tools: list[ToolSpec]) -> list[dict]:
+    def wire_tools(tools: list[ToolSpec]) -> list[dict[str, Any]]:
         wire = [
             {"name": tool.name, "description": tool.description, "input_schema": tool.parameters}
             for tool in tools
@@ -127,7 +127,7 @@ class AnthropicProvider(Provider):
 
     def payload(
         self, model: str, messages: list[Message], tools: list[ToolSpec], max_tokens: int
-    ) -> dict:
+    ) -> dict[str, Any]:
         system, wire = self.wire_messages(messages)
         body: dict[str, Any] = {"model": model, "max_tokens": max_tokens, "messages": wire}
         if tools:
@@ -182,7 +182,8 @@ class AnthropicProvider(Provider):
         raw_stop = raw_stop if isinstance(raw_stop, str) else ""
         stop_reason = _STOP_MAP.get(raw_stop, "other")
 
-        usage = data.get("usage") if isinstance(data.get("usage"), dict) else {}
+        usage = data.get("usage")
+        usage = usage if isinstance(usage, dict) else {}
         # input_tokens is only the uncached part; the total counts every input token, and the
         # cache reads and writes are kept apart because they are priced apart.
         cache_read = _http.as_int(usage.get("cache_read_input_tokens"))

@@ -9,6 +9,7 @@ from __future__ import annotations
 import abc
 import math
 import threading
+from collections.abc import Callable
 from dataclasses import dataclass
 from decimal import Decimal
 from typing import Any, ClassVar, Literal
@@ -16,27 +17,31 @@ from typing import Any, ClassVar, Literal
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 
 # The credential rule lives in acthelm_site.credentials; re-exported here for the providers' users.
-from acthelm_site.credentials import credential_name_refusal, is_server_secret, redact  # noqa: F401
+from acthelm_site.credentials import credential_name_refusal as credential_name_refusal
+from acthelm_site.credentials import is_server_secret, redact
 from agents.catalogue.tools.base import non_finite_path
+from agents.failure_codes import FailureCode
 
 # --------------------------------------------------------------------------------------
 # Stable error codes
 # --------------------------------------------------------------------------------------
 
-PROVIDER_AUTH = "provider_auth"
-PROVIDER_RATE_LIMITED = "provider_rate_limited"
-PROVIDER_QUOTA = "provider_quota"
-PROVIDER_SERVER_ERROR = "provider_server_error"
-PROVIDER_TIMEOUT = "provider_timeout"
-PROVIDER_UNREACHABLE = "provider_unreachable"
-PROVIDER_BAD_RESPONSE = "provider_bad_response"
-PROVIDER_BAD_REQUEST = "provider_bad_request"
-PROVIDER_CANCELLED = "provider_cancelled"
-PROVIDER_CLI_FAILED = "provider_cli_failed"
-PROVIDER_OUTPUT_TOO_LARGE = "provider_output_too_large"
+# A provider's error ends a run with its code, so the codes are FailureCode's (written once,
+# there); the constants are the plain strings.
+PROVIDER_AUTH = FailureCode.PROVIDER_AUTH.value
+PROVIDER_RATE_LIMITED = FailureCode.PROVIDER_RATE_LIMITED.value
+PROVIDER_QUOTA = FailureCode.PROVIDER_QUOTA.value
+PROVIDER_SERVER_ERROR = FailureCode.PROVIDER_SERVER_ERROR.value
+PROVIDER_TIMEOUT = FailureCode.PROVIDER_TIMEOUT.value
+PROVIDER_UNREACHABLE = FailureCode.PROVIDER_UNREACHABLE.value
+PROVIDER_BAD_RESPONSE = FailureCode.PROVIDER_BAD_RESPONSE.value
+PROVIDER_BAD_REQUEST = FailureCode.PROVIDER_BAD_REQUEST.value
+PROVIDER_CANCELLED = FailureCode.PROVIDER_CANCELLED.value
+PROVIDER_CLI_FAILED = FailureCode.PROVIDER_CLI_FAILED.value
+PROVIDER_OUTPUT_TOO_LARGE = FailureCode.PROVIDER_OUTPUT_TOO_LARGE.value
 #: The connection's configuration is refused (a credential name or an executable that is not
 #: allowed): no request was made. A person must fix the connection; retrying cannot help.
-PROVIDER_CONFIG = "provider_config"
+PROVIDER_CONFIG = FailureCode.PROVIDER_CONFIG.value
 
 ALL_CODES = frozenset(
     {
@@ -100,7 +105,9 @@ class ProviderError(Exception):
         """True when retrying later may succeed (rate limit, 5xx, timeout, unreachable)."""
         return self.code in TRANSIENT_CODES
 
-    def __reduce__(self):  # keep status/retry_after when pickled (e.g. across processes)
+    def __reduce__(  # keep status/retry_after when pickled (e.g. across processes)
+        self,
+    ) -> tuple[Callable[..., ProviderError], tuple[str, str, int | None, float | None]]:
         return (
             _rebuild_provider_error,
             (self.code, self.message, self.status, self.retry_after),
@@ -147,7 +154,7 @@ def executable_refusal(command: list[str], allowed: list[str]) -> str | None:
 # --------------------------------------------------------------------------------------
 
 
-def _empty_object_schema() -> dict:
+def _empty_object_schema() -> dict[str, Any]:
     return {"type": "object", "properties": {}}
 
 
@@ -158,7 +165,7 @@ class ToolSpec(BaseModel):
 
     name: str
     description: str = ""
-    parameters: dict = Field(default_factory=_empty_object_schema)
+    parameters: dict[str, Any] = Field(default_factory=_empty_object_schema)
 
 
 class ToolCallRequest(BaseModel):
@@ -172,7 +179,7 @@ class ToolCallRequest(BaseModel):
 
     id: str
     name: str
-    arguments: dict | None
+    arguments: dict[str, Any] | None
     arguments_raw: str
 
     @field_validator("arguments", mode="before")
@@ -206,7 +213,7 @@ class CancelEvent(threading.Event):
 
     def __init__(self) -> None:
         super().__init__()
-        self._callbacks: list = []
+        self._callbacks: list[Callable[[], object]] = []
         self._callbacks_lock = threading.Lock()
 
     def set(self) -> None:
@@ -216,7 +223,7 @@ class CancelEvent(threading.Event):
         for callback in callbacks:
             callback()
 
-    def add_callback(self, callback) -> None:
+    def add_callback(self, callback: Callable[[], object]) -> None:
         """Call `callback()` once when the event is set (at once if it is)."""
         with self._callbacks_lock:
             if not self.is_set():
@@ -224,7 +231,7 @@ class CancelEvent(threading.Event):
                 return
         callback()
 
-    def remove_callback(self, callback) -> None:
+    def remove_callback(self, callback: Callable[[], object]) -> None:
         with self._callbacks_lock:
             if callback in self._callbacks:
                 self._callbacks.remove(callback)
@@ -356,7 +363,7 @@ class Provider(abc.ABC):
         timeout: float = 120.0,
         answer_field: str = "",
         max_response_bytes: int = DEFAULT_MAX_RESPONSE_BYTES,
-        extra_headers: dict | None = None,
+        extra_headers: dict[str, str] | None = None,
         api_key_env: str | None = None,
         config_error: str | None = None,
     ) -> None:

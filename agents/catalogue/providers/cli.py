@@ -396,14 +396,16 @@ def _write_stdin(pipe: IO[bytes], prompt: str) -> None:
             pipe.close()
 
 
-def _kill_group(proc: subprocess.Popen) -> None:
+def _kill_group(proc: subprocess.Popen[bytes]) -> None:
     with contextlib.suppress(ProcessLookupError, PermissionError):
         os.killpg(proc.pid, signal.SIGKILL)
     with contextlib.suppress(OSError):
         proc.kill()
 
 
-def _finish(proc: subprocess.Popen, out: _Reader, err: _Reader, writer: threading.Thread) -> None:
+def _finish(
+    proc: subprocess.Popen[bytes], out: _Reader, err: _Reader, writer: threading.Thread
+) -> None:
     with contextlib.suppress(subprocess.TimeoutExpired):  # SIGKILL cannot be ignored
         proc.wait(timeout=5)
     for thread in (out, err, writer):

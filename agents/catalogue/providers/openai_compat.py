@@ -43,7 +43,7 @@ _FINISH_MAP = {
 _CONTEXT_KEYS = ("context_length", "max_model_len", "context_window", "max_context_length")
 
 
-def parse_arguments(raw: Any) -> tuple[dict | None, str]:
+def parse_arguments(raw: Any) -> tuple[dict[str, Any] | None, str]:
     """Turn a tool call's ``arguments`` (normally a JSON string) into ``(dict|None, raw)``.
 
     An empty string counts as ``{}`` (several servers send it for argument-less calls).
@@ -63,7 +63,7 @@ def parse_arguments(raw: Any) -> tuple[dict | None, str]:
     return (value if isinstance(value, dict) else None), raw
 
 
-def context_window_from_model_entry(entry: dict) -> int | None:
+def context_window_from_model_entry(entry: dict[str, Any]) -> int | None:
     """Context window reported in a ``/v1/models`` entry (vLLM, Ollama, llama.cpp,
     OpenRouter), or None."""
     candidates: list[Any] = [entry.get(key) for key in _CONTEXT_KEYS]
@@ -94,8 +94,8 @@ class OpenAICompatibleProvider(Provider):
         return headers
 
     @staticmethod
-    def wire_messages(messages: list[Message]) -> list[dict]:
-        out: list[dict] = []
+    def wire_messages(messages: list[Message]) -> list[dict[str, Any]]:
+        out: list[dict[str, Any]] = []
         for msg in messages:
             if msg.role == "tool":
                 out.append(
@@ -128,7 +128,7 @@ class OpenAICompatibleProvider(Provider):
         return out
 
     @staticmethod
-    def wire_tools(tools: list[ToolSpec]) -> list[dict]:
+    def wire_tools(tools: list[ToolSpec]) -> list[dict[str, Any]]:
         return [
             {
                 "type": "function",
@@ -143,7 +143,7 @@ class OpenAICompatibleProvider(Provider):
 
     def payload(
         self, model: str, messages: list[Message], tools: list[ToolSpec], max_tokens: int
-    ) -> dict:
+    ) -> dict[str, Any]:
         body: dict[str, Any] = {
             "model": model,
             "messages": self.wire_messages(messages),
@@ -189,7 +189,8 @@ class OpenAICompatibleProvider(Provider):
             stop_reason = "refusal"
             text = text or refusal
 
-        usage = data.get("usage") if isinstance(data.get("usage"), dict) else {}
+        usage = data.get("usage")
+        usage = usage if isinstance(usage, dict) else {}
         input_tokens = _http.as_int(usage.get("prompt_tokens"))
         details = usage.get("prompt_tokens_details")
         details = details if isinstance(details, dict) else {}
@@ -225,7 +226,7 @@ class OpenAICompatibleProvider(Provider):
             return "".join(texts)
         raise _http.bad_shape(self, "message.content is neither a string nor null", status)
 
-    def _tool_calls(self, message: dict, status: int) -> list[ToolCallRequest]:
+    def _tool_calls(self, message: dict[str, Any], status: int) -> list[ToolCallRequest]:
         raw_calls = message.get("tool_calls")
         if raw_calls is None:
             raw_calls = []
@@ -279,7 +280,9 @@ class OpenAICompatibleProvider(Provider):
             span.completed(completion)
             return completion
 
-    def _post(self, body: dict, model: str, cancel_event: threading.Event | None) -> Completion:
+    def _post(
+        self, body: dict[str, Any], model: str, cancel_event: threading.Event | None
+    ) -> Completion:
         resp = _http.request(
             self,
             "POST",
