@@ -120,8 +120,8 @@ def _health(task: Task, run: AgentRun, code: str, now: datetime) -> Health:
     """The connection a health error is about (locked: its cooldown is written with the task's
     move), whether it refused the credential before, and where else the task could go."""
     connection_id = run.connection_id or task.connection_id
-    if connection_id is None:  # what the lookup of no connection raised
-        raise Connection.DoesNotExist("the run and its task have no connection")
+    if connection_id is None:  # neither has one: what `.get(pk=None)` raised
+        raise Connection.DoesNotExist("Connection matching query does not exist.")
     conn = Connection.objects.select_for_update().get(pk=connection_id)
     refused = code == FailureCode.PROVIDER_AUTH and (
         AgentRun.objects.filter(task=task, error_code=FailureCode.PROVIDER_AUTH)
