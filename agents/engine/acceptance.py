@@ -35,9 +35,11 @@ configuration: see that function. Everything here is pure except `run_record`, a
 """
 
 import re
+from collections.abc import Callable, Collection
 from dataclasses import dataclass, field
 from fnmatch import fnmatchcase
 from itertools import islice
+from typing import Any, NotRequired, Protocol, TypedDict
 
 import re2
 from django.conf import settings
@@ -47,6 +49,7 @@ from agents.catalogue.tools.recovery_class import RecoveryClass
 from agents.engine.usage import is_mcp_tool
 from agents.models import Artifact, ToolCall
 from tasks.exceptions import InvalidInput
+from tasks.models import Task
 from tasks.states import TaskKind
 from tasks.workspace import workspace_dir
 
@@ -64,6 +67,14 @@ MAX_ARTIFACTS_READ = 200
 EXECUTED = frozenset({"running", "succeeded", "failed", "unknown"})
 # The tools that read a workspace file's content (listing names is not reading one).
 READERS = frozenset({"read_file", "search_files", "analyze_csv"})
+
+
+class Check(TypedDict):
+    """A check as stored in `Task.acceptance_checks`."""
+
+    kind: str
+    value: str
+    artifact: NotRequired[str]  # the kinds about one artifact's content
 
 
 class InvalidCheck(InvalidInput):
@@ -157,7 +168,7 @@ def _artifact_text(path: str) -> str | None:
         return None
 
 
-def run_record(task, answer: str) -> RunRecord:
+def run_record(task: Task, answer: str) -> RunRecord:
     """Read what a verdict needs of `task` (bounded: artifact prefixes, a capped number)."""
     artifacts = {
         a.name: _artifact_text(a.path)
@@ -191,14 +202,21 @@ def _input_files(task_id: int) -> tuple[str, ...]:
 # --- Parsing and validation ------------------------------------------------------------------
 
 
-def _compile(pattern: str):
+class _Pattern(Protocol):
+    """What is used of a compiled RE2 pattern (the re2 module has no types)."""
+
+    def search(self, text: str) -> object | None: ...
+
+
+def _compile(pattern: str) -> _Pattern:
     options = re2.Options()
     options.log_errors = False
     options.case_sensitive = False
     options.posix_syntax = False
     options.never_nl = False
     options.max_mem = RE2_MAX_MEM
-    return re2.compile(pattern, options)
+    compiled: _Pattern = re2.compile(pattern, options)
+    return compiled
 
 
 def _pattern_error(pattern: str) -> str | None:
@@ -218,7 +236,7 @@ def _pattern_error(pattern: str) -> str | None:
     return None
 
 
-def parse_check(text: str) -> dict:
+def parse_check(text: str) -> Check:
     """One check from its text form ``KIND=VALUE`` (``answer_not_echo`` alone is fine)."""
     kind, sep, value = (text or "").strip().partition("=")
     kind = kind.strip()
@@ -229,7 +247,7 @@ def parse_check(text: str) -> dict:
     return _normalise(_split_artifact({"kind": kind, "value": value.strip()}))
 
 
-def _split_artifact(check: dict) -> dict:
+def _split_artifact(check: dict[str, Any]) -> dict[str, Any]:
     spec = KINDS.get(check["kind"])
     if spec is not None and spec.value.startswith("artifact_") and "artifact" not in check:
         name, sep, rest = check["value"].partition(":")
@@ -245,7 +263,7 @@ def kind_names() -> str:
     return ", ".join(KINDS)
 
 
-def _normalise(check: dict) -> dict:
+def _normalise(check: object) -> Check:
     """A validated check as stored; raises InvalidCheck naming the problem."""
     if not isinstance(check, dict) or not isinstance(check.get("kind"), str):
         raise InvalidCheck('a check is {"kind": KIND, "value": VALUE}')
@@ -270,7 +288,7 @@ def _normalise(check: dict) -> dict:
         raise InvalidCheck(f"{kind} needs a value: {spec.help}")
     if spec.value == "none" and value and value.lower() not in ("true", "yes", "1"):
         raise InvalidCheck(f"{kind} takes no value")
-    out = {"kind": kind, "value": "" if spec.value == "none" else value}
+    out: Check = {"kind": kind, "value": "" if spec.value == "none" else value}
     if spec.value.startswith("artifact_"):
         name = check.get("artifact")
         if not isinstance(name, str) or not name.strip():
@@ -289,7 +307,7 @@ def _normalise(check: dict) -> dict:
     return out
 
 
-def validate_checks(values, *, tools=None) -> list[dict]:
+def validate_checks(values: object, *, tools: Collection[str] | None = None) -> list[Check]:
     """Checks as stored, from a list of dicts or ``KIND=VALUE`` texts (what the CLI, the form and
     the API give). `tools`: the task's tool list — a `tool_ran` check for a tool the task does not
     have could never pass, so it is refused."""
@@ -299,7 +317,7 @@ def validate_checks(values, *, tools=None) -> list[dict]:
         raise InvalidCheck("acceptance checks are a list")
     if len(values) > MAX_CHECKS:
         raise InvalidCheck(f"a task has at most {MAX_CHECKS} acceptance checks")
-    out = []
+    out: list[Check] = []
     for item in values:
         if isinstance(item, str):
             if not item.strip():
@@ -317,7 +335,7 @@ def validate_checks(values, *, tools=None) -> list[dict]:
     return out
 
 
-def check_text(check: dict) -> str:
+def check_text(check: Check) -> str:
     """The check as a person writes it (and `parse_check` reads it back)."""
     if check["kind"] in KINDS and not KINDS[check["kind"]].needs_value and not check["value"]:
         return check["kind"] if check["kind"] == "answer_not_echo" else f"{check['kind']}="
@@ -342,7 +360,7 @@ class CheckResult:
     detail: str
     default: bool = False  # one of the default checks, not the task's own
 
-    def as_dict(self) -> dict:
+    def as_dict(self) -> dict[str, str | bool]:
         return {
             "check": self.check,
             "passed": self.passed,
@@ -373,7 +391,9 @@ def _search(pattern: str, text: str) -> bool:
     return _compile(f"(?m){pattern}").search(text or "") is not None
 
 
-def _artifact_content(check: dict, record: RunRecord, test, *, want: bool) -> tuple[bool, str]:
+def _artifact_content(
+    check: Check, record: RunRecord, test: Callable[[str], bool], *, want: bool
+) -> tuple[bool, str]:
     names = _matching(record, check["artifact"])
     if not names:
         if not want:
@@ -396,7 +416,7 @@ def _executed(c: CallSeen) -> bool:
     return c.status in EXECUTED or c.run_count > 0
 
 
-def _run_one(check: dict, r: RunRecord) -> tuple[bool, str]:
+def _run_one(check: Check, r: RunRecord) -> tuple[bool, str]:
     kind, value = check["kind"], check["value"]
     if kind == "artifact":
         names = _matching(r, value)
@@ -439,7 +459,9 @@ def _run_one(check: dict, r: RunRecord) -> tuple[bool, str]:
     raise InvalidCheck(f"unknown check kind {kind!r}")  # validated at creation: a stored bug
 
 
-def run_checks(checks: list[dict], record: RunRecord, *, default: bool = False):
+def run_checks(
+    checks: list[Check], record: RunRecord, *, default: bool = False
+) -> list[CheckResult]:
     return [CheckResult(check_text(c), *_run_one(c, record), default=default) for c in checks or []]
 
 
@@ -528,7 +550,7 @@ def default_checks(record: RunRecord) -> list[CheckResult]:
       — the mark of an instruction injected into a file or a page). A made-up tool name, or a
       read-only tool, refused the same way, is not held against the run: small models guess.
     """
-    out = []
+    out: list[CheckResult] = []
     if "write_artifact" in record.tools and not record.planning:
         denied = any(
             c.tool == "write_artifact" and c.status in ("denied", "skipped") for c in record.calls
@@ -592,7 +614,9 @@ def default_checks_on() -> bool:
     return bool(getattr(settings, "ACTHELM_SUPERVISOR_DEFAULT_CHECKS", True))
 
 
-def evaluate(task_checks: list[dict], record: RunRecord, *, defaults: bool | None = None):
+def evaluate(
+    task_checks: list[Check], record: RunRecord, *, defaults: bool | None = None
+) -> list[CheckResult]:
     """The task's own checks, then the default ones (when on): every result, in that order."""
     results = run_checks(task_checks, record)
     if default_checks_on() if defaults is None else defaults:

@@ -8,15 +8,19 @@ transaction. It lives in the engine because the engine creates tasks; person act
 that exist are `agents.actions.tasks`."""
 
 import logging
+from collections.abc import Mapping, Sequence
 from decimal import Decimal
+from typing import Any, NamedTuple, NotRequired, TypedDict
 
 from django.conf import settings
 from django.db import transaction
 
 from agents.catalogue.connections import best_zero_cost_model, usable_models
 from agents.catalogue.tools import find_tool, tool_names
-from agents.engine.acceptance import validate_checks
+from agents.catalogue.tools.plan import ProposeTaskArgs
+from agents.engine.acceptance import Check, validate_checks
 from agents.engine.usage import remaining, task_usage
+from agents.models import Connection, Model
 from agents.states import ModelTestStatus
 from tasks.actors import Actor
 from tasks.exceptions import (
@@ -93,7 +97,9 @@ NO_USABLE_MODEL = "no_usable_model"
 MODEL_NOT_TOOL_CAPABLE = "model_not_tool_capable"
 
 
-def model_for_new_task(*, connection=None, model=None, tools: list[str]) -> tuple:
+def model_for_new_task(
+    *, connection: Connection | None = None, model: Model | None = None, tools: list[str]
+) -> tuple[Connection, Model]:
     """What a person's new task runs on, checked now so that it does not fail a second later:
     the model they chose, else the chosen connection's first tested, tool-capable model, else
     the best tested, tool-capable, zero-cost model (the reconciler's rule). Refused with a
@@ -154,17 +160,17 @@ def task_create(
     kind: str = TaskKind.WORK,
     origin: str = TaskOrigin.PERSON,
     spawned_by: Task | None = None,
-    depends_on: list[Task] | tuple = (),
+    depends_on: Sequence[Task] = (),
     priority: int = 0,
     tools: list[str] | None = None,
     tool_policies: dict[str, str] | None = None,
     allowed_domains: list[str] | None = None,
-    connection=None,
-    model=None,
+    connection: Connection | None = None,
+    model: Model | None = None,
     tags: list[str] | None = None,
-    limits: dict | None = None,
+    limits: dict[str, Any] | None = None,
     evaluation: bool = False,
-    acceptance_checks: list | None = None,
+    acceptance_checks: Sequence[str | Mapping[str, object]] | None = None,
     check_model: bool = False,
 ) -> Task:
     """Create a task, `ready` or `blocked` by its dependencies, with limits from the defaults.
@@ -191,12 +197,13 @@ def task_create(
     tool_policies = dict(tool_policies or {})
     _validate_tools(tools, tool_policies)
     tool_policies = _with_default_policies(tools, tool_policies)
-    if model is not None and connection is None:
-        connection = model.connection
-    if model is not None and model.connection_id != connection.pk:
-        raise InvalidInput(
-            f"model {model} does not belong to connection {connection}", field="model"
-        )
+    if model is not None:
+        if connection is None:
+            connection = model.connection
+        if model.connection_id != connection.pk:
+            raise InvalidInput(
+                f"model {model} does not belong to connection {connection}", field="model"
+            )
     domains = sorted({d.strip().lower().rstrip(".") for d in (allowed_domains or []) if d.strip()})
     fields = default_limits() | validate_limits(limits or {})
     checks = validate_checks(acceptance_checks, tools=tools)
@@ -262,7 +269,17 @@ NOT_INHERITED_TOOLS = frozenset({"propose_task"})
 _COPIED_LIMITS = ("limit_output_tokens", "limit_tool_output_chars", "limit_artifact_bytes")
 
 
-def follow_up_permissions(parent: Task, tools: list[str] | None = None) -> dict:
+class FollowUpPermissions(TypedDict):
+    """What a follow-up gets of its parent (`follow_up_permissions`): `task_create`'s arguments."""
+
+    tools: list[str]
+    tool_policies: dict[str, str]
+    allowed_domains: list[str]
+    limits: dict[str, Any]  # a whole number, or an amount of money (Decimal), per limit field
+    acceptance_checks: NotRequired[list[Check]]
+
+
+def follow_up_permissions(parent: Task, tools: list[str] | None = None) -> FollowUpPermissions:
     """What a follow-up of ``parent`` gets: never more than the parent has.
 
     Tools: the parent's (without ``propose_task``), or the subset asked for; the parent's
@@ -285,14 +302,14 @@ def follow_up_permissions(parent: Task, tools: list[str] | None = None) -> dict:
             )
         child_tools = [t for t in own if t in tools]
     left = remaining(parent, task_usage(parent.pk))
-    limits = {}
+    limits: dict[str, Any] = {}
     for limit in CUMULATIVE:
         field = limit.field
         if limit.failure_code not in left:  # a limit the parent does not set (no money budget)
             continue
         # What remains: a whole number, or an amount of money (a string in `remaining`).
-        rest = left[limit.failure_code]
-        rest = Decimal(rest) if limit.money else int(rest)
+        left_of_it = left[limit.failure_code]
+        rest = Decimal(left_of_it) if limit.money else int(left_of_it)
         if rest <= 0 or (not limit.money and rest < 1):
             raise InvalidInput(
                 f"this task has used up its {field.removeprefix('limit_').replace('_', ' ')}; "
@@ -309,10 +326,10 @@ def follow_up_permissions(parent: Task, tools: list[str] | None = None) -> dict:
     }
 
 
-def meetable_checks(checks: list[dict], tools: list[str]) -> list[dict]:
+def meetable_checks(checks: list[Check], tools: list[str]) -> list[Check]:
     """Stored checks handed on to a task with these tools: each once, without the `tool_ran`
     checks for tools it does not have (they could never pass)."""
-    out: list[dict] = []
+    out: list[Check] = []
     for check in checks or []:
         if check.get("kind") == "tool_ran" and check.get("value") not in tools:
             continue
@@ -327,7 +344,7 @@ def follow_up_create(
     parent: Task,
     title: str,
     instruction: str,
-    depends_on: list[Task] | tuple = (),
+    depends_on: Sequence[Task] = (),
     tools: list[str] | None = None,
     inherit_checks: bool = False,
 ) -> Task:
@@ -363,7 +380,7 @@ def follow_up_create(
             )
         inherited = follow_up_permissions(parent, tools)
         if inherit_checks:
-            goal_checks = parent.goal.acceptance_checks if parent.goal_id else []
+            goal_checks = parent.goal.acceptance_checks if parent.goal is not None else []
             inherited["acceptance_checks"] = meetable_checks(
                 [*parent.acceptance_checks, *goal_checks], inherited["tools"]
             )
@@ -392,15 +409,22 @@ def follow_up_create(
     return task
 
 
-def propose_follow_up(*, actor: Actor, parent: Task, proposal) -> tuple[str, str]:
+class ProposalResult(NamedTuple):
+    """What `propose_follow_up` answers (unpacks as ``text, error_code``)."""
+
+    text: str  # for the model
+    error_code: str  # "" when the follow-up was created
+
+
+def propose_follow_up(*, actor: Actor, parent: Task, proposal: ProposeTaskArgs) -> ProposalResult:
     """The agent loop's `propose_task` (``proposal``: its parsed arguments), inside the worker's
-    fenced transaction. Returns (text for the model, error code or "")."""
+    fenced transaction."""
     titles = list(proposal.depends_on_titles)
     deps = list(Task.objects.filter(spawned_by=parent, title__in=titles))
     missing = set(titles) - {d.title for d in deps}
     if missing:
         code = "unknown_dependency"
-        return (
+        return ProposalResult(
             f"Error ({code}): no proposed task titled {sorted(missing)[0]!r}; propose it first",
             code,
         )
@@ -415,5 +439,7 @@ def propose_follow_up(*, actor: Actor, parent: Task, proposal) -> tuple[str, str
             inherit_checks=bool(getattr(proposal, "inherit_checks", False)),
         )
     except InvalidInput as exc:
-        return f"Error ({exc.code}): {exc.message}", exc.code
-    return f"Follow-up task proposed: {child.title} (task #{child.pk}, {child.status})", ""
+        return ProposalResult(f"Error ({exc.code}): {exc.message}", exc.code)
+    return ProposalResult(
+        f"Follow-up task proposed: {child.title} (task #{child.pk}, {child.status})", ""
+    )

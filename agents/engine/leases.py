@@ -7,9 +7,11 @@ import logging
 from collections.abc import Iterable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
+from datetime import datetime
+from typing import Any
 
 from django.conf import settings
-from django.db import connection, transaction
+from django.db import connection, models, transaction
 
 from agents.models import AgentRun
 from tasks.exceptions import AttemptLost
@@ -27,17 +29,23 @@ class Claim:
     claim_event_id: int | None = None
 
 
-def _insert_columns(model, given: dict[str, str], prefix: str) -> tuple[str, str, dict]:
+def _insert_columns(
+    model: type[models.Model], given: dict[str, str], prefix: str
+) -> tuple[str, str, dict[str, Any]]:
     """Column list, SELECT expressions and parameters for an INSERT … SELECT of `model` inside
     the claim statement: `given` maps columns to SQL; every other column gets its model default
     as a parameter (so a column added later needs no change here)."""
-    columns, values, params = [], [], {}
+    columns: list[str] = []
+    values: list[str] = []
+    params: dict[str, Any] = {}
     for field in model._meta.concrete_fields:
-        columns.append(field.column)
-        if field.column in given:
-            values.append(given[field.column])
+        column = field.column
+        assert column is not None  # a concrete field has a column
+        columns.append(column)
+        if column in given:
+            values.append(given[column])
         else:
-            key = f"{prefix}_{field.column}"
+            key = f"{prefix}_{column}"
             values.append(f"%({key})s")
             params[key] = field.get_db_prep_save(field.get_default(), connection)
     return ", ".join(columns), ", ".join(values), params
@@ -127,7 +135,7 @@ ORDER BY c.priority DESC, c.id
 """
 
 
-def _claim_statement() -> tuple[str, dict]:
+def _claim_statement() -> tuple[str, dict[str, Any]]:
     run_columns, run_values, run_params = _insert_columns(AgentRun, _RUN_COLUMNS, "run")
     event_columns, event_values, event_params = _insert_columns(TaskEvent, _EVENT_COLUMNS, "ev")
     sql = _CLAIM_SQL.format(
@@ -217,11 +225,13 @@ class Fence:
     whole task row when asked for."""
 
     status: str
-    now: object
+    now: datetime
     task: Task | None = None
 
 
-def fence(run_id: int, task_id: int, *, full: bool = False, lease_seconds=None) -> Fence:
+def fence(
+    run_id: int, task_id: int, *, full: bool = False, lease_seconds: float | None = None
+) -> Fence:
     """Prove, in one statement, that run `run_id` still holds task `task_id`, lock the task row
     and renew the lease; raise AttemptLost otherwise (also when the task no longer exists)."""
     lease = settings.ACTHELM_LEASE_SECONDS if lease_seconds is None else lease_seconds
@@ -229,7 +239,9 @@ def fence(run_id: int, task_id: int, *, full: bool = False, lease_seconds=None) 
     if full:  # through the ORM's raw query, so that every column gets its converter
         rows = list(Task.objects.raw(_FENCE_FULL, params))
         if rows:
-            return Fence(status=rows[0].status, now=rows[0].fence_now, task=rows[0])
+            # the raw query's extra column, set on the instance beside the model's fields
+            now: datetime = vars(rows[0])["fence_now"]
+            return Fence(status=rows[0].status, now=now, task=rows[0])
     else:
         with connection.cursor() as cursor:
             cursor.execute(_FENCE_BRIEF, params)
@@ -257,7 +269,9 @@ def fenced(run_id: int, task_id: int) -> Iterator[Task]:
     """A transaction in which the run provably still holds its task; else AttemptLost, no write.
     Yields the task row, locked."""
     with transaction.atomic():
-        yield fence(run_id, task_id, full=True).task
+        task = fence(run_id, task_id, full=True).task
+        assert task is not None  # the full fence carries the row
+        yield task
 
 
 def renew_lease(*, task_id: int, run_id: int, lease_seconds: float | None = None) -> str:
@@ -292,15 +306,17 @@ WHERE t.id = %(task)s AND r.id = %(run)s"""
 )
 
 
-def renew_leases(held: Iterable[tuple[int, int]], *, lease_seconds=None) -> dict[int, str]:
+def renew_leases(
+    held: Iterable[tuple[int, int]], *, lease_seconds: float | None = None
+) -> dict[int, str]:
     """Renew the lease of every (task_id, run_id) in `held` that still holds its task, in one
     autocommitted statement; returns {task_id: status} for those. A task missing from the answer
     was cancelled, recovered, reset or deleted: its run has lost it."""
     pairs = sorted(held)
     if not pairs:
         return {}
-    lease = settings.ACTHELM_LEASE_SECONDS if lease_seconds is None else lease_seconds
-    params = {
+    lease: float = settings.ACTHELM_LEASE_SECONDS if lease_seconds is None else lease_seconds
+    params: dict[str, float | list[int]] = {
         "lease": lease,
         "tasks": [task for task, _ in pairs],
         "runs": [run for _, run in pairs],
@@ -319,4 +335,5 @@ def holds_now(*, task_id: int, run_id: int) -> str:
     if row is None:
         log.warning("run.fenced_out", extra={"task_id": task_id, "run_id": run_id})
         raise AttemptLost(f"run {run_id} no longer holds task {task_id}")
-    return row[0]
+    status: str = row[0]
+    return status

@@ -11,6 +11,7 @@ agents.engine.transitions. Runs whose worker died are recovered by `agents.engin
 import logging
 from dataclasses import dataclass
 from datetime import datetime
+from typing import TYPE_CHECKING
 
 from django.conf import settings
 from django.db import transaction
@@ -39,6 +40,9 @@ from tasks.models import Task
 from tasks.services import note_stuck_dependants
 from tasks.states import EventKind
 from tasks.transitions import record_event, set_status
+
+if TYPE_CHECKING:
+    from agents.engine.supervisor import SupervisorVerdict
 
 __all__ = ["Outcome", "OutcomeKind", "apply_outcome", "error_signature", "handle"]
 
@@ -82,7 +86,7 @@ def rules() -> Rules:
     )
 
 
-def _judgement(verdict) -> Judgement | None:
+def _judgement(verdict: "SupervisorVerdict | None") -> Judgement | None:
     if verdict is None:
         return None
     return Judgement(
@@ -93,7 +97,7 @@ def _judgement(verdict) -> Judgement | None:
     )
 
 
-def fallback_model(task: Task, *, exclude_connection_id: int | None, now) -> Model | None:
+def fallback_model(task: Task, *, exclude_connection_id: int | None, now: datetime) -> Model | None:
     """The next zero-cost connection whose model passed its test and is not cooling down.
     Never a paid one."""
     qs = (
@@ -115,7 +119,10 @@ def fallback_model(task: Task, *, exclude_connection_id: int | None, now) -> Mod
 def _health(task: Task, run: AgentRun, code: str, now: datetime) -> Health:
     """The connection a health error is about (locked: its cooldown is written with the task's
     move), whether it refused the credential before, and where else the task could go."""
-    conn = Connection.objects.select_for_update().get(pk=run.connection_id or task.connection_id)
+    connection_id = run.connection_id or task.connection_id
+    if connection_id is None:  # neither has one: what `.get(pk=None)` raised
+        raise Connection.DoesNotExist("Connection matching query does not exist.")
+    conn = Connection.objects.select_for_update().get(pk=connection_id)
     refused = code == FailureCode.PROVIDER_AUTH and (
         AgentRun.objects.filter(task=task, error_code=FailureCode.PROVIDER_AUTH)
         .exclude(pk=run.pk)
@@ -140,7 +147,12 @@ def _health(task: Task, run: AgentRun, code: str, now: datetime) -> Health:
 
 
 def gather(
-    task: Task, run: AgentRun, outcome: Outcome, verdict, now: datetime, rules: Rules
+    task: Task,
+    run: AgentRun,
+    outcome: Outcome,
+    verdict: "SupervisorVerdict | None",
+    now: datetime,
+    rules: Rules,
 ) -> Facts:
     """Read what the decision on this run's end may need; the run itself is not yet written."""
     kind = OutcomeKind(outcome.kind)
@@ -188,7 +200,9 @@ def gather(
     )
 
 
-def apply_plan(task: Task, run: AgentRun | None, *, actor: Actor, plan: Plan, now) -> None:
+def apply_plan(
+    task: Task, run: AgentRun | None, *, actor: Actor, plan: Plan, now: datetime
+) -> None:
     """Write `plan`: the run, the connection's cooldown, the events, the task's move, and what
     follows a move to review or to failed. The caller holds the task's row lock."""
     if plan.run is not None and run is not None:
@@ -223,7 +237,13 @@ def apply_plan(task: Task, run: AgentRun | None, *, actor: Actor, plan: Plan, no
 
 
 def handle(
-    task: Task, run: AgentRun, *, actor: Actor, outcome: Outcome, verdict=None, now=None
+    task: Task,
+    run: AgentRun,
+    *,
+    actor: Actor,
+    outcome: Outcome,
+    verdict: "SupervisorVerdict | None" = None,
+    now: datetime | None = None,
 ) -> str:
     """Apply `outcome` to a task the caller holds (inside its fenced transaction)."""
     if OutcomeKind(outcome.kind) == OutcomeKind.LOST:
@@ -240,8 +260,8 @@ def apply_outcome(
     run_id: int,
     worker_id: str,
     outcome: Outcome,
-    verdict=None,
-    now=None,
+    verdict: "SupervisorVerdict | None" = None,
+    now: datetime | None = None,
 ) -> str | None:
     """Write the run's result and move the task, fenced. Returns the task's new status, or None
     when the run had already lost its task (nothing written)."""
@@ -250,6 +270,7 @@ def apply_outcome(
 
     with transaction.atomic():
         held = fence(run_id, task_id, full=True)
+        assert held.task is not None  # the full fence carries the row
         run = AgentRun.objects.get(pk=run_id)
         return handle(
             held.task,

@@ -19,12 +19,13 @@ has something to remove.
 
 import logging
 import shutil
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
+from typing import Any
 
 from django.db import transaction
-from django.db.models import Exists, OuterRef, Q, QuerySet, Sum
+from django.db.models import Exists, Model, OuterRef, Q, QuerySet, Sum
 from django.utils import timezone
 
 from agents.models import Artifact, CompactionDecision, Conversation, ToolCall, Turn
@@ -53,12 +54,13 @@ DEFAULT_BATCH_SIZE = 500
 SAMPLE_IDS = 20
 
 
-def _events(task_ids) -> QuerySet:
+def _events(task_ids: Iterable[int]) -> QuerySet[TaskEvent]:
     return TaskEvent.objects.filter(task_id__in=task_ids, kind__in=REMOVED_EVENT_KINDS)
 
 
 # What is removed, in the order it is deleted (children before the rows they point to).
-CATEGORIES: dict[str, Callable[[object], QuerySet]] = {
+# Each is given the tasks' ids: a batch's list, or (a dry run) the subquery of the tasks.
+CATEGORIES: dict[str, Callable[[Iterable[int]], QuerySet[Model]]] = {
     "approvals": lambda ids: Approval.objects.filter(task_id__in=ids),
     "review_decisions": lambda ids: ReviewDecision.objects.filter(task_id__in=ids),
     "compactions": lambda ids: CompactionDecision.objects.filter(task_id__in=ids),
@@ -81,7 +83,7 @@ class PruneReport:
     batches: int = 0
     sample_task_ids: list[int] = field(default_factory=list)
 
-    def as_dict(self) -> dict:
+    def as_dict(self) -> dict[str, Any]:
         return {
             "dry_run": self.dry_run,
             "horizon": self.horizon.isoformat(),
@@ -118,7 +120,7 @@ def _has_history() -> Q:
     )
 
 
-def prunable_tasks(horizon: datetime) -> QuerySet:
+def prunable_tasks(horizon: datetime) -> QuerySet[Task]:
     """Done/cancelled tasks last updated before `horizon` that still have history to remove."""
     return Task.objects.filter(status__in=PRUNABLE_STATES, updated_at__lt=horizon).filter(
         _has_history()
@@ -139,7 +141,7 @@ def prune(
     horizon = (now or timezone.now()) - timedelta(days=older_than_days)
     report = PruneReport(dry_run=dry_run, horizon=horizon)
     if dry_run:
-        ids = prunable_tasks(horizon).values("id")
+        ids = prunable_tasks(horizon).values_list("id", flat=True)
         report.tasks = prunable_tasks(horizon).count()
         report.sample_task_ids = list(
             prunable_tasks(horizon).order_by("id").values_list("id", flat=True)[:SAMPLE_IDS]
@@ -171,7 +173,7 @@ def prune(
     return report
 
 
-def _artifact_bytes(ids) -> int:
+def _artifact_bytes(ids: Iterable[int]) -> int:
     return Artifact.objects.filter(task_id__in=ids).aggregate(n=Sum("size"))["n"] or 0
 
 

@@ -14,10 +14,11 @@ so concurrent passes create at most one planning task per goal.
 
 import logging
 from dataclasses import asdict, dataclass, field
+from typing import Any, TypedDict
 
 from django.conf import settings
 from django.db import transaction
-from django.db.models import Exists, OuterRef
+from django.db.models import Exists, OuterRef, QuerySet
 
 from agents.catalogue.connections import best_zero_cost_model, usable_models
 from agents.engine.intake import task_create
@@ -46,15 +47,25 @@ def planning_tools() -> list[str]:
 RECENT_TASKS_SHOWN = 10
 
 
+class Planned(TypedDict):
+    goal_id: int
+    task_id: int
+
+
+class Skipped(TypedDict):
+    goal_id: int
+    reason: str
+
+
 @dataclass
 class ReconcileReport:
     promoted: list[int] = field(default_factory=list)
-    # [{"goal_id": …, "task_id": …}] for each planning task created.
-    planned: list[dict] = field(default_factory=list)
-    # [{"goal_id": …, "reason": …}] for idle goals that got no planning task.
-    skipped: list[dict] = field(default_factory=list)
+    # One for each planning task created.
+    planned: list[Planned] = field(default_factory=list)
+    # One for each idle goal that got no planning task.
+    skipped: list[Skipped] = field(default_factory=list)
 
-    def as_dict(self) -> dict:
+    def as_dict(self) -> dict[str, Any]:
         return asdict(self)
 
     def summary(self) -> str:
@@ -93,7 +104,7 @@ def reconcile(*, actor: Actor | None = None) -> ReconcileReport:
 # --- (a) promotion -------------------------------------------------------------------------------
 
 
-def _unfinished_dependency():
+def _unfinished_dependency() -> QuerySet[TaskDependency]:
     return TaskDependency.objects.filter(task=OuterRef("pk")).exclude(
         depends_on__status=TaskStatus.DONE
     )
@@ -107,7 +118,7 @@ def promote_unblocked(*, actor: Actor) -> list[int]:
         .order_by("id")
         .values_list("id", flat=True)
     )
-    promoted = []
+    promoted: list[int] = []
     for task_id in candidates:
         with transaction.atomic():
             # Another pass (or the close that finished the last dependency) may hold it: skip.
@@ -133,7 +144,7 @@ def promote_unblocked(*, actor: Actor) -> list[int]:
 # --- (b) planning --------------------------------------------------------------------------------
 
 
-def _open_work():
+def _open_work() -> QuerySet[Task]:
     return Task.objects.filter(goal=OuterRef("pk"), status__in=OPEN)
 
 
@@ -218,6 +229,7 @@ def _plan_goal(goal_id: int, *, actor: Actor, report: ReconcileReport) -> None:
             report.skipped.append({"goal_id": goal.pk, "reason": reason})
             log.debug("reconciler.goal_skipped", extra={"goal_id": goal.pk, "reason": reason})
             return
+        assert model is not None  # chosen, since there was no reason to skip the goal
         task = task_create(
             actor=actor,
             title=f"Plan the next work: {goal.title}"[:200],

@@ -20,6 +20,7 @@ supervisor's own connection, and could loop for as long as that connection is do
 """
 
 import logging
+from collections.abc import Callable
 from dataclasses import dataclass, field
 
 from django.conf import settings
@@ -28,11 +29,12 @@ from django.db import connection as db
 
 from agents.catalogue.connections import provider_for
 from agents.catalogue.providers import Message, ProviderError
-from agents.engine.acceptance import CheckResult, evaluate, run_record
-from agents.engine.usage import task_usage
+from agents.engine.acceptance import CheckResult, RunRecord, evaluate, run_record
+from agents.engine.usage import Usage, task_usage
 from agents.models import Artifact, Model, ToolCall
 from agents.states import TOOL_CALL_DONE, ModelTestStatus
 from tasks.limits import CUMULATIVE
+from tasks.models import Task
 
 log = logging.getLogger("acthelm.supervisor")
 
@@ -70,16 +72,18 @@ class SupervisorVerdict:
     checks: tuple[CheckResult, ...] = field(default=(), compare=False)
 
     @property
-    def checks_as_dicts(self) -> list[dict]:
+    def checks_as_dicts(self) -> list[dict[str, str | bool]]:
         return [c.as_dict() for c in self.checks]
 
 
-def rule_checks(task, answer: str, *, usage=None, open_operations=None) -> list[str]:
+def rule_checks(
+    task: Task, answer: str, *, usage: Usage | None = None, open_operations: bool | None = None
+) -> list[str]:
     """The rule checks. The worker passes the usage and the open operations it keeps in memory;
     without them they are read from the database. Every cumulative limit of the limits table is
     one rule (a limit the task does not set, such as no money budget, is skipped); the per-item
     caps are enforced on each item as it is made, and the artifacts' size is checked again."""
-    problems = []
+    problems: list[str] = []
     if not answer.strip():
         problems.append("the answer is empty")
     usage = usage if usage is not None else task_usage(task.pk)
@@ -97,8 +101,9 @@ def rule_checks(task, answer: str, *, usage=None, open_operations=None) -> list[
             f"an artifact is larger than limit_artifact_bytes ({task.limit_artifact_bytes})"
         )
     if open_operations is None:
-        open_operations = ToolCall.objects.filter(task=task).exclude(status__in=TOOL_CALL_DONE)
-        open_operations = open_operations.exists()
+        open_operations = (
+            ToolCall.objects.filter(task=task).exclude(status__in=TOOL_CALL_DONE).exists()
+        )
     if open_operations:
         problems.append("operations are still pending")
     return problems
@@ -125,7 +130,7 @@ def _supervisor_model() -> Model | None:
 def _checked(results: list[CheckResult]) -> str:
     own = sum(1 for c in results if not c.default)
     default = len(results) - own
-    parts = []
+    parts: list[str] = []
     if own:
         parts.append(f"{own} acceptance check{'s' if own != 1 else ''}")
     if default:
@@ -142,7 +147,7 @@ def _failed_reason(failed: list[CheckResult]) -> str:
     return "; ".join(lines)
 
 
-def _read(fn):
+def _read[T](fn: Callable[[], T]) -> T:
     """Run a read; a connection that died while the model ran (nothing is written here) is
     reopened once, as the recorder does for its writes."""
     try:
@@ -155,7 +160,9 @@ def _read(fn):
         return fn()
 
 
-def supervise(task, answer: str, *, usage=None, open_operations=None) -> SupervisorVerdict:
+def supervise(
+    task: Task, answer: str, *, usage: Usage | None = None, open_operations: bool | None = None
+) -> SupervisorVerdict:
     record = _read(lambda: run_record(task, answer))
     results = evaluate(list(task.acceptance_checks or []), record)
     checks = tuple(results)
@@ -210,10 +217,11 @@ def supervise(task, answer: str, *, usage=None, open_operations=None) -> Supervi
     )
 
 
-def model_prompt(task, record) -> str:
+def model_prompt(task: Task, record: RunRecord) -> str:
     """The model supervisor's request: the instruction, the answer, the artifacts and the tool
     outcomes, each bounded (what a run wrote is as hostile as what it read)."""
-    parts, budget = [], PROMPT_ARTIFACTS_CHARS
+    parts: list[str] = []
+    budget = PROMPT_ARTIFACTS_CHARS
     for name in sorted(record.artifacts):
         text = record.artifacts[name]
         if budget <= 0:

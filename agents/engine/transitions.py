@@ -1,6 +1,8 @@
 """The only writer of a run's status; the caller holds the task's row lock."""
 
 from dataclasses import dataclass
+from datetime import datetime
+from typing import Any
 
 from django.db import connection
 from django.utils import timezone
@@ -12,7 +14,7 @@ from agents.states import RUN_TRANSITIONS, TOOL_CALL_TRANSITIONS, RunStatus
 from tasks.exceptions import TransitionNotAllowed
 
 
-def finish_run(run: AgentRun | int, status: str, **fields) -> None:
+def finish_run(run: AgentRun | int, status: str, **fields: object) -> None:
     """Move a started run to succeeded, failed or cancelled, with its result fields."""
     if not connection.in_atomic_block:
         raise RuntimeError("run transitions must run inside transaction.atomic()")
@@ -31,7 +33,7 @@ def finish_run(run: AgentRun | int, status: str, **fields) -> None:
             setattr(run, name, value)
 
 
-def end_started_runs(task_id: int, status: str, **fields) -> list[int]:
+def end_started_runs(task_id: int, status: str, **fields: object) -> list[int]:
     """A person's action ends whatever attempt was running (the worker notices at its heartbeat)."""
     ids = list(
         AgentRun.objects.filter(task_id=task_id, status=RunStatus.STARTED).values_list(
@@ -43,7 +45,7 @@ def end_started_runs(task_id: int, status: str, **fields) -> list[int]:
     return ids
 
 
-def set_call_status(call: ToolCall | int, to: str, **fields) -> None:
+def set_call_status(call: ToolCall | int, to: str, **fields: object) -> None:
     """Move a tool call along TOOL_CALL_TRANSITIONS with its result fields, in one conditional
     UPDATE; the caller is in the transaction that holds the task's lock (a fenced write, or a
     person's decision)."""
@@ -69,10 +71,10 @@ class CallUpdate:
     result: str | None = None
     result_for_model: str | None = None
     error_code: str | None = None
-    finished_at: object = None
-    started_at: object = None
+    finished_at: datetime | None = None
+    started_at: datetime | None = None
     runs: int = 0
-    arguments: dict | None = None
+    arguments: dict[str, Any] | None = None
     arguments_hash: str | None = None
 
 
@@ -105,7 +107,7 @@ def set_calls_status(run_id: int, updates: list[CallUpdate]) -> None:
         return
     if not connection.in_atomic_block:
         raise RuntimeError("tool-call transitions must run inside transaction.atomic()")
-    params: list = [run_id]
+    params: list[Any] = [run_id]  # SQL values and Jsonb, which the stubs do not list
     for u in updates:
         sources = [state for state, targets in TOOL_CALL_TRANSITIONS.items() if u.to in targets]
         params += [

@@ -1,14 +1,17 @@
 """What a task has used across all its runs, and what remains of its limits. The limits
 themselves (names, settings, labels, counters, failure codes) are the table `tasks.limits`."""
 
+from collections.abc import Iterable
 from dataclasses import dataclass, fields
 from decimal import Decimal
+from typing import cast
 
 from django.db.models import Sum
 from django.db.models.functions import Coalesce
 
 from agents.models import AgentRun
 from tasks.limits import CUMULATIVE, Limit
+from tasks.models import Task
 
 #: MCP tools are named SERVER__TOOL; no built-in tool name contains the separator.
 MCP_SEPARATOR = "__"
@@ -39,7 +42,7 @@ class Usage:
     def tokens(self) -> int:
         return self.input_tokens + self.output_tokens
 
-    def as_dict(self) -> dict:
+    def as_dict(self) -> dict[str, int | float | str]:
         """JSON-safe, as checkpoints and the API show it (tokens as one number)."""
         return {
             "model_turns": self.model_turns,
@@ -52,6 +55,8 @@ class Usage:
 
 
 FIELDS = fields(Usage)
+#: Each field's type, to convert its sum with (Usage's annotations are classes, never strings).
+_KINDS = {f.name: cast(type, f.type) for f in FIELDS}
 #: Nothing used: what a run and a step start from.
 ZERO = Usage()
 
@@ -60,16 +65,16 @@ def task_usage(task_id: int) -> Usage:
     """Usage summed over every run of the task, in one aggregate: limits hold across pauses and
     restarts."""
     totals = AgentRun.objects.filter(task_id=task_id).aggregate(
-        **{f.name: Coalesce(Sum(f.name), f.type(0)) for f in FIELDS}
+        **{name: Coalesce(Sum(name), kind(0)) for name, kind in _KINDS.items()}
     )
-    return Usage(**{f.name: f.type(totals[f.name]) for f in FIELDS})
+    return Usage(**{name: kind(totals[name]) for name, kind in _KINDS.items()})
 
 
 def is_mcp_tool(name: str) -> bool:
     return MCP_SEPARATOR in (name or "")
 
 
-def reached(limit: Limit, task, usage: Usage) -> str | None:
+def reached(limit: Limit, task: Task, usage: Usage) -> str | None:
     """The failure message when ``task`` has used all of the cumulative ``limit`` (a limit the task
     does not set, such as no money budget, is never reached); None while some remains."""
     granted = getattr(task, limit.field)
@@ -79,10 +84,10 @@ def reached(limit: Limit, task, usage: Usage) -> str | None:
     return limit.reached.format(granted=granted, used=used)
 
 
-def remaining(task, usage: Usage) -> dict:
+def remaining(task: Task, usage: Usage) -> dict[str, int | float | str]:
     """What remains of each cumulative limit (never negative); JSON-safe (cost as a string).
     A limit the task does not set (no money budget) is left out."""
-    result = {}
+    result: dict[str, int | float | str] = {}
     for limit in CUMULATIVE:
         granted = getattr(task, limit.field)
         if granted is None:
@@ -95,7 +100,7 @@ def remaining(task, usage: Usage) -> dict:
     return result
 
 
-def first_reached(limits, task, usage: Usage) -> tuple[Limit, str] | None:
+def first_reached(limits: Iterable[Limit], task: Task, usage: Usage) -> tuple[Limit, str] | None:
     """The first of ``limits`` the task has reached, with its failure message; None if none."""
     for limit in limits:
         if message := reached(limit, task, usage):
@@ -103,9 +108,12 @@ def first_reached(limits, task, usage: Usage) -> tuple[Limit, str] | None:
     return None
 
 
-def headroom(limits, task, usage: Usage, counter: str | None = None):
+def headroom(
+    limits: Iterable[Limit], task: Task, usage: Usage, counter: str | None = None
+) -> int | None:
     """What remains before the first of ``limits`` is reached (never negative), counting only
-    those whose counter is ``counter`` when it is given; None when none of them is set."""
+    those whose counter is ``counter`` when it is given; None when none of them is set. For
+    limits that count whole units (tokens, network requests, MCP calls)."""
     left = [
         getattr(task, limit.field) - getattr(usage, limit.counter)
         for limit in limits
@@ -114,10 +122,10 @@ def headroom(limits, task, usage: Usage, counter: str | None = None):
     return max(0, min(left)) if left else None
 
 
-def exhausted_limits(task, usage: Usage | None = None) -> set[str]:
+def exhausted_limits(task: Task, usage: Usage | None = None) -> set[str]:
     """The codes of the cumulative limits the task has reached."""
     usage = usage or task_usage(task.pk)
-    out = set()
+    out: set[str] = set()
     for limit in CUMULATIVE:
         if reached(limit, task, usage):
             out.add(limit.failure_code)

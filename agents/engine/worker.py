@@ -18,6 +18,7 @@ import socket
 import threading
 import time
 from dataclasses import dataclass
+from types import FrameType
 
 import psycopg
 from django.conf import settings
@@ -50,7 +51,7 @@ DB_ERRORS = (*CONNECTION_ERRORS, DatabaseError)
 DELIVERY_INTERVAL_SECONDS = 1.0  # between delivery passes (a pass sends every row that is due)
 
 
-def storage_message(exc: Exception, loop) -> str:
+def storage_message(exc: Exception, loop: AgentLoop | None) -> str:
     """Why a step could not be stored, with what the model said in it (escaped and bounded),
     so that a person can read it on the failed run."""
     lines = [f"the database refused the run's step: {type(exc).__name__}: {exc}"[:2000]]
@@ -200,7 +201,7 @@ class Worker:
         signal.signal(signal.SIGTERM, self._on_signal)
         signal.signal(signal.SIGINT, self._on_signal)
 
-    def _on_signal(self, signum, frame) -> None:
+    def _on_signal(self, signum: int, frame: FrameType | None) -> None:
         if self.stopping.is_set():
             log.warning("worker.exit_now", extra={"worker": self.worker_id})
             os._exit(1)
@@ -436,6 +437,7 @@ class Worker:
                 if own_heartbeat:
                     self.heartbeat = None
             if own_heartbeat:
+                assert heartbeat is not None  # this run started it; only this run ends it
                 heartbeat.end()
                 heartbeat.join(5)
             release_connection()
@@ -455,7 +457,9 @@ class Worker:
         event = "run.cancelled" if code == FailureCode.CANCELLED else "run.fenced_out"
         log.warning(event, extra={"task_id": claim.task_id, "run_id": claim.run_id})
 
-    def _fail_attempt(self, claim: Claim, code: str, message: str, *, retryable: bool):
+    def _fail_attempt(
+        self, claim: Claim, code: str, message: str, *, retryable: bool
+    ) -> str | None:
         """Record a failed attempt after the run's own write failed (nothing of its last step
         was stored). None when that cannot be recorded either: the lease then expires and
         recovery, which counts lost runs, takes the task."""
