@@ -38,7 +38,8 @@ from pydantic import BaseModel, ConfigDict
 
 from acthelm_site.credentials import redact
 
-from .base import RecoveryClass, Tool, ToolContext, ToolError, ToolResult
+from .base import Tool, ToolContext, ToolError, ToolResult
+from .recovery_class import RecoveryClass
 
 #: ``SERVER__TOOL``: the separator between a server's name and its tool's name.
 SEPARATOR = "__"
@@ -687,7 +688,7 @@ def _json_path(path) -> str:
     return out or "(arguments)"
 
 
-class McpTool(Tool):
+class McpTool(Tool[McpArgs]):
     """One tool of one MCP server, offered to the model as ``SERVER__TOOL``."""
 
     Args = McpArgs
