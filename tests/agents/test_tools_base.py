@@ -1,5 +1,6 @@
 """Registry, argument parsing, schemas and operation hashing of the agent tools."""
 
+import hashlib
 import json
 
 import pytest
@@ -158,38 +159,41 @@ def test_context_normalises_domains():
 # --------------------------------------------------------------------------- hashing
 
 
+def parsed_hash(name, arguments):
+    """operation_hash takes the parsed arguments: the loop parses the model's first."""
+    return operation_hash(name, get_tool(name).parse(arguments))
+
+
 def test_operation_hash_same_arguments_any_key_order():
     a = {"path": "data.csv", "group_by": "region", "aggregate": {"func": "sum", "column": "x"}}
     b = {"aggregate": {"column": "x", "func": "sum"}, "group_by": "region", "path": "data.csv"}
-    assert operation_hash("analyze_csv", a) == operation_hash("analyze_csv", b)
+    assert parsed_hash("analyze_csv", a) == parsed_hash("analyze_csv", b)
 
 
 def test_operation_hash_applies_defaults():
-    tool = get_tool("read_file")
-    short = operation_hash("read_file", {"path": "a.txt"})
-    full = operation_hash("read_file", {"path": "a.txt", "start_line": 1, "max_lines": 400})
-    parsed = operation_hash("read_file", tool.parse({"path": "a.txt"}))
-    assert short == full == parsed
+    short = parsed_hash("read_file", {"path": "a.txt"})
+    full = parsed_hash("read_file", {"path": "a.txt", "start_line": 1, "max_lines": 400})
+    assert short == full
 
 
 def test_operation_hash_changes_with_any_argument_or_tool():
-    base = operation_hash("fetch_url", {"url": "https://example.com/a"})
-    assert base != operation_hash("fetch_url", {"url": "https://example.com/b"})
-    assert base != operation_hash("fetch_url", {"url": "https://example.com/a", "max_bytes": 10})
-    assert operation_hash("read_file", {"path": "a"}) != operation_hash("list_files", {"path": "a"})
+    base = parsed_hash("fetch_url", {"url": "https://example.com/a"})
+    assert base != parsed_hash("fetch_url", {"url": "https://example.com/b"})
+    assert base != parsed_hash("fetch_url", {"url": "https://example.com/a", "max_bytes": 10})
+    assert parsed_hash("read_file", {"path": "a"}) != parsed_hash("list_files", {"path": "a"})
     assert len(base) == 64 and int(base, 16) >= 0
 
 
-def test_operation_hash_refuses_invalid_arguments_for_known_tools():
+def test_invalid_arguments_are_refused_before_any_hash():
     with pytest.raises(ToolError) as info:
-        operation_hash("read_file", {"path": "a", "bogus": 1})
+        parsed_hash("read_file", {"path": "a", "bogus": 1})
     assert info.value.code == "invalid_arguments"
 
 
-def test_operation_hash_of_unregistered_tool_uses_the_dict():
-    assert operation_hash("not_registered", {"b": 1, "a": "é"}) == operation_hash(
-        "not_registered", {"a": "é", "b": 1}
-    )
+def test_operation_hash_is_of_the_tool_name_and_the_canonical_arguments():
+    args = get_tool("read_file").parse({"path": "a.txt"})
+    payload = "read_file\n" + canonical_arguments(args)
+    assert operation_hash("read_file", args) == hashlib.sha256(payload.encode()).hexdigest()
 
 
 def test_canonical_arguments_format():
@@ -240,7 +244,7 @@ def test_non_finite_numbers_are_invalid_arguments_and_never_hashed(arguments, wh
     assert exc.value.code == "invalid_arguments"
     assert f"- {where}: numbers must be finite" in exc.value.message
     with pytest.raises(ToolError) as exc:
-        operation_hash("analyze_csv", arguments)
+        parsed_hash("analyze_csv", arguments)
     assert exc.value.code == "invalid_arguments"
 
 

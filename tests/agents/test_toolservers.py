@@ -98,10 +98,10 @@ def test_test_records_tools_and_the_registry_resolves_them(tested_server):
     assert tool.json_schema()["required"] == ["text"]
     assert tool.recovery_class == RecoveryClass.EXTERNAL  # untrusted: hints ignored
     assert "local__echo" in tool_names() and "read_file" in tool_names()
-    # operation_hash validates a dict against the server's schema like for built-in tools
-    assert operation_hash("local__echo", {"text": "a"}) == operation_hash(
-        "local__echo", tool.parse({"text": "a"})
-    )
+    # the arguments, parsed against the server's schema, hash like a built-in tool's
+    digest = operation_hash("local__echo", tool.parse({"text": "a"}))
+    assert digest == operation_hash("local__echo", tool.parse({"text": "a"}))
+    assert digest != operation_hash("local__echo", tool.parse({"text": "b"}))
     with pytest.raises(UnknownTool):
         get_tool("local__nope")
     with pytest.raises(UnknownTool):

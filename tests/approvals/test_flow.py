@@ -9,7 +9,7 @@ import pytest
 from django.core.management import CommandError, call_command
 
 from agents.actions.decisions import DENIED_RESULT, approval_approve, approval_deny
-from agents.catalogue.tools import operation_hash
+from agents.catalogue.tools import get_tool, operation_hash
 from agents.engine.worker import Worker
 from agents.models import Artifact, ToolCall
 from agents.states import ToolCallStatus
@@ -47,6 +47,12 @@ def write(name: str, content: str, call_id: str):
     return ("write_artifact", {"name": name, "content": content}, call_id)
 
 
+def write_hash(name: str, content: str) -> str:
+    """The operation hash of that write: of its parsed arguments, as the worker computes it."""
+    args = get_tool("write_artifact").parse({"name": name, "content": content})
+    return operation_hash("write_artifact", args)
+
+
 def test_policy_ask_stops_the_task_and_approving_runs_exactly_that_call(loop_settings, actor):
     script = [reply_tool_calls([write("report.md", "# Hello", "w1")]), reply_text("Written.")]
     with ScriptedModelServer(script) as server:
@@ -64,7 +70,7 @@ def test_policy_ask_stops_the_task_and_approving_runs_exactly_that_call(loop_set
         }
         assert approval.effect == "Writes artifact file report.md (7 bytes, text/plain)"
         assert approval.reason == "policy_ask" and approval.status == ApprovalStatus.PENDING
-        expected = operation_hash("write_artifact", {"name": "report.md", "content": "# Hello"})
+        expected = write_hash("report.md", "# Hello")
         assert approval.arguments_hash == call.arguments_hash == expected
         assert (call.status, call.run_count) == (ToolCallStatus.AWAITING_APPROVAL, 0)
         assert artifact_files(task) == [] and len(server.completion_requests) == 1
@@ -91,7 +97,7 @@ def test_a_stale_or_altered_hash_is_refused_and_nothing_runs(loop_settings, acto
         task = tool_task(server, ["write_artifact"], tool_policies=ASK_WRITE)
         work()
         approval = Approval.objects.get(task=task)
-        altered = operation_hash("write_artifact", {"name": "report.md", "content": "# Evil"})
+        altered = write_hash("report.md", "# Evil")
         for bad in ("", "0" * 64, altered, approval.arguments_hash.upper()):
             with pytest.raises(StaleDecision):
                 approval_approve(actor=actor, approval_id=approval.pk, arguments_hash=bad)

@@ -5,7 +5,7 @@ from datetime import timedelta
 
 from django.utils import timezone
 
-from agents.catalogue.tools import operation_hash
+from agents.catalogue.tools import get_tool, operation_hash
 from agents.states import RecoveryClass, Role, RunStatus, ToolCallStatus
 from approvals.states import ApprovalReason
 from tasks.states import ActorKind, EventKind, TaskStatus
@@ -120,7 +120,7 @@ def transcript_task(
             turn=on,
             tool=tool,
             arguments=arguments,
-            arguments_hash=operation_hash(tool, arguments),
+            arguments_hash=operation_hash(tool, get_tool(tool).parse(arguments)),
             result=result,
             result_for_model=result if for_model is None else for_model,
             run_count=1,
@@ -213,7 +213,7 @@ def pending_approval(*, url="https://example.org/report.csv", task=None, age_min
         turn=turn,
         tool="fetch_url",
         arguments=arguments,
-        arguments_hash=operation_hash("fetch_url", arguments),
+        arguments_hash=operation_hash("fetch_url", get_tool("fetch_url").parse(arguments)),
         status=ToolCallStatus.AWAITING_APPROVAL,
         recovery_class=RecoveryClass.EXTERNAL,
     )
@@ -247,7 +247,7 @@ def pending_review(*, url="https://example.org/data.json"):
         turn=turn,
         tool="fetch_url",
         arguments=arguments,
-        arguments_hash=operation_hash("fetch_url", arguments),
+        arguments_hash=operation_hash("fetch_url", get_tool("fetch_url").parse(arguments)),
         status=ToolCallStatus.UNKNOWN,
         recovery_class=RecoveryClass.EXTERNAL,
     )

@@ -9,7 +9,6 @@ from . import artifacts, csv_tool, fetch, files, plan  # noqa: F401  (import reg
 from .base import (
     ERROR_CODES,
     ArtifactWritten,
-    RecoveryClass,
     Tool,
     ToolArgs,
     ToolContext,
@@ -20,6 +19,7 @@ from .base import (
 )
 from .fetch import host_allowed
 from .files import resolve_in_workspace
+from .recovery_class import RecoveryClass
 from .registry import (
     Resolver,
     UnknownTool,

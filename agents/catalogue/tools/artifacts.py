@@ -18,13 +18,13 @@ import os
 import re
 import tempfile
 import threading
+from collections.abc import Iterator
 from pathlib import Path
 
 from pydantic import Field, field_validator
 
 from .base import (
     ArtifactWritten,
-    RecoveryClass,
     Tool,
     ToolArgs,
     ToolContext,
@@ -32,6 +32,7 @@ from .base import (
     ToolResult,
 )
 from .files import resolve_in_workspace
+from .recovery_class import RecoveryClass
 from .registry import register
 
 ARTIFACT_NAME_RE = re.compile(r"[A-Za-z0-9_-][A-Za-z0-9._-]{0,99}")
@@ -108,7 +109,7 @@ class FencedOut(Exception):
 
 
 @contextlib.contextmanager
-def _fence_lock(folder: Path):
+def _fence_lock(folder: Path) -> Iterator[None]:
     fd = os.open(folder.parent / f"{FENCE_FILE}.lock", os.O_RDWR | os.O_CREAT, 0o644)
     try:
         fcntl.flock(fd, fcntl.LOCK_EX)
@@ -141,7 +142,7 @@ def stamp_fence(folder: Path, token: int) -> None:
 
 
 @contextlib.contextmanager
-def _fenced(folder: Path, token: int | None):
+def _fenced(folder: Path, token: int | None) -> Iterator[None]:
     """Hold the folder's fence while the file is replaced; refuse when a newer run stamped it."""
     if token is None:
         yield
@@ -156,7 +157,7 @@ def _fenced(folder: Path, token: int | None):
 
 
 @register
-class WriteArtifact(Tool):
+class WriteArtifact(Tool[WriteArtifactArgs]):
     name = "write_artifact"
     description = (
         "Write a text file (a result of the task, e.g. a report or a CSV) to the task's "

@@ -235,22 +235,30 @@ def _inline_refs(schema: dict[str, Any]) -> dict[str, Any]:
             return [walk(v) for v in node]
         return node
 
-    return walk(schema)
+    inlined: dict[str, Any] = walk(schema)  # a dict walks to a dict
+    return inlined
 
 
-class Tool:
-    """Base class.  Subclasses set the class attributes and implement ``run``."""
+class Tool[A: BaseModel]:
+    """Base class, generic in the arguments model ``A``.  Subclasses (``class
+    FetchUrl(Tool[FetchUrlArgs])``) set the class attributes, ``Args`` above all, and implement
+    ``run``.  A collection of different tools holds ``Tool[Any]``.
 
-    name: ClassVar[str] = ""
-    description: ClassVar[str] = ""
+    ``name``, ``description``, ``recovery_class`` and ``default_policy`` are set on the class by
+    the built-in tools and on the instance by an MCP server's (``McpTool``).
+    """
+
+    name: str = ""
+    description: str = ""
     effect: ClassVar[str] = "Runs {target}"  # template; {target} is replaced
-    recovery_class: ClassVar[RecoveryClass] = RecoveryClass.READ_ONLY
+    recovery_class: RecoveryClass = RecoveryClass.READ_ONLY
     # The policy ("allow" | "ask") a task gets for this tool when its author sets none.
-    default_policy: ClassVar[str] = "allow"
+    default_policy: str = "allow"
     internal: ClassVar[bool] = False  # loop-internal tools (update_plan, propose_task)
-    Args: ClassVar[type[BaseModel]] = ToolArgs
+    #: The arguments model (a ``ToolArgs`` subclass for the built-in tools).
+    Args: type[A]
 
-    def parse(self, arguments: dict[str, Any] | None) -> BaseModel:
+    def parse(self, arguments: dict[str, Any] | None) -> A:
         """Validate raw arguments from the model; apply defaults.  ToolError on failure."""
         if arguments is None:
             # Providers give None when the model's argument text is not a JSON object: not
@@ -295,24 +303,24 @@ class Tool:
             "parameters": self.json_schema(),
         }
 
-    def target(self, args: BaseModel) -> str:
+    def target(self, args: A) -> str:
         """The exact thing this call acts on, as shown to a person (a path or URL)."""
         for attr in ("path", "url", "name"):
             if hasattr(args, attr):
                 return str(getattr(args, attr))
         return ""
 
-    def describe_effect(self, args: BaseModel) -> str:
+    def describe_effect(self, args: A) -> str:
         return self.effect.format(target=self.target(args))
 
-    def preflight(self, args: BaseModel, ctx: ToolContext) -> None:
+    def preflight(self, args: A, ctx: ToolContext) -> None:
         """Cheap checks that need no I/O (or only local I/O); raise ToolError to refuse."""
 
-    def approval_reason(self, args: BaseModel, ctx: ToolContext) -> str | None:
+    def approval_reason(self, args: A, ctx: ToolContext) -> str | None:
         """Why this specific call needs a person's approval whatever the policy says."""
         return None
 
-    def run(self, args: BaseModel, ctx: ToolContext) -> ToolResult:  # pragma: no cover
+    def run(self, args: A, ctx: ToolContext) -> ToolResult:  # pragma: no cover
         raise NotImplementedError
 
     def __repr__(self) -> str:
@@ -323,7 +331,7 @@ def canonical_arguments(args: BaseModel | dict[str, Any]) -> str:
     """Canonical JSON of the arguments (sorted keys, no whitespace, UTF-8 kept).
 
     Pass the parsed ``Args`` model so defaults are applied; a plain dict is encoded
-    as it is (``operation_hash`` parses dicts for registered tools first).
+    as it is.
     """
     data = args.model_dump(mode="json") if isinstance(args, BaseModel) else args
     return json.dumps(
@@ -331,18 +339,11 @@ def canonical_arguments(args: BaseModel | dict[str, Any]) -> str:
     )
 
 
-def operation_hash(tool_name: str, args: BaseModel | dict[str, Any]) -> str:
+def operation_hash(tool_name: str, args: BaseModel) -> str:
     """sha256 hex of ``tool_name + "\\n" + canonical_arguments``; approvals bind to it.
 
-    A dict for a registered tool is validated first (so defaults are applied and
-    ``{"path": "a"}`` hashes like ``{"path": "a", "start_line": 1, ...}``); invalid
-    arguments raise ToolError("invalid_arguments").
+    ``args`` is the parsed ``Args`` model (``tool.parse(raw)``), so defaults are applied and
+    ``{"path": "a"}`` hashes like ``{"path": "a", "start_line": 1, ...}``.
     """
-    if isinstance(args, dict):
-        from .registry import find_tool  # local import: avoid a cycle
-
-        tool = find_tool(tool_name)
-        if tool is not None:
-            args = tool.parse(args)
     payload = tool_name + "\n" + canonical_arguments(args)
     return hashlib.sha256(payload.encode("utf-8")).hexdigest()

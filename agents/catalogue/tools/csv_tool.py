@@ -23,7 +23,7 @@ from typing import Any, BinaryIO, Literal
 
 from pydantic import Field, field_validator, model_validator
 
-from .base import RecoveryClass, Tool, ToolArgs, ToolContext, ToolError, ToolResult
+from .base import Tool, ToolArgs, ToolContext, ToolError, ToolResult
 from .files import (
     _rel,
     _workspace_root,
@@ -31,6 +31,7 @@ from .files import (
     open_regular_file,
     resolve_in_workspace,
 )
+from .recovery_class import RecoveryClass
 from .registry import register
 
 CSV_FIELD_LIMIT = 1_048_576  # bytes/characters per field (csv.field_size_limit)
@@ -153,7 +154,7 @@ class _Column:
         self.max: Any = None
         self.true_count = 0
         self.has_time = False
-        self.distinct: set[int] | None = set()
+        self.distinct: set[str | int] | None = set()  # a value, or the hash of a long one
         self.distinct_over = False
         self.samples: list[str] = []
         self.max_len = 0
@@ -357,7 +358,7 @@ class _RowFilter:
         return _compare(cell, self.text, op)
 
 
-def _compare(a: Any, b: Any, op: str) -> bool:
+def _compare[T: (str, float)](a: T, b: T, op: str) -> bool:
     if op == "eq":
         return a == b
     if op == "ne":
@@ -490,7 +491,7 @@ def _group_sort_key(item: tuple[str, _Agg]) -> tuple[int, float, str]:
 
 
 @register
-class AnalyzeCsv(Tool):
+class AnalyzeCsv(Tool[AnalyzeCsvArgs]):
     name = "analyze_csv"
     description = (
         "Analyse a CSV file from the task workspace in one streaming pass: row count, "
@@ -661,7 +662,7 @@ class AnalyzeCsv(Tool):
             "preview_columns": [headers[i] for i in selected],
             "preview": preview,
         }
-        if row_filter is not None:
+        if args.filter is not None:  # row_filter is not None
             data["filter"] = args.filter.model_dump(mode="json")
             data["matched_rows"] = matched
         func = agg.func if agg else "count"

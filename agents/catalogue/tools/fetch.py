@@ -62,7 +62,8 @@ from acthelm_site.egress import (
 )
 from acthelm_site.egress import PinnedBackend as _PinnedBackend  # noqa: F401 - tests pin with it
 
-from .base import RecoveryClass, Tool, ToolArgs, ToolContext, ToolError, ToolResult
+from .base import Tool, ToolArgs, ToolContext, ToolError, ToolResult
+from .recovery_class import RecoveryClass
 from .registry import register
 
 MAX_URL_CHARS = 2000
@@ -306,7 +307,7 @@ class _BoundedDecoder:
     def __init__(self, encoding: str) -> None:
         self.encoding = encoding
         self.supported = encoding in ("", "identity", "gzip", "x-gzip", "deflate")
-        self._z: Any = None
+        self._z: zlib._Decompress | None = None  # typeshed's name for decompressobj()'s type
         if encoding in ("gzip", "x-gzip"):
             self._z = zlib.decompressobj(16 + zlib.MAX_WBITS)
         elif encoding == "deflate":
@@ -371,7 +372,7 @@ class _Counter:
 
 
 @register
-class FetchUrl(Tool):
+class FetchUrl(Tool[FetchUrlArgs]):
     name = "fetch_url"
     description = (
         "Fetch a web page or file with an HTTP GET request (http/https only, public "

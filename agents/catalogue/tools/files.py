@@ -31,7 +31,8 @@ from typing import Any, BinaryIO
 import re2
 from pydantic import Field
 
-from .base import RecoveryClass, Tool, ToolArgs, ToolContext, ToolError, ToolResult
+from .base import Tool, ToolArgs, ToolContext, ToolError, ToolResult
+from .recovery_class import RecoveryClass
 from .registry import register
 
 MAX_PATH_CHARS = 1024
@@ -249,7 +250,7 @@ class ListFilesArgs(ToolArgs):
 
 
 @register
-class ListFiles(Tool):
+class ListFiles(Tool[ListFilesArgs]):
     name = "list_files"
     description = (
         "List files and folders in the task workspace (the task's input files). "
@@ -394,7 +395,7 @@ def _read_line(f: BinaryIO, limit: int) -> tuple[bytes, int]:
 
 
 @register
-class ReadFile(Tool):
+class ReadFile(Tool[ReadFileArgs]):
     name = "read_file"
     description = (
         "Read a text file from the task workspace, a range of lines at a time. "
@@ -550,7 +551,7 @@ def compile_search_pattern(pattern: str, regex: bool, case_sensitive: bool) -> A
 
 
 @register
-class SearchFiles(Tool):
+class SearchFiles(Tool[SearchFilesArgs]):
     name = "search_files"
     description = (
         "Search the text files of the task workspace for a string (or a regex with "

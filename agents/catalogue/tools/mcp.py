@@ -28,17 +28,40 @@ import os
 import re
 import threading
 import time
+from collections.abc import AsyncIterator, Awaitable, Callable, Coroutine, Iterable, Iterator
 from dataclasses import dataclass, field
 from datetime import timedelta
-from typing import Any
+from types import TracebackType
+from typing import TYPE_CHECKING, Any, cast
 
-import jsonschema
+import jsonschema  # type: ignore[import-untyped]  # no stubs in the dev extra (types-jsonschema)
 import re2
 from pydantic import BaseModel, ConfigDict
 
 from acthelm_site.credentials import redact
 
-from .base import RecoveryClass, Tool, ToolContext, ToolError, ToolResult
+from .base import Tool, ToolContext, ToolError, ToolResult
+from .recovery_class import RecoveryClass
+
+if TYPE_CHECKING:  # the SDK and httpx are imported where a session starts, not with the tools
+    import httpx
+    from anyio.streams.memory import MemoryObjectReceiveStream, MemoryObjectSendStream
+    from mcp import ClientSession
+    from mcp import types as mcp_types
+    from mcp.client.stdio import StdioServerParameters
+    from mcp.shared.message import SessionMessage
+    from mcp.shared.session import RequestResponder
+
+    #: What a transport yields: the server's messages (or what could not be parsed), and ours.
+    type Streams = tuple[
+        MemoryObjectReceiveStream[SessionMessage | Exception],
+        MemoryObjectSendStream[SessionMessage],
+    ]
+    #: What runs in one session: a coroutine function of the open ``ClientSession``.
+    type Operation[R] = Callable[[ClientSession], Awaitable[R]]
+    #: Reports from the transports: a dropped connection's text, an oversized answer's size.
+    type OnText = Callable[[str], None]
+    type OnSize = Callable[[int], None]
 
 #: ``SERVER__TOOL``: the separator between a server's name and its tool's name.
 SEPARATOR = "__"
@@ -154,13 +177,15 @@ class _Garbage(Exception):
     """The server sent bytes that are not a JSON-RPC message."""
 
 
-def _transport(spec: ServerSpec, on_dropped=None, on_too_large=None):
+def _transport(
+    spec: ServerSpec, on_dropped: OnText | None = None, on_too_large: OnSize | None = None
+) -> contextlib.AbstractAsyncContextManager[Streams]:
     if spec.transport == "stdio":
         from mcp.client.stdio import StdioServerParameters
 
         if not spec.command:
             raise ToolError(MCP_UNREACHABLE, f"MCP server {spec.name!r} has no command.")
-        env = {}
+        env: dict[str, str] = {}
         secret = spec.credential()
         if secret is not None:
             env[spec.credential_env] = secret
@@ -171,7 +196,7 @@ def _transport(spec: ServerSpec, on_dropped=None, on_too_large=None):
     if spec.transport == "http":
         import httpx
 
-        headers = {}
+        headers: dict[str, str] = {}
         secret = spec.credential()
         if secret:
             headers["authorization"] = f"Bearer {secret}"
@@ -189,7 +214,9 @@ class _TooLarge(Exception):
     """The server sent one message larger than the spec allows; the rest is never read."""
 
 
-def _watched_transport(on_dropped, on_too_large=None, max_bytes: int = 1_000_000):
+def _watched_transport(
+    on_dropped: OnText | None, on_too_large: OnSize | None = None, max_bytes: int = 1_000_000
+) -> httpx.AsyncHTTPTransport:
     """An httpx transport that reports a connection the server dropped mid-answer (the SDK only
     logs a response stream that ends without an answer and waits for the deadline), and one
     response body larger than ``max_bytes``: it stops reading there, so the worker's memory does
@@ -197,10 +224,10 @@ def _watched_transport(on_dropped, on_too_large=None, max_bytes: int = 1_000_000
     import httpx
 
     class Watched(httpx.AsyncByteStream):
-        def __init__(self, inner):
+        def __init__(self, inner: httpx.AsyncByteStream) -> None:
             self.inner = inner
 
-        async def __aiter__(self):
+        async def __aiter__(self) -> AsyncIterator[bytes]:
             seen = 0
             try:
                 async for chunk in self.inner:
@@ -215,13 +242,14 @@ def _watched_transport(on_dropped, on_too_large=None, max_bytes: int = 1_000_000
                     on_dropped(f"{type(exc).__name__}: {exc}")
                 raise
 
-        async def aclose(self):
+        async def aclose(self) -> None:
             await self.inner.aclose()
 
     class Transport(httpx.AsyncHTTPTransport):
-        async def handle_async_request(self, request):
+        async def handle_async_request(self, request: httpx.Request) -> httpx.Response:
             response = await super().handle_async_request(request)
-            response.stream = Watched(response.stream)
+            # An async transport's response streams asynchronously.
+            response.stream = Watched(cast(httpx.AsyncByteStream, response.stream))
             return response
 
     return Transport()
@@ -232,7 +260,9 @@ _DEVNULL = open(os.devnull, "w")  # noqa: SIM115 - one sink for the process's li
 
 
 @contextlib.asynccontextmanager
-async def _bounded_stdio_client(params, max_bytes: int, on_too_large=None):
+async def _bounded_stdio_client(
+    params: StdioServerParameters, max_bytes: int, on_too_large: OnSize | None = None
+) -> AsyncIterator[Streams]:
     """The SDK's ``stdio_client`` with a bounded reader: it reads the server's stdout as bytes
     and, when one line (one JSON-RPC message) grows past ``max_bytes`` before its newline,
     reports it and stops reading, so the worker never holds more than that of one answer.
@@ -248,8 +278,8 @@ async def _bounded_stdio_client(params, max_bytes: int, on_too_large=None):
     )
     from mcp.shared.message import SessionMessage
 
-    read_writer, read_stream = anyio.create_memory_object_stream(0)
-    write_stream, write_reader = anyio.create_memory_object_stream(0)
+    read_writer, read_stream = anyio.create_memory_object_stream[SessionMessage | Exception](0)
+    write_stream, write_reader = anyio.create_memory_object_stream[SessionMessage](0)
     try:
         process = await _create_platform_compatible_process(
             command=params.command,
@@ -263,7 +293,7 @@ async def _bounded_stdio_client(params, max_bytes: int, on_too_large=None):
             await stream.aclose()
         raise
 
-    async def stdout_reader():
+    async def stdout_reader() -> None:
         buffer = bytearray()
         try:
             async with read_writer:
@@ -285,7 +315,7 @@ async def _bounded_stdio_client(params, max_bytes: int, on_too_large=None):
         except anyio.ClosedResourceError:
             await anyio.lowlevel.checkpoint()
 
-    async def stdin_writer():
+    async def stdin_writer() -> None:
         try:
             async with write_reader:
                 async for session_message in write_reader:
@@ -314,30 +344,40 @@ async def _bounded_stdio_client(params, max_bytes: int, on_too_large=None):
 
 
 class _http_transport:  # noqa: N801 - an async context manager used like the SDK's functions
-    def __init__(self, url: str, client):
+    def __init__(self, url: str, client: httpx.AsyncClient) -> None:
         self.url, self.client = url, client
 
-    async def __aenter__(self):
+    async def __aenter__(self) -> Streams:
         from mcp.client.streamable_http import streamable_http_client
 
         await self.client.__aenter__()
         self._cm = streamable_http_client(self.url, http_client=self.client)
         try:
-            return await self._cm.__aenter__()
+            read, write, _session_id = await self._cm.__aenter__()
+            return read, write
         except BaseException:
             await self.client.__aexit__(None, None, None)
             raise
 
-    async def __aexit__(self, *exc):
+    async def __aexit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> bool | None:
         try:
-            return await self._cm.__aexit__(*exc)
+            return await self._cm.__aexit__(exc_type, exc, tb)
         finally:
             await self.client.__aexit__(None, None, None)
 
 
-async def _with_session(
-    spec: ServerSpec, operation, on_garbage, on_dropped=None, on_too_large=None
-):
+async def _with_session[R](
+    spec: ServerSpec,
+    operation: Operation[R],
+    on_garbage: OnText,
+    on_dropped: OnText | None = None,
+    on_too_large: OnSize | None = None,
+) -> R:
     """Open a session, run ``operation(session)``, close.  A line that is not JSON-RPC is
     reported through ``on_garbage``, an HTTP answer cut off through ``on_dropped`` (the SDK
     would only log them and wait for the deadline)."""
@@ -345,7 +385,11 @@ async def _with_session(
 
     finished = False
 
-    async def on_message(message):
+    async def on_message(
+        message: RequestResponder[mcp_types.ServerRequest, mcp_types.ClientResult]
+        | mcp_types.ServerNotification
+        | Exception,
+    ) -> None:
         if isinstance(message, Exception):
             on_garbage(str(message))
 
@@ -367,10 +411,10 @@ async def _with_session(
             return result
 
 
-class _Runner:
+class _Runner[R]:
     """Runs one coroutine in a private thread; the caller waits, polls cancel and deadline."""
 
-    def __init__(self, make_coro, max_bytes: int = 0):
+    def __init__(self, make_coro: Callable[[], Coroutine[Any, Any, R]], max_bytes: int = 0):
         self.make_coro = make_coro
         self.max_bytes = max_bytes
         self.done = threading.Event()
@@ -378,13 +422,13 @@ class _Runner:
         self.dropped: str | None = None
         self.too_large: int | None = None
         self.loop: asyncio.AbstractEventLoop | None = None
-        self.task: asyncio.Task | None = None
-        self.result: Any = None
+        self.task: asyncio.Task[Any] | None = None
+        self.result: R | None = None
         self.error: BaseException | None = None
         self.started = threading.Event()
 
-    def _thread(self):
-        async def main():
+    def _thread(self) -> None:
+        async def main() -> R:
             self.task = asyncio.current_task()
             self.loop = asyncio.get_running_loop()
             self.started.set()
@@ -398,18 +442,18 @@ class _Runner:
             self.started.set()
             self.done.set()
 
-    def cancel(self):
+    def cancel(self) -> None:
         if self.loop is not None and self.task is not None:
             try:
                 self.loop.call_soon_threadsafe(self.task.cancel)
             except RuntimeError:  # the loop already closed: the call is over anyway
                 pass
 
-    def run(self, *, deadline: float, cancel_event: threading.Event | None) -> Any:
+    def run(self, *, deadline: float, cancel_event: threading.Event | None) -> R:
         thread = threading.Thread(target=self._thread, name="mcp-call", daemon=True)
         thread.start()
         self.started.wait()
-        why = None
+        why: str | None = None
         while not self.done.wait(POLL_SECONDS):
             if cancel_event is not None and cancel_event.is_set():
                 why = "cancelled"
@@ -440,10 +484,11 @@ class _Runner:
                 f"The MCP server's answer is larger than {self.max_bytes} bytes; it was not read.",
             )
         if why == "dropped":
-            raise ToolError(MCP_CONNECTION_CLOSED, f"the server went away: {self.dropped[:200]}")
+            dropped = self.dropped or ""  # set: that is why
+            raise ToolError(MCP_CONNECTION_CLOSED, f"the server went away: {dropped[:200]}")
         if self.error is not None:
             raise self.error
-        return self.result
+        return cast(R, self.result)  # the coroutine returned without an error: its result
 
 
 def _classify(spec: ServerSpec, exc: BaseException) -> ToolError:
@@ -504,7 +549,7 @@ def _classify(spec: ServerSpec, exc: BaseException) -> ToolError:
     raise exc
 
 
-def _leaves(group: BaseExceptionGroup):
+def _leaves(group: BaseExceptionGroup[BaseException]) -> Iterator[BaseException]:
     for exc in group.exceptions:
         if isinstance(exc, BaseExceptionGroup):
             yield from _leaves(exc)
@@ -512,7 +557,13 @@ def _leaves(group: BaseExceptionGroup):
             yield exc
 
 
-def _run(spec: ServerSpec, operation, *, timeout: float, cancel_event=None) -> Any:
+def _run[R](
+    spec: ServerSpec,
+    operation: Operation[R],
+    *,
+    timeout: float,
+    cancel_event: threading.Event | None = None,
+) -> R:
     def on_garbage(text: str) -> None:
         if runner.garbage is None:
             runner.garbage = text[:300]
@@ -544,8 +595,9 @@ def _run(spec: ServerSpec, operation, *, timeout: float, cancel_event=None) -> A
 def list_tools(spec: ServerSpec, *, timeout: float | None = None) -> list[RemoteTool]:
     """Connect, initialize, list every tool (following pagination).  ToolError on failure."""
 
-    async def operation(session):
-        tools, cursor = [], None
+    async def operation(session: ClientSession) -> list[mcp_types.Tool]:
+        tools: list[mcp_types.Tool] = []
+        cursor: str | None = None
         for _ in range(100):  # pages; a server that never ends its list is cut here
             page = await session.list_tools(cursor=cursor) if cursor else await session.list_tools()
             tools.extend(page.tools)
@@ -555,7 +607,7 @@ def list_tools(spec: ServerSpec, *, timeout: float | None = None) -> list[Remote
         return tools
 
     raw = _run(spec, operation, timeout=timeout or spec.timeout)
-    out = []
+    out: list[RemoteTool] = []
     for tool in raw:
         annotations = tool.annotations.model_dump(exclude_none=True) if tool.annotations else {}
         out.append(
@@ -576,24 +628,23 @@ def call_tool(
     *,
     timeout: float | None = None,
     cancel_event: threading.Event | None = None,
-):
+) -> mcp_types.CallToolResult:
     """One ``tools/call``; returns the SDK's ``CallToolResult``.  ToolError on failure."""
 
-    async def operation(session):
+    async def operation(session: ClientSession) -> mcp_types.CallToolResult:
         return await session.call_tool(tool, arguments)
 
     return _run(spec, operation, timeout=timeout or spec.timeout, cancel_event=cancel_event)
 
 
-def result_text(result) -> str:
+def result_text(result: mcp_types.CallToolResult) -> str:
     """The text of a ``CallToolResult``: text blocks as they are, anything else as JSON."""
     parts: list[str] = []
     for block in result.content or []:
-        kind = getattr(block, "type", "")
-        if kind == "text":
+        if block.type == "text":  # the SDK's content blocks are told apart by their type
             parts.append(block.text)
-        elif kind in ("image", "audio"):
-            parts.append(f"[{kind} {getattr(block, 'mimeType', '')}, not shown]")
+        elif block.type in ("image", "audio"):
+            parts.append(f"[{block.type} {getattr(block, 'mimeType', '')}, not shown]")
         else:
             parts.append(json.dumps(block.model_dump(mode="json", exclude_none=True)))
     if not parts and result.structuredContent is not None:
@@ -641,14 +692,18 @@ _RE2_OPTIONS.log_errors = False
 _NAME_MAPS = frozenset({"properties", "$defs", "definitions", "dependentSchemas"})
 
 
-def _re2(pattern: str):
+def _re2(pattern: str) -> Any:  # a compiled RE2 pattern (re2 has no type hints), or None
     try:
         return re2.compile(pattern, options=_RE2_OPTIONS)
     except (re2.error, TypeError, ValueError):
         return None
 
 
-def _re2_pattern(validator, pattern, instance, schema):
+def _re2_pattern(
+    validator: jsonschema.protocols.Validator, pattern: Any, instance: Any, schema: dict[str, Any]
+) -> Iterator[jsonschema.ValidationError]:
+    """The ``pattern`` keyword: ``pattern`` and ``instance`` are whatever JSON the schema and the
+    arguments hold."""
     if not isinstance(pattern, str) or not validator.is_type(instance, "string"):
         return
     compiled = _re2(pattern)
@@ -672,22 +727,23 @@ def _without_pattern_properties(node: Any, parent: str = "") -> Any:
     return out
 
 
-def _validator(schema: dict[str, Any]):
+def _validator(schema: dict[str, Any]) -> jsonschema.protocols.Validator:
     """A validator for the server's schema (its draft, Draft 2020-12 by default) whose regular
     expressions are RE2's."""
     base = jsonschema.validators.validator_for(schema, default=jsonschema.Draft202012Validator)
     cls = jsonschema.validators.extend(base, {"pattern": _re2_pattern})
-    return cls(_without_pattern_properties(schema))
+    validator: jsonschema.protocols.Validator = cls(_without_pattern_properties(schema))
+    return validator
 
 
-def _json_path(path) -> str:
+def _json_path(path: Iterable[str | int]) -> str:
     out = ""
     for part in path:
         out += f"[{part}]" if isinstance(part, int) else ("." if out else "") + str(part)
     return out or "(arguments)"
 
 
-class McpTool(Tool):
+class McpTool(Tool[McpArgs]):
     """One tool of one MCP server, offered to the model as ``SERVER__TOOL``."""
 
     Args = McpArgs
@@ -696,8 +752,8 @@ class McpTool(Tool):
     def __init__(self, spec: ServerSpec, remote: RemoteTool) -> None:
         self.spec = spec
         self.remote = remote
-        self.name = qualified_name(spec.name, remote.name)  # type: ignore[misc]
-        self.description = frame_description(spec, remote)  # type: ignore[misc]
+        self.name = qualified_name(spec.name, remote.name)
+        self.description = frame_description(spec, remote)
         hints = remote.annotations if spec.trusted else {}
         read_only = hints.get("readOnlyHint") is True
         if read_only:
@@ -706,11 +762,11 @@ class McpTool(Tool):
             recovery = RecoveryClass.IDEMPOTENT
         else:
             recovery = RecoveryClass.EXTERNAL
-        self.recovery_class = recovery  # type: ignore[misc]
+        self.recovery_class = recovery
         #: The policy a task gets for this tool when its author sets none.
         self.default_policy = POLICY_ALLOW if read_only else POLICY_ASK
         self._schema = self._object_schema(remote.input_schema)
-        self._checker = None
+        self._checker: jsonschema.protocols.Validator | None = None
 
     @staticmethod
     def _object_schema(schema: dict[str, Any]) -> dict[str, Any]:
@@ -720,9 +776,10 @@ class McpTool(Tool):
         return schema
 
     def json_schema(self) -> dict[str, Any]:
-        return json.loads(json.dumps(self._schema))
+        copy: dict[str, Any] = json.loads(json.dumps(self._schema))
+        return copy
 
-    def parse(self, arguments: dict[str, Any] | None) -> BaseModel:
+    def parse(self, arguments: dict[str, Any] | None) -> McpArgs:
         if not isinstance(arguments, dict):
             got = "none" if arguments is None else type(arguments).__name__
             raise ToolError(
@@ -754,10 +811,10 @@ class McpTool(Tool):
             raise ToolError("invalid_arguments", "\n".join(lines), details={"fields": fields})
         return McpArgs.model_validate(arguments)
 
-    def target(self, args: BaseModel) -> str:
+    def target(self, args: McpArgs) -> str:
         return f"{self.remote.name} ({self.spec.name})"
 
-    def run(self, args: BaseModel, ctx: ToolContext) -> ToolResult:
+    def run(self, args: McpArgs, ctx: ToolContext) -> ToolResult:
         ctx.check_cancelled()
         arguments = args.model_dump(mode="json")
         result = call_tool(

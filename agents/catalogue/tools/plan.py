@@ -6,7 +6,8 @@ result the model sees.
 
 from pydantic import Field
 
-from .base import RecoveryClass, Tool, ToolArgs, ToolContext, ToolResult
+from .base import Tool, ToolArgs, ToolContext, ToolResult
+from .recovery_class import RecoveryClass
 from .registry import register
 
 
@@ -21,7 +22,7 @@ class UpdatePlanArgs(ToolArgs):
 
 
 @register
-class UpdatePlan(Tool):
+class UpdatePlan(Tool[UpdatePlanArgs]):
     name = "update_plan"
     description = (
         "Record or revise your plan: an ordered list of steps with a status each. Call this "
@@ -32,7 +33,7 @@ class UpdatePlan(Tool):
     internal = True
     Args = UpdatePlanArgs
 
-    def target(self, args) -> str:
+    def target(self, args: UpdatePlanArgs) -> str:
         return "the task's plan"
 
     def run(self, args: UpdatePlanArgs, ctx: ToolContext) -> ToolResult:
@@ -64,7 +65,7 @@ class ProposeTaskArgs(ToolArgs):
 
 
 @register
-class ProposeTask(Tool):
+class ProposeTask(Tool[ProposeTaskArgs]):
     name = "propose_task"
     description = (
         "Create a follow-up task for this goal. It runs after the tasks named in "
@@ -77,7 +78,7 @@ class ProposeTask(Tool):
     internal = True
     Args = ProposeTaskArgs
 
-    def target(self, args) -> str:
+    def target(self, args: ProposeTaskArgs) -> str:
         return args.title
 
     def run(self, args: ProposeTaskArgs, ctx: ToolContext) -> ToolResult:

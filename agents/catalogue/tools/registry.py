@@ -9,10 +9,11 @@ from __future__ import annotations
 
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
+from typing import Any
 
 from .base import Tool, ToolError
 
-_REGISTRY: dict[str, Tool] = {}
+_REGISTRY: dict[str, Tool[Any]] = {}
 
 
 @dataclass(frozen=True)
@@ -24,7 +25,7 @@ class Resolver:
     (``agents.catalogue.toolservers``).
     """
 
-    find: Callable[[str], Tool | None]
+    find: Callable[[str], Tool[Any] | None]
     names: Callable[[], Iterable[str]]
 
 
@@ -39,8 +40,9 @@ def remove_resolver(key: str) -> None:
     _RESOLVERS.pop(key, None)
 
 
-def find_tool(name: str) -> Tool | None:
-    """The tool registered or resolvable under ``name``, or None."""
+def find_tool(name: object) -> Tool[Any] | None:
+    """The tool registered or resolvable under ``name``, or None (also for a name that is not
+    a string, e.g. from JSON nobody checked)."""
     if not isinstance(name, str):
         return None
     tool = _REGISTRY.get(name)
@@ -67,7 +69,7 @@ class UnknownTool(ToolError, KeyError):
         return f"{self.code}: {self.message}"
 
 
-def register[T: type[Tool]](cls: T) -> T:
+def register[T: type[Tool[Any]]](cls: T) -> T:
     """Class decorator: instantiate the tool and register it under ``cls.name``."""
     if not isinstance(cls, type) or not issubclass(cls, Tool):
         raise TypeError("register() expects a Tool subclass")
@@ -85,14 +87,14 @@ def register[T: type[Tool]](cls: T) -> T:
     return cls
 
 
-def get_tool(name: str) -> Tool:
+def get_tool(name: str) -> Tool[Any]:
     tool = find_tool(name)
     if tool is None:
         raise UnknownTool(str(name))
     return tool
 
 
-def all_tools() -> dict[str, Tool]:
+def all_tools() -> dict[str, Tool[Any]]:
     return dict(_REGISTRY)
 
 
