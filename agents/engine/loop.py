@@ -128,7 +128,7 @@ class Decision:
     and a message; a call to run or to ask about has its tool and parsed arguments."""
 
     verdict: Verdict
-    tool: Tool | None = None
+    tool: Tool[Any] | None = None
     args: BaseModel | None = None
     hash: str = ""
     canonical: dict[str, Any] | None = None
@@ -136,7 +136,7 @@ class Decision:
     message: str = ""
     reason: str = ""
 
-    def operation(self) -> tuple[Tool, BaseModel]:
+    def operation(self) -> tuple[Tool[Any], BaseModel]:
         """The tool and its parsed arguments, which a decision to run or to ask has."""
         if self.tool is None or self.args is None:
             raise ValueError(f"a decision to {self.verdict} names no operation")
@@ -294,7 +294,7 @@ class AgentLoop:
         offered = [name for name in task.tools if name in known] if use_tools else []
         self.offered = offered
         # Resolved once: an MCP tool (SERVER__TOOL) is read from its server's recorded list.
-        self.tools: dict[str, Tool] = {name: get_tool(name) for name in offered}
+        self.tools: dict[str, Tool[Any]] = {name: get_tool(name) for name in offered}
         self._pin_mcp_tools()
         self.specs = [
             ToolSpec(name=t.name, description=t.description, parameters=t.json_schema())
@@ -815,7 +815,9 @@ class AgentLoop:
             message = found[1] if found else limit.reached.format(granted=granted, used=used)
             raise _fail(limit.failure_code, message, retryable=False)
 
-    def _execute_internal(self, call: CallState, tool: Tool, args: BaseModel, counted: int) -> None:
+    def _execute_internal(
+        self, call: CallState, tool: Tool[Any], args: BaseModel, counted: int
+    ) -> None:
         result = tool.run(args, self._context())
         if tool.name == "update_plan":
             self.step.plan = result.data
