@@ -114,7 +114,7 @@ def _fail(code: str, message: str, *, retryable: bool = True, health: bool = Fal
     )
 
 
-class Verdict(enum.StrEnum):
+class CallVerdict(enum.StrEnum):
     """What the checks make of one tool call (`AgentLoop._admit`)."""
 
     RUN = "run"
@@ -127,7 +127,7 @@ class Decision:
     """What to do with one tool call: run it, refuse it, or ask a person. A refusal has a code
     and a message; a call to run or to ask about has its tool and parsed arguments."""
 
-    verdict: Verdict
+    verdict: CallVerdict
     tool: Tool[Any] | None = None
     args: BaseModel | None = None
     hash: str = ""
@@ -144,7 +144,7 @@ class Decision:
 
 
 def _refuse(code: str, message: str) -> Decision:
-    return Decision(Verdict.REFUSE, code=code, message=message)
+    return Decision(CallVerdict.REFUSE, code=code, message=message)
 
 
 class AgentLoop:
@@ -571,7 +571,7 @@ class AgentLoop:
         """Decide a new call in memory; returns whether a plan exists after it."""
         state = new.state
         decision = self._admit(state, plan_exists=plan)
-        if decision.verdict == Verdict.REFUSE:
+        if decision.verdict == CallVerdict.REFUSE:
             _span_outcome(state, "refused", decision.code)
             state.status, state.error_code = TC.REFUSED, decision.code
             new.result = f"{decision.code}: {decision.message}"
@@ -583,7 +583,7 @@ class AgentLoop:
             )
             return plan
         state.arguments, state.arguments_hash = decision.canonical, decision.hash
-        if decision.verdict == Verdict.ASK:
+        if decision.verdict == CallVerdict.ASK:
             _span_outcome(state, "awaiting_approval")
             state.status = TC.AWAITING_APPROVAL
             new.approval = self._approval(decision)
@@ -613,7 +613,7 @@ class AgentLoop:
         except (ValueError, TypeError) as exc:  # e.g. NaN in the arguments: no hash, no jsonb
             return _refuse("invalid_arguments", f"the arguments cannot be used: {exc}")
         canonical = jsonb_order(canonical)
-        decision = Decision(Verdict.RUN, tool=tool, args=args, hash=digest, canonical=canonical)
+        decision = Decision(CallVerdict.RUN, tool=tool, args=args, hash=digest, canonical=canonical)
         if call.arguments_hash and call.arguments_hash != digest:
             return _refuse("approval_mismatch", "the operation's arguments changed")
         if call.status == TC.APPROVED:
@@ -641,7 +641,12 @@ class AgentLoop:
             except ToolError as exc:  # refuse what no approval could make valid
                 return _refuse(exc.code, exc.message)
             return Decision(
-                Verdict.ASK, tool=tool, args=args, hash=digest, canonical=canonical, reason=reason
+                CallVerdict.ASK,
+                tool=tool,
+                args=args,
+                hash=digest,
+                canonical=canonical,
+                reason=reason,
             )
         return decision
 
@@ -713,11 +718,11 @@ class AgentLoop:
     def _handle(self, call: CallState) -> bool:
         """Refuse, ask about or run the call; returns whether it waits for a person."""
         d = self._admit(call, plan_exists=self.plan_exists)
-        if d.verdict == Verdict.REFUSE:
+        if d.verdict == CallVerdict.REFUSE:
             _span_outcome(call, "refused", d.code)
             self._result(call, TC.REFUSED, error=(d.code, d.message), runs=0)
             return False
-        if d.verdict == Verdict.ASK:
+        if d.verdict == CallVerdict.ASK:
             _span_outcome(call, "awaiting_approval")
             self.step.results.append(
                 Result(
