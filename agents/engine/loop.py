@@ -44,6 +44,7 @@ from agents.catalogue.tools import (
 )
 from agents.catalogue.tools.artifacts import stamp_fence
 from agents.catalogue.tools.mcp import McpTool, RemoteTool
+from agents.catalogue.tools.plan import ProposeTaskArgs
 from agents.engine import storable
 from agents.engine.leases import holds_now
 from agents.engine.outcomes import Outcome, OutcomeKind, apply_outcome
@@ -831,6 +832,7 @@ class AgentLoop:
             return
         # propose_task: the new task's id is part of the result the model gets, so the proposal
         # is written now (follow_up_create; proposing the same title again returns the first).
+        assert isinstance(args, ProposeTaskArgs)  # the only other internal tool's arguments
         self.step.proposals.append((call, args))
         self.commit()
 

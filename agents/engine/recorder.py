@@ -45,8 +45,7 @@ from tasks.states import EventKind
 from tasks.transitions import record_events
 
 if TYPE_CHECKING:
-    from pydantic import BaseModel
-
+    from agents.catalogue.tools.plan import ProposeTaskArgs
     from agents.engine.outcomes import Outcome
     from agents.engine.supervisor import SupervisorVerdict
     from memory.models import MemoryEntry
@@ -189,7 +188,7 @@ class Step:
     results: list[Result] = field(default_factory=list)
     artifacts: list[tuple[CallState, ArtifactWritten]] = field(default_factory=list)
     plan: dict[str, Any] | None = None
-    proposals: list[tuple[CallState, BaseModel]] = field(default_factory=list)  # propose_task
+    proposals: list[tuple[CallState, ProposeTaskArgs]] = field(default_factory=list)
     compaction: tuple[list[CallState], int, int] | None = None  # chosen, tokens before, after
     events: list[Event] = field(default_factory=list)
     # What the step used (turns, tokens, time, requests, MCP starts, cost): added to the run row
@@ -530,7 +529,7 @@ class Recorder:
                     },
                 )
 
-    def _propose(self, task: Task | None, call: CallState, args: BaseModel) -> Result:
+    def _propose(self, task: Task | None, call: CallState, args: ProposeTaskArgs) -> Result:
         """propose_task: a linked follow-up task, created in this transaction."""
 
         parent = task or Task.objects.get(pk=self.task_id)
