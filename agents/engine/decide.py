@@ -48,7 +48,7 @@ class Judgement:
     approved: bool
     reason: str = ""
     unverified: bool = False
-    checks: tuple[dict, ...] = ()
+    checks: tuple[dict[str, Any], ...] = ()
 
 
 @dataclass(frozen=True)
@@ -161,14 +161,14 @@ def _is_attempt(code: str) -> bool:
     return known is None or known.is_attempt
 
 
-def _requeue(f: Facts, kind: EventKind, data: dict | None = None, **fields) -> Move:
+def _requeue(f: Facts, kind: EventKind, data: dict[str, Any] | None = None, **fields: Any) -> Move:
     """Back to ready — or to paused, when a person asked for a pause meanwhile."""
     if f.task_status == TaskStatus.PAUSE_REQUESTED:
         return Move(TaskStatus.PAUSED, EventKind.PAUSED, {"after": kind, **(data or {})}, fields)
     return Move(TaskStatus.READY, kind, data, fields)
 
 
-def _fail(code: str, message: str, **fields) -> Move:
+def _fail(code: str, message: str, **fields: Any) -> Move:
     return Move(
         TaskStatus.FAILED,
         EventKind.FAILED,

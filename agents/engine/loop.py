@@ -15,11 +15,13 @@ Prompt building and compaction: `agents.engine.prompting`. What an outcome does:
 
 from __future__ import annotations
 
+import enum
 import logging
 import threading
 import time
 from dataclasses import dataclass, field
 from decimal import Decimal
+from typing import TYPE_CHECKING, Any
 
 from django.conf import settings
 from django.utils import timezone
@@ -28,9 +30,11 @@ from acthelm_site import telemetry
 from acthelm_site.dbpool import release_connection
 from agents.catalogue.connections import provider_for
 from agents.catalogue.prices import turn_usage_fields
-from agents.catalogue.providers import Completion, ProviderError, ToolSpec
+from agents.catalogue.providers import Completion, ProviderError, ToolCallRequest, ToolSpec
 from agents.catalogue.providers.base import PERMANENT_CODES, CancelEvent
 from agents.catalogue.tools import (
+    RecoveryClass,
+    Tool,
     ToolContext,
     ToolError,
     all_tools,
@@ -40,13 +44,24 @@ from agents.catalogue.tools import (
 )
 from agents.catalogue.tools.artifacts import stamp_fence
 from agents.catalogue.tools.mcp import McpTool, RemoteTool
+from agents.catalogue.tools.plan import ProposeTaskArgs
 from agents.engine import storable
 from agents.engine.leases import holds_now
 from agents.engine.outcomes import Outcome, OutcomeKind, apply_outcome
 from agents.engine.prompting import DISCARDED_NOTE, History, result_for_model, system_prompt
-from agents.engine.recorder import CallState, NewCall, NewTurn, Recorder, Result, Step, load_state
+from agents.engine.recorder import (
+    ApprovalFields,
+    CallState,
+    NewCall,
+    NewTurn,
+    Recorder,
+    Result,
+    Step,
+    TurnState,
+    load_state,
+)
 from agents.engine.usage import ZERO, Usage, first_reached, headroom, is_mcp_tool, remaining
-from agents.states import TOOL_CALL_DONE, CostTier, ModelTestStatus, RecoveryClass, Role
+from agents.states import TOOL_CALL_DONE, CostTier, FailureCode, ModelTestStatus, Role
 from agents.states import ToolCallStatus as TC
 from approvals.states import ApprovalReason
 from memory import services as memory_services
@@ -61,12 +76,18 @@ from tasks.limits import (
 from tasks.states import EventKind, TaskStatus, ToolPolicy
 from tasks.workspace import artifacts_dir, workspace_dir
 
+if TYPE_CHECKING:
+    from pydantic import BaseModel
+
+    from acthelm_site.telemetry import ToolSpan
+    from agents.engine.supervisor import SupervisorVerdict
+
 __all__ = ["AgentLoop", "Outcome", "RunSignals"]
 
 log = logging.getLogger("acthelm.loop")
 _NO_CAP = 2**31 - 1
 #: Recovery classes from the most to the least freely replayed (an unknown one is the strictest).
-_STRICTNESS = {
+_STRICTNESS: dict[str, int] = {
     RecoveryClass.READ_ONLY: 0,
     RecoveryClass.IDEMPOTENT: 1,
     RecoveryClass.EXTERNAL: 2,
@@ -94,26 +115,41 @@ def _fail(code: str, message: str, *, retryable: bool = True, health: bool = Fal
     )
 
 
+class CallVerdict(enum.StrEnum):
+    """What the checks make of one tool call (`AgentLoop._admit`)."""
+
+    RUN = "run"
+    REFUSE = "refuse"
+    ASK = "ask"  # a person approves it first
+
+
 @dataclass(frozen=True)
 class Decision:
-    """What to do with one tool call: run it, refuse it, or ask a person."""
+    """What to do with one tool call: run it, refuse it, or ask a person. A refusal has a code
+    and a message; a call to run or to ask about has its tool and parsed arguments."""
 
-    verdict: str  # "run" | "refuse" | "ask"
-    tool: object = None
-    args: object = None
+    verdict: CallVerdict
+    tool: Tool[Any] | None = None
+    args: BaseModel | None = None
     hash: str = ""
-    canonical: dict | None = None
+    canonical: dict[str, Any] | None = None
     code: str = ""
     message: str = ""
     reason: str = ""
 
+    def operation(self) -> tuple[Tool[Any], BaseModel]:
+        """The tool and its parsed arguments, which a decision to run or to ask has."""
+        if self.tool is None or self.args is None:
+            raise ValueError(f"a decision to {self.verdict} names no operation")
+        return self.tool, self.args
+
 
 def _refuse(code: str, message: str) -> Decision:
-    return Decision("refuse", code=code, message=message)
+    return Decision(CallVerdict.REFUSE, code=code, message=message)
 
 
 class AgentLoop:
-    def __init__(self, *, task_id: int, run_id: int, worker_id: str, signals: RunSignals):
+    def __init__(self, *, task_id: int, run_id: int, worker_id: str, signals: RunSignals) -> None:
         self.task_id = task_id
         self.run_id = run_id
         self.actor = Actor.worker(worker_id)
@@ -133,8 +169,8 @@ class AgentLoop:
         with telemetry.invoke_agent(
             task_id=self.task_id,
             run_id=self.run_id,
-            model=task.model.name if task.model_id else "",
-            provider_kind=task.connection.kind if task.connection_id else "",
+            model=task.model.name if task.model is not None else "",
+            provider_kind=task.connection.kind if task.connection is not None else "",
         ) as span:
             outcome = self._run()
             span.set_attribute("acthelm.outcome", str(outcome.kind))
@@ -154,11 +190,12 @@ class AgentLoop:
 
     def commit(self) -> None:
         """Write what the run produced since its last commit (one fenced transaction)."""
+        assert self.recorder is not None  # set by _load, before anything commits
         self._book(Usage(active_seconds=self._elapsed()))
         self.recorder.commit(self.step, checkpoint=self._checkpoint)
         self.step = Step()
 
-    def finish(self, outcome: Outcome, verdict=None) -> str | None:
+    def finish(self, outcome: Outcome, verdict: SupervisorVerdict | None = None) -> str | None:
         """Record the last step together with the run's outcome, in one fenced transaction.
         Returns the task's new status (None for a lost run: nothing is written)."""
         if outcome.kind == OutcomeKind.LOST:
@@ -197,13 +234,13 @@ class AgentLoop:
         self.next_index = saved.next_index
         self.history = History(self.conversation.system_prompt if self.conversation else "")
         self.calls: list[CallState] = []
-        self.last: tuple[str, str, list[CallState]] | None = None  # role, content, calls
-        for role, content, discarded, calls in saved.turns:
-            self.calls += calls
-            if discarded:
+        self.last: TurnState | None = None  # the last turn that was not discarded
+        for turn in saved.turns:
+            self.calls += turn.calls
+            if turn.discarded:
                 continue
-            self.history.add_turn(role, content, calls)
-            self.last = (role, content, calls)
+            self.history.add_turn(turn.role, turn.content, turn.calls)
+            self.last = turn
         self.approvals, self.run_again = saved.approvals, saved.run_again
         self.offered: list[str] | None = None  # set by _validate
         self.memory_from_run = saved.memory_from_run
@@ -214,52 +251,57 @@ class AgentLoop:
 
     def _validate(self) -> None:
         task = self.task
-        if task.connection_id is None or task.model_id is None:
+        connection, model = task.connection, task.model  # read with the task (select_related)
+        if connection is None or model is None:
             raise _fail(
-                "connection_missing",
+                FailureCode.CONNECTION_MISSING,
                 "the task has no connection and model to run on",
                 retryable=False,
             )
-        if not task.connection.enabled:
+        self.connection, self.model = connection, model
+        if not connection.enabled:
             raise _fail(
-                "connection_disabled", f"connection {task.connection} is disabled", retryable=False
+                FailureCode.CONNECTION_DISABLED,
+                f"connection {connection} is disabled",
+                retryable=False,
             )
-        if task.model.test_status != ModelTestStatus.PASSED:
+        if model.test_status != ModelTestStatus.PASSED:
             raise _fail(
-                "model_untested",
-                f"model {task.model} has not passed its test ({task.model.test_status}); "
+                FailureCode.MODEL_UNTESTED,
+                f"model {model} has not passed its test ({model.test_status}); "
                 "run acthelm_connection test first",
                 retryable=False,
             )
-        cooldown = task.connection.cooldown_until
+        cooldown = connection.cooldown_until
         if cooldown and cooldown > timezone.now():
             raise _fail(
-                "provider_cooling_down",
-                f"connection {task.connection} cools down until {cooldown.isoformat()}",
+                FailureCode.PROVIDER_COOLING_DOWN,
+                f"connection {connection} cools down until {cooldown.isoformat()}",
                 health=True,
             )
-        self.provider = provider_for(task.connection)
-        capable = task.model.supports_tools and self.provider.supports_tools
+        self.provider = provider_for(connection)
+        capable = model.supports_tools and self.provider.supports_tools
         if [t for t in task.tools if t] and not capable:
             # Never a silent run without the tools the task was given.
             raise _fail(
-                "model_not_tool_capable",
-                f"the task has tools but model {task.model} is recorded as not tool-capable: "
+                FailureCode.MODEL_NOT_TOOL_CAPABLE,
+                f"the task has tools but model {model} is recorded as not tool-capable: "
                 "resume or retry it on another model, or a person overrides the record "
                 "(acthelm_connection test --override-tools)",
                 retryable=False,
             )
         use_tools = bool(task.tools) and capable
         known = set(tool_names())
-        self.offered = [name for name in task.tools if name in known] if use_tools else []
+        offered = [name for name in task.tools if name in known] if use_tools else []
+        self.offered = offered
         # Resolved once: an MCP tool (SERVER__TOOL) is read from its server's recorded list.
-        self.tools = {name: get_tool(name) for name in self.offered}
+        self.tools: dict[str, Tool[Any]] = {name: get_tool(name) for name in offered}
         self._pin_mcp_tools()
         self.specs = [
             ToolSpec(name=t.name, description=t.description, parameters=t.json_schema())
             for t in self.tools.values()
         ]
-        if "write_artifact" in self.offered:
+        if "write_artifact" in offered:
             # From now on, no older run of this task can replace an artifact file.
 
             stamp_fence(artifacts_dir(self.task_id), self.claim_count)
@@ -289,15 +331,16 @@ class AgentLoop:
             chosen = memory_services.rank_for_task(
                 self.task, budget_chars=settings.ACTHELM_MEMORY_BUDGET_CHARS
             )
+            assert self.offered is not None  # set by _validate
             prompt = system_prompt(
                 offered=self.offered, memory=memory_services.render_memory(chosen)
             )
-            step.selection = ("record", chosen) if chosen else None
+            step.memory_chosen = chosen
             step.system_prompt = prompt
             self.history = History(prompt)
             self._user_turn(f"## Task\n{self.task.instruction}")
         elif self.memory_from_run:
-            step.selection = ("copy", self.memory_from_run)
+            step.memory_from_run = self.memory_from_run
         if self.task.feedback:
             self._user_turn(f"Feedback on your previous attempt:\n{self.task.feedback}")
             step.clear_feedback = True
@@ -306,7 +349,7 @@ class AgentLoop:
         self.step.turns.append(NewTurn(index=self.next_index, role=Role.USER, content=content))
         self.next_index += 1
         self.history.add_turn(Role.USER, content)
-        self.last = (Role.USER, content, [])
+        self.last = TurnState(Role.USER, content)
 
     # -- usage, time and the checkpoint -----------------------------------------------------------
 
@@ -347,10 +390,10 @@ class AgentLoop:
     def open_operations(self) -> list[CallState]:
         return [c for c in self.calls if c.status not in TOOL_CALL_DONE]
 
-    def _checkpoint(self) -> dict:
+    def _checkpoint(self) -> dict[str, Any]:
         """After each round: what remains of each limit and which operations are pending."""
         usage = self.usage()
-        last_calls = self.last[2] if self.last else []
+        last_calls = self.last.calls if self.last else []
         return {
             "at": timezone.now().isoformat(),
             "remaining": remaining(self.task, usage),
@@ -379,6 +422,7 @@ class AgentLoop:
             raise _Stop(Outcome(Outcome.HANDED_BACK))
         if self.signals.pause.is_set():
             # The heartbeat saw a pause request; it may have been withdrawn since.
+            assert self.recorder is not None  # set by _load, before the first safe point
             if self.recorder.status() == TaskStatus.PAUSE_REQUESTED:
                 raise _Stop(Outcome(Outcome.PAUSED))
             self.signals.pause.clear()
@@ -396,11 +440,11 @@ class AgentLoop:
     def _loop(self) -> Outcome:
         while True:
             self._safe_point()
-            if self.last is not None and self.last[0] == Role.ASSISTANT:
-                calls = self.last[2]
+            if self.last is not None and self.last.role == Role.ASSISTANT:
+                calls = self.last.calls
                 if not calls:
                     # The answer was stored before anything else: never ask the model again.
-                    return Outcome(Outcome.FINAL, answer=self.last[1])
+                    return Outcome(Outcome.FINAL, answer=self.last.content)
                 self._round(calls)
                 self._safe_point()
             self._check_limits()
@@ -414,8 +458,8 @@ class AgentLoop:
     # -- one model turn ---------------------------------------------------------------------------
 
     def _model_turn(self) -> None:
-        task = self.task
-        window = task.model.context_window
+        task, model = self.task, self.model
+        window = model.context_window
         compaction = self.history.compact(
             window=window, reserve=min(task.limit_output_tokens, (window or 0) // 4)
         )
@@ -437,7 +481,7 @@ class AgentLoop:
             max_tokens = task.limit_output_tokens
         try:
             completion = self.provider.complete(
-                model=task.model.name,
+                model=model.name,
                 messages=self.history.messages(),
                 tools=self.specs,
                 max_tokens=max_tokens,
@@ -453,15 +497,17 @@ class AgentLoop:
                 retryable=exc.code not in PERMANENT_CODES,
             ) from None
         completion, adjusted = _storable(completion)
-        free = task.connection.cost_tier == CostTier.ZERO_COST
-        usage = turn_usage_fields(task.model, completion, free=free)
+        free = self.connection.cost_tier == CostTier.ZERO_COST
+        usage = turn_usage_fields(model, completion, free=free)
         usage["cost"], cost_adjusted = storable.money(usage["cost"])
         if cost_adjusted:
             adjusted.append("cost")
         self._book_turn(completion, usage["cost"])
         self._store_turn(completion, usage, adjusted)
 
-    def _store_turn(self, completion: Completion, usage: dict, adjusted: list[str]) -> None:
+    def _store_turn(
+        self, completion: Completion, usage: dict[str, Any], adjusted: list[str]
+    ) -> None:
         discarded = completion.truncated_or_declined
         turn = NewTurn(
             index=self.next_index,
@@ -485,7 +531,7 @@ class AgentLoop:
             },
         )
         plan = self.plan_exists
-        calls = []
+        calls: list[CallState] = []
         for position, request in enumerate(completion.tool_calls):
             state = CallState(
                 call_id=request.id or f"call_{turn.index}_{position}",
@@ -508,7 +554,7 @@ class AgentLoop:
             self.commit()
             return
         self.history.add_turn(Role.ASSISTANT, completion.text, calls)
-        self.last = (Role.ASSISTANT, completion.text, calls)
+        self.last = TurnState(Role.ASSISTANT, completion.text, calls=calls)
         if not calls:
             # A final answer: it is written with the verdict (or before a slow supervisor), or
             # with a hand-back or pause asked for meanwhile (then the next run uses it).
@@ -526,7 +572,7 @@ class AgentLoop:
         """Decide a new call in memory; returns whether a plan exists after it."""
         state = new.state
         decision = self._admit(state, plan_exists=plan)
-        if decision.verdict == "refuse":
+        if decision.verdict == CallVerdict.REFUSE:
             _span_outcome(state, "refused", decision.code)
             state.status, state.error_code = TC.REFUSED, decision.code
             new.result = f"{decision.code}: {decision.message}"
@@ -538,7 +584,7 @@ class AgentLoop:
             )
             return plan
         state.arguments, state.arguments_hash = decision.canonical, decision.hash
-        if decision.verdict == "ask":
+        if decision.verdict == CallVerdict.ASK:
             _span_outcome(state, "awaiting_approval")
             state.status = TC.AWAITING_APPROVAL
             new.approval = self._approval(decision)
@@ -551,17 +597,12 @@ class AgentLoop:
     def _admit(self, call: CallState, *, plan_exists: bool) -> Decision:
         """The checks, in order: on the task's list → plan first → arguments valid → bound to
         the operation a person decided (when one did) → needs approval. Pure."""
-        if call.tool not in self.offered:
+        if call.tool not in self.tools:  # the tools offered, by name
             return _refuse(
                 "tool_not_allowed", f"the tool {call.tool!r} is not available for this task"
             )
         fresh = call.status == TC.PENDING
-        if (
-            fresh
-            and call.tool != "update_plan"
-            and "update_plan" in self.offered
-            and not plan_exists
-        ):
+        if fresh and call.tool != "update_plan" and "update_plan" in self.tools and not plan_exists:
             return _refuse("plan_required", "call update_plan with your plan first")
         tool = self.tools[call.tool]
         try:
@@ -573,7 +614,7 @@ class AgentLoop:
         except (ValueError, TypeError) as exc:  # e.g. NaN in the arguments: no hash, no jsonb
             return _refuse("invalid_arguments", f"the arguments cannot be used: {exc}")
         canonical = jsonb_order(canonical)
-        decision = Decision("run", tool=tool, args=args, hash=digest, canonical=canonical)
+        decision = Decision(CallVerdict.RUN, tool=tool, args=args, hash=digest, canonical=canonical)
         if call.arguments_hash and call.arguments_hash != digest:
             return _refuse("approval_mismatch", "the operation's arguments changed")
         if call.status == TC.APPROVED:
@@ -601,7 +642,12 @@ class AgentLoop:
             except ToolError as exc:  # refuse what no approval could make valid
                 return _refuse(exc.code, exc.message)
             return Decision(
-                "ask", tool=tool, args=args, hash=digest, canonical=canonical, reason=reason
+                CallVerdict.ASK,
+                tool=tool,
+                args=args,
+                hash=digest,
+                canonical=canonical,
+                reason=reason,
             )
         return decision
 
@@ -611,20 +657,22 @@ class AgentLoop:
             return self.approvals[call.pk] == digest
         return call.pk in self.run_again and call.arguments_hash == digest
 
-    def _approval(self, d: Decision) -> dict:
+    def _approval(self, d: Decision) -> ApprovalFields:
+        tool, args = d.operation()
         return {
-            "tool": d.tool.name,
-            "target": d.tool.target(d.args),
+            "tool": tool.name,
+            "target": tool.target(args),
             "arguments": d.canonical,
             "arguments_hash": d.hash,
             "reason": d.reason,
-            "effect": d.tool.describe_effect(d.args),
+            "effect": tool.describe_effect(args),
         }
 
     def _approval_event(self, d: Decision) -> None:
+        tool, args = d.operation()
         self.step.event(
             EventKind.APPROVAL_REQUESTED,
-            {"tool": d.tool.name, "target": d.tool.target(d.args), "reason": d.reason},
+            {"tool": tool.name, "target": tool.target(args), "reason": d.reason},
         )
 
     def _requests_left(self) -> int:
@@ -661,20 +709,21 @@ class AgentLoop:
                 self._mark_unknown(call)  # in flight when a worker stopped: never replayed
                 unknown = True
             else:
-                waiting |= self._handle(call) == "waiting"
+                waiting |= self._handle(call)
         self.history.touch_last()
         if unknown:
             raise _Stop(Outcome(Outcome.NEEDS_REVIEW))
         if waiting:
             raise _Stop(Outcome(Outcome.AWAITING_APPROVAL))
 
-    def _handle(self, call: CallState) -> str:
+    def _handle(self, call: CallState) -> bool:
+        """Refuse, ask about or run the call; returns whether it waits for a person."""
         d = self._admit(call, plan_exists=self.plan_exists)
-        if d.verdict == "refuse":
+        if d.verdict == CallVerdict.REFUSE:
             _span_outcome(call, "refused", d.code)
             self._result(call, TC.REFUSED, error=(d.code, d.message), runs=0)
-            return "done"
-        if d.verdict == "ask":
+            return False
+        if d.verdict == CallVerdict.ASK:
             _span_outcome(call, "awaiting_approval")
             self.step.results.append(
                 Result(
@@ -688,12 +737,12 @@ class AgentLoop:
             )
             call.status = TC.AWAITING_APPROVAL
             self._approval_event(d)
-            return "waiting"
+            return True
         self._execute(call, d)
-        return "done"
+        return False
 
     def _execute(self, call: CallState, d: Decision) -> None:
-        tool = d.tool
+        tool, _ = d.operation()
         mcp = is_mcp_tool(tool.name)
         if mcp and (found := first_reached(BEFORE_AN_MCP_CALL, self.task, self.usage())):
             # Checked before the call starts: it stays open (nothing ran) for a run after the
@@ -710,8 +759,8 @@ class AgentLoop:
         ) as span:
             self._execute_in_span(call, d, span)
 
-    def _execute_in_span(self, call: CallState, d: Decision, span) -> None:
-        tool, args = d.tool, d.args
+    def _execute_in_span(self, call: CallState, d: Decision, span: ToolSpan) -> None:
+        tool, args = d.operation()
         counted = 0
         recovery = self._recovers_as(call)
         if recovery == RecoveryClass.EXTERNAL:
@@ -738,7 +787,7 @@ class AgentLoop:
             self._execute_internal(call, tool, args, counted)
             span.outcome("failed" if call.error_code else "succeeded", error_code=call.error_code)
             return
-        error = None
+        error: ToolError | None = None
         try:
             result = tool.run(args, self._context())
             text, requests, artifact = result.text, result.network_requests, result.artifact
@@ -772,7 +821,9 @@ class AgentLoop:
             message = found[1] if found else limit.reached.format(granted=granted, used=used)
             raise _fail(limit.failure_code, message, retryable=False)
 
-    def _execute_internal(self, call: CallState, tool, args, counted: int) -> None:
+    def _execute_internal(
+        self, call: CallState, tool: Tool[Any], args: BaseModel, counted: int
+    ) -> None:
         result = tool.run(args, self._context())
         if tool.name == "update_plan":
             self.step.plan = result.data
@@ -781,10 +832,19 @@ class AgentLoop:
             return
         # propose_task: the new task's id is part of the result the model gets, so the proposal
         # is written now (follow_up_create; proposing the same title again returns the first).
+        assert isinstance(args, ProposeTaskArgs)  # the only other internal tool's arguments
         self.step.proposals.append((call, args))
         self.commit()
 
-    def _result(self, call: CallState, to: str, *, text="", error=None, runs: int) -> None:
+    def _result(
+        self,
+        call: CallState,
+        to: str,
+        *,
+        text: str = "",
+        error: tuple[str, str] | None = None,  # code, message
+        runs: int,
+    ) -> None:
         """A call's result (or refusal) for the next commit, with its tool_result event."""
         # What a tool returns is hostile: stored as the database can store it.
         text = storable.text(text)
@@ -848,7 +908,8 @@ class AgentLoop:
 def _storable(completion: Completion) -> tuple[Completion, list[str]]:
     """The provider's answer as the database can store it (`agents.engine.storable`): text and call
     arguments escaped, counts in their columns' range; returns what was changed, by name."""
-    adjusted, fields = [], {}
+    adjusted: list[str] = []
+    fields: dict[str, Any] = {}
     for name in ("input_tokens", "cached_input_tokens", "cache_write_tokens", "output_tokens"):
         value, changed = storable.count(getattr(completion, name))
         if changed:
@@ -858,7 +919,8 @@ def _storable(completion: Completion) -> tuple[Completion, list[str]]:
     if content != completion.text:
         adjusted.append("text")
         fields["text"] = content
-    calls, calls_adjusted = [], False
+    calls: list[ToolCallRequest] = []
+    calls_adjusted = False
     for position, request in enumerate(completion.tool_calls):
         safe = {
             "id": storable.text(request.id)[:200],
@@ -877,7 +939,7 @@ def _storable(completion: Completion) -> tuple[Completion, list[str]]:
     return completion.model_copy(update=fields), adjusted
 
 
-def jsonb_order(value):
+def jsonb_order(value: Any) -> Any:
     """`value` with its keys in the order PostgreSQL's jsonb keeps them (shorter keys first),
     so that the history this run keeps in memory is sent exactly as a later run, reading it
     back from the database, sends it."""

@@ -12,7 +12,7 @@ import logging
 from django.conf import settings
 from django.db import connection
 
-from agents.models import ToolCall
+from agents.models import AgentRun, ToolCall
 from agents.states import Verdict
 from tasks.actors import Actor
 from tasks.models import Task
@@ -24,7 +24,7 @@ log = logging.getLogger("acthelm.tasks")
 AUTO_CLOSE_GOAL_NO_WORK = "AUTO_CLOSE_GOAL_NO_WORK"
 
 
-def auto_close_if_allowed(task: Task, run, *, actor: Actor) -> bool:
+def auto_close_if_allowed(task: Task, run: AgentRun | None, *, actor: Actor) -> bool:
     """Close `task` by policy if every condition holds; else change nothing and return False.
 
     The caller (the worker) has just moved `task` to review in this transaction, holds its row

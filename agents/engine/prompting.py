@@ -7,11 +7,16 @@ each step adds, and the recorder stores compaction decisions with the step that 
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
 
 from agents.catalogue.connections import estimate_tokens
 from agents.catalogue.providers import Message, ToolCallRequest
 from agents.states import Role
+
+if TYPE_CHECKING:
+    from agents.engine.recorder import CallState
 
 PLACEHOLDER = "[This tool result was replaced by a placeholder to fit the context window. The full "
 PLACEHOLDER += "result is kept in the task's record.]"
@@ -58,7 +63,7 @@ def result_for_model(text: str, limit: int) -> str:
 class _Entry:
     role: str
     content: str
-    calls: list = field(default_factory=list)
+    calls: list[CallState] = field(default_factory=list)
     messages: list[Message] | None = None  # built once its calls have results
 
 
@@ -70,7 +75,7 @@ class History:
         self._system_tokens = estimate_tokens(system)
         self.entries: list[_Entry] = []
 
-    def add_turn(self, role: str, content: str, calls=()) -> None:
+    def add_turn(self, role: str, content: str, calls: Iterable[CallState] = ()) -> None:
         self.entries.append(_Entry(role=role, content=content, calls=list(calls)))
 
     def changed(self) -> None:
@@ -101,7 +106,9 @@ class History:
                 total += estimate_tokens(PLACEHOLDER if c.compacted else c.result_for_model)
         return total
 
-    def compact(self, *, window: int | None, reserve: int):
+    def compact(
+        self, *, window: int | None, reserve: int
+    ) -> tuple[list[CallState], int, int] | None:
         """Replace the oldest tool results by a placeholder while the history plus `reserve`
         exceeds `window`. Returns (calls chosen, estimate before, estimate after), or None.
         The caller stores the decision, so every later request sends the same history."""
@@ -110,7 +117,8 @@ class History:
         before = self.estimate()
         if before + reserve <= window:
             return None
-        chosen, current = [], before
+        chosen: list[CallState] = []
+        current = before
         for entry in self.entries:
             for call in entry.calls:
                 if current + reserve <= window:

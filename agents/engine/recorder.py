@@ -14,16 +14,20 @@ proposal commits at once, because its result (the new task's id) goes to the mod
 
 from __future__ import annotations
 
+import hashlib
 import logging
+from collections.abc import Callable
 from dataclasses import dataclass, field
+from datetime import datetime
 from decimal import Decimal
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, TypedDict
 
 from django.db import InterfaceError, OperationalError, transaction
 from django.db import connection as db
 from django.db.models import F, Prefetch
 from django.utils import timezone
 
+from agents.catalogue.tools import ArtifactWritten
 from agents.engine.intake import propose_follow_up
 from agents.engine.leases import fence, renew_lease
 from agents.engine.outcomes import handle
@@ -41,9 +45,16 @@ from tasks.states import EventKind
 from tasks.transitions import record_events
 
 if TYPE_CHECKING:
+    from agents.catalogue.tools.plan import ProposeTaskArgs
     from agents.engine.outcomes import Outcome
+    from agents.engine.supervisor import SupervisorVerdict
+    from memory.models import MemoryEntry
 
 log = logging.getLogger("acthelm.loop")
+
+#: What remains of each limit and which operations are pending, for the run row (called inside
+#: each transaction, after the step's rows exist).
+Checkpoint = Callable[[], dict[str, Any]]
 
 
 @dataclass(eq=False)
@@ -52,7 +63,7 @@ class CallState:
 
     call_id: str
     tool: str
-    arguments: dict | None
+    arguments: dict[str, Any] | None
     arguments_raw: str
     recovery_class: str
     position: int
@@ -82,6 +93,34 @@ class CallState:
             run_count=row.run_count,
         )
 
+    @property
+    def saved_pk(self) -> int:
+        """The row's id, for a call that is written already (every call a `Result` moves)."""
+        if self.pk is None:
+            raise ValueError(f"tool call {self.call_id} is not written yet")
+        return self.pk
+
+
+@dataclass(frozen=True)
+class TurnState:
+    """A turn as the loop keeps it in memory: a saved one (`load_state`) or the last one."""
+
+    role: str
+    content: str
+    discarded: bool = False
+    calls: list[CallState] = field(default_factory=list)
+
+
+class ApprovalFields(TypedDict):
+    """The fields of the `Approval` a call awaiting a person gets."""
+
+    tool: str
+    target: str
+    arguments: dict[str, Any] | None
+    arguments_hash: str
+    reason: str
+    effect: str
+
 
 @dataclass
 class NewCall:
@@ -89,7 +128,7 @@ class NewCall:
 
     state: CallState
     result: str = ""
-    approval: dict | None = None  # Approval fields when it awaits a person
+    approval: ApprovalFields | None = None  # when it awaits a person
 
 
 @dataclass
@@ -121,16 +160,16 @@ class Result:
     finished: bool = True
     runs: int = 0
     started: bool = False
-    arguments: dict | None = None
+    arguments: dict[str, Any] | None = None
     arguments_hash: str | None = None
-    approval: dict | None = None
+    approval: ApprovalFields | None = None
     unknown: bool = False
 
 
 @dataclass
 class Event:
     kind: str
-    data: dict
+    data: dict[str, Any]
     call: CallState | None = None  # its id goes into data["tool_call_id"] once known
 
 
@@ -138,23 +177,26 @@ class Event:
 class Step:
     """What the loop produced since the last commit."""
 
-    selection: tuple | None = None  # ("record", chosen) or ("copy", run id)
+    # The run's memory: the entries chosen for the system prompt (recorded), or the earlier run
+    # whose selection it repeats (copied).
+    memory_chosen: list[tuple[MemoryEntry, float]] = field(default_factory=list)
+    memory_from_run: int | None = None
     system_prompt: str | None = None
-    tool_pins: dict | None = None  # every MCP tool pinned so far, when one was added
+    tool_pins: dict[str, Any] | None = None  # every MCP tool pinned so far, when one was added
     clear_feedback: bool = False
     turns: list[NewTurn] = field(default_factory=list)
     results: list[Result] = field(default_factory=list)
-    artifacts: list[tuple[CallState, Any]] = field(default_factory=list)
-    plan: dict | None = None
-    proposals: list[tuple[CallState, Any]] = field(default_factory=list)
-    compaction: tuple | None = None
+    artifacts: list[tuple[CallState, ArtifactWritten]] = field(default_factory=list)
+    plan: dict[str, Any] | None = None
+    proposals: list[tuple[CallState, ProposeTaskArgs]] = field(default_factory=list)
+    compaction: tuple[list[CallState], int, int] | None = None  # chosen, tokens before, after
     events: list[Event] = field(default_factory=list)
     # What the step used (turns, tokens, time, requests, MCP starts, cost): added to the run row
     # in the step's own transaction, column by column (agents.engine.usage.Usage).
     usage: Usage = ZERO
     answer: str | None = None
 
-    def event(self, kind: str, data: dict, call: CallState | None = None) -> None:
+    def event(self, kind: str, data: dict[str, Any], call: CallState | None = None) -> None:
         self.events.append(Event(kind, data, call))
 
 
@@ -166,7 +208,7 @@ class SavedState:
     claim_count: int
     connection_id: int | None
     conversation: Conversation | None
-    turns: list[tuple[str, str, bool, list[CallState]]]  # role, content, discarded, calls
+    turns: list[TurnState]
     next_index: int
     approvals: dict[int, str]  # approved call -> the hash a person approved
     run_again: set[int]  # calls a person chose to run again
@@ -190,11 +232,14 @@ def load_state(task_id: int, run_id: int) -> SavedState:
         )
     )
     turns = [
-        (t.role, t.content, t.discarded, [CallState.from_row(c) for c in t.tool_calls.all()])
+        TurnState(
+            t.role, t.content, t.discarded, [CallState.from_row(c) for c in t.tool_calls.all()]
+        )
         for t in rows
     ]
-    approved = [c.pk for *_, calls in turns for c in calls if c.status == ToolCallStatus.APPROVED]
-    approvals, run_again = {}, set()
+    approved = [c.pk for t in turns for c in t.calls if c.status == ToolCallStatus.APPROVED]
+    approvals: dict[int, str] = {}
+    run_again: set[int] = set()
     if approved:
         approvals = dict(
             Approval.objects.filter(
@@ -233,7 +278,9 @@ class Recorder:
     """Writes a run's steps. `checkpoint` is called inside each transaction, after the step's
     rows exist, for what remains of each limit and which operations are pending."""
 
-    def __init__(self, *, task_id: int, run_id: int, actor: Actor, connection_id=None):
+    def __init__(
+        self, *, task_id: int, run_id: int, actor: Actor, connection_id: int | None = None
+    ) -> None:
         self.task_id = task_id
         self.run_id = run_id
         self.actor = actor
@@ -247,9 +294,9 @@ class Recorder:
         self,
         step: Step,
         *,
-        checkpoint,
+        checkpoint: Checkpoint,
         outcome: Outcome | None = None,
-        verdict=None,
+        verdict: SupervisorVerdict | None = None,
     ) -> str:
         """Write `step` (and the run's `outcome`, if given) in one fenced transaction. Returns
         the task's status. A connection that died while the model or a tool ran (nothing was
@@ -263,16 +310,24 @@ class Recorder:
             db.close()
             return self._commit(step, checkpoint, outcome, verdict)
 
-    def _commit(self, step, checkpoint, outcome, verdict) -> str:
+    def _commit(
+        self,
+        step: Step,
+        checkpoint: Checkpoint,
+        outcome: Outcome | None,
+        verdict: SupervisorVerdict | None,
+    ) -> str:
         with transaction.atomic():
             held = fence(self.run_id, self.task_id, full=outcome is not None)
             self._write(step, held.task, checkpoint)
             status = held.status
             if outcome is not None:
+                task = held.task
+                assert task is not None  # the full fence returns the task's row
                 if step.clear_feedback:
-                    held.task.feedback = ""
+                    task.feedback = ""
                 status = handle(
-                    held.task,
+                    task,
                     self.run,
                     actor=self.actor,
                     outcome=outcome,
@@ -283,17 +338,13 @@ class Recorder:
 
     # -- the writes, in the order their foreign keys need -----------------------------------------
 
-    def _write(self, step: Step, task: Task | None, checkpoint) -> None:
+    def _write(self, step: Step, task: Task | None, checkpoint: Checkpoint) -> None:
         now = timezone.now()
-        if step.selection:
-            how, what = step.selection
-            if how == "record":
-                memory_services.record_selection(self.run, what)
-            else:
-                memory_services.copy_selection(from_run_id=what, to_run=self.run)
+        if step.memory_chosen:
+            memory_services.record_selection(self.run, step.memory_chosen)
+        elif step.memory_from_run is not None:
+            memory_services.copy_selection(from_run_id=step.memory_from_run, to_run=self.run)
         if step.system_prompt is not None:
-            import hashlib
-
             Conversation.objects.create(
                 task_id=self.task_id,
                 system_prompt=step.system_prompt,
@@ -364,7 +415,7 @@ class Recorder:
                 for e in events
             ]
         )
-        answer = {}
+        answer: dict[str, Any] = {}
         if step.answer is not None:
             answer = {"answer": step.answer, "answer_stored_at": now}
         # The step's usage in the statement that writes the checkpoint; its MCP starts commit
@@ -377,7 +428,7 @@ class Recorder:
         if updated != 1:  # the fence proved it; a second look costs nothing here
             raise AttemptLost(f"run {self.run_id} is no longer started")
 
-    def _insert_turns(self, turns: list[NewTurn], now) -> None:
+    def _insert_turns(self, turns: list[NewTurn], now: datetime) -> None:
         if not turns:
             return
         rows = Turn.objects.bulk_create(
@@ -431,19 +482,19 @@ class Recorder:
         if approvals:
             Approval.objects.bulk_create(
                 [
-                    Approval(task_id=self.task_id, run_id=self.run_id, tool_call_id=s.pk, **a)
+                    Approval(task_id=self.task_id, run_id=self.run_id, tool_call_id=s.saved_pk, **a)
                     for s, a in approvals
                 ]
             )
 
-    def _move_calls(self, results: list[Result], now) -> None:
+    def _move_calls(self, results: list[Result], now: datetime) -> None:
         if not results:
             return
         set_calls_status(
             self.run_id,
             [
                 CallUpdate(
-                    call_id=r.call.pk,
+                    call_id=r.call.saved_pk,
                     to=r.to,
                     result=r.result,
                     result_for_model=r.result_for_model,
@@ -460,13 +511,16 @@ class Recorder:
         for r in results:
             if r.approval:
                 Approval.objects.create(
-                    task_id=self.task_id, run_id=self.run_id, tool_call_id=r.call.pk, **r.approval
+                    task_id=self.task_id,
+                    run_id=self.run_id,
+                    tool_call_id=r.call.saved_pk,
+                    **r.approval,
                 )
             if r.unknown:
                 # A person may already have chosen "run again" and that run was lost as well:
                 # the old choice is spent, and the operation needs a new decision.
                 ReviewDecision.objects.update_or_create(
-                    tool_call_id=r.call.pk,
+                    tool_call_id=r.call.saved_pk,
                     defaults={
                         "task_id": self.task_id,
                         "choice": ReviewChoice.PENDING,
@@ -475,7 +529,7 @@ class Recorder:
                     },
                 )
 
-    def _propose(self, task: Task | None, call: CallState, args) -> Result:
+    def _propose(self, task: Task | None, call: CallState, args: ProposeTaskArgs) -> Result:
         """propose_task: a linked follow-up task, created in this transaction."""
 
         parent = task or Task.objects.get(pk=self.task_id)
