@@ -69,6 +69,9 @@ lint: $(STAMP)
 	$(VENV)/bin/ruff check .
 	$(VENV)/bin/ruff format --check .
 	$(VENV)/bin/lint-imports
+	@# Strict types on the engine and the catalogue ([tool.mypy] in pyproject.toml). The settings
+	@# module is imported by django-stubs; any DATABASE_URL keeps it from starting a server.
+	DATABASE_URL=postgresql://mypy@127.0.0.1:1/unused $(VENV)/bin/mypy agents/engine agents/catalogue
 
 fmt: $(STAMP)
 	$(VENV)/bin/ruff format .

@@ -40,11 +40,16 @@ TABLE_SOURCE = "genai-prices"
 class TokenUsage(Protocol):
     """What ``turn_cost`` reads; a provider ``Completion`` has it."""
 
-    input_tokens: int  # every input token, cached ones included
-    cached_input_tokens: int
-    cache_write_tokens: int
-    output_tokens: int
-    reported_cost: Decimal | None
+    @property
+    def input_tokens(self) -> int: ...  # every input token, cached ones included
+    @property
+    def cached_input_tokens(self) -> int: ...
+    @property
+    def cache_write_tokens(self) -> int: ...
+    @property
+    def output_tokens(self) -> int: ...
+    @property
+    def reported_cost(self) -> Decimal | None: ...
 
 
 def turn_cost(model: Model | None, usage: TokenUsage, *, free: bool = False) -> Decimal | None:

@@ -36,7 +36,7 @@ class Rules:
 
     max_attempts: int
     retry_delays: tuple[int, ...]
-    cooldown_seconds: int
+    cooldown_seconds: float
     max_handbacks: int
     max_requeues: int
 

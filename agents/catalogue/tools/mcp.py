@@ -34,7 +34,7 @@ from datetime import timedelta
 from types import TracebackType
 from typing import TYPE_CHECKING, Any, cast
 
-import jsonschema  # type: ignore[import-untyped]  # no stubs in the dev extra (types-jsonschema)
+import jsonschema
 import re2
 from pydantic import BaseModel, ConfigDict
 
@@ -731,7 +731,8 @@ def _validator(schema: dict[str, Any]) -> jsonschema.protocols.Validator:
     """A validator for the server's schema (its draft, Draft 2020-12 by default) whose regular
     expressions are RE2's."""
     base = jsonschema.validators.validator_for(schema, default=jsonschema.Draft202012Validator)
-    cls = jsonschema.validators.extend(base, {"pattern": _re2_pattern})
+    # types-jsonschema leaves validators.extend without annotations.
+    cls = jsonschema.validators.extend(base, {"pattern": _re2_pattern})  # type: ignore[no-untyped-call]
     validator: jsonschema.protocols.Validator = cls(_without_pattern_properties(schema))
     return validator
 
@@ -801,8 +802,13 @@ class McpTool(Tool[McpArgs]):
             fields = []
             for err in errors[:10]:
                 where = _json_path(err.absolute_path)
-                if err.validator == "required" and isinstance(err.instance, dict):
-                    missing = [r for r in err.validator_value if r not in err.instance]
+                required = err.validator_value  # for "required": the schema's list of names
+                if (
+                    err.validator == "required"
+                    and isinstance(err.instance, dict)
+                    and isinstance(required, list)
+                ):
+                    missing = [r for r in required if r not in err.instance]
                     if missing:
                         where = ".".join(filter(None, [_json_path(err.absolute_path), missing[0]]))
                         where = where.replace("(arguments).", "")
