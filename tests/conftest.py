@@ -62,8 +62,10 @@ def outsider(db):
 
 
 @pytest.fixture
-def worker_env(transactional_db):
-    """Environment for a child process (a worker, a command) that must use the test database."""
+def worker_env(transactional_db, _media_root):
+    """Environment for a child process (a worker, a command) that must use the test database
+    and the test's own media root: task ids repeat across tests and across the suite's
+    processes, so a shared folder would hand one test's workspace and artifacts to another."""
     from django.db import connection
 
     from acthelm_site.dburl import build_database_url
@@ -74,6 +76,7 @@ def worker_env(transactional_db):
     env["PYTHONPATH"] = str(ROOT)
     env["DJANGO_SETTINGS_MODULE"] = "acthelm_site.settings"
     env["PYTHONUNBUFFERED"] = "1"
+    env["ACTHELM_MEDIA_ROOT"] = str(_media_root)
     return env
 
 

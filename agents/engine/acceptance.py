@@ -65,8 +65,6 @@ MAX_ARTIFACTS_READ = 200
 # A call that was executed: the tool code ran (or was running when the worker stopped) — as the
 # grader counts it.
 EXECUTED = frozenset({"running", "succeeded", "failed", "unknown"})
-# The tools that read a workspace file's content (listing names is not reading one).
-READERS = frozenset({"read_file", "search_files", "analyze_csv"})
 
 
 class Check(TypedDict):
@@ -539,9 +537,10 @@ def default_checks(record: RunRecord) -> list[CheckResult]:
       a write (then the missing file is the person's decision).
     - `answer_not_echo`: the answer only repeats the instruction.
     - `used_tools`: the instruction names one of the task's input files and the task has a tool
-      that reads a file's content (`read_file`, `search_files`, `analyze_csv`), but the run called
-      none of them; or it names a web address, the task has `fetch_url`, and the run never
-      called it. (Listing the files is not reading one; a task without such tools is exempt.)
+      that reads a file's content (`Tool.reads_files`: `read_file`, `search_files`,
+      `analyze_csv`), but the run called none of them; or it names a web address, the task has
+      `fetch_url`, and the run never called it. (Listing the files is not reading one; a task
+      without such tools is exempt.)
 
     A planning task gets neither `named_output` nor `used_tools`: the files and pages its goal
     names are for the follow-ups it proposes.
@@ -581,7 +580,7 @@ def default_checks(record: RunRecord) -> list[CheckResult]:
     instruction = "" if record.planning else record.instruction or ""
     called = {c.tool for c in record.calls}
     unmet = []
-    readers = READERS & set(record.tools)
+    readers = {t.name for t in all_tools().values() if t.reads_files} & set(record.tools)
     named = [n for n in record.input_files if n in instruction]
     if named and readers and not readers & called:
         unmet.append(f"names {', '.join(named[:3])} but no file was read")

@@ -47,6 +47,12 @@ def test_tools_register_with_recovery_classes(db):  # tool_names() also lists MC
     assert RecoveryClass.EXTERNAL == "external"
 
 
+def test_the_tools_that_read_a_files_content_say_so():
+    # The acceptance check "the run read the input it names" counts calls to exactly these.
+    readers = {name for name, tool in all_tools().items() if tool.reads_files}
+    assert readers == {"read_file", "search_files", "analyze_csv"}
+
+
 def test_unknown_tool_is_a_key_error_and_a_tool_error():
     with pytest.raises(KeyError) as info:
         get_tool("rm_rf")

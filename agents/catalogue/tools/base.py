@@ -255,6 +255,9 @@ class Tool[A: BaseModel]:
     # The policy ("allow" | "ask") a task gets for this tool when its author sets none.
     default_policy: str = "allow"
     internal: ClassVar[bool] = False  # loop-internal tools (update_plan, propose_task)
+    # The tool reads a workspace file's content (listing names is not reading one): the
+    # acceptance check "the run read the input it names" counts a call to it.
+    reads_files: ClassVar[bool] = False
     #: The arguments model (a ``ToolArgs`` subclass for the built-in tools).
     Args: type[A]
 

@@ -493,6 +493,7 @@ def _group_sort_key(item: tuple[str, _Agg]) -> tuple[int, float, str]:
 @register
 class AnalyzeCsv(Tool[AnalyzeCsvArgs]):
     name = "analyze_csv"
+    reads_files = True
     description = (
         "Analyse a CSV file from the task workspace in one streaming pass: row count, "
         "columns with inferred types (int/float/bool/date/text), null counts, distinct "

@@ -397,6 +397,7 @@ def _read_line(f: BinaryIO, limit: int) -> tuple[bytes, int]:
 @register
 class ReadFile(Tool[ReadFileArgs]):
     name = "read_file"
+    reads_files = True
     description = (
         "Read a text file from the task workspace, a range of lines at a time. "
         "Returns numbered lines; use start_line to continue where a previous read stopped. "
@@ -553,6 +554,7 @@ def compile_search_pattern(pattern: str, regex: bool, case_sensitive: bool) -> A
 @register
 class SearchFiles(Tool[SearchFilesArgs]):
     name = "search_files"
+    reads_files = True
     description = (
         "Search the text files of the task workspace for a string (or a regex with "
         "regex=true). Returns matching lines as path:line: text. Symlinks are not followed; "
