@@ -31,8 +31,6 @@ from opentelemetry.trace import SpanKind, Status, StatusCode
 
 TRACER_NAME = "acthelm"
 ENDPOINT_VARS = ("OTEL_EXPORTER_OTLP_ENDPOINT", "OTEL_EXPORTER_OTLP_TRACES_ENDPOINT")
-#: gen_ai.provider.name (and the older gen_ai.system) per connection kind.
-PROVIDER_NAMES = {"openai_compatible": "openai", "anthropic": "anthropic", "cli": "acthelm.cli"}
 
 _lock = threading.Lock()
 _provider = None  # the SDK TracerProvider once set up
@@ -124,7 +122,7 @@ def _record_error(span, code: str, message: str = "") -> None:
 
 @contextlib.contextmanager
 def invoke_agent(
-    *, task_id: int, run_id: int, model: str = "", provider_kind: str = ""
+    *, task_id: int, run_id: int, model: str = "", provider_name: str = ""
 ) -> Iterator[Any]:
     """The span of one run of a task; the run's chat and execute_tool spans nest in it.
     Call ``span.set_attribute("acthelm.outcome", ...)`` before leaving; an exception marks it
@@ -138,9 +136,8 @@ def invoke_agent(
     }
     if model:
         attributes["gen_ai.request.model"] = model
-    if provider_kind:
-        name = PROVIDER_NAMES.get(provider_kind, provider_kind)
-        attributes |= {"gen_ai.provider.name": name, "gen_ai.system": name}
+    if provider_name:
+        attributes |= {"gen_ai.provider.name": provider_name, "gen_ai.system": provider_name}
     with tracer().start_as_current_span(
         "invoke_agent acthelm", kind=SpanKind.INTERNAL, attributes=attributes
     ) as span:
@@ -178,14 +175,13 @@ class ChatSpan:
 
 @contextlib.contextmanager
 def chat(
-    *, provider_kind: str, model: str, max_tokens: int | None = None, server: str = ""
+    *, provider_name: str, model: str, max_tokens: int | None = None, server: str = ""
 ) -> Iterator[ChatSpan]:
     """The span of one model request. A raised ProviderError is recorded by its code."""
-    name = PROVIDER_NAMES.get(provider_kind, provider_kind)
     attributes: dict[str, Any] = {
         "gen_ai.operation.name": "chat",
-        "gen_ai.provider.name": name,
-        "gen_ai.system": name,
+        "gen_ai.provider.name": provider_name,
+        "gen_ai.system": provider_name,
         "gen_ai.request.model": model,
     }
     if max_tokens:

@@ -5,7 +5,7 @@ from django.core.exceptions import ValidationError
 from django.db import models
 from django.db.models import Q
 
-from agents.catalogue.connection_rules import validate_connection
+from agents.catalogue.connection_rules import connection_kind_choices, validate_connection
 from agents.catalogue.tools.recovery_class import CHOICES as RECOVERY_CHOICES
 from agents.states import (
     ConnectionKind,
@@ -24,7 +24,7 @@ class Connection(models.Model):
     """Where a model is served. The credential is the *name* of an environment variable."""
 
     name = models.SlugField(max_length=100, unique=True)
-    kind = models.CharField(max_length=32, choices=ConnectionKind.choices)
+    kind = models.CharField(max_length=32, choices=connection_kind_choices)
     base_url = models.URLField(max_length=500, blank=True)
     # For kind=cli: the argument list (no shell). The prompt arrives on stdin.
     command = models.JSONField(default=list, blank=True)

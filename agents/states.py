@@ -1,5 +1,7 @@
 """Run states and the vocabulary of connections, models, turns and tool calls. Pure."""
 
+from enum import StrEnum
+
 from django.db import models
 
 from agents.catalogue.tools.recovery_class import RecoveryClass  # noqa: F401  (defined once, with the tools)
@@ -21,10 +23,15 @@ RUN_TRANSITIONS: dict[str, frozenset[str]] = {
 }
 
 
-class ConnectionKind(models.TextChoices):
-    OPENAI_COMPATIBLE = "openai_compatible", "OpenAI-compatible (OpenAI, Ollama, vLLM, llama.cpp)"
-    ANTHROPIC = "anthropic", "Anthropic"
-    CLI = "cli", "Model CLI"
+class ConnectionKind(StrEnum):
+    """The shipped provider kinds, for code that names one, in the order forms offer them.
+    `Connection.kind` takes its choices from the registered providers
+    (`connection_rules.connection_kind_choices`), so a new kind adds no member here and no
+    migration."""
+
+    OPENAI_COMPATIBLE = "openai_compatible"
+    ANTHROPIC = "anthropic"
+    CLI = "cli"
 
 
 class CostTier(models.TextChoices):

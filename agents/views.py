@@ -24,10 +24,10 @@ from acthelm_site.console.shared import (
     login_required,
 )
 from agents.catalogue import connections as catalogue
-from agents.catalogue.connection_rules import MAX_TIMEOUT_SECONDS
+from agents.catalogue.connection_rules import MAX_TIMEOUT_SECONDS, connection_kind_choices
 from agents.catalogue.providers import get_provider_class
 from agents.models import Connection, Model
-from agents.states import ConnectionKind, CostTier
+from agents.states import CostTier
 from tasks.actors import Actor
 from tasks.exceptions import ActhelmError, InvalidInput, NotPermitted
 from tasks.numbers import INT32_MAX, INT32_MIN, whole_number
@@ -37,7 +37,7 @@ log = logging.getLogger("acthelm.console")
 
 class ConnectionForm(forms.Form):
     name = forms.SlugField(max_length=100)
-    kind = forms.ChoiceField(choices=ConnectionKind.choices)
+    kind = forms.ChoiceField(choices=connection_kind_choices)
     base_url = forms.URLField(required=False, max_length=500, assume_scheme="https")
     command = forms.CharField(
         required=False,

@@ -18,15 +18,27 @@ from tasks.numbers import finite_number, whole_number
 MAX_TIMEOUT_SECONDS = 24 * 3600
 
 
-__all__ = ["connection_kinds", "credential_problem", "validate_connection"]
+__all__ = [
+    "connection_kind_choices",
+    "connection_kinds",
+    "credential_problem",
+    "validate_connection",
+]
 
 
 def connection_kinds() -> list[str]:
-    """The registered provider kinds: the model's choices in their order, then any kind
-    registered beside them (a test holds `ConnectionKind` to the registry)."""
+    """The registered provider kinds: the shipped ones in `ConnectionKind`'s order, then any
+    kind registered beside them."""
     registered = registered_kinds()
-    listed = [kind for kind in ConnectionKind.values if kind in registered]
+    listed = [kind.value for kind in ConnectionKind if kind in registered]
     return listed + [kind for kind in registered if kind not in listed]
+
+
+def connection_kind_choices() -> list[tuple[str, str]]:
+    """The choices of `Connection.kind` and the console's form: each registered kind with its
+    class's label. A callable, so the migrations name this function and a new kind changes no
+    migration."""
+    return [(kind, get_provider_class(kind).label or kind) for kind in connection_kinds()]
 
 
 class ConnectionNumbers(TypedDict):

@@ -31,7 +31,7 @@ from acthelm_site.dbpool import release_connection
 from agents.catalogue.connections import provider_for
 from agents.catalogue.prices import turn_usage_fields
 from agents.catalogue.providers import Completion, ProviderError, ToolCallRequest, ToolSpec
-from agents.catalogue.providers.base import PERMANENT_CODES, CancelEvent
+from agents.catalogue.providers.base import PERMANENT_CODES, CancelEvent, traced_name
 from agents.catalogue.tools import (
     RecoveryClass,
     Tool,
@@ -170,7 +170,7 @@ class AgentLoop:
             task_id=self.task_id,
             run_id=self.run_id,
             model=task.model.name if task.model is not None else "",
-            provider_kind=task.connection.kind if task.connection is not None else "",
+            provider_name=traced_name(task.connection.kind) if task.connection is not None else "",
         ) as span:
             outcome = self._run()
             span.set_attribute("acthelm.outcome", str(outcome.kind))

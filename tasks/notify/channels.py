@@ -2,8 +2,9 @@
 
 Each target kind is a `Channel` class registered with `@register`, as provider kinds and tools
 are: it says what a target's address must be, how the address is shown, whether the target may
-be signed, and how one message is sent. `send()` looks the channel up by the target's kind, so a
-new channel is one class here (plus its `TargetKind` value, which a test holds to the registry).
+be signed, and how one message is sent. `send()` looks the channel up by the target's kind, and
+the models' `kind` and `channel` fields take their choices from the registry (`channel_choices`,
+a callable, so the migrations name the function and not the list): a new channel is one class.
 
 No database access here: delivery calls `send()` outside any transaction. A failed send raises
 `DeliveryFailed` with a stable code; nothing else escapes for the errors a peer can cause.
@@ -86,6 +87,8 @@ class Channel:
     class methods are the kind's rules, asked by the model's `clean()`, pages and the CLI."""
 
     kind: ClassVar[str] = ""
+    #: The kind's name for people (forms, the admin); the kind itself when empty.
+    label: ClassVar[str] = ""
     #: Whether a target of this kind may name a signing secret (`secret_env`).
     signed: ClassVar[bool] = False
     #: The help of the kind's `acthelm_notify add --<kind>` option.
@@ -142,6 +145,12 @@ def channel_kinds() -> list[str]:
     return list(_CHANNELS)
 
 
+def channel_choices() -> list[tuple[str, str]]:
+    """The choices of `NotificationTarget.kind` and `Notification.channel`: the registered
+    kinds with their labels."""
+    return [(kind, channel.label or kind) for kind, channel in _CHANNELS.items()]
+
+
 def send(target, message: Message) -> str:
     """Send `message` to `target`; return a short receipt, or raise DeliveryFailed."""
     return get_channel(target.kind).send(target, message)
@@ -150,6 +159,7 @@ def send(target, message: Message) -> str:
 @register
 class EmailChannel(Channel):
     kind = "email"
+    label = "Email"
     address_help = "an email address"
 
     @classmethod
@@ -237,6 +247,7 @@ def webhook_address_refusal(address: str) -> str | None:
 @register
 class WebhookChannel(Channel):
     kind = "webhook"
+    label = "Webhook (JSON POST)"
     signed = True
     address_help = "an http(s) URL that receives a JSON POST"
 

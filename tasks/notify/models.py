@@ -8,15 +8,15 @@ from django.db import models
 from django.db.models import Q
 
 from acthelm_site.credentials import CREDENTIAL_NOT_ALLOWED, credential_problem
-from tasks.notify.channels import find_channel
-from tasks.notify.states import NotificationStatus, NotifyEvent, TargetKind, all_events
+from tasks.notify.channels import channel_choices, find_channel
+from tasks.notify.states import NotificationStatus, NotifyEvent, all_events
 
 
 class NotificationTarget(models.Model):
     """Where notifications go. A webhook's secret is the *name* of an environment variable."""
 
     name = models.CharField(max_length=100, unique=True)
-    kind = models.CharField(max_length=16, choices=TargetKind.choices)
+    kind = models.CharField(max_length=16, choices=channel_choices)
     address = models.CharField(
         max_length=2000, help_text="An email address, or the webhook's http(s) URL."
     )
@@ -97,7 +97,7 @@ class Notification(models.Model):
         related_name="notifications",
     )
     target_name = models.CharField(max_length=100)
-    channel = models.CharField(max_length=16, choices=TargetKind.choices)
+    channel = models.CharField(max_length=16, choices=channel_choices)
     # Indexed by notification_task_idx (task, id).
     task = models.ForeignKey(
         "tasks.Task",

@@ -7,6 +7,7 @@ from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanE
 
 from acthelm_site import telemetry
 from agents.catalogue.providers import Message, ProviderError, build_provider
+from agents.catalogue.providers.base import traced_name
 from tests.fakes.model_server import ScriptedModelServer, reply_error, reply_text
 
 
@@ -62,7 +63,9 @@ def test_a_model_turn_is_a_chat_span_inside_the_run(spans, flavor, kind):
     )
     with ScriptedModelServer([reply_text("hello", usage=usage)], flavor=flavor) as server:
         provider = build_provider(kind, base_url=server.url, timeout=5)
-        with telemetry.invoke_agent(task_id=7, run_id=3, model="test-model", provider_kind=kind):
+        with telemetry.invoke_agent(
+            task_id=7, run_id=3, model="test-model", provider_name=traced_name(kind)
+        ):
             ask(provider)
     chat, run = spans.get_finished_spans()
     assert chat.name == "chat test-model" and run.name == "invoke_agent acthelm"
@@ -71,6 +74,7 @@ def test_a_model_turn_is_a_chat_span_inside_the_run(spans, flavor, kind):
     assert chat.attributes["gen_ai.operation.name"] == "chat"
     assert chat.attributes["gen_ai.provider.name"] == name
     assert chat.attributes["gen_ai.system"] == name
+    assert run.attributes["gen_ai.provider.name"] == name
     assert chat.attributes["gen_ai.request.model"] == "test-model"
     assert chat.attributes["gen_ai.request.max_tokens"] == 64
     assert chat.attributes["gen_ai.usage.input_tokens"] == 30

@@ -6,8 +6,14 @@ validated, built and priced by its own rules with no other file changing."""
 from typing import Any, ClassVar
 
 import pytest
+from django.core.exceptions import ValidationError
+from django.core.management import call_command
 
-from agents.catalogue.connection_rules import connection_kinds, validate_connection
+from agents.catalogue.connection_rules import (
+    connection_kind_choices,
+    connection_kinds,
+    validate_connection,
+)
 from agents.catalogue.connections import connection_add, provider_for
 from agents.catalogue.prices import table_prices
 from agents.catalogue.providers import get_provider_class, register, registered_kinds
@@ -15,8 +21,10 @@ from agents.catalogue.providers.base import (
     ProbeResult,
     Provider,
     SettingsProblem,
+    traced_name,
     unregister,
 )
+from agents.models import Connection
 from agents.states import ConnectionKind
 from tasks.exceptions import InvalidInput
 
@@ -25,6 +33,7 @@ class _Throwaway(Provider):
     """Reaches nothing; needs neither a base URL nor a command; priced as OpenAI's models."""
 
     kind = "throwaway_test"
+    label = "Throwaway"
     supports_tools = False
     needs_base_url = False
     price_provider_id: ClassVar[str | None] = "openai"
@@ -56,6 +65,7 @@ class _Runner(_Throwaway):
     """Runs a command *and* names a server: both rules of the base class apply."""
 
     kind = "runner_test"
+    label = ""
     needs_base_url = True
     needs_command = True
 
@@ -69,9 +79,30 @@ def throwaway_kinds():
     unregister(_Runner.kind)
 
 
-def test_the_model_choices_list_exactly_the_registered_kinds():
-    assert sorted(ConnectionKind.values) == registered_kinds()
-    assert connection_kinds() == list(ConnectionKind.values)
+def test_the_shipped_kinds_are_registered_and_offered_in_their_order():
+    assert sorted(ConnectionKind) == registered_kinds()
+    assert connection_kinds() == list(ConnectionKind)
+    assert connection_kind_choices() == [
+        ("openai_compatible", "OpenAI-compatible (OpenAI, Ollama, vLLM, llama.cpp)"),
+        ("anthropic", "Anthropic"),
+        ("cli", "Model CLI"),
+    ]
+
+
+@pytest.mark.django_db
+def test_a_registered_kind_is_a_choice_of_the_model_without_a_migration(throwaway_kinds):
+    choices = list(Connection._meta.get_field("kind").choices)
+    assert choices[-2:] == [("runner_test", "runner_test"), ("throwaway_test", "Throwaway")]
+    Connection(name="spare", kind="throwaway_test").full_clean()
+    with pytest.raises(ValidationError) as refused:
+        Connection(name="spare", kind="nobody_registered_this").full_clean()
+    assert "kind" in refused.value.message_dict
+    call_command("makemigrations", "agents", "--check", "--dry-run", verbosity=0)
+
+
+def test_a_kind_names_itself_on_trace_spans():
+    assert [traced_name(kind) for kind in ConnectionKind] == ["openai", "anthropic", "acthelm.cli"]
+    assert traced_name("nobody_registered_this") == "nobody_registered_this"
 
 
 def test_the_shipped_kinds_declare_the_rules_the_validator_applied():

@@ -167,3 +167,29 @@ def test_decisions_on_unknown_outcomes_write_the_same_events(api, console, view,
     )
     api_events = events_after(second.task_id, mark, {("tool_call_id", second.tool_call_id): "<op>"})
     assert len(console_events) == 2 and console_events == api_events
+
+
+def test_every_console_action_has_its_endpoint():
+    """A new console action needs its endpoint written by hand (its own body and text): this
+    says which one is missing. Deleting is the REST verb on the task itself."""
+    from acthelm_site.api.endpoints import api
+    from acthelm_site.console.actions import REGISTRY
+    from tasks.states import Action
+
+    prefix = {
+        "task": "/tasks/{task_id}",
+        "approval": "/tasks/{task_id}/approvals/{approval_id}",
+        "review": "/tasks/{task_id}/reviews/{decision_id}",
+    }
+    routes = {
+        (path.removeprefix("/api"), method)
+        for path, methods in api.get_openapi_schema()["paths"].items()
+        for method in methods
+    }
+
+    def route(entry):
+        if entry.name == Action.DELETE:
+            return (prefix[entry.target], "delete")
+        return (f"{prefix[entry.target]}/{entry.slug}", "post")
+
+    assert [entry.name for entry in REGISTRY.values() if route(entry) not in routes] == []

@@ -1,11 +1,13 @@
 """A notification channel is a class registered under its kind: `send()`, the target's
-`clean()` and its shown address ask the class, so a channel registered here, in a test, is
-checked, shown and sent through with no other file changing."""
+`clean()`, its shown address and the models' choices ask the class, so a channel registered
+here, in a test, is offered, checked, shown and sent through with no other file changing and no
+migration."""
 
 from typing import ClassVar
 
 import pytest
 from django.core.exceptions import ValidationError
+from django.core.management import call_command
 
 from tasks.notify.channels import (
     Channel,
@@ -13,13 +15,14 @@ from tasks.notify.channels import (
     EmailChannel,
     Message,
     WebhookChannel,
+    channel_choices,
     channel_kinds,
     get_channel,
     register,
     send,
     unregister,
 )
-from tasks.notify.models import NotificationTarget
+from tasks.notify.models import Notification, NotificationTarget
 from tasks.notify.states import TargetKind
 from tasks.notify.targets import sample_message
 
@@ -28,6 +31,7 @@ class _Chat(Channel):
     """Posts to a chat room named `chat:<room>`; keeps what it sent instead of sending it."""
 
     kind = "chat_test"
+    label = "Chat room"
     address_help = "a chat room, chat:<room>"
     sent: ClassVar[list[tuple[str, str]]] = []
 
@@ -53,10 +57,25 @@ def chat_channel():
     unregister(_Chat.kind)
 
 
-def test_the_model_choices_list_exactly_the_registered_channels():
-    assert channel_kinds() == list(TargetKind.values)
+def test_the_shipped_channels_are_registered_in_their_order():
+    assert channel_kinds() == list(TargetKind)
     assert get_channel(TargetKind.EMAIL) is EmailChannel
     assert get_channel(TargetKind.WEBHOOK) is WebhookChannel
+    assert channel_choices() == [("email", "Email"), ("webhook", "Webhook (JSON POST)")]
+
+
+@pytest.mark.django_db
+def test_a_registered_channel_is_a_choice_of_both_fields_without_a_migration(chat_channel):
+    for field in (
+        NotificationTarget._meta.get_field("kind"),
+        Notification._meta.get_field("channel"),
+    ):
+        assert ("chat_test", "Chat room") in list(field.choices)
+    NotificationTarget(name="team", kind="chat_test", address="chat:ops").full_clean()
+    with pytest.raises(ValidationError) as refused:
+        NotificationTarget(name="team", kind="pager", address="555").full_clean()
+    assert "kind" in refused.value.message_dict
+    call_command("makemigrations", "tasks", "--check", "--dry-run", verbosity=0)
 
 
 def test_send_goes_through_the_registered_channel_of_the_kind(chat_channel):

@@ -44,6 +44,7 @@ _STOP_MAP = {
 @register
 class AnthropicProvider(Provider):
     kind = "anthropic"
+    label = "Anthropic"
     supports_tools = True
     supports_cancel = True
     price_provider_id = "anthropic"
@@ -212,7 +213,10 @@ class AnthropicProvider(Provider):
         cancel_event: threading.Event | None = None,
     ) -> Completion:
         with telemetry.chat(
-            provider_kind=self.kind, model=model, max_tokens=max_tokens, server=self.base_url
+            provider_name=self.telemetry_name or self.kind,
+            model=model,
+            max_tokens=max_tokens,
+            server=self.base_url,
         ) as span:
             resp = _http.request(
                 self,

@@ -309,6 +309,11 @@ class Provider(abc.ABC):
     """
 
     kind: ClassVar[str] = ""
+    #: The kind's name for people (forms, the admin, the CLI's help); the kind when empty.
+    label: ClassVar[str] = ""
+    #: `gen_ai.provider.name` on the kind's trace spans (OpenTelemetry's names); the kind when
+    #: empty.
+    telemetry_name: ClassVar[str] = ""
     supports_tools: ClassVar[bool] = True
     supports_cancel: ClassVar[bool] = True
     # The kind's rules, declared here as Django's task backends declare theirs
@@ -525,6 +530,13 @@ def get_provider_class(kind: str) -> type[Provider]:
 
 def registered_kinds() -> list[str]:
     return sorted(_REGISTRY)
+
+
+def traced_name(kind: str) -> str:
+    """`gen_ai.provider.name` for a connection of this kind: its class's `telemetry_name`, or
+    the kind itself (also for a kind nobody registered)."""
+    cls = _REGISTRY.get(kind)
+    return (cls.telemetry_name if cls is not None else "") or kind
 
 
 def unregister(kind: str) -> None:

@@ -160,6 +160,8 @@ class _Reader(threading.Thread):
 @register
 class CLIProvider(Provider):
     kind = "cli"
+    label = "Model CLI"
+    telemetry_name = "acthelm.cli"
     supports_tools = False
     supports_cancel = True
     needs_base_url = False

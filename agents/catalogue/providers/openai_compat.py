@@ -82,6 +82,8 @@ def context_window_from_model_entry(entry: dict[str, Any]) -> int | None:
 @register
 class OpenAICompatibleProvider(Provider):
     kind = "openai_compatible"
+    label = "OpenAI-compatible (OpenAI, Ollama, vLLM, llama.cpp)"
+    telemetry_name = "openai"
     supports_tools = True
     supports_cancel = True
 
@@ -267,7 +269,10 @@ class OpenAICompatibleProvider(Provider):
     ) -> Completion:
         body = self.payload(model, messages, tools, max_tokens)
         with telemetry.chat(
-            provider_kind=self.kind, model=model, max_tokens=max_tokens, server=self.base_url
+            provider_name=self.telemetry_name or self.kind,
+            model=model,
+            max_tokens=max_tokens,
+            server=self.base_url,
         ) as span:
             try:
                 completion = self._post(body, model, cancel_event)

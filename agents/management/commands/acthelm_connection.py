@@ -6,6 +6,7 @@ one)."""
 
 import json
 
+from agents.catalogue.connection_rules import connection_kinds
 from agents.catalogue.connections import (
     PRICE_FIELDS,
     connection_add,
@@ -14,7 +15,7 @@ from agents.catalogue.connections import (
 )
 from agents.catalogue.providers import get_provider_class
 from agents.models import Connection
-from agents.states import ConnectionKind, CostTier
+from agents.states import CostTier
 from tasks.cli import ActionCommand, emit, person_actor
 from tasks.exceptions import InvalidInput
 
@@ -71,7 +72,7 @@ class Command(ActionCommand):
     def add_actions(self, sub):
         add = sub.add_parser("add")
         add.add_argument("name")
-        add.add_argument("--kind", required=True, choices=ConnectionKind.values)
+        add.add_argument("--kind", required=True, choices=connection_kinds())
         add.add_argument("--base-url", default="")
         add.add_argument(
             "--command",
