@@ -11,7 +11,7 @@ PYTEST_ARGS ?=
 # serial (the chaos test restarts the embedded PostgreSQL) run alone afterwards.
 PYTEST_WORKERS ?= 2
 
-.PHONY: run test venv migrate demo worker lint fmt chromium screenshots db-stop stop clean
+.PHONY: run test venv migrate demo worker lint fmt chromium pgbouncer screenshots db-stop stop clean
 
 # Exact versions come from requirements.lock (a pip constraints file); `make lock` rewrites it.
 LOCK := requirements.lock
@@ -65,6 +65,14 @@ chromium:
 		(apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq chromium) >/dev/null \
 		|| echo "WARNING: could not install chromium; the browser tests will fail"; }
 
+# The worker's tests behind a real pooler (tests/agents/test_worker_pgbouncer.py) start Debian's
+# PgBouncer themselves; without it they are skipped.
+pgbouncer:
+	@command -v pgbouncer >/dev/null 2>&1 || [ -x /usr/sbin/pgbouncer ] || { \
+		echo "Installing Debian's pgbouncer for the tests behind a connection pooler"; \
+		(apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq pgbouncer) >/dev/null \
+		|| echo "WARNING: could not install pgbouncer; the tests behind a pooler will be skipped"; }
+
 lint: $(STAMP)
 	$(VENV)/bin/ruff check .
 	$(VENV)/bin/ruff format --check .
@@ -77,7 +85,7 @@ fmt: $(STAMP)
 	$(VENV)/bin/ruff format .
 	$(VENV)/bin/ruff check --fix .
 
-test: $(STAMP) chromium lint
+test: $(STAMP) chromium pgbouncer lint
 	$(PY) manage.py makemigrations --check --dry-run
 	@# Exit status 5 is "no test selected" (PYTEST_ARGS may name only serial tests, or none).
 	$(PY) -m pytest -n $(PYTEST_WORKERS) -m "not serial" $(PYTEST_ARGS) || [ $$? -eq 5 ]

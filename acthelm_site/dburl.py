@@ -1,12 +1,26 @@
-"""Turn DATABASE_URL into Django's DATABASES entry (postgres only)."""
+"""Turn DATABASE_URL into Django's DATABASES entry (postgres only), and a DATABASES entry into a
+libpq connection string for the connections Django does not open (the worker's LISTEN)."""
 
 from urllib.parse import parse_qs, unquote, urlsplit
 
+#: Keys of a DATABASES entry's OPTIONS that configure Django or psycopg, not the libpq connection.
+DJANGO_OPTIONS = frozenset(
+    {
+        "pool",
+        "isolation_level",
+        "server_side_binding",
+        "assume_role",
+        "prepare_threshold",
+        "cursor_factory",
+        "context",
+    }
+)
 
-def parse_database_url(url: str) -> dict:
+
+def parse_database_url(url: str, *, name: str = "DATABASE_URL") -> dict:
     parts = urlsplit(url)
     if parts.scheme not in ("postgres", "postgresql", "pgsql"):
-        raise ValueError(f"DATABASE_URL must be a postgresql:// URL, not {parts.scheme!r}")
+        raise ValueError(f"{name} must be a postgresql:// URL, not {parts.scheme!r}")
     query = {k: v[-1] for k, v in parse_qs(parts.query).items()}
     host = query.pop("host", None) or unquote(parts.hostname or "")
     port = query.pop("port", None) or (str(parts.port) if parts.port else "")
@@ -40,3 +54,34 @@ def build_database_url(settings_dict: dict) -> str:
         netloc = auth + host + (f":{port}" if port else "")
     qs = ("?" + urlencode(query)) if query else ""
     return f"postgresql://{netloc}/{quote(settings_dict['NAME'])}{qs}"
+
+
+def libpq_conninfo(settings_dict: dict, **overrides: str) -> str:
+    """A libpq connection string for a DATABASES entry (or `parse_database_url`'s result) with
+    every libpq option of it (sslmode, sslrootcert, options, connect_timeout, …); only Django's
+    own options (the pool, the isolation level, …) are left out. `overrides` win."""
+    from psycopg.conninfo import make_conninfo
+
+    params = {
+        key: value
+        for key, value in (settings_dict.get("OPTIONS") or {}).items()
+        if key not in DJANGO_OPTIONS
+    }
+    for key, setting in (
+        ("dbname", "NAME"),
+        ("user", "USER"),
+        ("password", "PASSWORD"),
+        ("host", "HOST"),
+        ("port", "PORT"),
+    ):
+        if settings_dict.get(setting):
+            params[key] = settings_dict[setting]
+    params.update(overrides)
+    return make_conninfo(**{k: str(v) for k, v in params.items() if v not in (None, "")})
+
+
+def listen_conninfo(url: str, default: dict, *, application_name: str) -> str:
+    """The worker's LISTEN connection: `url` (ACTHELM_LISTEN_DATABASE_URL) when set, else the
+    default database's entry (DATABASE_URL, or the embedded server), every option kept."""
+    source = parse_database_url(url, name="ACTHELM_LISTEN_DATABASE_URL") if url else default
+    return libpq_conninfo(source, application_name=application_name)

@@ -151,6 +151,13 @@ ACTHELM_CONSOLE_REFRESH_SECONDS = env_int("ACTHELM_CONSOLE_REFRESH_SECONDS", 10)
 # (a connection per thread). A thread waits this long for a free connection.
 ACTHELM_DB_POOL_SIZE = env_int("ACTHELM_DB_POOL_SIZE", 4)
 ACTHELM_DB_POOL_TIMEOUT_SECONDS = env_float("ACTHELM_DB_POOL_TIMEOUT_SECONDS", 30)
+# The worker's LISTEN connection (new work, a person's pause or cancel) goes to this PostgreSQL URL,
+# every option of it kept (sslmode, options, connect_timeout, …); empty = the default database
+# (DATABASE_URL, or the embedded server). Behind a transaction-mode pooler, point it at PostgreSQL
+# itself: LISTEN does not work through one (docs/operations.md, "Connections and PgBouncer").
+ACTHELM_LISTEN_DATABASE_URL = os.environ.get("ACTHELM_LISTEN_DATABASE_URL", "").strip()
+if ACTHELM_LISTEN_DATABASE_URL:  # a wrong URL stops the start, not the listener later
+    parse_database_url(ACTHELM_LISTEN_DATABASE_URL, name="ACTHELM_LISTEN_DATABASE_URL")
 # How many ready tasks one claim statement may take for a worker's free places.
 ACTHELM_CLAIM_BATCH = env_int("ACTHELM_CLAIM_BATCH", 50)
 ACTHELM_RETRY_DELAYS = [int(x) for x in env_list("ACTHELM_RETRY_DELAYS", ["60", "300", "1800"])]

@@ -24,9 +24,9 @@ import psycopg
 from django.conf import settings
 from django.db import DatabaseError, InterfaceError, OperationalError
 from django.db import connection as db
-from psycopg.conninfo import make_conninfo
 
 from acthelm_site.dbpool import release_connection
+from acthelm_site.dburl import listen_conninfo
 from agents.engine.leases import Claim, claim_batch, claim_next, renew_leases
 from agents.engine.loop import AgentLoop, RunSignals
 from agents.engine.outcomes import Outcome, apply_outcome
@@ -575,13 +575,11 @@ class Worker:
         person's action on a task that runs here makes the heartbeat check it at once."""
         while not self.halted.is_set():
             try:
-                params = db.get_connection_params()
-                conninfo = make_conninfo(
-                    **{
-                        k: v
-                        for k, v in params.items()
-                        if k in ("dbname", "user", "password", "host", "port")
-                    },
+                # ACTHELM_LISTEN_DATABASE_URL, or the default database: every option of it
+                # (sslmode, options, …); behind a transaction pooler, PostgreSQL itself.
+                conninfo = listen_conninfo(
+                    settings.ACTHELM_LISTEN_DATABASE_URL,
+                    db.settings_dict,
                     application_name=f"acthelm-listen {self.worker_id}"[:63],
                 )
                 with psycopg.connect(conninfo, autocommit=True) as conn:
