@@ -12,7 +12,6 @@ from dataclasses import dataclass
 from datetime import datetime, timedelta
 
 from django.conf import settings
-from django.contrib.admin.views.decorators import staff_member_required
 from django.contrib.postgres.aggregates import ArrayAgg
 from django.db import Error as DatabaseError
 from django.db import connection
@@ -24,6 +23,7 @@ from django.utils import timezone
 from django.views.decorators.cache import never_cache
 from django.views.decorators.http import require_GET
 
+from acthelm_site.console.shared import SCORECARD_PERM, console_view
 from agents.models import AgentRun, Connection, WorkerSeen
 from agents.states import RunStatus
 from tasks.models import Task, TaskEvent
@@ -373,7 +373,13 @@ def _last_heartbeat(lease: dict, run: dict) -> datetime | None:
     return max(seen) if seen else None
 
 
-@staff_member_required
+# Who may see the worker page (every worker, the tasks it holds, its runs' heartbeats): who may
+# see the runs, the permission of the console's other operational pages (the scorecard and the
+# evaluation page). Staff status alone shows nothing here.
+WORKERS_PERM = SCORECARD_PERM
+
+
+@console_view(WORKERS_PERM)
 @require_GET
 def workers(request):
     rows = live_workers()

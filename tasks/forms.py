@@ -74,7 +74,8 @@ class TaskCreateForm(forms.Form):
         queryset=Model.objects.none(),
         required=False,
         empty_label="default",
-        help_text="Default: the best tested, tool-capable, zero-cost model.",
+        help_text="Default: the best tested, zero-cost model; tool-capable when the task has tools "
+        "(with none ticked, a model CLI's may be chosen).",
     )
     tags = forms.CharField(required=False, help_text="Comma-separated.")
     files = MultipleFileField(required=False, help_text="Copied into the task's workspace.")

@@ -98,7 +98,11 @@ class TaskCreateIn(TaskLimitsIn):
     goal_id: int | None = None
     kind: KindName = TaskKind.WORK
     priority: int = 0
-    tools: list[str] | None = Field(None, description="Default: ACTHELM_DEFAULT_TOOLS")
+    tools: list[str] | None = Field(
+        None,
+        description="Default: ACTHELM_DEFAULT_TOOLS. Send `tools=` (empty) for a task without "
+        "tools, which may run on a model CLI",
+    )
     ask_tools: list[str] = Field([], description="Tools that stop for a person's approval")
     allowed_domains: list[str] = []
     connection_id: int | None = None
@@ -107,7 +111,8 @@ class TaskCreateIn(TaskLimitsIn):
     model: str | None = Field(
         None,
         description="A model's name, or CONNECTION/NAME (or model_id). Without a connection and "
-        "model: the best tested, tool-capable, zero-cost model, else 400 no_usable_model",
+        "model: the best tested, zero-cost model (tool-capable when the task has tools), else 400 "
+        "no_usable_model",
     )
     depends_on: list[int] = []
     tags: list[str] = []

@@ -134,34 +134,44 @@ _FENCE = re.compile(r"^\s*(```|~~~)")
 _CODE_SPAN = re.compile(r"`([^`\n]+)`")
 _BOLD = re.compile(r"\*\*(?=\S)(.+?)(?<=\S)\*\*|__(?=\S)(.+?)(?<=\S)__")
 _ITALIC = re.compile(r"(?<![*\w])\*(?=\S)(.+?)(?<=\S)\*(?!\*)|(?<![_\w])_(?=\S)(.+?)(?<=\S)_(?!\w)")
-# Applied to escaped text: the URL cannot contain a quote or a tag (they are entities by then).
-_LINK = re.compile(r"\[([^\]\n]+)\]\((https?://[^\s()]+)\)")
+# Applied to escaped text: the URL cannot contain a quote or a tag (they are entities by then),
+# nor a placeholder (a code span inside the address is no address).
+_LINK = re.compile(r"\[([^\]\n]+)\]\((https?://[^\s()\x00]+)\)")
+# A span already formatted, kept out of the later patterns' reach: NUL, its index, NUL (the file's
+# own NULs are removed first, so only these are in the text).
 _PLACEHOLDER = "\x00{}\x00"
+_PLACEHOLDERS = re.compile(r"\x00(\d+)\x00")
+
+
+def _emphasis(html: str) -> str:
+    html = _BOLD.sub(lambda m: f"<strong>{m.group(1) or m.group(2)}</strong>", html)
+    return _ITALIC.sub(lambda m: f"<em>{m.group(1) or m.group(2)}</em>", html)
 
 
 def _inline(line: str) -> str:
-    """One line of Markdown as HTML: escape first, then format the escaped text."""
+    """One line of Markdown as HTML: escape first, then format the escaped text.
+
+    A code span, then a link, becomes a placeholder so that no later pattern formats inside it;
+    a link's text may hold code spans and emphasis. Each span's own placeholders are filled in
+    when it is made, so one pass at the end fills in every span, however nested."""
     if len(line) > INLINE_CHARS:
         return escape(line)
     spans: list[str] = []
 
-    def keep(match):
-        spans.append(f"<code>{match.group(1)}</code>")
+    def fill(html: str) -> str:
+        return _PLACEHOLDERS.sub(lambda m: spans[int(m.group(1))], html)
+
+    def hold(html: str) -> str:
+        spans.append(html)
         return _PLACEHOLDER.format(len(spans) - 1)
 
-    def link(match):
-        spans.append(
-            f'<a href="{match.group(2)}" rel="nofollow noopener noreferrer">{match.group(1)}</a>'
-        )
-        return _PLACEHOLDER.format(len(spans) - 1)
+    def link(match: re.Match) -> str:
+        text = fill(_emphasis(match.group(1)))
+        return hold(f'<a href="{match.group(2)}" rel="nofollow noopener noreferrer">{text}</a>')
 
-    html = _CODE_SPAN.sub(keep, escape(line))
+    html = _CODE_SPAN.sub(lambda m: hold(f"<code>{m.group(1)}</code>"), escape(line))
     html = _LINK.sub(link, html)
-    html = _BOLD.sub(lambda m: f"<strong>{m.group(1) or m.group(2)}</strong>", html)
-    html = _ITALIC.sub(lambda m: f"<em>{m.group(1) or m.group(2)}</em>", html)
-    for index, span in enumerate(spans):
-        html = html.replace(_PLACEHOLDER.format(index), span)
-    return html
+    return fill(_emphasis(html))
 
 
 def render_markdown(text: str) -> SafeString:

@@ -14,14 +14,15 @@ from typing import Any, NamedTuple, NotRequired, TypedDict
 
 from django.conf import settings
 from django.db import transaction
+from django.db.models import QuerySet
 
-from agents.catalogue.connections import best_zero_cost_model, usable_models
+from agents.catalogue.connections import usable_models
 from agents.catalogue.tools import find_tool, tool_names
 from agents.catalogue.tools.plan import ProposeTaskArgs
 from agents.engine.acceptance import Check, validate_checks
 from agents.engine.usage import remaining, task_usage
 from agents.models import Connection, Model
-from agents.states import ModelTestStatus
+from agents.states import CostTier, ModelTestStatus
 from tasks.actors import Actor
 from tasks.exceptions import (
     InvalidInput,
@@ -97,28 +98,52 @@ NO_USABLE_MODEL = "no_usable_model"
 MODEL_NOT_TOOL_CAPABLE = "model_not_tool_capable"
 
 
+def _default_models(tools: list[str]) -> QuerySet[Model]:
+    """Models a new task may run on without being given one: tested, on an enabled connection,
+    and tool-capable when the task has tools. A task without tools may run on any tested model,
+    a model CLI's too (`llm`, `claude -p`, `codex exec`: recorded as not tool-capable)."""
+    if _has_tools(tools):
+        return usable_models()
+    return Model.objects.filter(
+        test_status=ModelTestStatus.PASSED, connection__enabled=True
+    ).select_related("connection")
+
+
+def _has_tools(tools: Sequence[str]) -> bool:
+    return any(t for t in tools)
+
+
 def model_for_new_task(
     *, connection: Connection | None = None, model: Model | None = None, tools: list[str]
 ) -> tuple[Connection, Model]:
     """What a person's new task runs on, checked now so that it does not fail a second later:
-    the model they chose, else the chosen connection's first tested, tool-capable model, else
-    the best tested, tool-capable, zero-cost model (the reconciler's rule). Refused with a
-    field error (``model``) when there is none or the chosen one could not run the task."""
+    the model they chose, else the chosen connection's first tested model (tool-capable when the
+    task has tools), else the highest-priority zero-cost connection's such model (the
+    reconciler's rule; for a task without tools a tool-capable one first among equals, else a
+    model CLI's). Refused with a field error (``model``) when there is none or the chosen one
+    could not run the task."""
     if model is None:
+        what = "tested, tool-capable" if _has_tools(tools) else "tested"
         if connection is not None:
-            model = usable_models().filter(connection=connection).order_by("name", "id").first()
+            on_it = _default_models(tools).filter(connection=connection)
+            model = on_it.order_by("name", "id").first()
             if model is None:
                 raise InvalidInput(
-                    f"connection {connection} has no tested, tool-capable model: choose a model "
+                    f"connection {connection} has no {what} model: choose a model "
                     f"or test one (acthelm_connection test {connection})",
                     field="model",
                     code=NO_USABLE_MODEL,
                 )
         else:
-            model = best_zero_cost_model()
+            model = (
+                _default_models(tools)
+                .filter(connection__cost_tier=CostTier.ZERO_COST)
+                .order_by("-connection__priority", "-supports_tools", "connection__name", "id")
+                .first()
+            )
             if model is None:
                 raise InvalidInput(
-                    "no tested, tool-capable, zero-cost model to run the task on: choose a "
+                    f"no {what}, zero-cost model to run the task on: choose a "
                     "connection and model, or add and test one (acthelm_connection add, "
                     "acthelm_connection test)",
                     field="model",
@@ -140,7 +165,7 @@ def model_for_new_task(
         raise InvalidInput(
             f"connection {model.connection} is disabled", field="model", code="connection_disabled"
         )
-    if [t for t in tools if t] and not model.supports_tools:
+    if _has_tools(tools) and not model.supports_tools:
         raise InvalidInput(
             f"model {model} is recorded as not tool-capable and the task has tools: choose "
             "another model, give the task no tools, or override the record "

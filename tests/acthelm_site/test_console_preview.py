@@ -33,6 +33,43 @@ def test_markdown_is_formatted_and_its_html_is_only_text():
     assert "<blockquote>said</blockquote>" in html
 
 
+LINK = '<a href="http://x" rel="nofollow noopener noreferrer">'
+
+
+@pytest.mark.parametrize(
+    ("markdown", "expected"),
+    [
+        # A code span inside a link (issue 32: it showed the placeholder, NUL 0 NUL).
+        ("[see `code`](http://x)", f"<p>{LINK}see <code>code</code></a></p>"),
+        (
+            "[`a` and `b<i>`](http://x)",
+            f"<p>{LINK}<code>a</code> and <code>b&lt;i&gt;</code></a></p>",
+        ),
+        ("[**bold** `c`](http://x)", f"<p>{LINK}<strong>bold</strong> <code>c</code></a></p>"),
+        (
+            "**[`c`](http://x)** and _`d`_",
+            f"<p><strong>{LINK}<code>c</code></a></strong> and <em><code>d</code></em></p>",
+        ),
+        (
+            "`x` [a](http://x) `y` [`b`](http://x)",
+            f"<p><code>x</code> {LINK}a</a> <code>y</code> {LINK}<code>b</code></a></p>",
+        ),
+        # A code span holding a link's syntax stays code; one in the address is no link.
+        ("`[a](http://x)`", "<p><code>[a](http://x)</code></p>"),
+        ("[a](http://x/`y`)", "<p>[a](http://x/<code>y</code>)</p>"),
+        ("- [`k`](http://x)", f"<ul><li>{LINK}<code>k</code></a></li></ul>"),
+        ("> [`q`](http://x)", f"<blockquote>{LINK}<code>q</code></a></blockquote>"),
+        ("# [`h`](http://x)", f"<h1>{LINK}<code>h</code></a></h1>"),
+        # The file's own NULs cannot forge a placeholder.
+        ("\x000\x00 `c` [\x001\x00](http://x)", f"<p>0 <code>c</code> {LINK}1</a></p>"),
+    ],
+)
+def test_nested_inline_markdown_is_filled_in_and_escaped(markdown, expected):
+    html = preview.render_markdown(markdown)
+    assert html == expected
+    assert "\x00" not in html
+
+
 def test_csv_is_a_bounded_table_of_cells():
     rows, cut = preview.csv_rows('region,total\nnorth,"<b>12</b>"\n')
     assert rows == [["region", "total"], ["north", "<b>12</b>"]] and not cut

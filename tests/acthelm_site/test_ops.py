@@ -294,12 +294,25 @@ def test_worker_host_is_the_part_before_the_first_colon():
     assert worker_host("demo-worker") == ""
 
 
-def test_workers_page_needs_a_staff_login(client, db):
+def operator():
+    """Who may see the worker page: who may see the runs (issue 32: staff alone may not)."""
+    return UserFactory(username="operator", perms=["agents.view_agentrun"])
+
+
+def test_workers_page_needs_a_login_and_the_runs_permission(client, db):
     response = client.get(reverse("ops:workers"))
     assert response.status_code == 302
     assert response["Location"].startswith("/admin/login/")
-    client.force_login(UserFactory(username="not-staff", is_staff=False))
-    assert client.get(reverse("ops:workers")).status_code == 302
+    # Staff with no permission (or only the tasks'): refused, like the scorecard.
+    for perms in ([], ["tasks.view_task"]):
+        client.force_login(UserFactory(is_staff=True, perms=perms))
+        assert client.get(reverse("ops:workers")).status_code == 403
+        assert client.get(reverse("scorecard:index")).status_code == 403
+        response = client.get(reverse("ops:workers"), headers={"HX-Request": "true"})
+        assert response.status_code == 403 and b"data-worker" not in response.content
+    for user in (operator(), UserFactory(is_superuser=True)):
+        client.force_login(user)
+        assert client.get(reverse("ops:workers")).status_code == 200
 
 
 def _rows(html: str) -> dict[str, tuple[str, str]]:
@@ -309,7 +322,7 @@ def _rows(html: str) -> dict[str, tuple[str, str]]:
 
 
 def test_workers_page_lists_workers_from_leases_and_flags_stale_ones(client, fleet):
-    client.force_login(UserFactory(username="operator"))
+    client.force_login(operator())
     response = client.get(reverse("ops:workers"))
     assert response.status_code == 200
     html = response.content.decode()
@@ -337,14 +350,14 @@ def test_workers_page_lists_workers_from_leases_and_flags_stale_ones(client, fle
 
 
 def test_workers_page_without_workers(client, db):
-    client.force_login(UserFactory(username="operator"))
+    client.force_login(operator())
     TaskFactory(status=TaskStatus.READY)
     html = client.get(reverse("ops:workers")).content.decode()
     assert "No worker holds a task right now" in html
 
 
 def test_workers_page_htmx_refresh_returns_the_fragment(client, fleet):
-    client.force_login(UserFactory(username="operator"))
+    client.force_login(operator())
     response = client.get(reverse("ops:workers"), headers={"HX-Request": "true"})
     html = response.content.decode()
     assert response.status_code == 200
@@ -371,7 +384,7 @@ def test_an_idle_worker_is_listed_from_when_it_was_last_seen(client, db):
         started=timezone.now() - timedelta(days=3),
         last_seen=timezone.now() - timedelta(days=2),
     )
-    client.force_login(UserFactory(username="operator"))
+    client.force_login(operator())
     html = client.get(reverse("ops:workers")).content.decode()
     rows = _rows(html)
     assert set(rows) == {"host-i:300:0", "host-g:400:0"}  # a day without a sign: not listed

@@ -323,6 +323,51 @@ def test_a_task_without_tools_may_run_on_a_model_that_is_not_tool_capable(actor)
     assert task.model == model
 
 
+def test_a_task_without_tools_defaults_to_a_tested_model_cli(actor):
+    """A model CLI is recorded as not tool-capable: the default for a task without tools, never
+    for one with tools (issue 32)."""
+    from tests.factories import ConnectionFactory
+
+    cli = ModelFactory(
+        connection=ConnectionFactory(kind="cli", command=["llm"], base_url="", priority=5),
+        supports_tools=False,
+    )
+    ModelFactory(connection=ConnectionFactory(priority=9), test_status="untested")
+    ModelFactory(connection=ConnectionFactory(priority=9, enabled=False), supports_tools=False)
+    task = intake.task_create(actor=actor, title="T", instruction="I", tools=[], check_model=True)
+    assert (task.connection, task.model, task.tools) == (cli.connection, cli, [])
+    # Only a connection: its first tested model, tool-capable or not.
+    task = intake.task_create(
+        actor=actor,
+        title="T",
+        instruction="I",
+        tools=[],
+        connection=cli.connection,
+        check_model=True,
+    )
+    assert task.model == cli
+    # With tools: refused, named on the model field, as before.
+    for connection in (None, cli.connection):
+        with pytest.raises(InvalidInput) as refused:
+            intake.task_create(
+                actor=actor,
+                title="T",
+                instruction="I",
+                tools=["read_file"],
+                connection=connection,
+                check_model=True,
+            )
+        assert (refused.value.code, refused.value.field) == ("no_usable_model", "model")
+    # Among equals a tool-capable model still comes first; a higher priority wins.
+    api = ModelFactory(connection=ConnectionFactory(priority=5))
+    task = intake.task_create(actor=actor, title="T", instruction="I", tools=[], check_model=True)
+    assert task.model == api
+    cli.connection.priority = 6
+    cli.connection.save()
+    task = intake.task_create(actor=actor, title="T", instruction="I", tools=[], check_model=True)
+    assert task.model == cli
+
+
 # --- A goal's acceptance checks: the defaults of the work planned for it (issue 23) -----------
 
 GOAL_CHECKS = [

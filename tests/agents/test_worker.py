@@ -45,6 +45,26 @@ def test_a_cli_task_runs_to_review_never_done(cli_model, cli_task, fast_worker_s
     assert kinds(task) == ["created", "claimed", "model_turn", "submitted"]
 
 
+def test_a_task_the_command_line_creates_without_tools_runs_to_review_on_a_model_cli(
+    cli_model, manage, fast_worker_settings
+):
+    """`acthelm_task create --no-tools` (issue 32): no model given, the tested model CLI is the
+    default, and the task runs to review on it."""
+    from tests.factories import UserFactory
+
+    UserFactory(username="ops", perms=["tasks.add_task"])
+    model = cli_model("--mode", "text", "--text", "three bullet points")
+    args = ["acthelm_task", "--user", "ops", "--json", "create", "--title", "T"]
+    created = manage(*args, "--instruction", "Summarise.", "--no-tools", check=True)
+    task = Task.objects.get(pk=json.loads(created.stdout)["id"])
+    assert (task.tools, task.model, task.status) == ([], model, TaskStatus.READY)
+    Worker(worker_id="w1", burst=True).run()
+    assert status_of(task) == TaskStatus.REVIEW
+    run = AgentRun.objects.get(task=task)
+    assert (run.status, run.answer) == ("succeeded", "three bullet points")
+    assert cli_calls(cli_model.counter) == 1
+
+
 def test_race_8_processes_200_tasks_each_reaches_review_once(cli_model, cli_task, spawn_worker):
     model = cli_model("--mode", "text", "--text", "done")
     tasks = [cli_task(model, title=f"T{i}") for i in range(200)]

@@ -168,6 +168,31 @@ def test_create_with_input_files_and_choices(api):
     assert event.actor_label == "founder"
 
 
+def test_create_with_tools_empty_makes_a_task_without_tools_on_a_model_cli(api, settings):
+    """`tools=` (an empty list, as form fields send one) is a task without tools, which may run
+    on a tested model CLI; leaving `tools` out is the default tools (issue 32)."""
+    from tests.factories import ConnectionFactory
+
+    cli = ModelFactory(
+        connection=ConnectionFactory(kind="cli", command=["llm"], base_url=""),
+        supports_tools=False,
+    )
+    form = {"title": "T", "instruction": "I"}
+    response = api.post_form("/api/tasks", {**form, "tools": ""})
+    assert response.status_code == 201, response.content
+    data = response.json()
+    assert (data["tools"], data["model"]) == ([], cli.name)
+    task = Task.objects.get(pk=data["id"])
+    assert (task.tools, task.model) == ([], cli)
+    # Without the field: the default tools, which the model CLI cannot run.
+    assert settings.ACTHELM_DEFAULT_TOOLS
+    assert_error(api.post_form("/api/tasks", form), 400, "no_usable_model", "model")
+    # No tools, and ask for one: refused naming the field.
+    refused = api.post_form("/api/tasks", {**form, "tools": "", "ask_tools": ["fetch_url"]})
+    assert_error(refused, 400, "invalid_input", "ask_tools")
+    assert Task.objects.count() == 1
+
+
 def test_create_waits_for_dependencies(api):
     ModelFactory()  # the default model a new task runs on
     dep = TaskFactory(status=TaskStatus.READY)

@@ -17,7 +17,14 @@ pytestmark = pytest.mark.django_db
 @pytest.fixture
 def boss(client):
     client.force_login(
-        UserFactory(perms=["tasks.view_task", "approvals.decide_approval", "tasks.close_task"])
+        UserFactory(
+            perms=[
+                "tasks.view_task",
+                "approvals.decide_approval",
+                "tasks.close_task",
+                "agents.view_agentrun",  # the worker page's
+            ]
+        )
     )
     return client
 

@@ -12,7 +12,8 @@ from tests.factories import ArtifactFactory, TaskFactory, UserFactory
 
 pytestmark = [pytest.mark.e2e, pytest.mark.django_db(transaction=True)]
 
-PERMS = ["tasks.view_task", "tasks.close_task", "approvals.decide_approval"]
+# agents.view_agentrun: the worker page, where the first test watches the nav.
+PERMS = ["tasks.view_task", "tasks.close_task", "approvals.decide_approval", "agents.view_agentrun"]
 
 
 @pytest.fixture

@@ -51,6 +51,19 @@ def test_create_without_a_usable_model_is_refused_with_the_field(manage, admin_u
     assert "model_not_tool_capable" in result.stderr and not Task.objects.exists()
 
 
+def test_no_tools_and_tool_together_are_refused_by_name(manage, admin_user):
+    ModelFactory()
+    args = ["acthelm_task", "create", "--title", "T", "--instruction", "I"]
+    both = manage(*args, "--tool", "read_file", "--no-tools")
+    assert both.returncode != 0
+    assert "argument --no-tools: not allowed with argument --tool" in both.stderr
+    # A policy for a tool the task does not have says so (the API's and the form's rule).
+    policy = manage(*args, "--no-tools", "--policy", "fetch_url=ask")
+    assert policy.returncode != 0
+    assert "--policy names tools the task does not have: fetch_url" in policy.stderr
+    assert not Task.objects.exists()
+
+
 def test_close_of_a_task_not_in_review_fails_clearly_and_changes_nothing(manage, admin_user):
     task = TaskFactory(status=TaskStatus.READY)
     result = manage("acthelm_task", "close", str(task.pk))

@@ -291,6 +291,27 @@ def test_a_task_from_the_form_left_at_default_runs_on_the_default_model(boss):
     assert (task.connection, task.model, task.status) == (free.connection, free, "ready")
 
 
+def test_the_form_with_no_tool_ticked_makes_a_task_without_tools_on_a_model_cli(boss):
+    """No box ticked (the browser sends no `tools` field): a task without tools, and its default
+    model may be a tested model CLI (issue 32)."""
+    from tests.factories import ConnectionFactory
+
+    cli = ModelFactory(
+        connection=ConnectionFactory(kind="cli", command=["llm"], base_url=""),
+        supports_tools=False,
+    )
+    form = {"title": "T", "instruction": "I", "priority": "0", **_default_limits()}
+    response = boss.post("/tasks/new/", form)
+    task = Task.objects.get()
+    assert response.status_code == 302, response.context["form"].errors
+    assert (task.tools, task.tool_policies, task.model) == ([], {}, cli)
+    # A tool ticked: the model CLI cannot run it, and the form says so on the model field.
+    response = boss.post("/tasks/new/", {**form, "tools": ["read_file"]})
+    assert response.status_code == 400
+    assert "no_usable_model" in response.context["form"].errors["model"][0]
+    assert Task.objects.count() == 1
+
+
 def test_the_form_refuses_a_task_no_model_could_run_as_an_error_on_the_model_field(boss):
     ModelFactory(test_status=ModelTestStatus.UNTESTED)
     form = {"title": "T", "instruction": "I", "priority": "0", "tools": ["read_file"]}

@@ -94,12 +94,24 @@ class Command(BaseCommand):
         create.add_argument("--instruction", required=True)
         create.add_argument("--goal", type=int)
         create.add_argument("--priority", type=int, default=0)
-        create.add_argument("--tool", action="append", dest="tools", help="repeatable")
+        which_tools = create.add_mutually_exclusive_group()
+        which_tools.add_argument(
+            "--tool",
+            action="append",
+            dest="tools",
+            help="repeatable (default: ACTHELM_DEFAULT_TOOLS)",
+        )
+        which_tools.add_argument(
+            "--no-tools",
+            action="store_true",
+            help="a task without tools: it may run on a model CLI (llm, claude -p, codex exec)",
+        )
         create.add_argument("--policy", action="append", default=[], help="TOOL=allow|ask")
         create.add_argument("--allow-domain", action="append", default=[], dest="domains")
         create.add_argument(
             "--connection",
-            help="connection name (default: the best tested, tool-capable, zero-cost model's)",
+            help="connection name (default: the best tested, zero-cost model's; tool-capable "
+            "unless --no-tools)",
         )
         create.add_argument("--model", help="model name on the connection")
         create.add_argument("--depends-on", type=int, action="append", default=[])
@@ -302,6 +314,13 @@ class Command(BaseCommand):
         for f in files:
             if not f.is_file():
                 raise InvalidInput(f"--file {f} is not a readable file")
+        tools = [] if opts["no_tools"] else opts["tools"]
+        policies = _pairs(opts["policy"], "--policy")
+        if tools is not None and (stray := sorted(set(policies) - set(tools))):
+            raise InvalidInput(
+                f"--policy names tools the task does not have: {', '.join(stray)}",
+                field="tool_policies",
+            )
         with transaction.atomic():
             task = intake.task_create(
                 actor=actor,
@@ -309,8 +328,8 @@ class Command(BaseCommand):
                 instruction=opts["instruction"],
                 goal=goal,
                 priority=opts["priority"],
-                tools=opts["tools"],
-                tool_policies=_pairs(opts["policy"], "--policy"),
+                tools=tools,
+                tool_policies=policies,
                 allowed_domains=opts["domains"],
                 connection=connection,
                 model=self._model(opts),
