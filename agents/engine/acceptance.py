@@ -278,7 +278,7 @@ class _Pattern(Protocol):
 
     programsize: int
 
-    def search(self, text: str | bytes) -> object | None: ...
+    def search(self, text: str | bytes | bytearray) -> object | None: ...
 
 
 def _compile(pattern: str | bytes) -> _Pattern:
