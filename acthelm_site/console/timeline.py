@@ -65,13 +65,22 @@ def _code(data):
 
 
 def _checks(data) -> list[str]:
-    """The acceptance checks a verdict ran: how many passed, and each that failed by name."""
+    """The acceptance checks a verdict ran: how many passed, and each that failed or could not
+    be checked (unverified) by name."""
     checks = [c for c in data.get("checks") or [] if isinstance(c, dict)]
     if not checks:
         return []
-    failed = [_text(c.get("check", "?")) for c in checks if not c.get("passed")]
-    line = f"Checks: {len(checks) - len(failed)} of {len(checks)} passed"
-    return [line + (f"; failed: {', '.join(failed)}" if failed else "")]
+    unseen = [_text(c.get("check", "?")) for c in checks if c.get("unverified")]
+    failed = [
+        _text(c.get("check", "?"))
+        for c in checks
+        if not c.get("passed") and not c.get("unverified")
+    ]
+    passed = len(checks) - len(failed) - len(unseen)
+    line = f"Checks: {passed} of {len(checks)} passed"
+    line += f"; failed: {', '.join(failed)}" if failed else ""
+    line += f"; unverified: {', '.join(unseen)}" if unseen else ""
+    return [line]
 
 
 def _verdict(data):

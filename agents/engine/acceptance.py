@@ -27,19 +27,57 @@ answer_not_echo          the answer is not the instruction repeated back
 
 Regular expressions are a person's input run against a model's output, both untrusted in size:
 they are compiled with RE2 (linear time in the text whatever the pattern, no catastrophic
-backtracking, the GIL released while it searches) and at most 500 characters long; a pattern RE2
-cannot run (lookarounds, backreferences) is refused at creation, not at the verdict.
+backtracking, the GIL released while it searches; `RE2_MAX_MEM` bounds its memory) and at most 500
+characters long; a pattern RE2 cannot run (lookarounds, backreferences) is refused at creation, not
+at the verdict.
+
+**A check that could not see everything does not pass.** Each result is passed, failed or
+*unverified* (`CheckResult.unverified`: neither a pass nor a failure; the supervisor sends such a
+run to review marked unverified). What a pass of each kind rests on:
+
+=======================  ===========================================================================
+kind                     a pass needs
+=======================  ===========================================================================
+artifact                 one matching name (names are listed from the database, all of them)
+no_artifact              every name: a negative check
+only_artifacts           every name: a negative check
+artifact_contains        every name, and each matching artifact read until the text appears (found
+                         in a prefix is found; not found in a cut-off artifact is unverified)
+artifact_not_contains    every name, and each matching artifact read in full: a negative check
+artifact_matches         every name, and each matching artifact read in full — a match on a prefix
+                         is not sound (``\\z``, ``$`` or ``\\A[^<]*\\z`` take the cut for the end)
+answer_*                 the whole answer (stored in full)
+tool_*                   every tool call of the task (all read)
+answer_not_echo          the whole answer
+=======================  ===========================================================================
+
+An artifact is read in chunks (`READ_CHUNK`), never whole, for the text checks; a pattern check
+holds one artifact's bytes at a time. A check reads at most `RunRecord.read_limit` bytes of one
+artifact — the task's `limit_artifact_bytes`, at most `MAX_CHECK_READ_BYTES`; an artifact larger
+than that leaves the check unverified unless what was read already decides it (a forbidden text
+found is a failure). More than `MAX_ARTIFACT_NAMES` artifacts leave the checks that need every name
+unverified. The work of one verdict's checks has a budget (`Budget`): units of work — a byte
+scanned for a text counts `SCAN_WEIGHT`, a byte searched by a pattern counts the pattern's RE2
+program size — and seconds (`time.monotonic`, looked at before every chunk and every pattern). A
+check the budget cannot pay for is unverified, never passed.
 
 The default checks (`default_checks`, on unless ACTHELM_SUPERVISOR_DEFAULT_CHECKS is off) need no
-configuration: see that function. Everything here is pure except `run_record`, a selector.
+configuration: see that function. Everything here is pure except `run_record`, a selector, and the
+reading of artifact files by the checks (after `run_record` has returned: no query runs then).
 """
 
+import codecs
+import contextlib
+import io
+import os
 import re
-from collections.abc import Callable, Collection
+import stat
+import time
+from collections.abc import Collection, Iterable, Iterator
 from dataclasses import dataclass, field
 from fnmatch import fnmatchcase
 from itertools import islice
-from typing import Any, NotRequired, Protocol, TypedDict
+from typing import IO, Any, NotRequired, Protocol, TypedDict
 
 import re2
 from django.conf import settings
@@ -58,9 +96,20 @@ MAX_CHECKS = 50
 MAX_VALUE_CHARS = 1000
 MAX_PATTERN_CHARS = 500
 RE2_MAX_MEM = 8 << 20
-# What the supervisor reads of a run's artifacts: a bounded prefix of each, a bounded number.
-MAX_ARTIFACT_READ = 256 * 1024
-MAX_ARTIFACTS_READ = 200
+# What the checks read of a run's artifacts: every name (up to MAX_ARTIFACT_NAMES, far more than
+# a run writes), and of each artifact a check needs, up to the task's artifact limit — at most
+# MAX_CHECK_READ_BYTES — in chunks of READ_CHUNK.
+MAX_ARTIFACT_NAMES = 10_000
+MAX_CHECK_READ_BYTES = 8 << 20
+READ_CHUNK = 256 * 1024
+# The budget of one verdict's checks (`Budget`): units of work and seconds. A byte a pattern
+# searches costs the pattern's RE2 program size (the bound of its work per byte: a search of 1 MiB
+# with a program of 8,000 instructions took ~5 s when RE2 fell back from its DFA); a byte scanned
+# for a text costs SCAN_WEIGHT (measured: decoding, normalising and finding, ~36 ns a byte, what a
+# program of ~60 instructions costs).
+VERDICT_WORK = 8 << 30
+SCAN_WEIGHT = 64
+VERDICT_SECONDS = 30.0
 
 # A call that was executed: the tool code ran (or was running when the worker stopped) — as the
 # grader counts it.
@@ -138,40 +187,60 @@ class CallSeen:
 
 
 @dataclass(frozen=True)
+class ArtifactFile:
+    """An artifact as stored: its file, read by the checks that need its content."""
+
+    path: str
+    size: int = 0  # as recorded; what is read is the file itself
+
+
+# An artifact's content for the checks: its file, its text (a record built in memory), or None
+# (not readable text).
+ArtifactSource = ArtifactFile | str | None
+
+
+@dataclass(frozen=True)
 class RunRecord:
     """What the checks see of a finished run: the task's instruction and tools, the answer, every
-    artifact with (a bounded prefix of) its text, every tool call with its outcome."""
+    artifact by name (its content is read by the checks that need it), every tool call with its
+    outcome."""
 
     instruction: str
     answer: str
     tools: tuple[str, ...] = ()
-    artifacts: dict[str, str | None] = field(default_factory=dict)  # None: not readable text
+    artifacts: dict[str, ArtifactSource] = field(default_factory=dict)
     calls: tuple[CallSeen, ...] = ()
     input_files: tuple[str, ...] = ()
     # A planning task proposes work; the files and pages its goal names are its follow-ups' job.
     planning: bool = False
+    # False: the run has more than MAX_ARTIFACT_NAMES artifacts and `artifacts` holds the first.
+    artifacts_complete: bool = True
+    # The most a check reads of one artifact (the task's artifact limit, bounded).
+    read_limit: int = MAX_CHECK_READ_BYTES
 
-
-def _artifact_text(path: str) -> str | None:
-    try:
-        with open(path, "rb") as fh:
-            data = fh.read(MAX_ARTIFACT_READ)
-        return data.decode("utf-8", errors="strict")
-    except UnicodeDecodeError as exc:
-        # A prefix cut inside a character is still text.
-        if exc.start >= len(data) - 3 and len(data) == MAX_ARTIFACT_READ:
-            return data[: exc.start].decode("utf-8")
-        return None
-    except OSError:
-        return None
+    def preview(self, name: str, max_chars: int) -> str | None:
+        """The start of an artifact's text, at most `max_chars` characters (None: not readable
+        text) — what a person or the model supervisor is shown, never what a check decides on."""
+        source = self.artifacts.get(name)
+        if source is None or isinstance(source, str):
+            return source[:max_chars] if source is not None else None
+        try:
+            with _open(source) as fh:
+                data = fh.read(max_chars * 4)
+            # Not final: a prefix cut inside a character is still text.
+            return codecs.getincrementaldecoder("utf-8")().decode(data)[:max_chars]
+        except (OSError, UnicodeDecodeError):
+            return None
 
 
 def run_record(task: Task, answer: str) -> RunRecord:
-    """Read what a verdict needs of `task` (bounded: artifact prefixes, a capped number)."""
-    artifacts = {
-        a.name: _artifact_text(a.path)
-        for a in Artifact.objects.filter(task_id=task.pk).only("name", "path")[:MAX_ARTIFACTS_READ]
-    }
+    """Read what a verdict needs of `task` from the database: every artifact's name and file (up
+    to MAX_ARTIFACT_NAMES), every tool call. No file content: the checks read it afterwards."""
+    rows = list(
+        Artifact.objects.filter(task_id=task.pk)
+        .order_by("name")
+        .values_list("name", "path", "size")[: MAX_ARTIFACT_NAMES + 1]
+    )
     calls = tuple(
         CallSeen(tool=c["tool"], status=c["status"], error_code=c["error_code"], run_count=n)
         for c in ToolCall.objects.filter(task_id=task.pk)
@@ -183,10 +252,14 @@ def run_record(task: Task, answer: str) -> RunRecord:
         instruction=task.instruction,
         answer=answer or "",
         tools=tuple(task.tools),
-        artifacts=artifacts,
+        artifacts={
+            name: ArtifactFile(path, size) for name, path, size in rows[:MAX_ARTIFACT_NAMES]
+        },
         calls=calls,
         input_files=_input_files(task.pk),
         planning=task.kind == TaskKind.PLANNING,
+        artifacts_complete=len(rows) <= MAX_ARTIFACT_NAMES,
+        read_limit=min(task.limit_artifact_bytes, MAX_CHECK_READ_BYTES),
     )
 
 
@@ -194,7 +267,7 @@ def _input_files(task_id: int) -> tuple[str, ...]:
     folder = workspace_dir(task_id, create=False)
     if not folder.is_dir():
         return ()
-    return tuple(sorted(p.name for p in islice(folder.iterdir(), MAX_ARTIFACTS_READ)))
+    return tuple(sorted(p.name for p in islice(folder.iterdir(), MAX_ARTIFACT_NAMES)))
 
 
 # --- Parsing and validation ------------------------------------------------------------------
@@ -203,10 +276,12 @@ def _input_files(task_id: int) -> tuple[str, ...]:
 class _Pattern(Protocol):
     """What is used of a compiled RE2 pattern (the re2 module has no types)."""
 
-    def search(self, text: str) -> object | None: ...
+    programsize: int
+
+    def search(self, text: str | bytes | bytearray) -> object | None: ...
 
 
-def _compile(pattern: str) -> _Pattern:
+def _compile(pattern: str | bytes) -> _Pattern:
     options = re2.Options()
     options.log_errors = False
     options.case_sensitive = False
@@ -357,14 +432,162 @@ class CheckResult:
     passed: bool
     detail: str
     default: bool = False  # one of the default checks, not the task's own
+    # Neither passed nor failed: the check could not see what its pass needs (`detail` says
+    # what); `passed` is False.
+    unverified: bool = False
+
+    @property
+    def failed(self) -> bool:
+        return not self.passed and not self.unverified
 
     def as_dict(self) -> dict[str, str | bool]:
         return {
             "check": self.check,
             "passed": self.passed,
+            "unverified": self.unverified,
             "detail": self.detail,
             "default": self.default,
         }
+
+
+class Unverified(Exception):
+    """What a check needs cannot be seen (or paid for): the check is unverified."""
+
+
+class _NotText(Exception):
+    """The artifact is not readable text (not UTF-8, not a regular file, gone)."""
+
+
+class _Cut(Exception):
+    """The artifact goes on past what a check reads."""
+
+
+@dataclass
+class Budget:
+    """What the checks of one verdict may spend: units of work (a byte scanned for a text costs
+    SCAN_WEIGHT, a byte searched by a pattern its RE2 program size) and seconds, measured with
+    `time.monotonic` before every chunk and every pattern. What it cannot pay for is unverified."""
+
+    work: int = VERDICT_WORK
+    seconds: float = VERDICT_SECONDS
+    spent: int = 0
+    started: float = field(default_factory=time.monotonic)
+
+    def charge(self, units: int, what: str) -> None:
+        if time.monotonic() - self.started >= self.seconds:
+            raise Unverified(f"the checks' time budget ({self.seconds:g} s) ran out before {what}")
+        if self.spent + units > self.work:
+            raise Unverified(
+                f"the checks' work budget ({self.work:,} units: bytes read × pattern size) "
+                f"cannot pay for {what} ({units:,} units; {self.work - self.spent:,} left)"
+            )
+        self.spent += units
+
+
+@contextlib.contextmanager
+def _open(source: ArtifactFile | str) -> Iterator[IO[bytes]]:
+    """An artifact's bytes: a regular file (opened without following a final link or waiting on
+    a pipe), or a text held in memory."""
+    if isinstance(source, str):
+        yield io.BytesIO(source.encode("utf-8", "surrogatepass"))
+        return
+    fd = os.open(source.path, os.O_RDONLY | os.O_NONBLOCK | getattr(os, "O_NOFOLLOW", 0))
+    try:
+        if not stat.S_ISREG(os.fstat(fd).st_mode):
+            raise OSError(f"{source.path} is not a regular file")
+        fh = os.fdopen(fd, "rb")
+    except BaseException:
+        os.close(fd)
+        raise
+    with fh:
+        yield fh
+
+
+def _chunks(source: ArtifactSource, limit: int) -> Iterator[bytes]:
+    """An artifact's bytes in chunks of READ_CHUNK, at most `limit` in all, then _Cut when the
+    artifact goes on; _NotText when it cannot be read."""
+    if source is None:
+        raise _NotText
+    try:
+        with _open(source) as fh:
+            read = 0
+            while True:
+                data = fh.read(min(READ_CHUNK, limit + 1 - read))
+                if not data:
+                    return
+                read += len(data)
+                if read > limit:
+                    if len(data) > 1:
+                        yield data[:-1]
+                    raise _Cut
+                yield data
+    except OSError:
+        raise _NotText from None
+
+
+def _texts(source: ArtifactSource, limit: int, budget: Budget, name: str) -> Iterator[str]:
+    """An artifact's text chunk by chunk (whole characters), each chunk paid for first."""
+    decoder = codecs.getincrementaldecoder("utf-8")("strict")
+    for data in _chunks(source, limit):
+        budget.charge(len(data) * SCAN_WEIGHT, f"reading {name}")
+        try:
+            text = decoder.decode(data)
+        except UnicodeDecodeError:
+            raise _NotText from None
+        yield text
+    try:
+        decoder.decode(b"", final=True)
+    except UnicodeDecodeError:
+        raise _NotText from None
+
+
+_WS = re.compile(r"\s+")
+
+
+def _norm_contains(needle: str, texts: Iterable[str]) -> bool:
+    """Whether the normalised stream of `texts` contains the normalised `needle` (as `_norm`
+    both: whitespace collapsed, case folded), keeping only a needle's length between chunks."""
+    want = _norm(needle)
+    keep = max(len(want) - 1, 1)
+    carry = ""
+    for text in texts:
+        norm = _WS.sub(" ", text).casefold()
+        if carry.endswith(" ") and norm.startswith(" "):
+            norm = norm[1:]
+        window = carry + norm
+        if want in window:
+            return True
+        carry = window[-keep:]
+    return False
+
+
+def _search(pattern: str, text: str, budget: Budget, what: str) -> bool:
+    compiled = _compile(f"(?m){pattern}")
+    budget.charge(len(text.encode("utf-8", "surrogatepass")) * compiled.programsize, what)
+    return compiled.search(text or "") is not None
+
+
+def _artifact_matches(
+    pattern: str, source: ArtifactSource, r: RunRecord, b: Budget, name: str
+) -> bool:
+    """The pattern searched over the whole artifact (a pattern needs all of it at once: one
+    artifact's bytes, at most `read_limit`, are held while it runs). Each chunk read is paid for
+    at the pattern's price first, so the search runs only when the whole of it is paid for."""
+    compiled = _compile(f"(?m){pattern}".encode())
+    decoder = codecs.getincrementaldecoder("utf-8")("strict")
+    data = bytearray()
+    try:
+        for chunk in _chunks(source, r.read_limit):
+            b.charge(len(chunk) * compiled.programsize, f"searching {name}")
+            decoder.decode(chunk)  # valid text, checked as it comes; the text is not kept
+            data += chunk
+        decoder.decode(b"", final=True)
+    except UnicodeDecodeError:
+        raise _NotText from None
+    except (Unverified, _Cut):
+        b.spent -= len(data) * compiled.programsize  # never searched: give it back
+        raise
+    return compiled.search(data) is not None
 
 
 def _norm(text: str | None) -> str:
@@ -380,66 +603,104 @@ def _matching(record: RunRecord, pattern: str) -> list[str]:
     return sorted(n for n in record.artifacts if fnmatchcase(n, pattern))
 
 
+def _names(names: list[str], n: int = 10) -> str:
+    return ", ".join(names[:n]) + (f" and {len(names) - n} more" if len(names) > n else "")
+
+
 def _have(record: RunRecord) -> str:
     names = sorted(record.artifacts)
     return ", ".join(names[:10]) + (" …" if len(names) > 10 else "") if names else "none"
 
 
-def _search(pattern: str, text: str) -> bool:
-    return _compile(f"(?m){pattern}").search(text or "") is not None
+def _not_all_listed(record: RunRecord) -> str:
+    return f"the run has more than the {MAX_ARTIFACT_NAMES:,} artifacts a verdict lists"
 
 
-def _artifact_content(
-    check: Check, record: RunRecord, test: Callable[[str], bool], *, want: bool
-) -> tuple[bool, str]:
-    names = _matching(record, check["artifact"])
+# None: unverified.
+Outcome = tuple[bool | None, str]
+
+
+def _artifact_content(check: Check, r: RunRecord, budget: Budget) -> Outcome:
+    """artifact_contains / artifact_not_contains / artifact_matches over every artifact whose
+    name matches. A failure seen is a failure whatever else could not be read; a pass needs every
+    matching artifact read (in full, or until the wanted text appeared)."""
+    kind, value = check["kind"], check["value"]
+    want = kind != "artifact_not_contains"
+    names = _matching(r, check["artifact"])
     if not names:
+        if not r.artifacts_complete:
+            return None, f"no artifact {check['artifact']} among those listed: {_not_all_listed(r)}"
         if not want:
             return True, f"no artifact {check['artifact']}"
-        return False, f"no artifact {check['artifact']} (have: {_have(record)})"
-    bad = []
+        return False, f"no artifact {check['artifact']} (have: {_have(r)})"
+    bad: list[str] = []
+    unseen: list[str] = []
     for name in names:
-        text = record.artifacts[name]
-        if text is None:
+        source = r.artifacts[name]
+        try:
+            if kind == "artifact_matches":
+                seen = _artifact_matches(value, source, r, budget, name)
+            else:
+                seen = _norm_contains(value, _texts(source, r.read_limit, budget, name))
+        except _NotText:
             bad.append(f"{name} is not readable text")
-        elif test(text) != want:
+            continue
+        except _Cut:
+            unseen.append(f"{name} is larger than the {r.read_limit:,} bytes a check reads")
+            continue
+        except Unverified as exc:
+            unseen.append(f"{name}: {exc}")
+            continue
+        if seen != want:
             bad.append(name)
     if bad:
-        verb = "does not" if want else "does"
-        return False, f"{', '.join(bad)} {verb} {check['kind'].split('_', 1)[1].replace('_', ' ')}"
-    return True, f"{', '.join(names)}: ok"
+        what = {
+            "artifact_contains": "does not contain the text",
+            "artifact_not_contains": "contains the text",
+            "artifact_matches": "does not match the pattern",
+        }[kind]
+        return False, f"{_names(bad)}: {what}"
+    if unseen or not r.artifacts_complete:
+        reasons = unseen if unseen else [_not_all_listed(r)]
+        return None, f"not checked: {_names(reasons, 3)}"
+    return True, f"{_names(names)}: ok"
 
 
 def _executed(c: CallSeen) -> bool:
     return c.status in EXECUTED or c.run_count > 0
 
 
-def _run_one(check: Check, r: RunRecord) -> tuple[bool, str]:
+def _run_one(check: Check, r: RunRecord, budget: Budget) -> Outcome:
     kind, value = check["kind"], check["value"]
+    complete = r.artifacts_complete
     if kind == "artifact":
         names = _matching(r, value)
-        return bool(names), (f"found {', '.join(names)}" if names else f"have: {_have(r)}")
+        if names:
+            return True, f"found {_names(names)}"
+        return (False if complete else None), (
+            f"have: {_have(r)}" if complete else f"not found: {_not_all_listed(r)}"
+        )
     if kind == "no_artifact":
         names = _matching(r, value)
-        return not names, (f"present: {', '.join(names)}" if names else "none present")
+        if names:
+            return False, f"present: {_names(names)}"
+        return (True, "none present") if complete else (None, _not_all_listed(r))
     if kind == "only_artifacts":
         allowed = [p.strip() for p in value.split(",") if p.strip()]
         extra = sorted(n for n in r.artifacts if not any(fnmatchcase(n, p) for p in allowed))
-        return not extra, (f"other artifacts: {', '.join(extra)}" if extra else "none other")
-    if kind == "artifact_contains":
-        return _artifact_content(check, r, lambda t: _norm(value) in _norm(t), want=True)
-    if kind == "artifact_not_contains":
-        return _artifact_content(check, r, lambda t: _norm(value) in _norm(t), want=False)
-    if kind == "artifact_matches":
-        return _artifact_content(check, r, lambda t: _search(value, t), want=True)
-    if kind == "answer_contains":
-        ok = _norm(value) in _norm(r.answer)
-        return ok, f"{'found' if ok else 'missing'} in {_short(r.answer)!r}"
-    if kind == "answer_not_contains":
-        found = _norm(value) in _norm(r.answer)
+        if extra:
+            return False, f"other artifacts: {_names(extra)}"
+        return (True, "none other") if complete else (None, _not_all_listed(r))
+    if kind in ("artifact_contains", "artifact_not_contains", "artifact_matches"):
+        return _artifact_content(check, r, budget)
+    if kind in ("answer_contains", "answer_not_contains"):
+        budget.charge(len(r.answer) * SCAN_WEIGHT, "reading the answer")
+        found = _norm_contains(value, [r.answer])
+        if kind == "answer_contains":
+            return found, f"{'found' if found else 'missing'} in {_short(r.answer)!r}"
         return not found, f"{'found' if found else 'absent'} in {_short(r.answer)!r}"
     if kind == "answer_matches":
-        ok = _search(value, r.answer)
+        ok = _search(value, r.answer, budget, "searching the answer")
         return ok, f"/{value}/ {'matches' if ok else 'does not match'} {_short(r.answer)!r}"
     calls = [c for c in r.calls if c.tool == value]
     if kind == "tool_ran":
@@ -457,10 +718,28 @@ def _run_one(check: Check, r: RunRecord) -> tuple[bool, str]:
     raise InvalidCheck(f"unknown check kind {kind!r}")  # validated at creation: a stored bug
 
 
+def _result(text: str, outcome: Outcome, *, default: bool = False) -> CheckResult:
+    passed, detail = outcome
+    return CheckResult(text, passed is True, detail, default=default, unverified=passed is None)
+
+
 def run_checks(
-    checks: list[Check], record: RunRecord, *, default: bool = False
+    checks: list[Check],
+    record: RunRecord,
+    *,
+    default: bool = False,
+    budget: Budget | None = None,
 ) -> list[CheckResult]:
-    return [CheckResult(check_text(c), *_run_one(c, record), default=default) for c in checks or []]
+    """Each check's result, in order; all of them share `budget` (a fresh one if none)."""
+    budget = budget if budget is not None else Budget()
+    out = []
+    for check in checks or []:
+        try:
+            outcome = _run_one(check, record, budget)
+        except Unverified as exc:
+            outcome = (None, str(exc))
+        out.append(_result(check_text(check), outcome, default=default))
+    return out
 
 
 # --- Default checks: no person configures them ---------------------------------------------------
@@ -543,7 +822,9 @@ def default_checks(record: RunRecord) -> list[CheckResult]:
       without such tools is exempt.)
 
     A planning task gets neither `named_output` nor `used_tools`: the files and pages its goal
-    names are for the follow-ups it proposes.
+    names are for the follow-ups it proposes. None reads an artifact's content: `named_output`
+    rests on every artifact's name (unverified when the run has more than a verdict lists),
+    `answer_not_echo` on the whole answer, the others on every tool call.
     - `no_unlisted_tools`: the run never called a tool with an effect that is not on the task's
       list (a call refused with `tool_not_allowed` of `fetch_url`, `write_artifact`, an MCP tool
       — the mark of an instruction injected into a file or a page). A made-up tool name, or a
@@ -557,17 +838,13 @@ def default_checks(record: RunRecord) -> list[CheckResult]:
         for name in named_output_files(record.instruction):
             if name in record.input_files or denied:
                 continue
-            ok = name in record.artifacts
-            out.append(
-                CheckResult(
-                    f"named_output={name}",
-                    ok,
-                    "written"
-                    if ok
-                    else f"the instruction asks for {name}; artifacts: {_have(record)}",
-                    default=True,
-                )
-            )
+            if name in record.artifacts:
+                outcome: Outcome = (True, "written")
+            elif record.artifacts_complete:
+                outcome = (False, f"the instruction asks for {name}; artifacts: {_have(record)}")
+            else:
+                outcome = (None, f"{name} not found: {_not_all_listed(record)}")
+            out.append(_result(f"named_output={name}", outcome, default=True))
     echo = is_echo(record.answer, record.instruction)
     out.append(
         CheckResult(
@@ -614,10 +891,16 @@ def default_checks_on() -> bool:
 
 
 def evaluate(
-    task_checks: list[Check], record: RunRecord, *, defaults: bool | None = None
+    task_checks: list[Check],
+    record: RunRecord,
+    *,
+    defaults: bool | None = None,
+    budget: Budget | None = None,
 ) -> list[CheckResult]:
-    """The task's own checks, then the default ones (when on): every result, in that order."""
-    results = run_checks(task_checks, record)
+    """The task's own checks, then the default ones (when on): every result, in that order. The
+    task's checks share one budget (`Budget`, a fresh one if none is given); the default checks
+    read no artifact's content."""
+    results = run_checks(task_checks, record, budget=budget)
     if default_checks_on() if defaults is None else defaults:
         results += default_checks(record)
     return results

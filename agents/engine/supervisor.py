@@ -3,7 +3,10 @@
 In order, and the first that fails decides:
 
 1. the task's acceptance checks (`Task.acceptance_checks`), then the default checks that need no
-   configuration (agents.engine.acceptance; ACTHELM_SUPERVISOR_DEFAULT_CHECKS);
+   configuration (agents.engine.acceptance; ACTHELM_SUPERVISOR_DEFAULT_CHECKS); a check that
+   could not see everything it needs (an artifact over what a check reads, the checks' work
+   budget spent) is *unverified*: with no failed check and the rules passed, the run goes to
+   review marked unverified, naming the check and why;
 2. the rules: a non-empty answer, every cumulative limit of the limits table (`tasks.limits`)
    not exceeded, no artifact over the size cap, no operation pending;
 3. when ACTHELM_SUPERVISOR_CONNECTION names a connection (and ACTHELM_SUPERVISOR_MODEL one of its
@@ -59,6 +62,7 @@ Reply with exactly one line: APPROVED, or REJECTED: <the reason, as feedback for
 PROMPT_ANSWER_CHARS = 20_000
 PROMPT_ARTIFACT_CHARS = 4_000
 PROMPT_ARTIFACTS_CHARS = 20_000
+PROMPT_ARTIFACTS = 60
 PROMPT_CALLS = 60
 
 
@@ -147,6 +151,16 @@ def _failed_reason(failed: list[CheckResult]) -> str:
     return "; ".join(lines)
 
 
+def _unverified_reason(unseen: list[CheckResult]) -> str:
+    """A check that could not see everything did not pass: the run goes to review marked so."""
+    lines = [
+        f"{'default check' if c.default else 'acceptance check'} {c.check} could not be "
+        f"checked: {c.detail}"
+        for c in unseen
+    ]
+    return "unverified: " + "; ".join(lines) + "; the other checks and the rules passed"
+
+
 def _read[T](fn: Callable[[], T]) -> T:
     """Run a read; a connection that died while the model ran (nothing is written here) is
     reopened once, as the recorder does for its writes."""
@@ -166,7 +180,7 @@ def supervise(
     record = _read(lambda: run_record(task, answer))
     results = evaluate(list(task.acceptance_checks or []), record)
     checks = tuple(results)
-    failed = [c for c in results if not c.passed]
+    failed = [c for c in results if c.failed]
     if failed:
         return SupervisorVerdict(False, _failed_reason(failed), checks=checks)
     problems = _read(
@@ -175,6 +189,9 @@ def supervise(
     if problems:
         return SupervisorVerdict(False, "; ".join(problems), checks=checks)
     checked = _checked(results)
+    unseen = [c for c in results if c.unverified]
+    if unseen:
+        return SupervisorVerdict(True, _unverified_reason(unseen), unverified=True, checks=checks)
     if not uses_model():
         return SupervisorVerdict(
             True, f"approved: {checked} passed; no model supervisor", checks=checks
@@ -222,11 +239,12 @@ def model_prompt(task: Task, record: RunRecord) -> str:
     outcomes, each bounded (what a run wrote is as hostile as what it read)."""
     parts: list[str] = []
     budget = PROMPT_ARTIFACTS_CHARS
-    for name in sorted(record.artifacts):
-        text = record.artifacts[name]
-        if budget <= 0:
-            parts.append(f"### {name}\n(not shown: the files shown are long enough)")
-            continue
+    names = sorted(record.artifacts)
+    for i, name in enumerate(names):
+        if budget <= 0 or i >= PROMPT_ARTIFACTS:
+            parts.append(f"({len(names) - i} more files, not shown: those shown are enough)")
+            break
+        text = record.preview(name, PROMPT_ARTIFACT_CHARS + 1)
         if text is None:
             parts.append(f"### {name}\n(not readable as text)")
             continue

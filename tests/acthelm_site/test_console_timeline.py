@@ -75,6 +75,21 @@ def event(kind, data):
             {"verdict": "unverified", "reason": "unverified: no model"},
             ["Verdict: unverified", "Reason: unverified: no model"],
         ),
+        # A check that could not see everything is neither passed nor failed.
+        (
+            EventKind.SUBMITTED,
+            {
+                "verdict": "unverified",
+                "checks": [
+                    {"check": "no_artifact=*.sh", "passed": True, "unverified": False},
+                    {"check": "artifact_not_contains=d.txt:x", "passed": False, "unverified": True},
+                ],
+            },
+            [
+                "Verdict: unverified",
+                "Checks: 1 of 2 passed; unverified: artifact_not_contains=d.txt:x",
+            ],
+        ),
     ],
 )
 def test_each_kind_reads_as_sentences(kind, data, lines):

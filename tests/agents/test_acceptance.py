@@ -1,15 +1,22 @@
 """Acceptance checks: parsing and validation (clear field errors), each kind over a run's record,
-the default checks, and what the supervisor reads of a real task (bounded)."""
+the default checks, and what the supervisor reads of a real task: every name, every artifact a
+check needs in full (streamed), within a budget — or the check is unverified, never passed."""
 
+import factory
 import pytest
 
+from agents.engine import acceptance
 from agents.engine.acceptance import (
-    MAX_ARTIFACT_READ,
+    MAX_CHECK_READ_BYTES,
+    READ_CHUNK,
+    ArtifactFile,
+    Budget,
     CallSeen,
     InvalidCheck,
     RunRecord,
     check_text,
     default_checks,
+    evaluate,
     is_echo,
     named_output_files,
     parse_check,
@@ -18,8 +25,11 @@ from agents.engine.acceptance import (
     validate_checks,
 )
 from agents.engine.intake import task_create
+from agents.engine.supervisor import supervise
+from agents.engine.usage import Usage
 from tasks.actors import Actor
 from tasks.exceptions import InvalidInput
+from tasks.models import Task
 from tasks.workspace import add_input_file, artifacts_dir
 from tests.factories import ArtifactFactory, TaskFactory, ToolCallFactory
 
@@ -281,24 +291,35 @@ def test_default_checks_stay_quiet_without_evidence():
 # --- Reading a real task -----------------------------------------------------------------------
 
 
-def test_run_record_reads_artifacts_bounded_calls_and_input_files(db, settings, tmp_path):
+def test_run_record_reads_names_calls_and_input_files_and_no_content(db, settings, tmp_path):
     settings.ACTHELM_MEDIA_ROOT = str(tmp_path)
-    task = TaskFactory(instruction="Write report.md")
+    task = TaskFactory(instruction="Write report.md", limit_artifact_bytes=5000)
     folder = artifacts_dir(task.pk)
-    (folder / "report.md").write_text("é" * MAX_ARTIFACT_READ)  # 2 bytes a character
+    (folder / "report.md").write_text("é" * 3000)  # 2 bytes a character
     (folder / "blob.bin").write_bytes(b"\xff\xfe\x00")
-    ArtifactFactory(task=task, name="report.md", path=str(folder / "report.md"))
-    ArtifactFactory(task=task, name="blob.bin", path=str(folder / "blob.bin"))
+    ArtifactFactory(task=task, name="report.md", path=str(folder / "report.md"), size=6000)
+    ArtifactFactory(task=task, name="blob.bin", path=str(folder / "blob.bin"), size=3)
     ToolCallFactory(
         task=task, turn__task=task, run__task=task, tool="read_file", status="succeeded"
     )
     add_input_file(task.pk, name="notes.txt", data="hello")
     rec = run_record(task, "the answer")
-    assert len(rec.artifacts["report.md"]) == MAX_ARTIFACT_READ // 2  # a prefix, still text
-    assert rec.artifacts["blob.bin"] is None
+    assert rec.artifacts == {
+        "blob.bin": ArtifactFile(str(folder / "blob.bin"), 3),
+        "report.md": ArtifactFile(str(folder / "report.md"), 6000),
+    }
+    assert rec.artifacts_complete and rec.read_limit == 5000  # the task's artifact limit
+    assert rec.preview("report.md", 10) == "é" * 10  # for people and the model supervisor
+    assert rec.preview("blob.bin", 10) is None
     assert [(c.tool, c.status) for c in rec.calls] == [("read_file", "succeeded")]
     assert rec.input_files == ("notes.txt",)
     assert rec.answer == "the answer" and rec.tools == tuple(task.tools)
+    # Larger than the 5,000 bytes a check reads of it: not checked, not passed.
+    over = one("artifact_not_contains=report.md:secret", rec)
+    assert over.unverified and not over.passed and not over.failed
+    assert "report.md is larger than the 5,000 bytes a check reads" in over.detail
+    assert one("artifact_contains=report.md:ééé", rec).passed  # found in what was read
+    assert one("artifact_not_contains=blob.bin:x", rec).failed  # not readable text
 
 
 def test_task_create_stores_checks_and_refuses_bad_ones_naming_the_field(db):
@@ -322,3 +343,132 @@ def test_task_create_stores_checks_and_refuses_bad_ones_naming_the_field(db):
             acceptance_checks=["answer_matches=(?<=x)y"],
         )
     assert exc.value.field == "acceptance_checks"
+
+
+# --- A check that could not see everything does not pass (issue 32) ------------------------------
+
+
+def _artifact(task, name: str, data: bytes):
+    path = artifacts_dir(task.pk) / name
+    path.write_bytes(data)
+    return ArtifactFactory(task=task, name=name, path=str(path), size=len(data))
+
+
+def _verdict(task, checks: list[str], answer: str = "The files are written."):
+    Task.objects.filter(pk=task.pk).update(acceptance_checks=validate_checks(checks))
+    task.refresh_from_db()
+    return supervise(task, answer, usage=Usage(), open_operations=False)
+
+
+def test_a_forbidden_word_past_the_old_256_kib_prefix_is_seen(db):
+    task = TaskFactory(instruction="Write the report.", tools=[])
+    data = b"harmless text, line after line.\n" * 8532  # 273,024 bytes
+    data += b"secret " + b"x" * 100
+    assert data.index(b"secret") == 273_024 and len(data) > 256 * 1024
+    _artifact(task, "report.md", data)
+    verdict = _verdict(task, ["artifact_not_contains=report.md:SECRET"])
+    assert not verdict.approved
+    assert "acceptance check artifact_not_contains=report.md:SECRET failed" in verdict.reason
+    assert verdict.reason.endswith("failed: report.md: contains the text")
+
+
+def test_no_artifact_sees_every_name_not_the_first_200(db):
+    task = TaskFactory(instruction="Write the notes.", tools=[])
+    ArtifactFactory.create_batch(200, task=task, name=factory.Sequence(lambda n: f"a{n:03}.txt"))
+    ArtifactFactory(task=task, name="evil.sh")  # sorts after all of them
+    verdict = _verdict(task, ["no_artifact=*.sh"])
+    assert not verdict.approved
+    assert verdict.reason == "acceptance check no_artifact=*.sh failed: present: evil.sh"
+
+
+def test_an_artifact_larger_than_a_check_reads_leaves_the_run_unverified(db):
+    task = TaskFactory(
+        instruction="Write the dump.", tools=[], limit_artifact_bytes=MAX_CHECK_READ_BYTES * 2
+    )
+    _artifact(task, "dump.txt", b"x" * (MAX_CHECK_READ_BYTES + 1))
+    verdict = _verdict(task, ["artifact_not_contains=dump.txt:secret", "artifact=dump.txt"])
+    assert verdict.approved and verdict.unverified  # to review, marked: neither passed nor failed
+    assert verdict.reason.startswith(
+        "unverified: acceptance check artifact_not_contains=dump.txt:secret could not be "
+        "checked: not checked: dump.txt is larger than the 8,388,608 bytes a check reads"
+    )
+    results = {c["check"]: c for c in verdict.checks_as_dicts}
+    assert results["artifact_not_contains=dump.txt:secret"] | {"detail": ""} == {
+        "check": "artifact_not_contains=dump.txt:secret",
+        "passed": False,
+        "unverified": True,
+        "detail": "",
+        "default": False,
+    }
+    assert results["artifact=dump.txt"]["passed"] and not results["artifact=dump.txt"]["unverified"]
+    # A failure seen in what was read is a failure all the same.
+    (artifacts_dir(task.pk) / "dump.txt").write_bytes(b"a secret\n" + b"x" * MAX_CHECK_READ_BYTES)
+    assert not _verdict(task, ["artifact_not_contains=dump.txt:secret"]).approved
+
+
+def test_a_pattern_set_past_the_work_budget_is_unverified_never_passed(db):
+    task = TaskFactory(instruction="Write the data.", tools=[])
+    _artifact(task, "data.txt", b"x" * (2**20 - 1) + b"Q")  # 1 MiB, the default artifact limit
+    # Each pattern matches (at the end) and RE2 answers at once, but each may cost 1 MiB × its
+    # program of ~1,000 instructions: eight fit in the verdict's budget, not ten.
+    checks = [f"artifact_matches=data.txt:x{{{1000 - i}}}Q" for i in range(10)]
+    verdict = _verdict(task, checks)
+    assert verdict.approved and verdict.unverified
+    results = verdict.checks
+    assert [c.passed for c in results[:8]] == [True] * 8
+    assert [c.unverified for c in results[8:10]] == [True, True]
+    assert "the checks' work budget (8,589,934,592 units" in results[8].detail
+    assert "acceptance check artifact_matches=data.txt:x{992}Q could not be checked" in (
+        verdict.reason
+    )
+    # One pattern alone too costly for the budget is not run at all.
+    costly = "artifact_matches=data.txt:(?:a.{999}|b.{999}|c.{999}|d.{999}|f.{999}|g.{999})e"
+    (result,) = run_checks(validate_checks([costly]), run_record(task, "x"))
+    assert result.unverified and "cannot pay for searching data.txt" in result.detail
+    # And the time budget: measured between chunks and patterns.
+    spent = Budget(seconds=0)
+    (late,) = evaluate(
+        validate_checks(["answer_contains=x"]), record(), defaults=False, budget=spent
+    )
+    assert late.unverified and "time budget" in late.detail
+    assert evaluate(validate_checks(["answer_contains=x"]), record(answer="x"), defaults=False)[
+        0
+    ].passed
+
+
+def test_text_checks_stream_across_chunks_as_one_text(db):
+    task = TaskFactory(instruction="Write it.", tools=[])
+    # The phrase straddles a chunk boundary, a whitespace run and a two-byte character across it.
+    head = b"y" * (READ_CHUNK - 7) + b"Forbid \n"  # the boundary inside the whitespace run
+    _artifact(task, "a.txt", head + "  \t Wörd é".encode() + b" tail" * 10)
+    rec = run_record(task, "x")
+    assert one("artifact_contains=a.txt:forbid wÖrd É", rec).passed
+    assert one("artifact_not_contains=a.txt:FORBID WÖRD", rec).failed
+    assert one("artifact_not_contains=a.txt:forbidwörd", rec).passed
+    assert one("artifact_matches=a.txt:forbid\\s+wörd é( tail){10}\\z", rec).passed
+    _artifact(task, "c.txt", b"y" * (READ_CHUNK - 1) + "éclair".encode())  # é across it
+    assert one("artifact_contains=c.txt:yÉclair", run_record(task, "x")).passed
+    # A pattern is not decided on a prefix: \A[^<]*\z holds of the first chunk, not of the file.
+    _artifact(task, "b.txt", b"z" * READ_CHUNK + b"<script>")
+    assert one("artifact_matches=b.txt:\\A[^<]*\\z", run_record(task, "x")).failed
+
+
+def test_more_artifacts_than_a_verdict_lists_leave_negative_checks_unverified(db, monkeypatch):
+    monkeypatch.setattr(acceptance, "MAX_ARTIFACT_NAMES", 3)
+    task = TaskFactory(instruction="Write it.", tools=[])
+    for name in ("a.txt", "b.txt", "c.txt", "d.sh"):
+        _artifact(task, name, b"fine")
+    rec = run_record(task, "x")
+    assert sorted(rec.artifacts) == ["a.txt", "b.txt", "c.txt"] and not rec.artifacts_complete
+    assert one("artifact=a.txt", rec).passed  # a positive found is found
+    assert one("no_artifact=*.txt", rec).failed  # so is a negative that sees a culprit
+    for check in (
+        "no_artifact=*.sh",
+        "only_artifacts=*.txt",
+        "artifact=*.sh",
+        "artifact_not_contains=*:secret",
+        "artifact_contains=*.txt:fine",
+    ):
+        result = one(check, rec)
+        assert result.unverified, check
+        assert "more than the 3 artifacts a verdict lists" in result.detail

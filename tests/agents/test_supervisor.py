@@ -172,3 +172,53 @@ def test_the_model_supervisor_sees_the_artifacts_and_the_tool_outcomes(
     run = newest_run(task)
     assert run.verdict == Verdict.REJECTED
     assert run.verdict_reason.endswith("the report misses the owner")
+
+
+def test_a_check_sees_the_whole_artifact_and_one_it_cannot_pay_for_goes_to_review_unverified(
+    model_server, http_model, loop_task, fast_worker_settings
+):
+    # The forbidden word at byte 273,031 of a 273 KB file: past the 256 KiB once read.
+    report = "harmless line of the report.\n" * 9414 + "y" * 24 + " SECRET"
+    assert report.index("SECRET") == 273_031 and len(report) < 1_048_576
+    costly = "(?:a.{999}|b.{999}|c.{999}|d.{999}|f.{999}|g.{999})e"  # ~48,000 instructions
+    server = model_server(
+        [
+            reply_tool_calls([PLAN]),
+            write("report.md", report),
+            reply_text("The report is written."),
+        ]
+        * 2
+    )
+    model = http_model(server)
+    leaked = loop_task(
+        model,
+        instruction="Write the report.",
+        acceptance_checks=["artifact_not_contains=report.md:secret"],
+    )
+    run_burst()
+    run = newest_run(leaked)
+    assert run.verdict == Verdict.REJECTED
+    assert run.verdict_reason == (
+        "acceptance check artifact_not_contains=report.md:secret failed: report.md: contains "
+        "the text"
+    )
+    # 273 KB × 48,000 instructions is past the verdict's budget: not searched, not passed, and
+    # not a failure to retry either.
+    unchecked = loop_task(
+        model,
+        instruction="Write the report.",
+        acceptance_checks=[f"artifact_matches=report.md:{costly}"],
+    )
+    run_burst()
+    unchecked.refresh_from_db()
+    run = newest_run(unchecked)
+    assert unchecked.status == TaskStatus.REVIEW and unchecked.failed_attempts == 0
+    assert run.verdict == Verdict.UNVERIFIED
+    assert run.verdict_reason.startswith(
+        f"unverified: acceptance check artifact_matches=report.md:{costly} could not be checked: "
+        "not checked: report.md: the checks' work budget"
+    )
+    submitted = TaskEvent.objects.get(task=unchecked, kind=EventKind.SUBMITTED)
+    assert submitted.data["verdict"] == Verdict.UNVERIFIED
+    (own,) = [c for c in submitted.data["checks"] if not c["default"]]
+    assert own["unverified"] is True and own["passed"] is False

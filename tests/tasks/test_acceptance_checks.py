@@ -66,7 +66,8 @@ def test_the_task_page_marks_an_unverified_verdict(boss):
     )
     page = boss.get(f"/tasks/{task.pk}/").content.decode()
     assert "Supervisor: unverified" in page
-    assert "no model checked this work" in page
+    assert "not everything was checked" in page
+    assert "the model supervisor could not be asked" in page  # the reason
 
 
 def test_cli_create_expect_and_show(manage, transactional_db):
