@@ -4,6 +4,7 @@ loopback that answers several leases late, ordinary tasks working beside the ver
 
 import time
 
+import psycopg
 import pytest
 from django.db import connection
 
@@ -15,7 +16,7 @@ from tasks.actors import Actor
 from tasks.models import Task
 from tasks.states import TaskStatus
 from tests.agents.conftest import FAST_ENV, WorkerProcess, wait_for
-from tests.agents.scripted import scripted_model
+from tests.agents.scripted import conninfo, scripted_model
 from tests.fakes.model_server import ScriptedModelServer, hang, reply_text, reply_tool_calls
 
 pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.slow]
@@ -113,6 +114,52 @@ def test_slow_verdicts_on_a_small_pool_lose_no_run_and_stall_no_other_task(worke
         for r in runs.values_list("verdict_reason", flat=True)
     )
     assert len(judge.completion_requests) == 6
+
+
+def _waiting_on_a_lock(name: str) -> bool:
+    with connection.cursor() as cursor:
+        cursor.execute(
+            "SELECT count(*) FROM pg_stat_activity WHERE application_name = %s "
+            "AND wait_event_type = 'Lock'",
+            [name],
+        )
+        return cursor.fetchone()[0] > 0
+
+
+def test_a_run_stuck_on_the_database_with_the_whole_pool_does_not_stop_the_heartbeat(worker_env):
+    """Pool 1: the first verdict's read waits on a lock (held here for three leases) with the
+    pool's one connection, the other runs wait for the pool. The heartbeat, on its own
+    connection, still renews every lease, so the other worker process recovers nothing."""
+    lease = 4.0
+    env = {**worker_env, **ENV, "ACTHELM_DB_POOL_SIZE": "1", "ACTHELM_SUPERVISOR_CONNECTION": ""}
+    env.update(ACTHELM_LEASE_SECONDS=str(lease), ACTHELM_HEARTBEAT_SECONDS="0.5")
+    with ScriptedModelServer(default=reply_text("Done: nothing to change.")) as agents:
+        model = scripted_model(agents)
+        ids = [_task(model, "quick", n).pk for n in range(3)]
+        with psycopg.connect(conninfo()) as locker:
+            # The verdict reads the run's artifacts first (agents.engine.acceptance.run_record).
+            locker.execute("LOCK TABLE agents_artifact IN ACCESS EXCLUSIVE MODE")
+            stuck = WorkerProcess(env, "--concurrency", "3", worker_id="stuck")
+            rescuer = None
+            try:
+                wait_for(lambda: _waiting_on_a_lock("acthelm-worker stuck"), timeout=30)
+                # Every task is held by the stuck process; the other one only recovers.
+                rescuer = WorkerProcess(env, worker_id="rescuer")
+                time.sleep(3 * lease)
+                locker.commit()
+                wait_for(
+                    lambda: Task.objects.filter(pk__in=ids, status=TaskStatus.REVIEW).count() == 3,
+                    timeout=40,
+                    message="every task in review",
+                )
+            finally:
+                _stop(stuck)
+                if rescuer is not None:
+                    _stop(rescuer)
+    runs = AgentRun.objects.filter(task_id__in=ids)
+    assert sorted(runs.values_list("task_id", flat=True)) == sorted(ids)  # one run each
+    assert set(runs.values_list("status", flat=True)) == {RunStatus.SUCCEEDED}
+    assert set(runs.values_list("worker_id", flat=True)) == {"stuck"}
 
 
 def test_a_cancel_aborts_the_supervisors_request_at_once(worker_env):
