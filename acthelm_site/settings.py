@@ -147,8 +147,9 @@ ACTHELM_POLL_SECONDS = env_float("ACTHELM_POLL_SECONDS", 5)
 # inbox, the review page) without a reload.
 ACTHELM_CONSOLE_REFRESH_SECONDS = env_int("ACTHELM_CONSOLE_REFRESH_SECONDS", 10)
 # A worker process's database connections: a pool of this many (Django's psycopg pool), borrowed
-# only to read or write, plus one LISTEN connection, whatever --concurrency says. 0 = no pool
-# (a connection per thread). A thread waits this long for a free connection.
+# only to read or write, plus the heartbeat's own connection and one LISTEN connection, whatever
+# --concurrency says. 0 = no pool (a connection per thread). A thread waits this long for a free
+# connection.
 ACTHELM_DB_POOL_SIZE = env_int("ACTHELM_DB_POOL_SIZE", 4)
 ACTHELM_DB_POOL_TIMEOUT_SECONDS = env_float("ACTHELM_DB_POOL_TIMEOUT_SECONDS", 30)
 # The worker's LISTEN connection (new work, a person's pause or cancel) goes to this PostgreSQL URL,
@@ -261,6 +262,9 @@ ACTHELM_MCP_EXECUTABLES = env_list("ACTHELM_MCP_EXECUTABLES", [])
 # An optional model supervisor on a connection of its own (empty: rule checks only).
 ACTHELM_SUPERVISOR_CONNECTION = os.environ.get("ACTHELM_SUPERVISOR_CONNECTION", "")
 ACTHELM_SUPERVISOR_MODEL = os.environ.get("ACTHELM_SUPERVISOR_MODEL", "")
+# The whole verdict's time budget (acceptance checks and the model supervisor's request); a verdict
+# that runs out of it is *unverified* and the task goes to review marked so.
+ACTHELM_SUPERVISOR_TIMEOUT_SECONDS = env_float("ACTHELM_SUPERVISOR_TIMEOUT_SECONDS", 120)
 # The supervisor's default acceptance checks (agents.engine.acceptance.default_checks): a named
 # output
 # file that was never written, an answer that only repeats the instruction, a run that needed its

@@ -20,9 +20,19 @@ asked
 review marked so (a person reads it knowing no model looked), rather than being retried — a retry
 would repeat the agent's whole run, tokens and side effects included, for a fault of the
 supervisor's own connection, and could loop for as long as that connection is down.
+
+The verdict reads everything it needs first (the run's record, the rules' reads, the supervisor's
+model row), then gives the run's connection back (`release_connection`): the checks (RE2 over the
+artifacts) and the model's request run with no connection held, so slow verdicts cannot starve
+the pool. The whole verdict has a budget, ACTHELM_SUPERVISOR_TIMEOUT_SECONDS: the checks run in
+a thread of their own that is abandoned at the deadline (it holds no connection), the model's
+request gets no longer than what is left; a verdict out of its budget is *unverified*. The
+run's cancel event (a person's cancel, a lost lease) aborts it like the agent's own request.
 """
 
 import logging
+import threading
+import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
@@ -30,12 +40,23 @@ from django.conf import settings
 from django.db import InterfaceError, OperationalError
 from django.db import connection as db
 
+from acthelm_site.dbpool import release_connection
 from agents.catalogue.connections import provider_for
 from agents.catalogue.providers import Message, ProviderError
-from agents.engine.acceptance import CheckResult, RunRecord, evaluate, run_record
+from agents.catalogue.providers.base import PROVIDER_CANCELLED, PROVIDER_TIMEOUT, CancelEvent
+from agents.engine.acceptance import (
+    VERDICT_SECONDS,
+    Budget,
+    Check,
+    CheckResult,
+    RunRecord,
+    evaluate,
+    run_record,
+)
 from agents.engine.usage import Usage, task_usage
 from agents.models import Artifact, Model, ToolCall
 from agents.states import TOOL_CALL_DONE, ModelTestStatus
+from tasks.exceptions import AttemptLost
 from tasks.limits import CUMULATIVE
 from tasks.models import Task
 
@@ -174,18 +195,107 @@ def _read[T](fn: Callable[[], T]) -> T:
         return fn()
 
 
-def supervise(
-    task: Task, answer: str, *, usage: Usage | None = None, open_operations: bool | None = None
+class _OutOfTime(Exception):
+    """The verdict's budget ran out."""
+
+
+def _evaluate_within(
+    checks: list[Check], record: RunRecord, *, deadline: float, cancel: threading.Event | None
+) -> list[CheckResult]:
+    """`evaluate` in a thread of its own, waited for until `deadline` (time.monotonic) or the
+    run's cancel: RE2 cannot be interrupted, so a check that runs too long is abandoned, not
+    stopped (the thread touches no database and ends with its search). _OutOfTime at the
+    deadline, AttemptLost on a cancel; an error of the checks is raised here."""
+    done = threading.Event()
+    outcome: list[list[CheckResult]] = []
+    error: list[BaseException] = []
+
+    def work() -> None:
+        try:
+            # The checks' own time budget ends at the verdict's deadline, so an abandoned
+            # thread stops at its next chunk or pattern too (RE2's one search excepted).
+            left = max(0.0, deadline - time.monotonic())
+            outcome.append(
+                evaluate(checks, record, budget=Budget(seconds=min(left, VERDICT_SECONDS)))
+            )
+        except BaseException as exc:  # noqa: BLE001 - handed to the waiting thread
+            error.append(exc)
+        finally:
+            db.close()  # nothing is read here; should anything be, it is given back
+            done.set()
+
+    wakes = isinstance(cancel, CancelEvent)
+    if wakes:
+        assert isinstance(cancel, CancelEvent)
+        cancel.add_callback(done.set)
+    try:
+        threading.Thread(target=work, name="verdict-checks", daemon=True).start()
+        while True:
+            left = deadline - time.monotonic()
+            if outcome:
+                return outcome[0]
+            if error:
+                raise error[0]
+            if cancel is not None and cancel.is_set():
+                raise AttemptLost("the run was cancelled or lost its lease during its verdict")
+            if left <= 0:
+                raise _OutOfTime
+            # A CancelEvent wakes the wait itself; a plain Event is looked at twice a second.
+            done.wait(left if wakes or cancel is None else min(left, 0.5))
+    finally:
+        if wakes:
+            assert isinstance(cancel, CancelEvent)
+            cancel.remove_callback(done.set)
+
+
+def _out_of_time(
+    budget: float, during: str, checked: str = "", checks: tuple[CheckResult, ...] = ()
 ) -> SupervisorVerdict:
+    """Unverified: the verdict's budget (ACTHELM_SUPERVISOR_TIMEOUT_SECONDS) ran out."""
+    passed = f"{checked} passed, but " if checked else ""
+    return SupervisorVerdict(
+        True,
+        f"unverified: {passed}the supervisor ran out of its {budget:g} s budget {during}",
+        unverified=True,
+        checks=checks,
+    )
+
+
+def supervise(
+    task: Task,
+    answer: str,
+    *,
+    usage: Usage | None = None,
+    open_operations: bool | None = None,
+    cancel: threading.Event | None = None,
+    budget: float | None = None,
+) -> SupervisorVerdict:
+    """The verdict on a final answer. Reads first, then gives the connection back, then
+    computes within `budget` seconds (ACTHELM_SUPERVISOR_TIMEOUT_SECONDS): the checks, the rules'
+    answer, the model's. `cancel` (the run's) aborts it with AttemptLost."""
+    budget = float(settings.ACTHELM_SUPERVISOR_TIMEOUT_SECONDS if budget is None else budget)
+    deadline = time.monotonic() + budget
+    # 1. Every read the verdict needs.
     record = _read(lambda: run_record(task, answer))
-    results = evaluate(list(task.acceptance_checks or []), record)
+    problems = _read(
+        lambda: rule_checks(task, answer, usage=usage, open_operations=open_operations)
+    )
+    model = _read(_supervisor_model) if uses_model() else None
+    # 2. No connection is held from here on: the checks and the model may take their time.
+    release_connection()
+    try:
+        results = _evaluate_within(
+            list(task.acceptance_checks or []), record, deadline=deadline, cancel=cancel
+        )
+    except _OutOfTime:
+        log.warning("supervisor.out_of_time", extra={"task_id": task.pk, "during": "checks"})
+        if problems:  # the rules' answer is known: it rejects whatever the checks would say
+            return SupervisorVerdict(False, "; ".join(problems))
+        return _out_of_time(budget, "while it evaluated the acceptance checks")
     checks = tuple(results)
     failed = [c for c in results if c.failed]
     if failed:
         return SupervisorVerdict(False, _failed_reason(failed), checks=checks)
-    problems = _read(
-        lambda: rule_checks(task, answer, usage=usage, open_operations=open_operations)
-    )
     if problems:
         return SupervisorVerdict(False, "; ".join(problems), checks=checks)
     checked = _checked(results)
@@ -196,7 +306,6 @@ def supervise(
         return SupervisorVerdict(
             True, f"approved: {checked} passed; no model supervisor", checks=checks
         )
-    model = _read(_supervisor_model)
     if model is None:
         log.warning("supervisor.model_missing", extra={"task_id": task.pk})
         return SupervisorVerdict(
@@ -206,15 +315,30 @@ def supervise(
             unverified=True,
             checks=checks,
         )
+    left = deadline - time.monotonic()
+    if left <= 0:
+        return _out_of_time(budget, "before it could ask the model", checked, checks)
     prompt = model_prompt(task, record)
+    provider = provider_for(model.connection)
+    # The request gets no longer than the budget leaves (its own timeout may be shorter).
+    shortened = left < provider.timeout
+    provider.timeout = min(provider.timeout, left)
     try:
-        completion = provider_for(model.connection).complete(
+        completion = provider.complete(
             model=model.name,
             messages=[Message(role="user", content=prompt)],
             tools=[],
             max_tokens=400,
+            cancel_event=cancel,
         )
     except ProviderError as exc:
+        if exc.code == PROVIDER_CANCELLED:
+            raise AttemptLost("cancelled during the supervisor's model request") from None
+        if exc.code == PROVIDER_TIMEOUT and shortened:
+            log.warning("supervisor.out_of_time", extra={"task_id": task.pk, "during": "model"})
+            return _out_of_time(
+                budget, f"waiting for the model supervisor {model}", checked, checks
+            )
         log.warning("supervisor.model_unavailable", extra={"task_id": task.pk, "code": exc.code})
         return SupervisorVerdict(
             True,

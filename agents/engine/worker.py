@@ -2,13 +2,15 @@
 
 No broker: PostgreSQL is the queue. A dispatcher claims for the free places (several tasks in one
 statement) and starts a thread per claimed task, which ends with its run; free places hold no
-thread and no connection. One heartbeat renews every lease the process holds in one statement.
-One listener (`LISTEN`) wakes the dispatcher for new work and the heartbeat for a person's
-action on a task that runs here. A maintenance thread runs `recover_stale()` and the reconciler;
-a thread of its own delivers the notification outbox, so no receiver can delay recovery.
-A run borrows a pooled connection only to read or write (`configure_pool`). The first
-SIGTERM/SIGINT stops claiming and lets every run hand its task back at its next safe point; a
-second one exits at once (the leases then expire and another worker recovers the tasks).
+thread and no connection. One heartbeat renews every lease the process holds in one statement,
+on a connection of its own outside the pool, so that no run can make it wait. One listener
+(`LISTEN`) wakes the dispatcher for new work and the heartbeat for a person's action on a task
+that runs here. A maintenance thread runs `recover_stale()` and the reconciler; a thread of its
+own delivers the notification outbox, so no receiver can delay recovery. A run borrows a pooled
+connection only to read or write (`configure_pool`), its verdict included
+(`agents.engine.supervisor`). The first SIGTERM/SIGINT stops claiming and lets every run hand its
+task back at its next safe point; a second one exits at once (the leases then expire and another
+worker recovers the tasks).
 """
 
 import logging
@@ -25,7 +27,7 @@ from django.conf import settings
 from django.db import DatabaseError, InterfaceError, OperationalError
 from django.db import connection as db
 
-from acthelm_site.dbpool import release_connection
+from acthelm_site.dbpool import release_connection, reserve_connection
 from acthelm_site.dburl import listen_conninfo
 from agents.engine.leases import Claim, claim_batch, claim_next, renew_leases
 from agents.engine.loop import AgentLoop, RunSignals
@@ -74,7 +76,11 @@ class Heartbeat(threading.Thread):
     deleted: the run's cancel event, which also aborts an in-flight model request or fetch) or
     has a pause request. `poke(task_id)` checks those tasks at once: a person's action arrives as
     a NOTIFY (`tasks.transitions.SIGNAL_CHANNEL`); the interval is the fallback where
-    notifications do not arrive (PgBouncer in transaction mode)."""
+    notifications do not arrive (PgBouncer in transaction mode).
+
+    With a pool, the heartbeat's connection is its own (`reserve_connection`): the runs cannot
+    hold it, so however long they keep the pool's connections, every lease is renewed while
+    the process and PostgreSQL are alive."""
 
     def __init__(self, worker: "Worker"):
         super().__init__(name="heartbeat", daemon=True)
@@ -83,6 +89,7 @@ class Heartbeat(threading.Thread):
         self._poked: set[int] = set()
         self._ended = threading.Event()
         self.beats = 0
+        self.reserved = False  # whether this thread's connection is its own (with a pool)
 
     def end(self) -> None:
         self._ended.set()
@@ -94,6 +101,12 @@ class Heartbeat(threading.Thread):
             self._wake.notify()
 
     def run(self) -> None:
+        pool_name = db.settings_dict["OPTIONS"].get("application_name")
+        self.reserved = reserve_connection(
+            application_name=heartbeat_name(self.worker.worker_id)
+            if pool_name == pool_name_of(self.worker.worker_id)
+            else None
+        )
         interval = settings.ACTHELM_HEARTBEAT_SECONDS
         next_beat = time.monotonic() + interval
         while not (self.worker.halted.is_set() or self._ended.is_set()):
@@ -115,8 +128,15 @@ class Heartbeat(threading.Thread):
             running = {run_id: r for run_id, r in running.items() if r.claim.task_id in only}
         if not running:
             return
+        pairs = [(r.claim.task_id, run_id) for run_id, r in running.items()]
         try:
-            held = renew_leases((r.claim.task_id, run_id) for run_id, r in running.items())
+            try:
+                held = renew_leases(pairs)
+            except CONNECTION_ERRORS:
+                # The kept connection died (a restart, pg_terminate_backend): reconnect once now
+                # rather than skip a beat.
+                db.close()
+                held = renew_leases(pairs)
         except DB_ERRORS:
             log.exception("heartbeat.db_error", extra={"worker": self.worker.worker_id})
             db.close()
@@ -125,7 +145,8 @@ class Heartbeat(threading.Thread):
             log.exception("heartbeat.error", extra={"worker": self.worker.worker_id})
             return
         finally:
-            db.close()  # with the pool: back to it; without: no idle connection between beats
+            if not self.reserved:  # without a pool: no idle connection between beats
+                db.close()
         self.beats += 1
         for run_id, r in running.items():
             status = held.get(r.claim.task_id)
@@ -146,11 +167,22 @@ class Running:
     signals: RunSignals
 
 
+def pool_name_of(worker_id: str) -> str:
+    """`application_name` of a worker's pooled connections (pg_stat_activity)."""
+    return f"acthelm-worker {worker_id}"[:63]
+
+
+def heartbeat_name(worker_id: str) -> str:
+    """`application_name` of a worker's heartbeat connection."""
+    return f"acthelm-heartbeat {worker_id}"[:63]
+
+
 def configure_pool(size: int, *, worker_id: str = "") -> None:
     """Make this process's connections a pool of at most `size` (Django's own psycopg pool,
     `OPTIONS["pool"]`): every thread borrows a connection for a transaction or a statement and
     gives it back (`release_connection`), so a worker process opens at most `size` connections
-    plus its LISTEN connection, whatever `--concurrency` says. Call it before any query."""
+    plus the heartbeat's own and its LISTEN connection, whatever `--concurrency` says. Call it
+    before any query."""
     if size <= 0:
         return
     db.close()
@@ -163,7 +195,7 @@ def configure_pool(size: int, *, worker_id: str = "") -> None:
     }
     db.settings_dict["CONN_MAX_AGE"] = 0
     if worker_id:  # so that pg_stat_activity says whose connections these are
-        options.setdefault("application_name", f"acthelm-worker {worker_id}"[:63])
+        options.setdefault("application_name", pool_name_of(worker_id))
 
 
 class Worker:
@@ -392,11 +424,14 @@ class Worker:
             if outcome.kind == Outcome.FINAL:
                 if supervisor_uses_model():
                     loop.commit()  # the answer is stored before a slow supervisor call
+                # The verdict reads what it needs, then gives the connection back before its
+                # checks and its model request; a cancel or a lost lease aborts it.
                 verdict = supervise(
                     loop.task,
                     outcome.answer,
                     usage=loop.usage(),
                     open_operations=bool(loop.open_operations()),
+                    cancel=signals.cancel,
                 )
             status = loop.finish(outcome, verdict)
             log.info(

@@ -4,10 +4,12 @@ the rules (every cumulative limit, money included), then the optional model, whi
 artifacts and the tool outcomes; a model supervisor that cannot be asked leaves the run
 *unverified* in review, never "approved"."""
 
+import random
 from decimal import Decimal
 
 import pytest
 
+from agents.engine.acceptance import parse_check, validate_checks
 from agents.engine.supervisor import rule_checks, supervise
 from agents.engine.usage import Usage
 from agents.models import AgentRun
@@ -16,7 +18,7 @@ from tasks.models import Task, TaskEvent
 from tasks.states import EventKind, TaskStatus
 from tasks.workspace import add_input_file
 from tests.agents.conftest import run_burst
-from tests.factories import TaskFactory
+from tests.factories import ArtifactFactory, TaskFactory
 from tests.fakes.model_server import reply_error, reply_text, reply_tool_calls
 
 pytestmark = pytest.mark.django_db(transaction=True)
@@ -222,3 +224,45 @@ def test_a_check_sees_the_whole_artifact_and_one_it_cannot_pay_for_goes_to_revie
     assert submitted.data["verdict"] == Verdict.UNVERIFIED
     (own,) = [c for c in submitted.data["checks"] if not c["default"]]
     assert own["unverified"] is True and own["passed"] is False
+
+
+def test_a_model_supervisor_slower_than_the_budget_leaves_the_run_unverified_in_review(
+    model_server, http_model, loop_task, fast_worker_settings, settings
+):
+    supervisor = model_server([reply_text("APPROVED", delay=30)])
+    http_model(supervisor, name="supervisor", timeout=60)
+    settings.ACTHELM_SUPERVISOR_CONNECTION = "supervisor"
+    settings.ACTHELM_SUPERVISOR_TIMEOUT_SECONDS = 1.5
+    worker_server = model_server([reply_text("The answer is 42.")])
+    task = loop_task(http_model(worker_server), instruction="What is 17 + 25?")
+    run_burst()
+    task.refresh_from_db()
+    run = newest_run(task)
+    assert task.status == TaskStatus.REVIEW
+    assert run.verdict == Verdict.UNVERIFIED
+    assert "the supervisor ran out of its 1.5 s budget" in run.verdict_reason
+    # The request was given up (its connection closed), not left to answer in 30 s.
+    assert supervisor.wait_aborted(5)
+    assert AgentRun.objects.filter(task=task).count() == 1
+
+
+def test_acceptance_checks_that_outlast_the_budget_are_abandoned_unverified(db, tmp_path):
+    """RE2 is linear but not fast: these patterns take seconds on a 256 KiB artifact (and cannot
+    be interrupted). The verdict does not wait for them past its budget."""
+    rng = random.Random(1)
+    text = "".join(rng.choice("ab") for _ in range(256 * 1024))
+    big = tmp_path / "big.txt"
+    big.write_text(text)
+    slow = [f"artifact_matches=big.txt:(?:.{{1,100}}{c}){{8}}c" for c in "ab"]
+    task = TaskFactory(
+        instruction="Describe big.txt.",
+        tools=[],
+        acceptance_checks=validate_checks([parse_check(c) for c in slow]),
+    )
+    ArtifactFactory(task=task, name="big.txt", path=str(big), size=len(text))
+    verdict = supervise(task, "It is long.", usage=Usage(), open_operations=False, budget=0.3)
+    assert verdict.approved and verdict.unverified
+    assert verdict.reason == (
+        "unverified: the supervisor ran out of its 0.3 s budget while it evaluated the "
+        "acceptance checks"
+    )
