@@ -32,6 +32,7 @@ from agents.catalogue.tools.mcp import (
     list_tools,
     qualified_name,
     split_name,
+    tool_refusal,
 )
 from agents.catalogue.tools.registry import all_tools
 from agents.models import ToolServer
@@ -172,12 +173,26 @@ def _bounded_timeout(value: float) -> float:
     return number if math.isfinite(number) and 0 < number <= MAX_TIMEOUT_SECONDS else 60.0
 
 
+def recorded_refusal(data: dict[str, Any]) -> tuple[str, str] | None:
+    """Why a recorded tool is not offered: the refusal its test recorded, or — for a tool
+    recorded before schemas were checked — its schema's refusal now (``tool_refusal``)."""
+    refused = data.get("refused")
+    if isinstance(refused, dict):
+        return str(refused.get("code") or ""), str(refused.get("message") or "")
+    return tool_refusal(RemoteTool.from_dict(data))
+
+
 def usable_tools(server: ToolServer) -> list[RemoteTool]:
-    """The recorded tools whose ``SERVER__TOOL`` name model APIs accept."""
+    """The recorded tools whose ``SERVER__TOOL`` name model APIs accept and whose input schema
+    stays inside itself and can be used (``recorded_refusal``): only these are offered."""
     out = []
     for data in server.tools or []:
         remote = RemoteTool.from_dict(data)
-        if remote.name and QUALIFIED_NAME_RE.match(qualified_name(server.name, remote.name)):
+        if (
+            remote.name
+            and QUALIFIED_NAME_RE.match(qualified_name(server.name, remote.name))
+            and recorded_refusal(data) is None
+        ):
             out.append(remote)
     return out
 
@@ -289,11 +304,21 @@ def toolserver_test(*, actor: Actor, name: str, in_web_process: bool = False) ->
     except ToolError as exc:
         ok, tools, message = False, None, f"{exc.code}: {exc.message}"
     else:
-        ok, tools = True, [t.as_dict() for t in remote]
+        ok, tools, refused = True, [], []
+        for tool in remote:
+            recorded = tool.as_dict()
+            schema_problem = tool_refusal(tool)  # nothing is fetched or read to decide
+            if schema_problem is not None:
+                code, why = schema_problem
+                recorded["refused"] = {"code": code, "message": why}
+                refused.append(f"{tool.name} ({code}: {why})")
+            tools.append(recorded)
         skipped = [t.name for t in remote if not QUALIFIED_NAME_RE.match(f"{name}__{t.name}")]
         message = f"{len(remote)} tools listed"
         if skipped:
             message += f"; not usable (name too long or invalid): {', '.join(skipped)}"
+        if refused:
+            message += f"; not offered (their input schema is refused): {'; '.join(refused)}"
     with transaction.atomic():
         server = ToolServer.objects.select_for_update().get(pk=server.pk)
         server.test_status = ModelTestStatus.PASSED if ok else ModelTestStatus.FAILED
@@ -318,6 +343,7 @@ def toolserver_remove(*, actor: Actor, name: str) -> None:
 
 
 def toolserver_as_dict(server: ToolServer) -> dict[str, Any]:
+    recorded = [(t, recorded_refusal(t)) for t in server.tools or [] if isinstance(t, dict)]
     return {
         "name": server.name,
         "transport": server.transport,
@@ -338,7 +364,18 @@ def toolserver_as_dict(server: ToolServer) -> dict[str, Any]:
                 "description": t.get("description") or "",
                 "annotations": t.get("annotations") or {},
             }
-            for t in server.tools or []
+            for t, refusal in recorded
+            if refusal is None
+        ],
+        # Listed by the server but never offered to a model, and why.
+        "refused_tools": [
+            {
+                "name": qualified_name(server.name, t.get("name", "")),
+                "code": refusal[0],
+                "message": refusal[1],
+            }
+            for t, refusal in recorded
+            if refusal is not None
         ],
     }
 

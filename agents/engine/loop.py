@@ -613,6 +613,8 @@ class AgentLoop:
             return _refuse(exc.code, exc.message)
         except (ValueError, TypeError) as exc:  # e.g. NaN in the arguments: no hash, no jsonb
             return _refuse("invalid_arguments", f"the arguments cannot be used: {exc}")
+        except RecursionError:  # arguments nested too deep to hash: a refusal, not a crash
+            return _refuse("invalid_arguments", "the arguments are nested too deeply")
         canonical = jsonb_order(canonical)
         decision = Decision(CallVerdict.RUN, tool=tool, args=args, hash=digest, canonical=canonical)
         if call.arguments_hash and call.arguments_hash != digest:

@@ -1,6 +1,7 @@
 """An MCP tool driven by the worker: the same checks as a built-in tool, and a SIGKILL of the
 worker during an external MCP call leaves it to a person (never replayed on its own)."""
 
+import json
 import sys
 
 import pytest
@@ -15,7 +16,14 @@ from approvals.models import Approval, ReviewDecision
 from approvals.states import ReviewChoice
 from tasks.states import TaskStatus
 from tests.agents.conftest import ROOT, wait_for
-from tests.agents.scripted import calls_of, fast_settings, status_of, tool_result_for, tool_task
+from tests.agents.scripted import (
+    calls_of,
+    fast_settings,
+    offered_tools,
+    status_of,
+    tool_result_for,
+    tool_task,
+)
 from tests.fakes.model_server import ScriptedModelServer, reply_text, reply_tool_calls
 
 pytestmark = pytest.mark.django_db(transaction=True)
@@ -322,3 +330,140 @@ def test_cancel_aborts_an_mcp_call_in_flight_and_the_worker_keeps_serving(
     [call] = calls_of(task)
     assert (call.status, call.run_count) == (ToolCallStatus.UNKNOWN, 1)
     assert call.error_code == "cancelled_in_flight"
+
+
+# -- a tool's schema stays inside itself (issue 32 item 1) -------------------------------------
+
+#: What an outside document holds: were it fetched, its words would reach the model.
+LEAKED = {"type": "integer", "const": "LEAKED-FROM-OUTSIDE"}
+
+
+@pytest.fixture
+def odd_mcp(tmp_path):
+    """A server beside the ordinary tools lists four with schemas of their own: two that point
+    outside (a loopback HTTP server counting its requests, a local file), one whose reference
+    loops, one with a type no draft knows (draft 3 lets its meta-schema pass). Tested as a
+    person would test it."""
+    from agents.catalogue.toolservers import toolserver_test
+    from tasks.actors import Actor
+    from tests.factories import UserFactory
+    from tests.fakes.http_target import HttpTarget
+
+    secret = tmp_path / "secret.json"
+    secret.write_text(json.dumps(LEAKED))
+    count = tmp_path / "mcp-calls.txt"
+    with HttpTarget() as outside:
+        outside.route(
+            "/latest/meta-data/iam", body=json.dumps(LEAKED), content_type="application/json"
+        )
+        schemas = tmp_path / "schemas.json"
+        schemas.write_text(
+            json.dumps(
+                {
+                    "reach": {
+                        "type": "object",
+                        "properties": {"x": {"$ref": outside.url + "/latest/meta-data/iam"}},
+                    },
+                    "peek": {"type": "object", "properties": {"x": {"$ref": secret.as_uri()}}},
+                    "loops": {"type": "object", "properties": {"a": {"$ref": "#/properties/a"}}},
+                    "oddtype": {
+                        "$schema": "http://json-schema.org/draft-03/schema#",
+                        "type": "object",
+                        "properties": {"a": {"type": "frobnicate"}},
+                    },
+                }
+            )
+        )
+        ToolServer.objects.create(
+            name="odd",
+            transport="stdio",
+            command=[
+                sys.executable,
+                str(ROOT / "tests" / "fakes" / "mcp_server.py"),
+                "--count-file",
+                str(count),
+                "--schema-tools",
+                str(schemas),
+            ],
+            timeout_seconds=60,
+        )
+        ops = Actor.person(UserFactory(username="odd-ops", perms=["agents.manage_toolservers"]))
+        result = toolserver_test(actor=ops, name="odd")
+        assert result["ok"]
+        assert {t["name"] for t in result["refused_tools"]} == {"odd__reach", "odd__peek"}
+        outside.ran = lambda tool: count.read_text().split().count(tool) if count.exists() else 0
+        yield outside
+
+
+def test_a_schema_that_points_outside_is_never_fetched_and_its_tool_never_offered(
+    loop_settings, odd_mcp
+):
+    """A task that named the tools before they were refused (its list is as it was written): the
+    model is offered the server's other tool only, and a call it makes up anyway is refused
+    without a request to the outside server or a read of the file."""
+    from tasks.models import Task
+
+    script = [
+        reply_tool_calls(
+            [("odd__reach", {"x": "a"}, "r1"), ("odd__peek", {"x": "a"}, "p1")],
+            usage={"prompt_tokens": 100, "completion_tokens": 10},
+        ),
+        reply_text("Done.", usage={"prompt_tokens": 120, "completion_tokens": 5}),
+    ]
+    with ScriptedModelServer(script) as server:
+        task = tool_task(server, ["odd__echo"], tool_policies={"odd__echo": "allow"})
+        written = ["odd__echo", "odd__reach", "odd__peek"]
+        Task.objects.filter(pk=task.pk).update(
+            tools=written, tool_policies={name: "allow" for name in written}
+        )
+        work()
+        requests = server.completion_requests
+        told = [tool_result_for(requests[1], "r1"), tool_result_for(requests[1], "p1")]
+    assert odd_mcp.total == 0
+    assert offered_tools(requests[0]) == ["odd__echo"]
+    assert all("tool_not_allowed" in text and "LEAKED" not in text for text in told)
+    assert [c.error_code for c in calls_of(task)] == ["tool_not_allowed"] * 2
+    assert odd_mcp.ran("reach") == odd_mcp.ran("peek") == 0
+    # The run went on to the model's answer; the supervisor holds the made-up calls against it.
+    assert len(requests) == 2
+    run = AgentRun.objects.get(task=task)
+    assert "odd__peek, odd__reach" in run.error_message
+
+
+def test_a_looping_or_unknown_type_schema_refuses_the_call_and_the_run_goes_on(
+    loop_settings, odd_mcp
+):
+    """Both pass the listing (the loop and the unknown type lie below a property), so the model
+    calls them: each call is refused ``invalid_arguments``, every turn is stored with its tokens,
+    and the model's answer ends the run in review."""
+    from agents.models import Turn
+
+    script = [
+        reply_tool_calls(
+            [("odd__loops", {"a": 1}, "l1")], usage={"prompt_tokens": 100, "completion_tokens": 10}
+        ),
+        reply_tool_calls(
+            [("odd__oddtype", {"a": 1}, "o1")],
+            usage={"prompt_tokens": 200, "completion_tokens": 20},
+        ),
+        reply_text("Done.", usage={"prompt_tokens": 300, "completion_tokens": 30}),
+    ]
+    with ScriptedModelServer(script) as server:
+        tools = ["odd__loops", "odd__oddtype"]
+        task = tool_task(server, tools, tool_policies={name: "allow" for name in tools})
+        work()
+        requests = server.completion_requests
+        told = [tool_result_for(requests[1], "l1"), tool_result_for(requests[2], "o1")]
+    assert len(requests) == 3
+    assert all(text.startswith("Error (invalid_arguments)") for text in told)
+    assert "loop" in told[0] and "frobnicate" in told[1]
+    assert [(c.status, c.error_code) for c in calls_of(task)] == [
+        (ToolCallStatus.REFUSED, "invalid_arguments")
+    ] * 2
+    assert odd_mcp.ran("loops") == odd_mcp.ran("oddtype") == 0
+    run = AgentRun.objects.get(task=task)
+    assert (run.status, run.error_code) == ("succeeded", "")
+    assert (run.model_turns, run.input_tokens, run.output_tokens) == (3, 600, 60)
+    assert Turn.objects.filter(task=task, role="assistant").count() == 3
+    assert task_usage(task.pk).tokens == 660
+    assert status_of(task) == TaskStatus.REVIEW

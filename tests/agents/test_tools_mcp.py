@@ -20,7 +20,9 @@ from agents.catalogue.tools.mcp import (
     ServerSpec,
     call_tool,
     list_tools,
+    tool_refusal,
 )
+from tests.fakes.http_target import HttpTarget
 
 ROOT = Path(__file__).resolve().parents[2]
 SERVER = [sys.executable, "-m", "tests.fakes.mcp_server"]
@@ -278,6 +280,227 @@ def test_patterns_are_re2s_and_ones_re2_cannot_compile_are_not_enforced():
     with pytest.raises(ToolError) as err:
         tool.parse({"upper": "abc"})
     assert err.value.details["fields"] == ["upper"]
+
+
+# -- the server's schema stays inside itself (issue 32 item 1) --------------------------------
+
+#: What an outside document holds: were it fetched, its words would come back in the refusal.
+LEAKED = {"type": "integer", "const": "LEAKED-FROM-OUTSIDE"}
+
+
+def schema_tool(schema: dict) -> McpTool:
+    return McpTool(
+        ServerSpec(name="s", transport="stdio", command=("x",)), RemoteTool("t", "", schema)
+    )
+
+
+@pytest.fixture
+def outside():
+    """A loopback HTTP server standing for the metadata service; it counts every request."""
+    with HttpTarget() as target:
+        target.route(
+            "/latest/meta-data/iam", body=json.dumps(LEAKED), content_type="application/json"
+        )
+        yield target
+
+
+@pytest.mark.parametrize(
+    "shape",
+    [
+        lambda url: {"type": "object", "properties": {"x": {"$ref": url}}},
+        lambda url: {"$ref": url},
+        lambda url: {"type": "object", "properties": {"x": {"$dynamicRef": url}}},
+        # an $id that makes a relative reference point at the server
+        lambda url: {
+            "$id": url.rsplit("/", 1)[0] + "/",
+            "type": "object",
+            "properties": {"x": {"$ref": "iam"}},
+        },
+    ],
+    ids=["ref", "root-ref", "dynamic-ref", "id-rebased"],
+)
+def test_an_http_reference_in_a_schema_is_never_fetched(outside, shape):
+    schema = shape(outside.url + "/latest/meta-data/iam")
+    with pytest.raises(ToolError) as err:
+        schema_tool(schema).parse({"x": "anything"})
+    assert outside.total == 0
+    assert err.value.code == "invalid_arguments"
+    assert "LEAKED" not in err.value.message
+    assert tool_refusal(RemoteTool("t", "", schema))[0] == "schema_not_allowed"
+    assert outside.total == 0
+
+
+def test_a_file_reference_in_a_schema_is_never_read(tmp_path):
+    secret = tmp_path / "secret.json"
+    secret.write_text(json.dumps(LEAKED))
+    schema = {"type": "object", "properties": {"x": {"$ref": secret.as_uri()}}}
+    with pytest.raises(ToolError) as err:
+        schema_tool(schema).parse({"x": "anything"})
+    assert err.value.code == "invalid_arguments"
+    assert "LEAKED" not in err.value.message
+    code, message = tool_refusal(RemoteTool("t", "", schema))
+    assert code == "schema_not_allowed" and secret.as_uri() in message
+
+
+@pytest.mark.parametrize(
+    "schema, arguments",
+    [
+        ({"type": "object", "properties": {"a": {"$ref": "#/properties/a"}}}, {"a": 1}),
+        ({"$ref": "#"}, {}),
+        ({"type": "object", "properties": {"a": {"type": "frobnicate"}}}, {"a": 1}),
+        (
+            {
+                "$schema": "http://json-schema.org/draft-03/schema#",
+                "type": "object",
+                "properties": {"a": {"type": "frobnicate"}},
+            },
+            {"a": 1},
+        ),
+        ({"type": "object", "properties": {"a": {"$ref": "#/$defs/nowhere"}}}, {"a": 1}),
+        ({"type": "object", "properties": {"a": {"$ref": 7}}}, {"a": 1}),
+    ],
+    ids=[
+        "loop",
+        "root-loop",
+        "unknown-type",
+        "draft3-unknown-type",
+        "nowhere",
+        "not-a-string",
+    ],
+)
+def test_a_schema_that_cannot_be_applied_refuses_the_call(schema, arguments):
+    """Recorded before the listing check, or pinned on a task: the call is refused, the worker's
+    thread does not crash."""
+    with pytest.raises(ToolError) as err:
+        schema_tool(schema).parse(arguments)
+    assert err.value.code == "invalid_arguments"
+    assert "cannot be used" in err.value.message
+
+
+def _fan_out(levels: int) -> dict:
+    """allOf [a1, a1], a1: allOf [a2, a2], …: 2**levels checks of one argument."""
+    defs = {f"a{i}": {"allOf": [{"$ref": f"#/$defs/a{i + 1}"}] * 2} for i in range(levels)}
+    defs[f"a{levels}"] = {"type": "integer"}
+    return {"type": "object", "$defs": defs, "properties": {"x": {"$ref": "#/$defs/a0"}}}
+
+
+NESTED_DIALECT = {
+    "type": "object",
+    "properties": {
+        "q": {
+            "$schema": "http://json-schema.org/draft-07/schema#",
+            "type": "string",
+            "pattern": "^(a+)+$",
+        }
+    },
+}
+
+
+def test_a_schema_cannot_take_the_workers_thread():
+    """In a process of its own: 2**40 checks of one argument, and a nested $schema that would
+    hand the pattern to Python's backtracking re (hours with 40 characters). Both answer long
+    before the generous deadline."""
+    cases = [[_fan_out(40), {"x": 1}], [NESTED_DIALECT, {"q": "a" * 39 + "!"}]]
+    code = (
+        "import json, sys\n"
+        "from agents.catalogue.tools.mcp import McpTool, RemoteTool, ServerSpec\n"
+        "from agents.catalogue.tools import ToolError\n"
+        "spec = ServerSpec(name='s', transport='stdio', command=('x',))\n"
+        f"for schema, args in json.loads({json.dumps(json.dumps(cases))}):\n"
+        "    try:\n"
+        "        McpTool(spec, RemoteTool('t', '', schema)).parse(args)\n"
+        "    except ToolError as exc:\n"
+        "        print(exc.code, exc.details.get('fields'))\n"
+    )
+    done = subprocess.run(
+        [sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True, timeout=120
+    )
+    assert done.stdout.split("\n")[:2] == ["invalid_arguments None", "invalid_arguments ['q']"], (
+        done.stderr[-2000:]
+    )
+
+
+@pytest.mark.parametrize(
+    "schema, code",
+    [
+        ({"$ref": "#"}, "schema_invalid"),  # applying it to {} loops
+        ({"type": "object", "properties": {"a": {"type": "frobnicate"}}}, "schema_invalid"),
+        ({"type": "object", "properties": {"a": {"$ref": "#/$defs/nowhere"}}}, "schema_invalid"),
+        ({"type": "object", "properties": {"a": {"$ref": 7}}}, "schema_invalid"),
+        ({"$schema": "urn:nobody-knows", "type": "object"}, "schema_not_allowed"),
+        ({"type": "object", "properties": {"a": {"$ref": "other.json#/x"}}}, "schema_not_allowed"),
+        (
+            {"$schema": "https://json-schema.org/draft/2019-09/schema", "$recursiveRef": "x.json"},
+            "schema_not_allowed",
+        ),
+        (
+            {
+                "type": "object",
+                "properties": {"a": {"$ref": "https://json-schema.org/draft/2020-12/schema"}},
+            },
+            "schema_not_allowed",
+        ),
+        (_fan_out(0) | {"properties": {"x": json.loads("[" * 70 + "]" * 70)}}, "schema_invalid"),
+        ({"type": "object", "description": "x" * 300_000}, "schema_invalid"),
+    ],
+    ids=[
+        "root-loop",
+        "unknown-type",
+        "nowhere",
+        "not-a-string",
+        "unknown-dialect",
+        "relative",
+        "recursive-ref",
+        "meta-schema",
+        "too-deep",
+        "too-large",
+    ],
+)
+def test_a_listed_schema_is_refused_with_its_reason(schema, code):
+    assert tool_refusal(RemoteTool("t", "", schema))[0] == code
+
+
+@pytest.mark.parametrize(
+    "schema",
+    [
+        {"type": "object", "properties": {"text": {"type": "string"}}, "required": ["text"]},
+        {},
+        # what pydantic and zod write: local $defs, a draft-07 $schema, an $id of their own
+        {
+            "$schema": "http://json-schema.org/draft-07/schema#",
+            "$id": "https://example.com/tool.json",
+            "type": "object",
+            "definitions": {"item": {"type": "string"}},
+            "properties": {"items": {"type": "array", "items": {"$ref": "#/definitions/item"}}},
+        },
+        # a tree: a reference loop that each level of the argument ends
+        {
+            "type": "object",
+            "$defs": {
+                "node": {
+                    "type": "object",
+                    "properties": {"kids": {"type": "array", "items": {"$ref": "#/$defs/node"}}},
+                }
+            },
+            "properties": {"root": {"$ref": "#/$defs/node"}},
+        },
+        # "$ref" as a property's name, and an outside-looking value that is only data
+        {
+            "type": "object",
+            "properties": {"$ref": {"type": "string", "default": {"$ref": "http://x/"}}},
+            "examples": [{"$ref": "http://x/"}],
+        },
+    ],
+    ids=["plain", "empty", "pydantic-zod", "tree", "data"],
+)
+def test_an_ordinary_schema_is_offered_and_checks_arguments(schema):
+    assert tool_refusal(RemoteTool("t", "", schema)) is None
+    tool = schema_tool(schema)
+    if "root" in schema.get("properties", {}):
+        tool.parse({"root": {"kids": [{"kids": []}]}})
+        with pytest.raises(ToolError) as err:
+            tool.parse({"root": {"kids": [{"kids": 5}]}})
+        assert err.value.code == "invalid_arguments" and "root.kids[0].kids" in err.value.message
 
 
 # -- trust -------------------------------------------------------------------------------------

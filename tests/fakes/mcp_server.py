@@ -3,6 +3,7 @@
 
     python -m tests.fakes.mcp_server --transport stdio [--count-file calls.txt]
     python -m tests.fakes.mcp_server --transport http --port 0 --ready-file ready.txt
+    python -m tests.fakes.mcp_server --schema-tools schemas.json   # {"NAME": {input schema}}
 
 Tools:
 
@@ -18,6 +19,9 @@ Tools:
 * ``whoami()``              whether ``$MCP_TEST_TOKEN`` (stdio) or the bearer token (http)
                             equals ``s3cret-token``; never echoes it
 * ``refuses_token()``       a tool error that echoes that credential (as careless servers do)
+* with ``--schema-tools FILE``: one more tool per entry of the JSON object in FILE, listed with
+  the entry's value as its input schema, whatever it holds (outside ``$ref``, loops, unknown
+  types); calling one answers ``NAME ran`` (the server does not check its own schema)
 
 The count file gets one line ``TOOL`` per call (appended and flushed before the tool acts),
 so a test can prove how often a tool really ran.  The ready file receives the base URL.
@@ -144,6 +148,24 @@ def refuses_token(ctx: Context) -> str:
     raise ValueError(f"upstream refused token {token}")
 
 
+def _add_schema_tools(path: Path) -> None:
+    """Tools listed with the file's raw schemas (FastMCP would derive them from a signature)."""
+    import json
+
+    def tool_named(name: str):  # noqa: ANN202 - a FastMCP tool function
+        def ran() -> str:
+            _count(name)
+            return f"{name} ran"
+
+        return ran
+
+    for name, schema in json.loads(path.read_text()).items():
+        server.add_tool(
+            tool_named(name), name=name, description=f"A tool with a schema of its own ({name})."
+        )
+        server._tool_manager.get_tool(name).parameters = schema
+
+
 def main(argv: list[str] | None = None) -> int:
     global COUNT_FILE, RELEASE_FILE
     parser = argparse.ArgumentParser()
@@ -152,9 +174,12 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--ready-file")
     parser.add_argument("--count-file")
     parser.add_argument("--release-file", help="slow_add answers once this file exists")
+    parser.add_argument("--schema-tools", help="JSON object: tool name -> its raw input schema")
     opts = parser.parse_args(argv)
     COUNT_FILE = Path(opts.count_file) if opts.count_file else None
     RELEASE_FILE = Path(opts.release_file) if opts.release_file else None
+    if opts.schema_tools:
+        _add_schema_tools(Path(opts.schema_tools))
     if opts.transport == "stdio":
         server.run("stdio")
         return 0

@@ -71,6 +71,9 @@ ERROR_CODES: frozenset[str] = frozenset(
         "mcp_tool_error",
         "mcp_protocol_error",
         "mcp_server_missing",
+        # an MCP tool's input schema, when its server is tested (agents.catalogue.tools.schemas)
+        "schema_not_allowed",
+        "schema_invalid",
     }
 )
 

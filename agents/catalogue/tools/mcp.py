@@ -34,14 +34,13 @@ from datetime import timedelta
 from types import TracebackType
 from typing import TYPE_CHECKING, Any, cast
 
-import jsonschema
-import re2
 from pydantic import BaseModel, ConfigDict
 
 from acthelm_site.credentials import redact
 
 from .base import Tool, ToolContext, ToolError, ToolResult
 from .recovery_class import RecoveryClass
+from .schemas import OutsideSchema, Refusal, UnusableSchema, cached_refusal
 
 if TYPE_CHECKING:  # the SDK and httpx are imported where a session starts, not with the tools
     import httpx
@@ -678,63 +677,14 @@ def frame_description(spec: ServerSpec, remote: RemoteTool) -> str:
     )
 
 
-# -- The server's input schema, checked without backtracking ------------------------------------
-#
-# jsonschema runs ``pattern`` and ``patternProperties`` through Python's ``re``, which backtracks:
-# a server's ``^(a+)+$`` and a 29-character argument froze the whole worker.  Patterns here run
-# through RE2 (linear time); one RE2 cannot compile (look-around, back-references) is not
-# enforced, and neither is ``patternProperties`` (with the ``additionalProperties`` beside it):
-# the server still checks its own input.
-
-_RE2_OPTIONS = re2.Options()
-_RE2_OPTIONS.log_errors = False
-#: Keys whose value maps names to schemas: a schema keyword found there is a property's name.
-_NAME_MAPS = frozenset({"properties", "$defs", "definitions", "dependentSchemas"})
+# -- The server's input schema: checked offline (agents.catalogue.tools.schemas) ----------------
 
 
-def _re2(pattern: str) -> Any:  # a compiled RE2 pattern (re2 has no type hints), or None
-    try:
-        return re2.compile(pattern, options=_RE2_OPTIONS)
-    except (re2.error, TypeError, ValueError):
-        return None
-
-
-def _re2_pattern(
-    validator: jsonschema.protocols.Validator, pattern: Any, instance: Any, schema: dict[str, Any]
-) -> Iterator[jsonschema.ValidationError]:
-    """The ``pattern`` keyword: ``pattern`` and ``instance`` are whatever JSON the schema and the
-    arguments hold."""
-    if not isinstance(pattern, str) or not validator.is_type(instance, "string"):
-        return
-    compiled = _re2(pattern)
-    if compiled is not None and compiled.search(instance) is None:
-        yield jsonschema.ValidationError(f"{instance[:100]!r} does not match {pattern[:200]!r}")
-
-
-def _without_pattern_properties(node: Any, parent: str = "") -> Any:
-    """A copy of a schema for checking: ``patternProperties`` (and the ``additionalProperties``
-    / ``unevaluatedProperties`` that would depend on it) removed wherever it is a keyword."""
-    if isinstance(node, list):
-        return [_without_pattern_properties(item) for item in node]
-    if not isinstance(node, dict):
-        return node
-    if parent in _NAME_MAPS:
-        return {key: _without_pattern_properties(value) for key, value in node.items()}
-    out = {key: _without_pattern_properties(value, key) for key, value in node.items()}
-    if "patternProperties" in out:
-        for key in ("patternProperties", "additionalProperties", "unevaluatedProperties"):
-            out.pop(key, None)
-    return out
-
-
-def _validator(schema: dict[str, Any]) -> jsonschema.protocols.Validator:
-    """A validator for the server's schema (its draft, Draft 2020-12 by default) whose regular
-    expressions are RE2's."""
-    base = jsonschema.validators.validator_for(schema, default=jsonschema.Draft202012Validator)
-    # types-jsonschema leaves validators.extend without annotations.
-    cls = jsonschema.validators.extend(base, {"pattern": _re2_pattern})  # type: ignore[no-untyped-call]
-    validator: jsonschema.protocols.Validator = cls(_without_pattern_properties(schema))
-    return validator
+def tool_refusal(remote: RemoteTool) -> Refusal | None:
+    """Why a listed tool is not offered — its input schema reaches outside itself
+    (``schema_not_allowed``) or cannot be used (``schema_invalid``) — or None. The schema is
+    checked as ``McpTool`` would apply it."""
+    return cached_refusal(McpTool.object_schema(remote.input_schema))
 
 
 def _json_path(path: Iterable[str | int]) -> str:
@@ -766,11 +716,12 @@ class McpTool(Tool[McpArgs]):
         self.recovery_class = recovery
         #: The policy a task gets for this tool when its author sets none.
         self.default_policy = POLICY_ALLOW if read_only else POLICY_ASK
-        self._schema = self._object_schema(remote.input_schema)
-        self._checker: jsonschema.protocols.Validator | None = None
+        self._schema = self.object_schema(remote.input_schema)
+        self._checker = OutsideSchema(self._schema)
 
     @staticmethod
-    def _object_schema(schema: dict[str, Any]) -> dict[str, Any]:
+    def object_schema(schema: dict[str, Any]) -> dict[str, Any]:
+        """The server's schema as the model sees it and the arguments are checked against."""
         schema = dict(schema or {})
         schema.setdefault("type", "object")
         schema.setdefault("properties", {})
@@ -788,14 +739,13 @@ class McpTool(Tool[McpArgs]):
                 f"Tool '{self.name}' needs a JSON object of arguments, got {got}.",
             )
         try:
-            if self._checker is None:
-                self._checker = _validator(self._schema)
-            errors = sorted(self._checker.iter_errors(arguments), key=lambda e: list(e.path))
-        except jsonschema.exceptions.SchemaError as exc:
+            errors = self._checker.errors(arguments)
+        except UnusableSchema as exc:
+            # Nothing was fetched or read: references resolve only inside the schema.
             raise ToolError(
                 "invalid_arguments",
-                f"The input schema that MCP server {self.spec.name!r} gave for "
-                f"{self.remote.name!r} is not valid JSON Schema ({exc.message[:200]}).",
+                f"Tool '{self.name}' cannot be called: the input schema that MCP server "
+                f"{self.spec.name!r} gave for {self.remote.name!r} cannot be used ({exc}).",
             ) from None
         if errors:
             lines = [f"Invalid arguments for tool '{self.name}':"]
