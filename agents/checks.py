@@ -81,3 +81,22 @@ def check_worker_settings(app_configs=None, **kwargs) -> list:
             )
         )
     return problems
+
+
+@register(TAG, Tags.security)
+def check_credential_destinations(app_configs=None, **kwargs) -> list:
+    """ACTHELM_CREDENTIAL_DESTINATIONS read from the environment is refused at start-up
+    (ImproperlyConfigured); a value a settings file wrote is checked here."""
+    from acthelm_site.credentials import destinations_problem
+
+    problem = destinations_problem(getattr(settings, "ACTHELM_CREDENTIAL_DESTINATIONS", {}))
+    if problem is None:
+        return []
+    return [
+        Error(
+            f"ACTHELM_CREDENTIAL_DESTINATIONS: {problem}.",
+            hint="For example OPENAI_API_KEY=api.openai.com;ACTHELM_KEY_GITHUB=api.github.com "
+            "(docs/security.md#credentials).",
+            id="acthelm.E010",
+        )
+    ]
