@@ -9,6 +9,8 @@ retry table crashes the first retry; a pool of no connections blocks every run.
 from django.conf import settings
 from django.core.checks import Error, Tags, Warning, register
 
+from acthelm_site.credentials import destinations_problem
+
 TAG = "acthelm"
 
 
@@ -87,8 +89,6 @@ def check_worker_settings(app_configs=None, **kwargs) -> list:
 def check_credential_destinations(app_configs=None, **kwargs) -> list:
     """ACTHELM_CREDENTIAL_DESTINATIONS read from the environment is refused at start-up
     (ImproperlyConfigured); a value a settings file wrote is checked here."""
-    from acthelm_site.credentials import destinations_problem
-
     problem = destinations_problem(getattr(settings, "ACTHELM_CREDENTIAL_DESTINATIONS", {}))
     if problem is None:
         return []
