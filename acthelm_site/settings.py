@@ -10,6 +10,7 @@ from pathlib import Path
 
 from django.core.exceptions import ImproperlyConfigured
 
+from acthelm_site.credentials import WELL_KNOWN_DESTINATIONS, parse_destinations
 from acthelm_site.dburl import parse_database_url
 from tasks.limits import LIMITS
 
@@ -254,6 +255,16 @@ ACTHELM_CREDENTIAL_PREFIXES = env_list(
         "XAI_API_KEY",
     ],
 )
+# Where each credential may go (docs/security.md#credentials): NAME=host[,host…] entries separated
+# by ";" — a host, host:port, *.domain (any name below it), an address ([::1] for IPv6) or
+# exec:PROGRAM (a model CLI or stdio MCP server whose command[0] is PROGRAM). A credential with no
+# entry goes nowhere; the well-known provider keys go to their provider's API host unless listed.
+try:
+    ACTHELM_CREDENTIAL_DESTINATIONS = dict(WELL_KNOWN_DESTINATIONS) | parse_destinations(
+        os.environ.get("ACTHELM_CREDENTIAL_DESTINATIONS", "")
+    )
+except ValueError as _exc:
+    raise ImproperlyConfigured(f"ACTHELM_CREDENTIAL_DESTINATIONS: {_exc}") from None
 ACTHELM_CLI_EXECUTABLES = env_list("ACTHELM_CLI_EXECUTABLES", [])
 # The executables (command[0], exactly) a person without superuser status may register or change
 # as a stdio MCP server's command (empty: stdio servers are for superusers only).

@@ -9,6 +9,8 @@ retry table crashes the first retry; a pool of no connections blocks every run.
 from django.conf import settings
 from django.core.checks import Error, Tags, Warning, register
 
+from acthelm_site.credentials import destinations_problem
+
 TAG = "acthelm"
 
 
@@ -81,3 +83,20 @@ def check_worker_settings(app_configs=None, **kwargs) -> list:
             )
         )
     return problems
+
+
+@register(TAG, Tags.security)
+def check_credential_destinations(app_configs=None, **kwargs) -> list:
+    """ACTHELM_CREDENTIAL_DESTINATIONS read from the environment is refused at start-up
+    (ImproperlyConfigured); a value a settings file wrote is checked here."""
+    problem = destinations_problem(getattr(settings, "ACTHELM_CREDENTIAL_DESTINATIONS", {}))
+    if problem is None:
+        return []
+    return [
+        Error(
+            f"ACTHELM_CREDENTIAL_DESTINATIONS: {problem}.",
+            hint="For example OPENAI_API_KEY=api.openai.com;ACTHELM_KEY_GITHUB=api.github.com "
+            "(docs/security.md#credentials).",
+            id="acthelm.E010",
+        )
+    ]

@@ -74,6 +74,7 @@ class Connection(models.Model):
         except InvalidInput as exc:
             field = {
                 "credential_not_allowed": "credential_env",
+                "credential_destination_not_allowed": "credential_env",
                 "executable_not_allowed": "command",
                 "invalid_input": None,
                 "number_out_of_range": None,

@@ -5,12 +5,62 @@ with `-p no:django`.
 """
 
 import os
+import shutil
 import sys
 from pathlib import Path
 
 import pytest
 
 ROOT = Path(__file__).resolve().parent.parent
+
+#: Where the suite's own credential names may go (docs/security.md#credentials): the loopback
+#: servers and the programs the tests start, and the example hosts some tests save. The
+#: well-known provider names (OPENAI_API_KEY, …) keep their defaults, their provider's API host,
+#: so tests can prove them refused on loopback; so is any name not listed here.
+TEST_CREDENTIAL_NAMES = [
+    "ACTHELM_KEY_TEST",
+    "ACTHELM_KEY_TEST_HOOK",
+    "ACTHELM_KEY_SCRIPTED",
+    "ACTHELM_KEY_VLLM",
+    "ACTHELM_KEY_OLLAMA",
+    "ACTHELM_KEY_LOCAL",
+    "ACTHELM_KEY_ONE",
+    "ACTHELM_KEY_OTHER",
+    "ACTHELM_KEY_MINE",
+    "ACTHELM_KEY_CHAT",
+    "ACTHELM_KEY_HOOK",
+    "ACTHELM_KEY_HOOK_SIGNING",
+    "ACTHELM_KEY_NOT_SET_ANYWHERE",
+    "MCP_TEST_TOKEN",
+]
+TEST_CREDENTIAL_HOSTS = [
+    "127.0.0.1",
+    "localhost",
+    "[::1]",
+    "hooks.example.org",
+    "x.example.org",
+    f"exec:{sys.executable}",
+    f"exec:{shutil.which('env') or '/usr/bin/env'}",
+]
+TEST_CREDENTIAL_DESTINATIONS = ";".join(
+    f"{name}={','.join(TEST_CREDENTIAL_HOSTS)}" for name in TEST_CREDENTIAL_NAMES
+)
+# Child processes (workers, commands) read it from their environment.
+os.environ["ACTHELM_CREDENTIAL_DESTINATIONS"] = TEST_CREDENTIAL_DESTINATIONS
+
+
+@pytest.fixture(autouse=True)
+def _credential_destinations(request):
+    """The suite's destinations in this process too (the settings may have been read before
+    this file set the variable)."""
+    if not _django_active(request):
+        return
+    from acthelm_site.credentials import WELL_KNOWN_DESTINATIONS, parse_destinations
+
+    settings = request.getfixturevalue("settings")
+    settings.ACTHELM_CREDENTIAL_DESTINATIONS = dict(WELL_KNOWN_DESTINATIONS) | parse_destinations(
+        TEST_CREDENTIAL_DESTINATIONS
+    )
 
 
 @pytest.fixture(autouse=True)

@@ -5,7 +5,7 @@ from typing import TypedDict
 
 from django.conf import settings
 
-from acthelm_site.credentials import credential_problem
+from acthelm_site.credentials import credential_problem, credential_refusal
 from agents.catalogue.providers import (
     UnknownProviderKind,
     get_provider_class,
@@ -75,9 +75,11 @@ def validate_connection(
     )
     if refused:
         raise InvalidInput(refused.message, code=refused.code)
-    problem = credential_problem(credential_env)
-    if problem:
-        raise InvalidInput(problem, code="credential_not_allowed")
+    # The name's rule, then where the credential would go (ACTHELM_CREDENTIAL_DESTINATIONS).
+    destination = provider.credential_destination(base_url=base_url, command=command)
+    refusal = credential_refusal(credential_env, destination)
+    if refusal:
+        raise InvalidInput(refusal.message, code=refusal.code)
     return {
         "priority": whole_number(priority, name="priority"),
         "timeout_seconds": finite_number(

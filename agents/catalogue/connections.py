@@ -10,10 +10,8 @@ from django.conf import settings
 from django.db import transaction
 from django.db.models import QuerySet
 
-from agents.catalogue.connection_rules import (
-    credential_problem,
-    validate_connection,
-)
+from acthelm_site.credentials import CredentialRefused, credential_for
+from agents.catalogue.connection_rules import validate_connection
 from agents.catalogue.providers import Provider, ProviderError, build_provider, get_provider_class
 from agents.models import Connection, Model, Turn
 from agents.states import CostTier, ModelTestStatus
@@ -348,15 +346,18 @@ def model_set_prices(*, actor: Actor, model_id: int, prices: dict[str, object]) 
 def provider_for(conn: Connection) -> Provider:
     """Build the provider of a connection; the key is read from its environment variable now.
 
-    The credential's name is checked again here, at use time: a row written before the rules
-    (or around them) gets a provider that refuses every request (``provider_config``) and never
-    reads the variable."""
-    import os
-
-    refusal = credential_problem(conn.credential_env)
+    The credential's name and where it would go are checked again here, at use time, by the
+    one door (``credential_for``): a row written before the rules (or around them) gets a
+    provider that refuses every request (``provider_config``) and never reads the variable."""
+    destination = get_provider_class(conn.kind).credential_destination(
+        base_url=conn.base_url, command=list(conn.command or [])
+    )
+    refusal: str | None = None
     api_key = None
-    if conn.credential_env and not refusal:
-        api_key = os.environ.get(conn.credential_env)
+    try:
+        api_key = credential_for(conn.credential_env, destination)
+    except CredentialRefused as exc:
+        refusal = str(exc)
     timeout = conn.timeout_seconds
     if not (isinstance(timeout, int | float) and math.isfinite(timeout) and timeout > 0):
         refusal = refusal or f"the timeout {timeout!r} is not a positive, finite number"

@@ -19,7 +19,13 @@ from django.db import transaction
 from django.utils import timezone
 from pydantic import BaseModel
 
-from acthelm_site.credentials import CREDENTIAL_NOT_ALLOWED, credential_problem
+from acthelm_site.credentials import (
+    CREDENTIAL_NOT_ALLOWED,
+    EXEC_PREFIX,
+    CredentialRefused,
+    credential_problem,
+    credential_refusal,
+)
 from agents.catalogue.connection_rules import MAX_TIMEOUT_SECONDS as MAX_CONNECTION_TIMEOUT
 from agents.catalogue.tools import Resolver, ToolContext, ToolError, ToolResult, add_resolver
 from agents.catalogue.tools.mcp import (
@@ -65,6 +71,21 @@ def validate_credential_env(value: str) -> str:
     if problem:
         raise InvalidInput(problem, code=CREDENTIAL_NOT_ALLOWED, field="credential_env")
     return value
+
+
+def credential_destination(transport: str, command: list[str] | None, url: str) -> str:
+    """Where a server's credential goes: its URL, or (stdio) its program, which gets it in its
+    environment."""
+    if transport == ToolServerTransport.STDIO:
+        return f"{EXEC_PREFIX}{command[0] if command else ''}"
+    return url
+
+
+def server_credential_refusal(server: ToolServer) -> CredentialRefused | None:
+    """Why the server's credential may not go to the server (its name, or a destination the
+    operator did not list for it); None when it may."""
+    destination = credential_destination(server.transport, server.command, server.url)
+    return credential_refusal(server.credential_env, destination)
 
 
 def stdio_refusal(actor: Actor, command: list[str]) -> str | None:
@@ -128,11 +149,16 @@ def toolserver_check(
             )
         command = []
     timeout = finite_number(timeout_seconds, name="timeout", minimum=1, maximum=MAX_TIMEOUT_SECONDS)
+    credential_env = validate_credential_env(credential_env)
+    # Where the credential would go, as the operator allows it (ACTHELM_CREDENTIAL_DESTINATIONS).
+    refusal = credential_refusal(credential_env, credential_destination(transport, command, url))
+    if refusal:
+        raise InvalidInput(refusal.message, code=refusal.code, field="credential_env")
     return {
         "transport": transport,
         "command": command,
         "url": url,
-        "credential_env": validate_credential_env(credential_env),
+        "credential_env": credential_env,
         "timeout_seconds": timeout,
     }
 
@@ -297,9 +323,9 @@ def toolserver_test(*, actor: Actor, name: str, in_web_process: bool = False) ->
         )
     spec = server_spec(server)
     try:  # outside any transaction: this may take the server's whole timeout
-        refusal = credential_problem(server.credential_env)
-        if refusal:  # a row written before the rule: nothing is started or sent
-            raise ToolError(CREDENTIAL_NOT_ALLOWED, refusal)
+        refusal = server_credential_refusal(server)
+        if refusal:  # a row written before the rules: nothing is started or sent
+            raise ToolError(refusal.code, refusal.message)
         remote = list_tools(spec)
     except ToolError as exc:
         ok, tools, message = False, None, f"{exc.code}: {exc.message}"
@@ -393,25 +419,26 @@ def find_mcp_tool(name: str) -> McpTool | None:
     server = ToolServer.objects.filter(name=server_name).first()
     if server is None:
         return None
-    refusal = credential_problem(server.credential_env)
+    refusal = server_credential_refusal(server)
     for remote in usable_tools(server):
         if remote.name == tool_name:
-            if refusal:  # a row written before the rule: the call sends nothing and says why
+            if refusal:  # a row written before the rules: the call sends nothing and says why
                 return RefusedMcpTool(server_spec(server), remote, refusal)
             return McpTool(server_spec(server), remote)
     return None
 
 
 class RefusedMcpTool(McpTool):
-    """A recorded tool of a server whose credential breaks the rule: it fails
-    ``credential_not_allowed`` without starting, connecting or reading the variable."""
+    """A recorded tool of a server whose credential breaks the rules: it fails
+    ``credential_not_allowed`` (or ``credential_destination_not_allowed``) without starting,
+    connecting or reading the variable."""
 
-    def __init__(self, spec: ServerSpec, remote: RemoteTool, refusal: str) -> None:
+    def __init__(self, spec: ServerSpec, remote: RemoteTool, refusal: CredentialRefused) -> None:
         super().__init__(spec, remote)
         self.refusal = refusal
 
     def run(self, args: BaseModel, ctx: ToolContext) -> ToolResult:
-        raise ToolError(CREDENTIAL_NOT_ALLOWED, f"MCP server {self.spec.name!r}: {self.refusal}")
+        raise ToolError(self.refusal.code, f"MCP server {self.spec.name!r}: {self.refusal.message}")
 
 
 def mcp_tool_names() -> list[str]:

@@ -19,7 +19,6 @@ its status code is kept.
 import hashlib
 import hmac
 import json
-import os
 import smtplib
 import time
 from dataclasses import dataclass
@@ -32,7 +31,7 @@ from django.core.exceptions import ValidationError
 from django.core.mail import EmailMessage, mailers
 from django.core.validators import EmailValidator, URLValidator
 
-from acthelm_site.credentials import CREDENTIAL_NOT_ALLOWED, credential_problem
+from acthelm_site.credentials import CredentialRefused, credential_for
 from acthelm_site.egress import (
     EgressError,
     Guard,
@@ -283,10 +282,13 @@ def _send_webhook(target, message: Message) -> str:
         "X-Acthelm-Event": message.event_kind,
         TIMESTAMP_HEADER: timestamp,
     }
-    if refusal := credential_problem(target.secret_env):  # a row written before the rule
-        raise DeliveryFailed(refusal, code=CREDENTIAL_NOT_ALLOWED)
     if target.secret_env:
-        secret = os.environ.get(target.secret_env, "")
+        # The one door: the name's rule and the operator's destinations for it, checked again
+        # at each send (a row written before the rules signs nothing and sends nothing).
+        try:
+            secret = credential_for(target.secret_env, target.address) or ""
+        except CredentialRefused as exc:
+            raise DeliveryFailed(exc.message, code=exc.code) from None
         if not secret:
             raise DeliveryFailed(
                 f"the environment variable {target.secret_env} is not set", code="secret_missing"

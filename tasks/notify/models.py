@@ -7,7 +7,7 @@ from django.core.exceptions import ValidationError
 from django.db import models
 from django.db.models import Q
 
-from acthelm_site.credentials import CREDENTIAL_NOT_ALLOWED, credential_problem
+from acthelm_site.credentials import credential_refusal
 from tasks.notify.channels import channel_choices, find_channel
 from tasks.notify.states import NotificationStatus, NotifyEvent, all_events
 
@@ -73,9 +73,11 @@ class NotificationTarget(models.Model):
                 errors["address"] = problem
             if self.secret_env and not channel.signed:
                 errors["secret_env"] = "only webhooks are signed"
-        refusal = credential_problem(self.secret_env)  # the one rule of every credential
-        if refusal:
-            errors["secret_env"] = f"{refusal} [{CREDENTIAL_NOT_ALLOWED}]"
+        # The one rule of every credential: its name, and where it would go (the webhook's host
+        # among the operator's ACTHELM_CREDENTIAL_DESTINATIONS for it).
+        refusal = credential_refusal(self.secret_env, self.address)
+        if refusal and "secret_env" not in errors:
+            errors["secret_env"] = str(refusal)
         unknown = [e for e in self.events or [] if e not in NotifyEvent.values]
         if unknown or not self.events:
             errors["events"] = f"choose events among {', '.join(NotifyEvent.values)}"

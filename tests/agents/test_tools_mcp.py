@@ -110,7 +110,12 @@ def test_call_returns_the_servers_answer(transport, tmp_path, http_server, ctx):
     assert result.data["tool"] == "echo"
 
 
-def test_credential_reaches_the_server_by_name_only(tmp_path, http_server, ctx, monkeypatch):
+def test_credential_reaches_the_server_by_name_only(
+    tmp_path, http_server, ctx, monkeypatch, settings
+):
+    # The fake server reads its token under its own name, which the operator allows (its
+    # destinations, loopback and this Python, are the suite's: tests/conftest.py).
+    settings.ACTHELM_CREDENTIAL_PREFIXES = ["ACTHELM_KEY_", "MCP_TEST_"]
     monkeypatch.setenv("MCP_TEST_TOKEN", "s3cret-token")
     tool = tool_of(stdio_spec(tmp_path / "c", env="MCP_TEST_TOKEN"), "whoami")
     assert tool.run(tool.parse({}), ctx).text == "credential ok"

@@ -47,9 +47,17 @@ def test_the_service_refuses_a_credential_outside_the_allowed_prefixes(actor, na
     assert not Connection.objects.exists()
 
 
-@pytest.mark.parametrize("name", ["ACTHELM_KEY_LOCAL", "OPENAI_API_KEY", "ANTHROPIC_API_KEY"])
-def test_allowed_credential_names_are_accepted(actor, name):
-    assert _add(actor, name).credential_env == name
+@pytest.mark.parametrize(
+    "name, base_url",
+    [
+        ("ACTHELM_KEY_LOCAL", "http://127.0.0.1:9/v1"),
+        ("OPENAI_API_KEY", "https://api.openai.com/v1"),
+        ("ANTHROPIC_API_KEY", "https://api.anthropic.com"),
+    ],
+)
+def test_allowed_credential_names_are_accepted(actor, name, base_url):
+    """Each at a destination allowed for it (the suite's list, the providers' own hosts)."""
+    assert _add(actor, name, base_url=base_url).credential_env == name
 
 
 @pytest.mark.parametrize("name", SERVER_SECRETS)

@@ -123,7 +123,10 @@ def http_url(tmp_path_factory):
 
 
 @pytest.mark.parametrize("transport", ["stdio", "http"])
-def test_an_mcp_tool_error_never_shows_the_credential(transport, ctx, http_url, monkeypatch):
+def test_an_mcp_tool_error_never_shows_the_credential(
+    transport, ctx, http_url, monkeypatch, settings
+):
+    settings.ACTHELM_CREDENTIAL_PREFIXES = ["ACTHELM_KEY_", "MCP_TEST_"]
     monkeypatch.setenv("MCP_TEST_TOKEN", MCP_SECRET)
     if transport == "stdio":
         spec = ServerSpec(

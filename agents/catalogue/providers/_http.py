@@ -91,6 +91,7 @@ def request(
     transport problems, timeout, cancellation or an oversized body. HTTP error statuses are
     returned, not raised: the caller classifies them with ``raise_for_status``."""
     provider.check_config()
+    provider.check_request_url(url)
 
     def coro(reuse: bool) -> Coroutine[Any, Any, HttpResponse]:
         return _request(

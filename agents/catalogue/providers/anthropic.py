@@ -49,6 +49,10 @@ class AnthropicProvider(Provider):
     supports_cancel = True
     price_provider_id = "anthropic"
 
+    @classmethod
+    def credential_destination(cls, *, base_url: str, command: list[str] | None) -> str:
+        return (base_url or "").strip() or DEFAULT_BASE_URL
+
     def __init__(self, **kwargs: Any) -> None:
         super().__init__(**kwargs)
         base = self.base_url or DEFAULT_BASE_URL

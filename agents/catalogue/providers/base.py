@@ -16,9 +16,15 @@ from typing import Any, ClassVar, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 
+from acthelm_site.credentials import (
+    CREDENTIAL_DESTINATION_NOT_ALLOWED,
+    is_server_secret,
+    redact,
+    same_origin,
+)
+
 # The credential rule lives in acthelm_site.credentials; re-exported here for the providers' users.
 from acthelm_site.credentials import credential_name_refusal as credential_name_refusal
-from acthelm_site.credentials import is_server_secret, redact
 from agents.catalogue.tools.base import non_finite_path
 from agents.failure_codes import FailureCode
 
@@ -359,6 +365,12 @@ class Provider(abc.ABC):
         timeout, key and configuration error every kind takes)."""
         return {"base_url": base_url}
 
+    @classmethod
+    def credential_destination(cls, *, base_url: str, command: list[str] | None) -> str:
+        """Where a connection of this kind sends its credential: the URL its requests go to
+        (``acthelm_site.credentials.credential_for`` checks it against the operator's list)."""
+        return (base_url or "").strip()
+
     def __init__(
         self,
         *,
@@ -408,6 +420,16 @@ class Provider(abc.ABC):
         """Refuse to send anything (a request, a key, a process) for a refused configuration."""
         if self.config_error:
             raise ProviderError(PROVIDER_CONFIG, self.config_error)
+
+    def check_request_url(self, url: str) -> None:
+        """The key was released for the base URL's host and port only: a request elsewhere
+        (a URL not built on the base) is refused before anything is sent."""
+        if self.api_key and not same_origin(url, self.base_url):
+            raise ProviderError(
+                PROVIDER_CONFIG,
+                "refusing to send the credential to a host other than the connection's base URL "
+                f"[{CREDENTIAL_DESTINATION_NOT_ALLOWED}]",
+            )
 
     def error(
         self,

@@ -29,6 +29,8 @@ import threading
 import time
 from typing import IO, Any
 
+from acthelm_site.credentials import EXEC_PREFIX
+
 from .base import (
     PROBE_PROMPT,
     PROVIDER_AUTH,
@@ -187,6 +189,11 @@ class CLIProvider(Provider):
         if credential_env:
             arguments["api_key_env"] = credential_env
         return arguments
+
+    @classmethod
+    def credential_destination(cls, *, base_url: str, command: list[str] | None) -> str:
+        """The child gets the key in its environment: the destination is the program."""
+        return f"{EXEC_PREFIX}{command[0] if command else ''}"
 
     def __init__(self, *, allowed_executables: list[str] | None = None, **kwargs: Any) -> None:
         super().__init__(**kwargs)

@@ -36,7 +36,7 @@ from typing import TYPE_CHECKING, Any, cast
 
 from pydantic import BaseModel, ConfigDict
 
-from acthelm_site.credentials import redact
+from acthelm_site.credentials import EXEC_PREFIX, CredentialRefused, credential_for, redact
 
 from .base import Tool, ToolContext, ToolError, ToolResult
 from .recovery_class import RecoveryClass
@@ -133,11 +133,28 @@ class ServerSpec:
     #: A tool's description is cut to this many characters before the model sees it.
     description_max_chars: int = 1_000
 
+    @property
+    def destination(self) -> str:
+        """Where the credential goes: the HTTP server's URL, or the stdio server's program."""
+        if self.transport == "stdio":
+            return f"{EXEC_PREFIX}{self.command[0] if self.command else ''}"
+        return self.url
+
     def credential(self) -> str | None:
-        return os.environ.get(self.credential_env) if self.credential_env else None
+        """The credential's value for this server, through the one door
+        (``acthelm_site.credentials.credential_for``): a name refused, or a destination the
+        operator did not list for it, is a ToolError before the variable is read."""
+        try:
+            return credential_for(self.credential_env, self.destination)
+        except CredentialRefused as exc:
+            raise ToolError(exc.code, f"MCP server {self.name!r}: {exc.message}") from None
 
     def redact(self, text: str) -> str:
-        return redact(text, [self.credential()])
+        try:
+            secret = self.credential()
+        except ToolError:
+            return text  # refused: the value was never read, so nothing can carry it
+        return redact(text, [secret])
 
 
 @dataclass(frozen=True)
