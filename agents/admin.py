@@ -11,7 +11,9 @@ from django.contrib import admin, messages
 from django.core.exceptions import PermissionDenied
 
 from agents.catalogue import connections, toolservers
+from agents.catalogue.connection_rules import executable_refusal_for
 from agents.catalogue.prices import model_fill_prices
+from agents.catalogue.providers import UnknownProviderKind, get_provider_class
 from agents.catalogue.toolservers import validate_server_name
 from agents.models import (
     AgentRun,
@@ -84,6 +86,28 @@ class ConnectionAdmin(admin.ModelAdmin):
     list_filter = ["kind", "cost_tier", "enabled"]
     readonly_fields = ["cooldown_until", "last_error_code", "last_error_message", "last_error_at"]
     inlines = [ModelInline]
+
+    def get_form(self, request, obj=None, **kwargs):
+        """Connection.clean() checks the settings; this form checks who saves a command that
+        runs (as the services do: a new connection, or a new kind or command)."""
+        form = super().get_form(request, obj, **kwargs)
+        actor = Actor.person(request.user)
+
+        class Checked(form):
+            def clean(self):
+                data = super().clean()
+                if obj is not None and not {"kind", "command"} & set(self.changed_data):
+                    return data
+                try:
+                    runs_command = get_provider_class(data.get("kind")).needs_command
+                except UnknownProviderKind:
+                    return data  # Connection.clean() names the kinds
+                problem = executable_refusal_for(actor, data.get("command"))
+                if runs_command and problem and "command" not in self.errors:
+                    self.add_error("command", f"{problem} [executable_not_allowed]")
+                return data
+
+        return Checked
 
     def save_model(self, request, obj, form, change):
         if not change:

@@ -60,9 +60,11 @@ class Connection(models.Model):
         return self.name
 
     def clean(self) -> None:
-        """The services' validator, so that the admin refuses what the console and CLI refuse."""
+        """The services' validator, so that the admin refuses what the console and CLI refuse.
+        No person here: the admin's form checks the one who saves (`executable_refusal_for`)."""
         try:
             validate_connection(
+                actor=None,
                 kind=self.kind,
                 base_url=self.base_url,
                 command=self.command,

@@ -12,6 +12,7 @@ from agents.catalogue.providers import (
     registered_kinds,
 )
 from agents.states import ConnectionKind, CostTier
+from tasks.actors import Actor
 from tasks.exceptions import InvalidInput
 from tasks.numbers import finite_number, whole_number
 
@@ -22,6 +23,7 @@ __all__ = [
     "connection_kind_choices",
     "connection_kinds",
     "credential_problem",
+    "executable_refusal_for",
     "validate_connection",
 ]
 
@@ -48,8 +50,29 @@ class ConnectionNumbers(TypedDict):
     timeout_seconds: float
 
 
+def executable_refusal_for(actor: Actor | None, command: list[str] | None) -> str | None:
+    """Why ``actor`` may not make ``command`` a model CLI connection's command: its Test and every
+    worker that uses the connection start it. Superusers and the system (no person: ``actor`` is
+    None or not a person) may name any program; other people only an executable listed in
+    ACTHELM_CLI_EXECUTABLES (``command[0]`` exactly), so with the list empty, none. Once set, the
+    list binds everyone (the kind's ``check_settings``)."""
+    if actor is None or not actor.is_person or actor.user.is_superuser:
+        return None
+    program = command[0] if isinstance(command, list) and command else None
+    allowed = [a for a in settings.ACTHELM_CLI_EXECUTABLES if a]
+    if not isinstance(program, str) or not program or program in allowed:
+        return None  # no program at all: the kind's own check says what the command lacks
+    listed = f" (allowed: {', '.join(allowed)})" if allowed else " (it is empty)"
+    return (
+        f"only a superuser may make {program!r} a model CLI "
+        f"connection's command; ACTHELM_CLI_EXECUTABLES lists what others may use{listed}"
+    )
+
+
 def validate_connection(
     *,
+    actor: Actor | None,
+    check_command: bool = True,
     kind: str,
     base_url: str = "",
     command: list[str] | None = None,
@@ -59,7 +82,12 @@ def validate_connection(
     timeout_seconds: float = 120,
 ) -> ConnectionNumbers:
     """Check a connection's settings; return the bounded numbers. The one validator behind the
-    console, the CLI, the admin and Connection.clean()."""
+    console, the CLI, the admin and Connection.clean().
+
+    ``actor`` is who saves (None: no person, as in ``Connection.clean()``, whose admin form checks
+    the person itself); a command kind's command is checked against them
+    (``executable_refusal_for``) unless ``check_command`` is False: an edit that changes neither
+    the kind nor the command."""
     try:
         provider = get_provider_class(kind) if isinstance(kind, str) else None
     except UnknownProviderKind:
@@ -68,6 +96,10 @@ def validate_connection(
         raise InvalidInput(f"kind must be one of {', '.join(connection_kinds())}")
     if cost_tier not in CostTier.values:
         raise InvalidInput(f"cost tier must be one of {', '.join(CostTier.values)}")
+    if provider.needs_command and check_command:
+        problem = executable_refusal_for(actor, command)
+        if problem:
+            raise InvalidInput(problem, code="executable_not_allowed", field="command")
     refused = provider.check_settings(
         base_url=base_url,
         command=command,

@@ -144,6 +144,7 @@ def connection_add(
     """Add a connection and its models. The credential is an environment variable's name."""
     actor.require("agents.manage_connections")
     numbers = validate_connection(
+        actor=actor,
         kind=kind,
         base_url=base_url,
         command=command,
@@ -219,9 +220,10 @@ def _untest(models: QuerySet[Model], *, reason: str, actor: Actor) -> int:
 
 
 def connection_update(*, actor: Actor, connection_id: int, changes: dict[str, Any]) -> Connection:
-    """A person's edit of a connection (the admin): validated like a new one; when what its models
-    were tested against changes (kind, URL, command, answer field, credential), they are untested
-    again and tasks will not run on them until a new test passes."""
+    """A person's edit of a connection (the admin): validated like a new one, a new kind or command
+    against who edits it; when what its models were tested against changes (kind, URL, command,
+    answer field, credential), they are untested again and tasks will not run on them until a new
+    test passes."""
     actor.require("agents.manage_connections")
     unknown = sorted(set(changes) - set(CONNECTION_EDITABLE))
     if unknown:
@@ -234,6 +236,10 @@ def connection_update(*, actor: Actor, connection_id: int, changes: dict[str, An
         for field in changed:
             setattr(conn, field, changes[field])
         numbers = validate_connection(
+            # What runs is checked against who changes it; a superuser's command stays usable
+            # by those who edit only the rest.
+            actor=actor,
+            check_command=bool({"kind", "command"} & set(changed)),
             kind=conn.kind,
             base_url=conn.base_url,
             command=conn.command,

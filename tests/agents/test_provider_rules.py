@@ -116,16 +116,16 @@ def test_the_shipped_kinds_declare_the_rules_the_validator_applied():
 
 
 def test_a_registered_kind_is_validated_by_its_own_rules(throwaway_kinds):
-    numbers = validate_connection(kind="throwaway_test", priority=3, timeout_seconds=5)
+    numbers = validate_connection(actor=None, kind="throwaway_test", priority=3, timeout_seconds=5)
     assert numbers == {"priority": 3, "timeout_seconds": 5}
     with pytest.raises(InvalidInput) as refused:
-        validate_connection(kind="throwaway_test", base_url="http://example.org")
+        validate_connection(actor=None, kind="throwaway_test", base_url="http://example.org")
     assert (refused.value.code, refused.value.message) == (
         "plain_http",
         "a throwaway connection refuses plain http",
     )
     with pytest.raises(InvalidInput) as unknown:
-        validate_connection(kind="nobody_registered_this")
+        validate_connection(actor=None, kind="nobody_registered_this")
     assert unknown.value.message == (
         "kind must be one of openai_compatible, anthropic, cli, runner_test, throwaway_test"
     )
@@ -134,15 +134,21 @@ def test_a_registered_kind_is_validated_by_its_own_rules(throwaway_kinds):
 def test_a_command_kind_gets_the_command_rules_and_the_allow_list(throwaway_kinds, settings):
     settings.ACTHELM_CLI_EXECUTABLES = ["llm"]
     with pytest.raises(InvalidInput, match="^a runner_test connection needs a command"):
-        validate_connection(kind="runner_test", base_url="https://x.example")
+        validate_connection(actor=None, kind="runner_test", base_url="https://x.example")
     with pytest.raises(InvalidInput, match="^a runner_test command is a list of non-empty"):
-        validate_connection(kind="runner_test", base_url="https://x.example", command=["llm", ""])
+        validate_connection(
+            actor=None, kind="runner_test", base_url="https://x.example", command=["llm", ""]
+        )
     with pytest.raises(InvalidInput) as refused:
-        validate_connection(kind="runner_test", base_url="https://x.example", command=["sh"])
+        validate_connection(
+            actor=None, kind="runner_test", base_url="https://x.example", command=["sh"]
+        )
     assert refused.value.code == "executable_not_allowed"
     with pytest.raises(InvalidInput, match="^a runner_test connection needs a base URL"):
-        validate_connection(kind="runner_test", command=["llm"])
-    validate_connection(kind="runner_test", base_url="https://x.example", command=["llm"])
+        validate_connection(actor=None, kind="runner_test", command=["llm"])
+    validate_connection(
+        actor=None, kind="runner_test", base_url="https://x.example", command=["llm"]
+    )
 
 
 def test_a_registered_kind_is_built_and_priced_by_its_class(throwaway_kinds, db, actor):

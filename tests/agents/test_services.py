@@ -52,7 +52,8 @@ def test_a_failing_provider_fails_the_test_with_its_code(model_server, actor):
     assert "provider_auth" in model.test_message
 
 
-def test_a_cli_connection_test_runs_the_command(actor, tmp_path):
+def test_a_cli_connection_test_runs_the_command(actor, tmp_path, settings):
+    settings.ACTHELM_CLI_EXECUTABLES = [sys.executable]  # the actor is not a superuser
     counter = tmp_path / "calls"
     connection_add(
         actor=actor,

@@ -100,7 +100,8 @@ def test_add_a_connection(manager):
     assert "Connection local-vllm added" in manager.get(PAGE).content.decode()
 
 
-def test_add_a_cli_connection_with_a_json_command(manager):
+def test_add_a_cli_connection_with_a_json_command(manager, settings):
+    settings.ACTHELM_CLI_EXECUTABLES = ["claude"]  # what a person who is not a superuser may use
     manager.post(
         ADD,
         {
