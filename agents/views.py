@@ -28,9 +28,9 @@ from agents.catalogue.connection_rules import MAX_TIMEOUT_SECONDS, connection_ki
 from agents.catalogue.providers import get_provider_class
 from agents.models import Connection, Model
 from agents.states import CostTier
-from tasks.actors import Actor
-from tasks.exceptions import ActhelmError, InvalidInput, NotPermitted
-from tasks.numbers import INT32_MAX, INT32_MIN, whole_number
+from core.actors import Actor
+from core.exceptions import ActhelmError, InvalidInput, NotPermitted
+from core.numbers import INT32_MAX, INT32_MIN, whole_number
 
 log = logging.getLogger("acthelm.console")
 

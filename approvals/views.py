@@ -23,8 +23,8 @@ from acthelm_site.console.shared import (
     pretty_json,
 )
 from approvals.selectors import decidable_approvals, decidable_reviews
-from tasks.actors import Actor
-from tasks.exceptions import ActhelmError, NotPermitted
+from core.actors import Actor
+from core.exceptions import ActhelmError, NotPermitted
 from tasks.views import render_task_page
 
 log = logging.getLogger("acthelm.console")

@@ -12,8 +12,8 @@ from django.utils.html import format_html_join
 
 from acthelm_site.console.actions import ConsoleAction, task_actions
 from agents.actions import tasks as person_tasks
-from tasks.actors import Actor
-from tasks.exceptions import ActhelmError, InvalidInput, NotPermitted, TransitionNotAllowed
+from core.actors import Actor
+from core.exceptions import ActhelmError, InvalidInput, NotPermitted, TransitionNotAllowed
 from tasks.models import Goal, Task, TaskDependency, TaskEvent
 from tasks.states import TaskStatus
 from tasks.uploads import upload_refusal

@@ -7,8 +7,8 @@ import os
 from django.contrib.auth import get_user_model
 from django.core.management.base import BaseCommand, CommandError
 
-from tasks.actors import Actor
-from tasks.exceptions import ActhelmError
+from core.actors import Actor
+from core.exceptions import ActhelmError
 
 
 def person_actor(username: str | None) -> Actor:

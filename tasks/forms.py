@@ -10,10 +10,10 @@ from django.core.exceptions import ValidationError
 from agents.catalogue.tools import tool_names
 from agents.engine.acceptance import checks_from_lines, kind_names, validate_checks
 from agents.models import Connection, Model
-from tasks.exceptions import InvalidInput
+from core.exceptions import InvalidInput
+from core.numbers import INT32_MAX, INT32_MIN
 from tasks.limits import BY_FIELD, LIMIT_FIELDS
 from tasks.models import Goal
-from tasks.numbers import INT32_MAX, INT32_MIN
 from tasks.services import default_limits
 from tasks.workspace import safe_file_name
 

@@ -54,10 +54,10 @@ from agents.models import Artifact, Model, ToolCall, Turn
 from agents.selectors import task_cost_subquery
 from agents.states import Role
 from approvals.states import ApprovalStatus, ReviewChoice
+from core.actors import Actor
+from core.exceptions import ActhelmError, InvalidInput, NotPermitted
 from memory.models import MemorySelection
 from tasks import services
-from tasks.actors import Actor
-from tasks.exceptions import ActhelmError, InvalidInput, NotPermitted
 from tasks.forms import TaskCreateForm, model_queryset
 from tasks.limits import BY_FIELD, CUMULATIVE, PER_ITEM, limit_for_failure
 from tasks.models import Task

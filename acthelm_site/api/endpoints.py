@@ -42,9 +42,8 @@ from agents.scorecard import model_scorecard, scorecard_window
 from agents.selectors import task_file
 from agents.views import display_url
 from approvals.models import Approval, ReviewDecision
-from tasks import services
-from tasks.actors import Actor
-from tasks.exceptions import (
+from core.actors import Actor
+from core.exceptions import (
     ActhelmError,
     GoalNotFound,
     InvalidInput,
@@ -52,6 +51,7 @@ from tasks.exceptions import (
     NotPermitted,
     TaskNotFound,
 )
+from tasks import services
 from tasks.forms import model_queryset
 from tasks.limits import BY_FIELD, LIMIT_FIELDS
 from tasks.models import Goal, Task

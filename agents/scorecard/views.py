@@ -5,7 +5,7 @@ from django.views.decorators.http import require_GET
 
 from acthelm_site.console.shared import SCORECARD_PERM, console_view
 from agents.scorecard import DEFAULT_PERIOD, PERIODS, model_scorecard, scorecard_window
-from tasks.exceptions import InvalidInput
+from core.exceptions import InvalidInput
 
 # The chart's bars: (field, label, CSS class).
 BARS = [

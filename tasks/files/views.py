@@ -13,7 +13,7 @@ from django.views.decorators.http import require_GET
 from acthelm_site.console import preview
 from acthelm_site.console.shared import console_view
 from agents.models import Artifact
-from tasks.exceptions import InvalidInput
+from core.exceptions import InvalidInput
 from tasks.models import Task
 from tasks.workspace import artifacts_dir, safe_file_name, workspace_dir
 

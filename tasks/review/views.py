@@ -20,9 +20,9 @@ from django.views.decorators.http import require_GET, require_POST
 
 from acthelm_site.console.shared import CLOSE_PERM, console_view, positive_int
 from agents.models import AgentRun, Artifact, Model
+from core.actors import Actor
+from core.exceptions import ActhelmError, NotPermitted
 from tasks import services
-from tasks.actors import Actor
-from tasks.exceptions import ActhelmError, NotPermitted
 from tasks.models import Goal, Task
 from tasks.states import TaskStatus
 

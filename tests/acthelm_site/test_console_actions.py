@@ -11,8 +11,8 @@ from django.urls import reverse
 
 from acthelm_site.api import endpoints
 from acthelm_site.console.actions import REGISTRY, decision_actions, task_actions
-from tasks.actors import Actor
-from tasks.exceptions import NotPermitted
+from core.actors import Actor
+from core.exceptions import NotPermitted
 from tasks.models import Task
 from tasks.states import Action, TaskStatus
 from tests.factories import TaskFactory, UserFactory

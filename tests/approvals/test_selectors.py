@@ -13,7 +13,7 @@ from approvals.selectors import (
     decidable_reviews,
     open_operations,
 )
-from tasks.actors import Actor
+from core.actors import Actor
 from tasks.notify.models import Notification
 from tasks.notify.states import TargetKind
 from tasks.notify.targets import target_add

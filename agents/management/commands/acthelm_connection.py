@@ -16,8 +16,8 @@ from agents.catalogue.connections import (
 from agents.catalogue.providers import get_provider_class
 from agents.models import Connection
 from agents.states import CostTier
+from core.exceptions import InvalidInput
 from tasks.cli import ActionCommand, emit, person_actor
-from tasks.exceptions import InvalidInput
 
 
 def connection_as_dict(conn: Connection) -> dict:

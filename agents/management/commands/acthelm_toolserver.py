@@ -11,8 +11,8 @@ from agents.catalogue.toolservers import (
 )
 from agents.models import ToolServer
 from agents.states import ToolServerTransport
+from core.exceptions import InvalidInput
 from tasks.cli import ActionCommand, emit, person_actor
-from tasks.exceptions import InvalidInput
 
 
 class Command(ActionCommand):

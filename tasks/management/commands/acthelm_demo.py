@@ -14,7 +14,7 @@ from django.db import transaction
 from agents.engine.intake import task_create
 from agents.models import Connection, Model
 from agents.states import ConnectionKind, CostTier, ModelTestStatus
-from tasks.actors import Actor
+from core.actors import Actor
 from tasks.models import Goal, Task
 from tasks.workspace import add_input_file
 

@@ -2,9 +2,9 @@
 
 from agents.actions import tasks as person_tasks
 from agents.engine.acceptance import check_text, kind_names
+from core.exceptions import GoalNotFound
 from tasks import services
 from tasks.cli import ActionCommand, emit, person_actor
-from tasks.exceptions import GoalNotFound
 from tasks.models import Goal
 from tasks.selectors import goal_as_dict
 

@@ -1,7 +1,7 @@
 """acthelm_notify add|list|test|remove|deliver — notification targets and the outbox, scriptable."""
 
+from core.exceptions import InvalidInput
 from tasks.cli import ActionCommand, emit
-from tasks.exceptions import InvalidInput
 from tasks.notify.channels import channel_kinds, get_channel
 from tasks.notify.delivery import deliver_due
 from tasks.notify.models import NotificationTarget

@@ -22,9 +22,9 @@ from agents.scorecard import model_scorecard, scorecard_window
 from agents.selectors import task_cost_subquery, task_file, task_result, task_with_history
 from approvals.models import Approval, ReviewDecision
 from approvals.selectors import open_operations, operations_as_text
+from core.exceptions import ActhelmError, InvalidInput
 from tasks import services
 from tasks.cli import emit, fail, person_actor
-from tasks.exceptions import ActhelmError, InvalidInput
 from tasks.limits import LIMIT_FIELDS
 from tasks.models import Goal, Task
 from tasks.selectors import task_as_dict

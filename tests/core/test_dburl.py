@@ -3,7 +3,7 @@
 import pytest
 from psycopg.conninfo import conninfo_to_dict
 
-from acthelm_site.dburl import libpq_conninfo, listen_conninfo, parse_database_url
+from core.dburl import libpq_conninfo, listen_conninfo, parse_database_url
 
 TLS_URL = (
     "postgresql://acthelm:s%40cret@db.example.com:6543/acthelm"

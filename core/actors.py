@@ -3,8 +3,15 @@
 from dataclasses import dataclass
 from typing import Any
 
-from tasks.exceptions import NotPermitted
-from tasks.states import ActorKind
+from django.db import models
+
+from core.exceptions import NotPermitted
+
+
+class ActorKind(models.TextChoices):
+    PERSON = "person", "Person"
+    WORKER = "worker", "Worker"
+    SYSTEM = "system", "System"
 
 
 @dataclass(frozen=True)

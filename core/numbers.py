@@ -6,7 +6,7 @@ otherwise surface as a 500 (a DataError) or as a limit that silently never appli
 
 import math
 
-from tasks.exceptions import InvalidInput
+from core.exceptions import InvalidInput
 
 INT32_MAX = 2**31 - 1
 INT32_MIN = -(2**31)

@@ -5,17 +5,17 @@ import json
 
 import pytest
 
-from acthelm_site.credentials import (
+from agents.catalogue.tools import ToolContext, ToolError, get_tool
+from agents.catalogue.toolservers import toolserver_add, toolserver_test
+from agents.models import ToolServer
+from core.actors import Actor
+from core.credentials import (
     CREDENTIAL_NOT_ALLOWED,
     credential_name_refusal,
     credential_problem,
     redact,
 )
-from agents.catalogue.tools import ToolContext, ToolError, get_tool
-from agents.catalogue.toolservers import toolserver_add, toolserver_test
-from agents.models import ToolServer
-from tasks.actors import Actor
-from tasks.exceptions import InvalidInput
+from core.exceptions import InvalidInput
 from tasks.notify.channels import DeliveryFailed
 from tasks.notify.models import NotificationTarget
 from tasks.notify.targets import target_add, target_test

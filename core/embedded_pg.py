@@ -91,7 +91,7 @@ def main(argv: list[str]) -> int:
     elif command in ("start", "uri"):
         print(ensure_server())
     else:
-        print("usage: python -m acthelm_site.embedded_pg [start|uri|stop]", file=sys.stderr)
+        print("usage: python -m core.embedded_pg [start|uri|stop]", file=sys.stderr)
         return 2
     return 0
 

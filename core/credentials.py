@@ -36,7 +36,7 @@ from urllib.parse import quote
 import httpx
 from django.conf import settings
 
-from acthelm_site.egress import IPAddress, ip_literal
+from core.egress import IPAddress, ip_literal
 
 #: The stable code of a refused credential name (when written and when used).
 CREDENTIAL_NOT_ALLOWED = "credential_not_allowed"

@@ -5,9 +5,9 @@ import pytest
 from django.test import Client
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
 
-from acthelm_site import telemetry
 from agents.catalogue.providers import Message, ProviderError, build_provider
 from agents.catalogue.providers.base import traced_name
+from core import telemetry
 from tests.fakes.model_server import ScriptedModelServer, reply_error, reply_text
 
 

@@ -3,7 +3,7 @@
 import pytest
 
 from acthelm_site.api.tokens import TokenNotFound, TokenRefused
-from tasks import exceptions as e
+from core import exceptions as e
 
 
 @pytest.mark.parametrize(

@@ -9,7 +9,7 @@ import sys
 
 import pytest
 
-from acthelm_site.logging import JsonFormatter
+from core.logging import JsonFormatter
 from tasks.models import Task
 from tasks.states import TaskStatus
 from tests.conftest import ROOT
