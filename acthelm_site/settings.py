@@ -70,6 +70,7 @@ INSTALLED_APPS = [
     "agents",
     "approvals",
     "memory",
+    "console",
     "acthelm_site.api",
 ]
 
@@ -98,7 +99,7 @@ TEMPLATES = [
                 "django.template.context_processors.request",
                 "django.contrib.auth.context_processors.auth",
                 "django.contrib.messages.context_processors.messages",
-                "acthelm_site.context_processors.console",
+                "console.context_processors.console",
             ],
         },
     },

@@ -718,7 +718,7 @@ def run_cli(capsys, monkeypatch, *argv: str) -> tuple[int, str, str]:
 
     monkeypatch.setattr(connections, "close_all", lambda: None)
     name = argv[0]
-    app = {"acthelm_worker": "agents", "acthelm_connection": "agents"}.get(name, "tasks")
+    app = "agents" if name == "acthelm_worker" else "console"
     command: BaseCommand = load_command_class(app, name)
     code = 0
     try:
