@@ -97,7 +97,7 @@ screenshots: $(STAMP) chromium
 
 # Stops the embedded PostgreSQL (it keeps running between commands so workers and tests share it).
 db-stop stop: $(STAMP)
-	$(PY) -m acthelm_site.embedded_pg stop
+	$(PY) -m core.embedded_pg stop
 
 clean: db-stop
 	rm -rf $(VENV) .pgdata var

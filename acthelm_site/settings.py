@@ -10,8 +10,8 @@ from pathlib import Path
 
 from django.core.exceptions import ImproperlyConfigured
 
-from acthelm_site.credentials import WELL_KNOWN_DESTINATIONS, parse_destinations
-from acthelm_site.dburl import parse_database_url
+from core.credentials import WELL_KNOWN_DESTINATIONS, parse_destinations
+from core.dburl import parse_database_url
 from tasks.limits import LIMITS
 
 BASE_DIR = Path(__file__).resolve().parent.parent
@@ -70,6 +70,7 @@ INSTALLED_APPS = [
     "agents",
     "approvals",
     "memory",
+    "console",
     "acthelm_site.api",
 ]
 
@@ -98,7 +99,7 @@ TEMPLATES = [
                 "django.template.context_processors.request",
                 "django.contrib.auth.context_processors.auth",
                 "django.contrib.messages.context_processors.messages",
-                "acthelm_site.context_processors.console",
+                "console.context_processors.console",
             ],
         },
     },
@@ -109,7 +110,7 @@ def _database_url() -> str:
     url = os.environ.get("DATABASE_URL", "").strip()
     if url:
         return url
-    from acthelm_site.embedded_pg import ensure_server
+    from core.embedded_pg import ensure_server
 
     return ensure_server()
 
@@ -211,13 +212,13 @@ FILE_UPLOAD_HANDLERS = [
 # is empty, /metrics is switched off (404).
 ACTHELM_METRICS_TOKEN = os.environ.get("ACTHELM_METRICS_TOKEN", "").strip()
 
-# ACTHELM_LOG_FORMAT=json: one JSON object per line (acthelm_site.logging.JsonFormatter).
+# ACTHELM_LOG_FORMAT=json: one JSON object per line (core.logging.JsonFormatter).
 LOGGING = {
     "version": 1,
     "disable_existing_loggers": False,
     "formatters": {
         "plain": {"format": "%(asctime)s %(levelname)s %(name)s %(message)s"},
-        "json": {"()": "acthelm_site.logging.JsonFormatter"},
+        "json": {"()": "core.logging.JsonFormatter"},
     },
     "handlers": {
         "console": {
@@ -236,7 +237,7 @@ LOGGING = {
 
 # Credentials: the names a connection's or tool server's credential_env and a webhook's secret_env
 # may take (prefixes; the server's own DJANGO_*, DATABASE_*, POSTGRES_*, PG*, AWS_*, EMAIL_*,
-# OTEL_* and ACTHELM_* but ACTHELM_KEY_* are refused even when listed: acthelm_site.credentials),
+# OTEL_* and ACTHELM_* but ACTHELM_KEY_* are refused even when listed: core.credentials),
 # and the executables a model CLI may start (empty: any).
 ACTHELM_CREDENTIAL_PREFIXES = env_list(
     "ACTHELM_CREDENTIAL_PREFIXES",

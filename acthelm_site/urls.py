@@ -10,11 +10,5 @@ admin.site.index_title = "Administration"
 urlpatterns = [
     path("admin/", admin.site.urls),
     path("api/", api.urls),
-    path("", include("acthelm_site.ops_urls")),
-    path("approvals/", include("approvals.urls")),
-    path("needs-me/", include("approvals.needs.urls")),
-    path("scorecard/", include("agents.scorecard.urls")),
-    path("notifications/", include("tasks.notify.urls")),
-    path("eval/", include("agents.eval.urls")),
-    path("", include("tasks.urls")),
+    path("", include("console.urls")),
 ]

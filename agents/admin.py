@@ -25,8 +25,8 @@ from agents.models import (
     ToolServer,
     Turn,
 )
-from tasks.actors import Actor
-from tasks.exceptions import ActhelmError, NotPermitted
+from core.actors import Actor
+from core.exceptions import ActhelmError, NotPermitted
 
 
 class ReadOnlyAdmin(admin.ModelAdmin):

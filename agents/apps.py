@@ -15,6 +15,6 @@ class AgentsConfig(AppConfig):
         install_resolver()
 
         # Traces, only when OTEL_EXPORTER_OTLP_ENDPOINT (or the like) is set.
-        from acthelm_site import telemetry
+        from core import telemetry
 
         telemetry.setup()

@@ -9,7 +9,7 @@ retry table crashes the first retry; a pool of no connections blocks every run.
 from django.conf import settings
 from django.core.checks import Error, Tags, Warning, register
 
-from acthelm_site.credentials import destinations_problem
+from core.credentials import destinations_problem
 
 TAG = "acthelm"
 

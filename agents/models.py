@@ -17,7 +17,7 @@ from agents.states import (
     ToolServerTransport,
     Verdict,
 )
-from tasks.exceptions import InvalidInput
+from core.exceptions import InvalidInput
 
 
 class Connection(models.Model):

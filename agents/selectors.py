@@ -8,7 +8,7 @@ from django.db.models import DecimalField, OuterRef, Subquery, Sum
 
 from agents.engine.usage import task_usage
 from agents.models import Artifact, Turn
-from tasks.exceptions import InvalidInput
+from core.exceptions import InvalidInput
 from tasks.selectors import event_as_dict, task_as_dict
 from tasks.workspace import artifacts_dir, list_input_files, safe_file_name, workspace_dir
 

@@ -6,8 +6,8 @@ from django.utils import timezone
 
 from approvals.models import Approval, ReviewDecision
 from approvals.states import ApprovalStatus, ReviewChoice
-from tasks.actors import Actor
-from tasks.exceptions import StaleDecision
+from core.actors import Actor
+from core.exceptions import StaleDecision
 
 
 def decide_approval_row(approval: Approval, status: str, actor: Actor) -> None:

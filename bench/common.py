@@ -48,7 +48,7 @@ def server_url() -> str:
     server (started if needed)."""
     if _BASE_URL:
         return _BASE_URL
-    from acthelm_site.embedded_pg import ensure_server
+    from core.embedded_pg import ensure_server
 
     return ensure_server()
 
@@ -62,7 +62,7 @@ def libpq(url: str) -> str:
     """A libpq conninfo for psycopg.connect from a postgresql:// URL (host may be a socket dir)."""
     from psycopg.conninfo import make_conninfo
 
-    from acthelm_site.dburl import parse_database_url
+    from core.dburl import parse_database_url
 
     d = parse_database_url(url)
     params = {

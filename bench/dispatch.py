@@ -237,7 +237,7 @@ def create_tasks(model, n: int, *, prefix: str = "T") -> None:
     from django.db import transaction
 
     from agents.engine.intake import task_create
-    from tasks.actors import Actor
+    from core.actors import Actor
 
     actor = Actor.system("bench")
     with transaction.atomic():

@@ -58,7 +58,7 @@ def start_server() -> tuple[str, str]:
     import pgserver
     import psycopg
 
-    from acthelm_site.embedded_pg import _quiet
+    from core.embedded_pg import _quiet
 
     PG_DIR.parent.mkdir(parents=True, exist_ok=True)
     with _quiet():
@@ -183,7 +183,7 @@ def run_acthelm(args, db_url: str, datadir: str, root: Path) -> dict:
 
     from agents.engine.intake import task_create
     from agents.models import AgentRun, Turn
-    from tasks.actors import Actor
+    from core.actors import Actor
     from tasks.models import Task
 
     common.truncate_acthelm()
@@ -419,7 +419,7 @@ def run_signals(args, db_url: str, root: Path, samples: int = 5, turn_s: float =
     from agents.actions.tasks import task_cancel
     from agents.engine.intake import task_create
     from agents.models import Artifact
-    from tasks.actors import Actor
+    from core.actors import Actor
     from tasks.models import Task
     from tasks.services import task_pause
     from tasks.workspace import artifacts_dir

@@ -113,7 +113,7 @@ def window(before_size: int, after_size: int, server: dict, length: int) -> dict
 
 def create_task(model_url: str, length: int, *, target: str | None = None, name: str = ""):
     from agents.engine.intake import task_create
-    from tasks.actors import Actor
+    from core.actors import Actor
     from tasks.workspace import add_input_file
 
     model = common.scripted_connection(model_url, name=name or f"steps-{length}")

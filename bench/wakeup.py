@@ -64,7 +64,7 @@ def stop(children) -> None:
 def measure_wakeup(db_url: str, model, samples: int) -> list[float]:
     from agents.engine.intake import task_create
     from agents.models import AgentRun
-    from tasks.actors import Actor
+    from core.actors import Actor
     from tasks.models import Task
 
     prefix = "wake-"
@@ -107,7 +107,7 @@ def measure_recovery(db_url: str, model, server, kills: int, env: dict) -> list[
     """Kill the holder mid model request; time until the task's next run starts."""
     from agents.engine.intake import task_create
     from agents.models import AgentRun
-    from tasks.actors import Actor
+    from core.actors import Actor
     from tasks.models import Task
 
     results = []

@@ -5,8 +5,9 @@ from django.contrib.postgres.fields import ArrayField
 from django.db import models
 from django.db.models import Q
 
+from core.actors import ActorKind
 from tasks.limits import BY_FIELD
-from tasks.states import HELD, ActorKind, EventKind, TaskKind, TaskOrigin, TaskStatus
+from tasks.states import HELD, EventKind, TaskKind, TaskOrigin, TaskStatus
 
 
 def default_tools() -> list[str]:

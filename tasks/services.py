@@ -8,12 +8,13 @@ from django.conf import settings
 from django.db import transaction
 from django.db.models import Q
 
-from tasks.actors import Actor
-from tasks.exceptions import (
+from core.actors import Actor
+from core.exceptions import (
     GoalNotFound,
     InvalidInput,
     TransitionNotAllowed,
 )
+from core.numbers import INT32_MAX, whole_number
 from tasks.limits import (
     BY_FIELD,
     LIMITS,
@@ -21,7 +22,6 @@ from tasks.limits import (
     money_amount,
 )
 from tasks.models import Goal, Task
-from tasks.numbers import INT32_MAX, whole_number
 from tasks.states import (
     DELETABLE,
     EventKind,

@@ -36,12 +36,6 @@ class ToolPolicy(models.TextChoices):
     ASK = "ask", "Ask a person"
 
 
-class ActorKind(models.TextChoices):
-    PERSON = "person", "Person"
-    WORKER = "worker", "Worker"
-    SYSTEM = "system", "System"
-
-
 class Action(models.TextChoices):
     PAUSE = "pause", "Pause"
     WITHDRAW_PAUSE = "withdraw_pause", "Withdraw pause"

@@ -12,14 +12,13 @@ import logging
 
 from django.db import connection, transaction
 
-from tasks.actors import Actor
-from tasks.exceptions import TaskNotFound, TransitionNotAllowed
+from core.actors import Actor, ActorKind
+from core.exceptions import TaskNotFound, TransitionNotAllowed
 from tasks.models import Task, TaskEvent
 from tasks.notify.outbox import enqueue_for_event
 from tasks.states import (
     COOPERATIVE_EVENTS,
     HELD,
-    ActorKind,
     EventKind,
     TaskStatus,
     can_transition,

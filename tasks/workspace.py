@@ -7,7 +7,7 @@ from pathlib import Path
 
 from django.conf import settings
 
-from tasks.exceptions import InvalidInput
+from core.exceptions import InvalidInput
 
 _CHUNK = 1 << 20
 _SAFE_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,99}$")

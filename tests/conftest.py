@@ -55,7 +55,7 @@ def _credential_destinations(request):
     this file set the variable)."""
     if not _django_active(request):
         return
-    from acthelm_site.credentials import WELL_KNOWN_DESTINATIONS, parse_destinations
+    from core.credentials import WELL_KNOWN_DESTINATIONS, parse_destinations
 
     settings = request.getfixturevalue("settings")
     settings.ACTHELM_CREDENTIAL_DESTINATIONS = dict(WELL_KNOWN_DESTINATIONS) | parse_destinations(
@@ -98,7 +98,7 @@ def person(db):
 
 @pytest.fixture
 def actor(person):
-    from tasks.actors import Actor
+    from core.actors import Actor
 
     return Actor.person(person)
 
@@ -118,7 +118,7 @@ def worker_env(transactional_db, _media_root):
     processes, so a shared folder would hand one test's workspace and artifacts to another."""
     from django.db import connection
 
-    from acthelm_site.dburl import build_database_url
+    from core.dburl import build_database_url
 
     env = dict(os.environ)
     env.pop("DJANGO_ALLOW_ASYNC_UNSAFE", None)  # set for Playwright's thread only, never children

@@ -9,7 +9,7 @@ from django.template.response import TemplateResponse
 
 from acthelm_site.api import tokens
 from acthelm_site.api.models import ApiToken
-from tasks.exceptions import NotPermitted
+from core.exceptions import NotPermitted
 
 
 class ApiTokenCreateForm(forms.ModelForm):

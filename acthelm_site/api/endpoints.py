@@ -24,8 +24,16 @@ from pydantic import Field
 from acthelm_site.api import schemas as s
 from acthelm_site.api.selectors import pending_operations, task_detail, task_summary
 from acthelm_site.api.tokens import TokenRefused, token_authenticate
-from acthelm_site.console.actions import ACTION_PERMS, REGISTRY
-from acthelm_site.console.shared import (
+from agents.actions import tasks as person_tasks
+from agents.catalogue import connections as agent_connections
+from agents.catalogue.connections import model_check_for_task
+from agents.models import Connection, ToolCall
+from agents.scorecard import model_scorecard, scorecard_window
+from agents.selectors import task_file
+from approvals.models import Approval, ReviewDecision
+from console.actions import ACTION_PERMS, REGISTRY
+from console.forms import model_queryset
+from console.shared import (
     ADD_PERM,
     INBOX_PERMS,
     MANAGE_CONNECTIONS_PERM,
@@ -34,17 +42,9 @@ from acthelm_site.console.shared import (
     VIEW_CONNECTIONS_PERMS,
     VIEW_PERM,
 )
-from agents.actions import tasks as person_tasks
-from agents.catalogue import connections as agent_connections
-from agents.catalogue.connections import model_check_for_task
-from agents.models import Connection, ToolCall
-from agents.scorecard import model_scorecard, scorecard_window
-from agents.selectors import task_file
-from agents.views import display_url
-from approvals.models import Approval, ReviewDecision
-from tasks import services
-from tasks.actors import Actor
-from tasks.exceptions import (
+from console.views.connections import display_url
+from core.actors import Actor
+from core.exceptions import (
     ActhelmError,
     GoalNotFound,
     InvalidInput,
@@ -52,7 +52,7 @@ from tasks.exceptions import (
     NotPermitted,
     TaskNotFound,
 )
-from tasks.forms import model_queryset
+from tasks import services
 from tasks.limits import BY_FIELD, LIMIT_FIELDS
 from tasks.models import Goal, Task
 from tasks.selectors import goal_as_dict, task_as_dict, task_keyset_page
@@ -66,7 +66,7 @@ ADD_GOAL_PERM = "tasks.add_goal"
 CHANGE_GOAL_PERM = "tasks.change_goal"
 
 A = Action
-# Each action's permission is the console's (acthelm_site.console.actions.ACTION_PERMS).
+# Each action's permission is the console's (console.actions.ACTION_PERMS).
 PAGE_SIZE = 50
 MAX_PAGE_SIZE = 200
 GOAL_TASKS = 100

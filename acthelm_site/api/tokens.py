@@ -17,7 +17,7 @@ from django.db.models import Q
 from django.utils import timezone
 
 from acthelm_site.api.models import ApiToken
-from tasks.exceptions import (
+from core.exceptions import (
     ActhelmError,
     InvalidInput,
     NotFound,

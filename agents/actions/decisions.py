@@ -14,8 +14,8 @@ from agents.states import ToolCallStatus
 from approvals.models import Approval, ReviewDecision
 from approvals.services import decide_approval_row, decide_review_row
 from approvals.states import ApprovalStatus, ReviewChoice
-from tasks.actors import Actor
-from tasks.exceptions import StaleDecision, TransitionNotAllowed
+from core.actors import Actor
+from core.exceptions import StaleDecision, TransitionNotAllowed
 from tasks.states import EventKind, TaskStatus
 from tasks.transitions import lock_task, record_event, set_status
 

@@ -21,18 +21,18 @@ from agents.engine.usage import exhausted_limits
 from agents.models import ToolCall
 from agents.states import FailureCode, RunStatus, ToolCallStatus
 from approvals.services import settle_for_cancelled_task
-from tasks.actors import Actor
-from tasks.exceptions import (
+from core.actors import Actor
+from core.exceptions import (
     InvalidInput,
     LimitNotRaised,
     TransitionNotAllowed,
 )
+from core.numbers import whole_number
 from tasks.limits import (
     LIMIT_FIELDS,
     limit_for_failure,
 )
 from tasks.models import Goal, Task
-from tasks.numbers import whole_number
 from tasks.services import (
     act,
     note_stuck_dependants,

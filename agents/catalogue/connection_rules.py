@@ -5,16 +5,16 @@ from typing import TypedDict
 
 from django.conf import settings
 
-from acthelm_site.credentials import credential_problem, credential_refusal
 from agents.catalogue.providers import (
     UnknownProviderKind,
     get_provider_class,
     registered_kinds,
 )
 from agents.states import ConnectionKind, CostTier
-from tasks.actors import Actor
-from tasks.exceptions import InvalidInput
-from tasks.numbers import finite_number, whole_number
+from core.actors import Actor
+from core.credentials import credential_problem, credential_refusal
+from core.exceptions import InvalidInput
+from core.numbers import finite_number, whole_number
 
 MAX_TIMEOUT_SECONDS = 24 * 3600
 

@@ -10,15 +10,15 @@ from django.conf import settings
 from django.db import transaction
 from django.db.models import QuerySet
 
-from acthelm_site.credentials import CredentialRefused, credential_for
 from agents.catalogue.connection_rules import validate_connection
 from agents.catalogue.providers import Provider, ProviderError, build_provider, get_provider_class
 from agents.models import Connection, Model, Turn
 from agents.states import CostTier, ModelTestStatus
-from tasks.actors import Actor
-from tasks.exceptions import InvalidInput, ModelCheckFailed
+from core.actors import Actor
+from core.credentials import CredentialRefused, credential_for
+from core.exceptions import InvalidInput, ModelCheckFailed
+from core.numbers import INT32_MAX, whole_number
 from tasks.models import Task
-from tasks.numbers import INT32_MAX, whole_number
 
 log = logging.getLogger("acthelm.agents")
 

@@ -22,7 +22,7 @@ from django.db import transaction
 
 from agents.catalogue.providers import get_provider_class
 from agents.models import Model
-from tasks.actors import Actor
+from core.actors import Actor
 
 log = logging.getLogger("acthelm.costs")
 

@@ -19,13 +19,6 @@ from django.db import transaction
 from django.utils import timezone
 from pydantic import BaseModel
 
-from acthelm_site.credentials import (
-    CREDENTIAL_NOT_ALLOWED,
-    EXEC_PREFIX,
-    CredentialRefused,
-    credential_problem,
-    credential_refusal,
-)
 from agents.catalogue.connection_rules import MAX_TIMEOUT_SECONDS as MAX_CONNECTION_TIMEOUT
 from agents.catalogue.tools import Resolver, ToolContext, ToolError, ToolResult, add_resolver
 from agents.catalogue.tools.mcp import (
@@ -43,9 +36,16 @@ from agents.catalogue.tools.mcp import (
 from agents.catalogue.tools.registry import all_tools
 from agents.models import ToolServer
 from agents.states import ModelTestStatus, ToolServerTransport
-from tasks.actors import Actor
-from tasks.exceptions import InvalidInput
-from tasks.numbers import finite_number
+from core.actors import Actor
+from core.credentials import (
+    CREDENTIAL_NOT_ALLOWED,
+    EXEC_PREFIX,
+    CredentialRefused,
+    credential_problem,
+    credential_refusal,
+)
+from core.exceptions import InvalidInput
+from core.numbers import finite_number
 
 log = logging.getLogger("acthelm.toolservers")
 
@@ -65,7 +65,7 @@ class RunTestOnWorker(InvalidInput):
 
 
 def validate_credential_env(value: str) -> str:
-    """The one credential-name rule (acthelm_site.credentials), as for connections."""
+    """The one credential-name rule (core.credentials), as for connections."""
     value = (value or "").strip()
     problem = credential_problem(value)
     if problem:

@@ -86,7 +86,7 @@ from agents.catalogue.tools import all_tools
 from agents.catalogue.tools.recovery_class import RecoveryClass
 from agents.engine.usage import is_mcp_tool
 from agents.models import Artifact, ToolCall
-from tasks.exceptions import InvalidInput
+from core.exceptions import InvalidInput
 from tasks.models import Task
 from tasks.states import TaskKind
 from tasks.workspace import workspace_dir

@@ -23,15 +23,15 @@ from agents.engine.acceptance import Check, validate_checks
 from agents.engine.usage import remaining, task_usage
 from agents.models import Connection, Model
 from agents.states import CostTier, ModelTestStatus
-from tasks.actors import Actor
-from tasks.exceptions import (
+from core.actors import Actor
+from core.exceptions import (
     InvalidInput,
 )
+from core.numbers import whole_number
 from tasks.limits import (
     CUMULATIVE,
 )
 from tasks.models import Goal, Task, TaskDependency
-from tasks.numbers import whole_number
 from tasks.services import (
     default_limits,
     validate_limits,

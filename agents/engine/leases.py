@@ -14,7 +14,7 @@ from django.conf import settings
 from django.db import connection, models, transaction
 
 from agents.models import AgentRun
-from tasks.exceptions import AttemptLost
+from core.exceptions import AttemptLost
 from tasks.models import Task, TaskEvent
 from tasks.transitions import require_atomic
 

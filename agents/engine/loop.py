@@ -26,8 +26,6 @@ from typing import TYPE_CHECKING, Any
 from django.conf import settings
 from django.utils import timezone
 
-from acthelm_site import telemetry
-from acthelm_site.dbpool import release_connection
 from agents.catalogue.connections import provider_for
 from agents.catalogue.prices import turn_usage_fields
 from agents.catalogue.providers import Completion, ProviderError, ToolCallRequest, ToolSpec
@@ -64,9 +62,11 @@ from agents.engine.usage import ZERO, Usage, first_reached, headroom, is_mcp_too
 from agents.states import TOOL_CALL_DONE, CostTier, FailureCode, ModelTestStatus, Role
 from agents.states import ToolCallStatus as TC
 from approvals.states import ApprovalReason
+from core import telemetry
+from core.actors import Actor
+from core.dbpool import release_connection
+from core.exceptions import AttemptLost
 from memory import services as memory_services
-from tasks.actors import Actor
-from tasks.exceptions import AttemptLost
 from tasks.limits import (
     BEFORE_A_MODEL_TURN,
     BEFORE_A_NETWORK_REQUEST,
@@ -79,8 +79,8 @@ from tasks.workspace import artifacts_dir, workspace_dir
 if TYPE_CHECKING:
     from pydantic import BaseModel
 
-    from acthelm_site.telemetry import ToolSpan
     from agents.engine.supervisor import SupervisorVerdict
+    from core.telemetry import ToolSpan
 
 __all__ = ["AgentLoop", "Outcome", "RunSignals"]
 

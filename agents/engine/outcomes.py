@@ -35,7 +35,7 @@ from agents.engine.policies import auto_close_if_allowed
 from agents.engine.transitions import finish_run
 from agents.models import AgentRun, Connection, Model
 from agents.states import CostTier, FailureCode, ModelTestStatus, RunStatus
-from tasks.actors import Actor
+from core.actors import Actor
 from tasks.models import Task
 from tasks.services import note_stuck_dependants
 from tasks.states import EventKind

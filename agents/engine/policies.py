@@ -14,7 +14,7 @@ from django.db import connection
 
 from agents.models import AgentRun, ToolCall
 from agents.states import Verdict
-from tasks.actors import Actor
+from core.actors import Actor
 from tasks.models import Task
 from tasks.states import EventKind, TaskKind, TaskOrigin, TaskStatus
 from tasks.transitions import promote_dependants, set_status

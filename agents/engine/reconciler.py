@@ -23,7 +23,7 @@ from django.db.models import Exists, OuterRef, QuerySet
 from agents.catalogue.connections import best_zero_cost_model, usable_models
 from agents.engine.intake import task_create
 from agents.models import Model
-from tasks.actors import Actor
+from core.actors import Actor
 from tasks.models import Goal, Task, TaskDependency
 from tasks.states import OPEN, EventKind, TaskKind, TaskOrigin, TaskStatus
 from tasks.transitions import set_status

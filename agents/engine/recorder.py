@@ -37,9 +37,9 @@ from agents.models import AgentRun, Artifact, CompactionDecision, Conversation, 
 from agents.states import RunStatus, ToolCallStatus
 from approvals.models import Approval, ReviewDecision
 from approvals.states import ApprovalStatus, ReviewChoice
+from core.actors import Actor
+from core.exceptions import AttemptLost
 from memory import services as memory_services
-from tasks.actors import Actor
-from tasks.exceptions import AttemptLost
 from tasks.models import Task, TaskEvent
 from tasks.states import EventKind
 from tasks.transitions import record_events

@@ -17,7 +17,7 @@ from agents.engine.decide import Facts, OutcomeKind, decide
 from agents.engine.outcomes import apply_plan, rules
 from agents.models import AgentRun
 from agents.states import RunStatus
-from tasks.actors import Actor
+from core.actors import Actor
 from tasks.models import Task
 from tasks.states import HELD
 

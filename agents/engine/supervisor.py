@@ -40,7 +40,6 @@ from django.conf import settings
 from django.db import InterfaceError, OperationalError
 from django.db import connection as db
 
-from acthelm_site.dbpool import release_connection
 from agents.catalogue.connections import provider_for
 from agents.catalogue.providers import Message, ProviderError
 from agents.catalogue.providers.base import PROVIDER_CANCELLED, PROVIDER_TIMEOUT, CancelEvent
@@ -56,7 +55,8 @@ from agents.engine.acceptance import (
 from agents.engine.usage import Usage, task_usage
 from agents.models import Artifact, Model, ToolCall
 from agents.states import TOOL_CALL_DONE, ModelTestStatus
-from tasks.exceptions import AttemptLost
+from core.dbpool import release_connection
+from core.exceptions import AttemptLost
 from tasks.limits import CUMULATIVE
 from tasks.models import Task
 

@@ -11,7 +11,7 @@ from psycopg.types.json import Jsonb
 from agents.engine import storable
 from agents.models import AgentRun, ToolCall
 from agents.states import RUN_TRANSITIONS, TOOL_CALL_TRANSITIONS, RunStatus
-from tasks.exceptions import TransitionNotAllowed
+from core.exceptions import TransitionNotAllowed
 
 
 def finish_run(run: AgentRun | int, status: str, **fields: object) -> None:

@@ -27,8 +27,6 @@ from django.conf import settings
 from django.db import DatabaseError, InterfaceError, OperationalError
 from django.db import connection as db
 
-from acthelm_site.dbpool import release_connection, reserve_connection
-from acthelm_site.dburl import listen_conninfo
 from agents.engine.leases import Claim, claim_batch, claim_next, renew_leases
 from agents.engine.loop import AgentLoop, RunSignals
 from agents.engine.outcomes import Outcome, apply_outcome
@@ -39,7 +37,9 @@ from agents.engine.supervisor import supervise
 from agents.engine.supervisor import uses_model as supervisor_uses_model
 from agents.models import AgentRun
 from agents.states import FailureCode
-from tasks.exceptions import AttemptLost
+from core.dbpool import release_connection, reserve_connection
+from core.dburl import listen_conninfo
+from core.exceptions import AttemptLost
 from tasks.notify.delivery import deliver_in_maintenance
 from tasks.states import TaskStatus
 from tasks.transitions import READY_CHANNEL, SIGNAL_CHANNEL

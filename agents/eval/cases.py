@@ -28,7 +28,7 @@ from pathlib import Path
 import yaml
 
 from agents.eval.grading import validate_expect
-from tasks.exceptions import InvalidInput
+from core.exceptions import InvalidInput
 
 CASES_DIR = Path(__file__).resolve().parent / "cases"
 _ID = re.compile(r"^[a-z0-9][a-z0-9_]{0,99}$")

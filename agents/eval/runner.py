@@ -56,8 +56,8 @@ from agents.scorecard import token_cost
 from agents.states import ModelTestStatus, Verdict
 from approvals.models import Approval
 from approvals.states import ApprovalStatus
-from tasks.actors import Actor
-from tasks.exceptions import ActhelmError, StaleDecision
+from core.actors import Actor
+from core.exceptions import ActhelmError, StaleDecision
 from tasks.models import Task
 from tasks.states import TaskStatus
 from tasks.workspace import add_input_file

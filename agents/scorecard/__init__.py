@@ -39,7 +39,7 @@ from django.utils import timezone
 
 from agents.models import AgentRun, Model, Turn
 from agents.states import CostTier, FailureCode, Role, RunStatus, Verdict
-from tasks.exceptions import InvalidInput
+from core.exceptions import InvalidInput
 from tasks.models import TaskEvent
 from tasks.states import EventKind
 

@@ -5,7 +5,7 @@ from django.contrib import admin, messages
 from django.urls import reverse
 from django.utils.html import format_html
 
-from tasks.exceptions import ActhelmError
+from core.exceptions import ActhelmError
 from tasks.notify.models import Notification, NotificationTarget
 from tasks.notify.targets import notifications_retry, target_test
 

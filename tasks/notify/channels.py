@@ -31,8 +31,8 @@ from django.core.exceptions import ValidationError
 from django.core.mail import EmailMessage, mailers
 from django.core.validators import EmailValidator, URLValidator
 
-from acthelm_site.credentials import CredentialRefused, credential_for
-from acthelm_site.egress import (
+from core.credentials import CredentialRefused, credential_for
+from core.egress import (
     EgressError,
     Guard,
     PinnedTransport,
@@ -42,7 +42,7 @@ from acthelm_site.egress import (
     checked_addresses,
     ip_literal,
 )
-from tasks.exceptions import ActhelmError
+from core.exceptions import ActhelmError
 
 SIGNATURE_HEADER = "X-Acthelm-Signature"
 TIMESTAMP_HEADER = "X-Acthelm-Timestamp"

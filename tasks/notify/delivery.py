@@ -16,7 +16,7 @@ from django.db import connection, transaction
 from django.db.models import F
 from django.utils import timezone
 
-from acthelm_site.dbpool import release_connection
+from core.dbpool import release_connection
 from tasks.notify.channels import DeliveryFailed, Message, send
 from tasks.notify.models import Notification, NotificationTarget
 from tasks.notify.states import NotificationStatus

@@ -7,7 +7,7 @@ from django.core.exceptions import ValidationError
 from django.db import models
 from django.db.models import Q
 
-from acthelm_site.credentials import credential_refusal
+from core.credentials import credential_refusal
 from tasks.notify.channels import channel_choices, find_channel
 from tasks.notify.states import NotificationStatus, NotifyEvent, all_events
 

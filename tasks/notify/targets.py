@@ -6,7 +6,7 @@ from django.core.exceptions import ValidationError
 from django.db import transaction
 from django.utils import timezone
 
-from tasks.exceptions import ActhelmError, InvalidInput
+from core.exceptions import ActhelmError, InvalidInput
 from tasks.notify.channels import DeliveryFailed, Message, send
 from tasks.notify.models import Notification, NotificationTarget
 from tasks.notify.outbox import console_url

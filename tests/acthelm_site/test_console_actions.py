@@ -10,9 +10,9 @@ from django.core.management import load_command_class
 from django.urls import reverse
 
 from acthelm_site.api import endpoints
-from acthelm_site.console.actions import REGISTRY, decision_actions, task_actions
-from tasks.actors import Actor
-from tasks.exceptions import NotPermitted
+from console.actions import REGISTRY, decision_actions, task_actions
+from core.actors import Actor
+from core.exceptions import NotPermitted
 from tasks.models import Task
 from tasks.states import Action, TaskStatus
 from tests.factories import TaskFactory, UserFactory
@@ -85,7 +85,7 @@ def test_the_page_offers_only_the_actions_of_the_declared_permission(client):
 
 
 def test_each_entry_has_its_url_and_its_cli_subcommand():
-    command = load_command_class("tasks", "acthelm_task")
+    command = load_command_class("console", "acthelm_task")
     parser = command.create_parser("manage.py", "acthelm_task")
     subcommands = next(a for a in parser._actions if a.dest == "action").choices
     for entry in REGISTRY.values():

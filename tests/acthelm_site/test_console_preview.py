@@ -1,11 +1,11 @@
-"""acthelm_site.console.preview: a file shown in the page is escaped and bounded — Markdown as a
+"""console.preview: a file shown in the page is escaped and bounded — Markdown as a
 small safe subset (never the file's own HTML), CSV as cells, anything not text as a download —
 and a rewritten artifact shows what changed since the previous run."""
 
 import pytest
 
-from acthelm_site.console import preview
 from agents.states import ToolCallStatus
+from console import preview
 from tasks.states import TaskStatus
 from tests.console.scenes import run_for
 from tests.factories import TaskFactory, ToolCallFactory, TurnFactory

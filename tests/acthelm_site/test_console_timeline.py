@@ -4,7 +4,7 @@ from types import SimpleNamespace
 
 import pytest
 
-from acthelm_site.console.timeline import VALUE_CHARS, event_details
+from console.timeline import VALUE_CHARS, event_details
 from tasks.states import EventKind
 
 

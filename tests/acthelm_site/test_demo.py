@@ -60,7 +60,7 @@ def test_the_demo_model_passes_its_own_connection_test_tool_probe_included(demo_
 
     from agents.catalogue.connections import connection_test
     from agents.models import Model
-    from tasks.actors import Actor
+    from core.actors import Actor
     from tests.factories import UserFactory
 
     monkeypatch.setenv("ACTHELM_DEMO_MODEL_PORT", str(demo_model))

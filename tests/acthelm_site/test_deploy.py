@@ -18,7 +18,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from acthelm_site.dburl import parse_database_url
+from core.dburl import parse_database_url
 from tests.conftest import ROOT
 
 
@@ -162,7 +162,7 @@ def _calls(path: Path) -> list[dict]:
 def _sleepy_cli_task(tmp_path, seconds=3):
     from agents.engine.intake import task_create
     from agents.models import Connection, Model
-    from tasks.actors import Actor
+    from core.actors import Actor
 
     calls = tmp_path / "calls.jsonl"
     connection = Connection.objects.create(

@@ -16,7 +16,7 @@ from django.db import connection
 from agents.engine.intake import task_create
 from agents.models import AgentRun, Connection, Model
 from agents.states import RunStatus
-from tasks.actors import Actor
+from core.actors import Actor
 from tasks.models import Task, TaskEvent
 from tasks.states import EventKind, TaskStatus
 from tests.conftest import ROOT

@@ -11,10 +11,10 @@ import pytest
 from django.urls import reverse
 from django.utils import timezone
 
-from acthelm_site.ops_views import worker_host
 from agents.engine.seen import record_seen
 from agents.models import WorkerSeen
 from agents.states import RunStatus
+from console.views.ops import worker_host
 from tasks.states import EventKind, TaskStatus
 from tests.conftest import ROOT
 from tests.factories import (

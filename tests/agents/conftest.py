@@ -63,7 +63,7 @@ def cli_calls(counter: Path) -> int:
 @pytest.fixture
 def cli_task(db):
     from agents.engine.intake import task_create
-    from tasks.actors import Actor
+    from core.actors import Actor
 
     def make(model, **kwargs):
         return task_create(
@@ -200,7 +200,7 @@ def http_model(db):
 @pytest.fixture
 def loop_task(db):
     from agents.engine.intake import task_create
-    from tasks.actors import Actor
+    from core.actors import Actor
 
     def make(model, **kwargs):
         kwargs.setdefault("tools", ["update_plan", "list_files", "read_file", "write_artifact"])

@@ -12,7 +12,7 @@ from psycopg.conninfo import make_conninfo
 
 from agents.engine.intake import task_create
 from agents.models import Connection, Model, ToolCall
-from tasks.actors import Actor
+from core.actors import Actor
 from tasks.models import Task
 
 _names = itertools.count(1)

@@ -27,8 +27,8 @@ from agents.engine.acceptance import (
 from agents.engine.intake import task_create
 from agents.engine.supervisor import supervise
 from agents.engine.usage import Usage
-from tasks.actors import Actor
-from tasks.exceptions import InvalidInput
+from core.actors import Actor
+from core.exceptions import InvalidInput
 from tasks.models import Task
 from tasks.workspace import add_input_file, artifacts_dir
 from tests.factories import ArtifactFactory, TaskFactory, ToolCallFactory

@@ -15,7 +15,7 @@ from tests.factories import ConnectionFactory, ModelFactory, UserFactory
 @pytest.fixture(autouse=True)
 def allowed_executables(settings):
     """The fake server's interpreter is what an operator allowed (issue 21 item 3); its test
-    credential's name too (acthelm_site.credentials)."""
+    credential's name too (core.credentials)."""
     settings.ACTHELM_MCP_EXECUTABLES = [sys.executable, "x"]
     settings.ACTHELM_CREDENTIAL_PREFIXES = ["ACTHELM_KEY_", "MCP_TEST_"]
 
@@ -175,7 +175,7 @@ def test_a_superuser_can_register_a_stdio_command(client, db):
 
 def test_a_staff_user_cannot_turn_an_allowed_server_into_a_shell(toolserver_staff, settings):
     from agents.catalogue.toolservers import toolserver_add
-    from tasks.actors import Actor
+    from core.actors import Actor
 
     root = UserFactory(username="root", is_staff=True, is_superuser=True)
     server = toolserver_add(

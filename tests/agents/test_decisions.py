@@ -3,8 +3,8 @@ import pytest
 from agents.actions import decisions
 from agents.states import ToolCallStatus
 from approvals.states import ApprovalStatus, ReviewChoice
-from tasks.actors import Actor
-from tasks.exceptions import NotPermitted, StaleDecision
+from core.actors import Actor
+from core.exceptions import NotPermitted, StaleDecision
 from tasks.models import Task
 from tasks.states import EventKind, TaskStatus
 from tests.factories import ApprovalFactory, ReviewDecisionFactory, TaskFactory, ToolCallFactory

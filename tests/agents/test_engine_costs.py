@@ -194,7 +194,7 @@ def _mcp_steps(settings, count, steps: int) -> Counts:
 
     from agents.catalogue.toolservers import toolserver_test
     from agents.models import ToolServer
-    from tasks.actors import Actor
+    from core.actors import Actor
     from tests.agents.conftest import ROOT
     from tests.factories import UserFactory
 

@@ -16,8 +16,9 @@ from agents.eval.models import EvalOutcome, EvalResult, EvalRun, EvalRunStatus
 from agents.models import AgentRun, Connection, Model
 from agents.scorecard import model_scorecard, scorecard_window
 from approvals.models import Approval
+from core.actors import ActorKind
 from tasks.models import Task, TaskEvent
-from tasks.states import ActorKind, TaskStatus
+from tasks.states import TaskStatus
 from tests.agents.conftest import FAST_ENV
 from tests.fakes.eval_model import BAD_FAILS, eval_model_server
 

@@ -5,11 +5,11 @@ real-work figures."""
 import pytest
 from django.utils import timezone
 
-from acthelm_site.context_processors import pending_decisions_count
 from agents.engine.intake import task_create
 from agents.scorecard import model_scorecard, scorecard_window
 from agents.states import RunStatus
-from tasks.actors import Actor
+from console.context_processors import pending_decisions_count
+from core.actors import Actor
 from tasks.models import TaskEvent
 from tasks.states import EventKind, TaskStatus
 from tests.factories import (

@@ -11,7 +11,7 @@ from django.db import connection
 from agents.actions.tasks import task_cancel
 from agents.engine.intake import task_create
 from agents.models import AgentRun, Artifact, ToolCall
-from tasks.actors import Actor
+from core.actors import Actor
 from tasks.models import Task
 from tasks.services import task_pause
 from tasks.states import TaskStatus

@@ -7,7 +7,7 @@ import pytest
 
 from agents.actions.tasks import task_retry
 from agents.engine.usage import Usage, exhausted_limits, reached, remaining, task_usage
-from tasks.exceptions import LimitNotRaised
+from core.exceptions import LimitNotRaised
 from tasks.limits import BY_FIELD
 from tasks.services import task_set_limits
 from tests.factories import AgentRunFactory, TaskFactory, ToolCallFactory, TurnFactory

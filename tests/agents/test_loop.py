@@ -8,8 +8,8 @@ import pytest
 from agents.actions.tasks import task_cancel, task_resume
 from agents.engine.worker import Worker
 from agents.models import AgentRun, CompactionDecision, Conversation, ToolCall, Turn
+from core.actors import Actor
 from memory.models import MemoryEntry, MemorySelection
-from tasks.actors import Actor
 from tasks.models import Task
 from tasks.services import task_pause
 from tasks.states import TaskStatus
@@ -164,7 +164,7 @@ def test_reaching_a_limit_fails_the_task_keeps_the_checkpoint_and_retry_needs_a_
     model_server, http_model, loop_task, fast_worker_settings, person, limits, script, code
 ):
     from agents.actions.tasks import task_retry
-    from tasks.exceptions import LimitNotRaised
+    from core.exceptions import LimitNotRaised
     from tasks.services import task_set_limits
 
     server = model_server(script)

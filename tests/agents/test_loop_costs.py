@@ -11,7 +11,7 @@ from agents.actions.tasks import task_retry
 from agents.engine.usage import task_usage
 from agents.engine.worker import Worker
 from agents.models import AgentRun, Turn
-from tasks.exceptions import LimitNotRaised
+from core.exceptions import LimitNotRaised
 from tasks.models import Task
 from tasks.states import TaskStatus
 from tests.agents.scripted import calls_of, fast_settings, status_of, tool_task

@@ -38,7 +38,7 @@ def loop_settings(settings):
 def mcp(tmp_path):
     """A registered stdio MCP server whose tools were recorded by a test."""
     from agents.catalogue.toolservers import toolserver_test
-    from tasks.actors import Actor
+    from core.actors import Actor
     from tests.factories import UserFactory
 
     count, release = tmp_path / "mcp-calls.txt", tmp_path / "release"
@@ -231,7 +231,7 @@ def test_the_mcp_call_limit_stops_before_a_call_and_retry_asks_to_raise_it(
     loop_settings, mcp, actor
 ):
     from agents.actions.tasks import task_retry
-    from tasks.exceptions import LimitNotRaised
+    from core.exceptions import LimitNotRaised
     from tasks.models import Task
 
     script = [
@@ -306,7 +306,7 @@ def test_cancel_aborts_an_mcp_call_in_flight_and_the_worker_keeps_serving(
 
     from agents.actions.tasks import task_cancel
     from agents.models import AgentRun
-    from tasks.actors import Actor
+    from core.actors import Actor
 
     script = [reply_tool_calls([("local__hang", {"seconds": 3600}, "h1")]), reply_text("Done.")]
     with ScriptedModelServer(script) as server:
@@ -345,7 +345,7 @@ def odd_mcp(tmp_path):
     loops, one with a type no draft knows (draft 3 lets its meta-schema pass). Tested as a
     person would test it."""
     from agents.catalogue.toolservers import toolserver_test
-    from tasks.actors import Actor
+    from core.actors import Actor
     from tests.factories import UserFactory
     from tests.fakes.http_target import HttpTarget
 

@@ -5,8 +5,8 @@ one trace, nested in the run's span."""
 import pytest
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
 
-from acthelm_site import telemetry
 from agents.engine.worker import Worker
+from core import telemetry
 from tasks.states import TaskStatus
 from tests.agents.scripted import fast_settings, status_of, tool_task
 from tests.fakes.model_server import ScriptedModelServer, reply_text, reply_tool_calls

@@ -7,7 +7,7 @@ from django.utils import timezone
 
 from agents.engine.policies import AUTO_CLOSE_GOAL_NO_WORK, auto_close_if_allowed
 from agents.states import RunStatus, Verdict
-from tasks.actors import Actor
+from core.actors import Actor
 from tasks.models import Task, TaskEvent
 from tasks.states import EventKind, TaskKind, TaskOrigin, TaskStatus
 from tasks.transitions import lock_task

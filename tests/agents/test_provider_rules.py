@@ -26,7 +26,7 @@ from agents.catalogue.providers.base import (
 )
 from agents.models import Connection
 from agents.states import ConnectionKind
-from tasks.exceptions import InvalidInput
+from core.exceptions import InvalidInput
 
 
 class _Throwaway(Provider):

@@ -21,7 +21,7 @@ from agents.models import AgentRun, Artifact, ToolCall
 from agents.states import RunStatus, ToolCallStatus
 from approvals.models import ReviewDecision
 from approvals.states import ReviewChoice
-from tasks.exceptions import StaleDecision
+from core.exceptions import StaleDecision
 from tasks.states import EventKind, TaskStatus
 from tasks.workspace import add_input_file
 from tests.agents.conftest import wait_for

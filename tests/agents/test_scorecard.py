@@ -15,7 +15,7 @@ from acthelm_site.urls import urlpatterns as site_urlpatterns
 from agents.models import AgentRun
 from agents.scorecard import model_scorecard, scorecard_window
 from agents.states import RunStatus, Verdict
-from tasks.exceptions import InvalidInput
+from core.exceptions import InvalidInput
 from tasks.states import EventKind, TaskStatus
 from tests.factories import (
     AgentRunFactory,

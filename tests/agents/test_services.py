@@ -7,8 +7,8 @@ import pytest
 
 from agents.catalogue.connections import connection_add, connection_test
 from agents.models import Connection, Model
-from tasks.actors import Actor
-from tasks.exceptions import InvalidInput, NotPermitted
+from core.actors import Actor
+from core.exceptions import InvalidInput, NotPermitted
 from tests.agents.conftest import SCRIPTED_CLI
 from tests.fakes.model_server import reply_error, reply_text, reply_tool_calls
 

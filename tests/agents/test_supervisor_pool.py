@@ -12,7 +12,7 @@ from agents.actions.tasks import task_cancel
 from agents.engine.intake import task_create
 from agents.models import AgentRun
 from agents.states import RunStatus, Verdict
-from tasks.actors import Actor
+from core.actors import Actor
 from tasks.models import Task
 from tasks.states import TaskStatus
 from tests.agents.conftest import FAST_ENV, WorkerProcess, wait_for

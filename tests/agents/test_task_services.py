@@ -7,14 +7,14 @@ from django.utils import timezone
 from agents.actions import tasks as person_tasks
 from agents.engine import intake
 from agents.states import RunStatus
-from tasks import services
-from tasks.actors import Actor
-from tasks.exceptions import (
+from core.actors import Actor
+from core.exceptions import (
     InvalidInput,
     LimitNotRaised,
     ModelCheckFailed,
     TransitionNotAllowed,
 )
+from tasks import services
 from tasks.models import Goal, Task, TaskEvent
 from tasks.states import EventKind, TaskKind, TaskOrigin, TaskStatus
 from tests.factories import AgentRunFactory, GoalFactory, ModelFactory, TaskFactory
@@ -154,7 +154,7 @@ def test_proposing_the_same_title_twice_returns_the_first(planning_task):
 
 
 def test_a_follow_up_gets_no_more_than_remains_of_the_parent(planning_task, settings):
-    from tasks.exceptions import InvalidInput
+    from core.exceptions import InvalidInput
 
     planning_task.limit_turns, planning_task.limit_network_requests = 5, 4
     planning_task.save(update_fields=["limit_turns", "limit_network_requests"])
@@ -184,7 +184,7 @@ def test_a_follow_up_gets_no_more_than_remains_of_the_parent(planning_task, sett
 def test_a_follow_up_gets_what_remains_of_the_money_budget_and_the_mcp_calls(planning_task):
     from decimal import Decimal
 
-    from tasks.exceptions import InvalidInput
+    from core.exceptions import InvalidInput
     from tests.factories import TurnFactory
 
     no_budget = intake.follow_up_create(
@@ -211,7 +211,7 @@ def test_a_follow_up_gets_what_remains_of_the_money_budget_and_the_mcp_calls(pla
 
 
 def test_proposals_per_task_are_capped(planning_task, settings):
-    from tasks.exceptions import InvalidInput
+    from core.exceptions import InvalidInput
 
     settings.ACTHELM_MAX_PROPOSALS_PER_TASK = 2
     for title in ("One", "Two", "One"):  # the replay of "One" is not a new proposal
@@ -223,7 +223,7 @@ def test_proposals_per_task_are_capped(planning_task, settings):
 
 
 def test_a_follow_up_may_ask_for_fewer_tools_never_more(planning_task):
-    from tasks.exceptions import InvalidInput
+    from core.exceptions import InvalidInput
 
     planning_task.tools = ["update_plan", "propose_task", "read_file", "fetch_url"]
     planning_task.tool_policies = {"fetch_url": "ask"}

@@ -26,8 +26,8 @@ from agents.catalogue.toolservers import (
 )
 from agents.engine.intake import task_create
 from agents.models import ToolServer
-from tasks.actors import Actor
-from tasks.exceptions import InvalidInput, NotPermitted
+from core.actors import Actor
+from core.exceptions import InvalidInput, NotPermitted
 from tests.factories import UserFactory
 from tests.fakes.http_target import HttpTarget
 

@@ -6,7 +6,7 @@ from django.db import transaction
 from agents.engine.transitions import set_call_status
 from agents.models import ToolCall
 from agents.states import TOOL_CALL_TRANSITIONS, ToolCallStatus
-from tasks.exceptions import TransitionNotAllowed
+from core.exceptions import TransitionNotAllowed
 from tests.factories import ToolCallFactory
 
 pytestmark = pytest.mark.django_db

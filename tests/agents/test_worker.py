@@ -16,7 +16,7 @@ from agents.engine.outcomes import apply_outcome
 from agents.engine.recovery import recover_stale
 from agents.engine.worker import Worker
 from agents.models import AgentRun, Connection, Turn
-from tasks.actors import Actor
+from core.actors import Actor
 from tasks.models import Task, TaskEvent
 from tasks.services import task_pause
 from tasks.states import EventKind, TaskStatus
@@ -94,7 +94,7 @@ def test_aba_a_late_write_of_a_lost_attempt_is_refused(cli_model, cli_task, sett
     second = claim_next(worker_id="fast")
     assert second.claim_count == first.claim_count + 1
     # The first attempt comes back with an answer: every write is fenced out.
-    from tasks.exceptions import AttemptLost
+    from core.exceptions import AttemptLost
 
     with pytest.raises(AttemptLost):
         apply_outcome(

@@ -20,9 +20,9 @@ import psycopg
 import pytest
 from django.db import connection
 
-from acthelm_site.dburl import build_database_url
 from agents.models import AgentRun
-from tasks.actors import Actor
+from core.actors import Actor
+from core.dburl import build_database_url
 from tasks.models import Task
 from tasks.services import task_pause
 from tasks.states import TaskStatus

@@ -160,8 +160,8 @@ def test_the_schema_and_docs_are_for_signed_in_staff_only(client):
 
 def test_each_action_needs_the_same_permission_as_in_the_console():
     from acthelm_site.api import endpoints
-    from acthelm_site.console import actions, shared
-    from approvals import views as approval_views
+    from console import actions, shared
+    from console.views import approvals as approval_views
 
     assert endpoints.ACTION_PERMS == {n: e.perm for n, e in actions.REGISTRY.items()}
     assert set(endpoints.ACTION_PERMS) == set(endpoints.A)

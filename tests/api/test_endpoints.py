@@ -7,8 +7,9 @@ import pytest
 from agents.states import ModelTestStatus, ToolCallStatus
 from approvals.models import Approval, ReviewDecision
 from approvals.states import ApprovalStatus, ReviewChoice
+from core.actors import ActorKind
 from tasks.models import Goal, Task
-from tasks.states import ActorKind, EventKind, TaskStatus
+from tasks.states import EventKind, TaskStatus
 from tasks.workspace import workspace_dir
 from tests.api.conftest import error_of
 from tests.console.scenes import (

@@ -173,7 +173,7 @@ def test_every_console_action_has_its_endpoint():
     """A new console action needs its endpoint written by hand (its own body and text): this
     says which one is missing. Deleting is the REST verb on the task itself."""
     from acthelm_site.api.endpoints import api
-    from acthelm_site.console.actions import REGISTRY
+    from console.actions import REGISTRY
     from tasks.states import Action
 
     prefix = {

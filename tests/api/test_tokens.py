@@ -14,7 +14,7 @@ from acthelm_site.api.tokens import (
     token_find,
     token_revoke,
 )
-from tasks.exceptions import InvalidInput, TransitionNotAllowed
+from core.exceptions import InvalidInput, TransitionNotAllowed
 from tests.factories import UserFactory
 
 pytestmark = pytest.mark.django_db
@@ -117,7 +117,7 @@ def test_an_all_digit_prefix_never_finds_another_token_by_its_id(user):
 
 
 def test_only_the_person_or_a_superuser_creates_a_token_for_a_person(user):
-    from tasks.exceptions import NotPermitted
+    from core.exceptions import NotPermitted
 
     clerk = UserFactory(username="clerk")
     with pytest.raises(NotPermitted):

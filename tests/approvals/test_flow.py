@@ -15,7 +15,7 @@ from agents.models import Artifact, ToolCall
 from agents.states import ToolCallStatus
 from approvals.models import Approval
 from approvals.states import ApprovalStatus
-from tasks.exceptions import StaleDecision
+from core.exceptions import StaleDecision
 from tasks.states import EventKind, TaskStatus
 from tests.agents.scripted import (
     artifact_files,

@@ -1,4 +1,4 @@
-"""What needs me (approvals.needs.views): the nav's counts of decisions, review and failed,
+"""What needs me (console.views.needs): the nav's counts of decisions, review and failed,
 polled as a small fragment; one page listing each; evaluation tasks never counted."""
 
 import re

@@ -5,7 +5,6 @@ An evaluation task's operations, and operations of a task that no longer waits, 
 import pytest
 from django.db import transaction
 
-from acthelm_site.context_processors import pending_decisions_count
 from approvals.notify import pending_approvals, pending_reviews
 from approvals.selectors import (
     decidable_approvals,
@@ -13,7 +12,8 @@ from approvals.selectors import (
     decidable_reviews,
     open_operations,
 )
-from tasks.actors import Actor
+from console.context_processors import pending_decisions_count
+from core.actors import Actor
 from tasks.notify.models import Notification
 from tasks.notify.states import TargetKind
 from tasks.notify.targets import target_add

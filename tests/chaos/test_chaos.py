@@ -31,7 +31,7 @@ from agents.engine.intake import task_create
 from agents.models import AgentRun, Artifact, Connection, Model, ToolCall, Turn
 from approvals.models import ReviewDecision
 from approvals.states import ReviewChoice
-from tasks.actors import Actor
+from core.actors import Actor
 from tasks.models import Task, TaskEvent
 from tasks.states import EventKind, TaskStatus
 
@@ -188,7 +188,7 @@ def status_counts(ids) -> Counter:
 
 
 def restart_postgres() -> float:
-    from acthelm_site.embedded_pg import pg_ctl, pgdata_path
+    from core.embedded_pg import pg_ctl, pgdata_path
 
     started = time.monotonic()
     # -l: the restarted server keeps logging to the file pgserver set up (the benches read it).

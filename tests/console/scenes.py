@@ -8,7 +8,8 @@ from django.utils import timezone
 from agents.catalogue.tools import get_tool, operation_hash
 from agents.states import RecoveryClass, Role, RunStatus, ToolCallStatus
 from approvals.states import ApprovalReason
-from tasks.states import ActorKind, EventKind, TaskStatus
+from core.actors import ActorKind
+from tasks.states import EventKind, TaskStatus
 from tests.factories import (
     AgentRunFactory,
     ApprovalFactory,

@@ -10,8 +10,9 @@ from playwright.sync_api import expect
 from agents.states import Role
 from approvals.models import Approval
 from approvals.states import ApprovalStatus
+from core.actors import ActorKind
 from tasks.models import Task, TaskEvent
-from tasks.states import ActorKind, EventKind, TaskStatus
+from tasks.states import EventKind, TaskStatus
 from tasks.workspace import workspace_dir
 from tests.console.scenes import pending_approval, run_for, transcript_task
 from tests.factories import ModelFactory, TaskFactory, TurnFactory, UserFactory

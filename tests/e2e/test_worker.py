@@ -11,7 +11,7 @@ from playwright.sync_api import expect
 from agents.engine.intake import task_create
 from agents.models import Connection, Model, ToolCall
 from agents.states import ToolCallStatus
-from tasks.actors import Actor
+from core.actors import Actor
 from tasks.models import Task
 from tasks.states import TaskStatus
 from tests.fakes.http_target import HttpTarget

@@ -11,9 +11,10 @@ from agents.eval.models import EvalOutcome, EvalResult, EvalRun, EvalRunStatus
 from agents.models import AgentRun, Artifact, Connection, Conversation, Model, ToolCall, Turn
 from agents.states import ConnectionKind, CostTier, ModelTestStatus, RecoveryClass, Role
 from approvals.models import Approval, ReviewDecision
+from core.actors import ActorKind
 from memory.models import MemoryEntry, MemorySelection
 from tasks.models import Goal, Task, TaskEvent
-from tasks.states import ActorKind, EventKind, TaskStatus
+from tasks.states import EventKind, TaskStatus
 
 
 class UserFactory(factory.django.DjangoModelFactory):

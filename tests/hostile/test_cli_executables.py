@@ -10,8 +10,8 @@ from django.urls import reverse
 
 from agents.catalogue.connections import connection_update
 from agents.models import Connection
-from tasks.actors import Actor
-from tasks.exceptions import InvalidInput
+from core.actors import Actor
+from core.exceptions import InvalidInput
 from tests.factories import ConnectionFactory, UserFactory
 
 pytestmark = pytest.mark.django_db

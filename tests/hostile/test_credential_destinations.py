@@ -3,7 +3,7 @@
 A staff user holding only `agents.manage_toolservers` added an HTTP tool server at a URL of their
 choosing with `credential_env=OPENAI_API_KEY` (then `ACTHELM_KEY_GITHUB`), pressed Test, and the
 web process sent `Authorization: Bearer sk-…` there. Each credential is now bound to the
-destinations of ACTHELM_CREDENTIAL_DESTINATIONS (acthelm_site.credentials.credential_for): a
+destinations of ACTHELM_CREDENTIAL_DESTINATIONS (core.credentials.credential_for): a
 tool server, a connection and a webhook target whose credential may not go to their URL are
 refused when saved through the forms people use, when tested, and when used; a loopback receiver
 the test runs sees no credential. An allowed destination still gets it, and a redirect never
@@ -17,13 +17,6 @@ import sys
 import pytest
 from django.urls import reverse
 
-from acthelm_site.credentials import (
-    CREDENTIAL_DESTINATION_NOT_ALLOWED,
-    WELL_KNOWN_DESTINATIONS,
-    credential_for,
-    credential_refusal,
-    parse_destinations,
-)
 from agents.catalogue.connections import provider_for
 from agents.catalogue.providers import ProviderError, build_provider
 from agents.catalogue.providers import _http as provider_http
@@ -32,6 +25,13 @@ from agents.catalogue.tools.mcp import list_tools
 from agents.catalogue.toolservers import find_mcp_tool, server_spec
 from agents.checks import check_credential_destinations
 from agents.models import Connection, ToolServer
+from core.credentials import (
+    CREDENTIAL_DESTINATION_NOT_ALLOWED,
+    WELL_KNOWN_DESTINATIONS,
+    credential_for,
+    credential_refusal,
+    parse_destinations,
+)
 from tasks.notify.models import NotificationTarget
 from tests.conftest import ROOT
 from tests.factories import ConnectionFactory, ModelFactory, UserFactory

@@ -17,7 +17,7 @@ from django.urls import reverse
 from agents.catalogue.connections import connection_add, connection_test, provider_for
 from agents.catalogue.providers import Message, ProviderError
 from agents.models import Connection, Model
-from tasks.exceptions import InvalidInput
+from core.exceptions import InvalidInput
 from tests.factories import ConnectionFactory, ModelFactory
 from tests.fakes.model_server import ScriptedModelServer, reply_text
 

@@ -248,7 +248,7 @@ def test_6_the_runtime_of_a_failed_request_is_booked(loop_settings):
 
 
 def test_7_cancel_settles_pending_approvals(loop_settings, actor):
-    from approvals.views import pending_approvals
+    from console.views.approvals import pending_approvals
 
     script = [reply_tool_calls([("list_files", {}, "l1")])]
     with ScriptedModelServer(script) as server:
@@ -264,7 +264,7 @@ def test_7_cancel_settles_pending_approvals(loop_settings, actor):
 
 
 def test_7_the_inbox_hides_decisions_of_tasks_no_longer_waiting(loop_settings, actor):
-    from approvals.views import pending_reviews
+    from console.views.approvals import pending_reviews
     from tests.factories import AgentRunFactory, TaskFactory, TurnFactory
 
     task = TaskFactory(status=TaskStatus.CANCELLED)

@@ -26,7 +26,7 @@ from agents.engine.intake import task_create
 from agents.engine.worker import Worker
 from agents.models import AgentRun, Artifact, Connection, Model, ToolCall, Turn
 from approvals.models import Approval
-from tasks.actors import Actor
+from core.actors import Actor
 from tasks.models import Task, TaskEvent
 from tasks.workspace import add_input_file, artifacts_dir, workspace_dir
 from tests.factories import AgentRunFactory, ApprovalFactory, TaskFactory, TurnFactory
@@ -718,7 +718,7 @@ def run_cli(capsys, monkeypatch, *argv: str) -> tuple[int, str, str]:
 
     monkeypatch.setattr(connections, "close_all", lambda: None)
     name = argv[0]
-    app = {"acthelm_worker": "agents", "acthelm_connection": "agents"}.get(name, "tasks")
+    app = "agents" if name == "acthelm_worker" else "console"
     command: BaseCommand = load_command_class(app, name)
     code = 0
     try:

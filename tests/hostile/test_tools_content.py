@@ -313,7 +313,7 @@ def test_fetch_url_unknown_or_usual_charsets_still_decode(tmp_path):
 def _scripted_task(server, *, flavor="openai", tools=("update_plan", "read_file"), **kwargs):
     from agents.engine.intake import task_create
     from agents.models import Connection, Model
-    from tasks.actors import Actor
+    from core.actors import Actor
 
     conn = Connection.objects.create(
         name=f"scripted-{server.port}",

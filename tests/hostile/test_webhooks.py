@@ -8,8 +8,8 @@ import time
 import pytest
 from django.core.management import CommandError, call_command
 
-from acthelm_site import egress
 from agents.models import AgentRun
+from core import egress
 from tasks.models import Task
 from tasks.notify.channels import sign
 from tasks.notify.delivery import deliver_due

@@ -1,6 +1,6 @@
 """Shared set-up for the notification tests: a task that enters a waiting state for real."""
 
-from tasks.actors import Actor
+from core.actors import Actor
 from tasks.models import Task
 from tasks.states import EventKind, TaskStatus
 from tasks.transitions import transition

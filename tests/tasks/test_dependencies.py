@@ -8,9 +8,9 @@ from agents.actions import tasks as person_tasks
 from agents.engine import intake
 from agents.engine.policies import auto_close_if_allowed
 from agents.states import RunStatus, Verdict
+from core.actors import Actor
+from core.exceptions import InvalidInput
 from tasks import services
-from tasks.actors import Actor
-from tasks.exceptions import InvalidInput
 from tasks.models import Task, TaskDependency, TaskEvent
 from tasks.selectors import blocking_reason
 from tasks.states import EventKind, TaskKind, TaskOrigin, TaskStatus

@@ -1,4 +1,4 @@
-"""A task's files open in the page (tasks.files.views): Markdown rendered safely, CSV as a table,
+"""A task's files open in the page (console.views.files): Markdown rendered safely, CSV as a table,
 text escaped, anything else offered as a download; input files open and download too."""
 
 import pytest

@@ -6,7 +6,7 @@ import pytest
 
 from acthelm_site.api.schemas import TaskCreateIn
 from agents.engine.usage import Usage
-from tasks.forms import TaskCreateForm
+from console.forms import TaskCreateForm
 from tasks.limits import (
     BY_FIELD,
     CUMULATIVE,

@@ -16,7 +16,7 @@ from agents.engine.worker import Worker
 from agents.models import AgentRun, Connection
 from agents.states import RunStatus
 from approvals.models import Approval, ReviewDecision
-from tasks.actors import Actor
+from core.actors import Actor
 from tasks.models import Task, TaskEvent
 from tasks.notify.models import Notification
 from tasks.notify.outbox import argument_summary, redact

@@ -1,4 +1,4 @@
-"""The console's review page (tasks.review.views): each row with its answer, verdict and
+"""The console's review page (console.views.review): each row with its answer, verdict and
 artifacts; search and filters; bulk close and reopen through the task services."""
 
 import datetime

@@ -5,13 +5,13 @@ from agents.actions import tasks as person_tasks
 from agents.engine import intake
 from agents.models import AgentRun
 from agents.states import RunStatus
-from tasks import services
-from tasks.actors import Actor
-from tasks.exceptions import (
+from core.actors import Actor
+from core.exceptions import (
     InvalidInput,
     NotPermitted,
     TransitionNotAllowed,
 )
+from tasks import services
 from tasks.models import Task
 from tasks.states import ACTIONS, Action, TaskStatus
 from tests.factories import AgentRunFactory, TaskFactory

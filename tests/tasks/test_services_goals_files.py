@@ -6,14 +6,14 @@ from pathlib import Path
 import pytest
 
 from agents.actions import tasks as person_tasks
-from tasks import services
-from tasks.exceptions import (
+from core.exceptions import (
     GoalNotFound,
     InvalidInput,
     LimitNotRaised,
     NotPermitted,
     TransitionNotAllowed,
 )
+from tasks import services
 from tasks.models import Goal, Task
 from tasks.states import EventKind, TaskStatus
 from tasks.workspace import task_dir, workspace_dir
@@ -95,7 +95,7 @@ def test_a_refused_delete_keeps_the_files(actor):
 
 @pytest.fixture
 def goal_keeper(db):
-    from tasks.actors import Actor
+    from core.actors import Actor
     from tests.factories import UserFactory
 
     return Actor.person(
@@ -116,7 +116,7 @@ def test_goal_create_and_deactivate(goal_keeper):
 
 
 def test_goal_services_need_their_permissions(outsider):
-    from tasks.actors import Actor
+    from core.actors import Actor
 
     with pytest.raises(NotPermitted):
         services.goal_create(actor=Actor.person(outsider), title="G")

@@ -11,8 +11,8 @@ from django.utils import timezone
 
 from agents.states import ToolCallStatus
 from approvals.states import ApprovalStatus
-from tasks.actors import Actor
-from tasks.exceptions import TransitionNotAllowed
+from core.actors import Actor
+from core.exceptions import TransitionNotAllowed
 from tasks.models import Task, TaskDependency, TaskEvent
 from tasks.services import task_retry_now
 from tasks.states import EventKind, TaskKind, TaskStatus

@@ -10,8 +10,8 @@ from django.utils import timezone
 from agents.engine.leases import claim_next, fenced, holds_attempt, renew_lease
 from agents.models import AgentRun
 from agents.states import RunStatus
-from tasks.actors import Actor
-from tasks.exceptions import AttemptLost, TransitionNotAllowed
+from core.actors import Actor
+from core.exceptions import AttemptLost, TransitionNotAllowed
 from tasks.models import Task, TaskEvent
 from tasks.states import HELD, TRANSITIONS, EventKind, TaskStatus
 from tasks.transitions import lock_task, set_status, transition

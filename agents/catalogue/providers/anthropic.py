@@ -12,7 +12,7 @@ import threading
 import uuid
 from typing import Any
 
-from acthelm_site import telemetry
+from core import telemetry
 
 from . import _http
 from .base import (

@@ -16,17 +16,17 @@ from typing import Any, ClassVar, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 
-from acthelm_site.credentials import (
+from agents.catalogue.tools.base import non_finite_path
+from agents.failure_codes import FailureCode
+from core.credentials import (
     CREDENTIAL_DESTINATION_NOT_ALLOWED,
     is_server_secret,
     redact,
     same_origin,
 )
 
-# The credential rule lives in acthelm_site.credentials; re-exported here for the providers' users.
-from acthelm_site.credentials import credential_name_refusal as credential_name_refusal
-from agents.catalogue.tools.base import non_finite_path
-from agents.failure_codes import FailureCode
+# The credential rule lives in core.credentials; re-exported here for the providers' users.
+from core.credentials import credential_name_refusal as credential_name_refusal
 
 # --------------------------------------------------------------------------------------
 # Stable error codes
@@ -368,7 +368,7 @@ class Provider(abc.ABC):
     @classmethod
     def credential_destination(cls, *, base_url: str, command: list[str] | None) -> str:
         """Where a connection of this kind sends its credential: the URL its requests go to
-        (``acthelm_site.credentials.credential_for`` checks it against the operator's list)."""
+        (``core.credentials.credential_for`` checks it against the operator's list)."""
         return (base_url or "").strip()
 
     def __init__(

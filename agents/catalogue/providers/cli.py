@@ -29,7 +29,7 @@ import threading
 import time
 from typing import IO, Any
 
-from acthelm_site.credentials import EXEC_PREFIX
+from core.credentials import EXEC_PREFIX
 
 from .base import (
     PROBE_PROMPT,

@@ -14,7 +14,7 @@ from typing import Any
 
 import httpx
 
-from acthelm_site import telemetry
+from core import telemetry
 
 from . import _http
 from .base import (

@@ -51,8 +51,8 @@ from typing import Any
 import httpx
 from pydantic import Field
 
-from acthelm_site import egress
-from acthelm_site.egress import (
+from core import egress
+from core.egress import (
     Guard,
     IPAddress,
     PinnedTransport,
@@ -60,7 +60,7 @@ from acthelm_site.egress import (
     address_refusal,
     ip_literal,
 )
-from acthelm_site.egress import PinnedBackend as _PinnedBackend  # noqa: F401 - tests pin with it
+from core.egress import PinnedBackend as _PinnedBackend  # noqa: F401 - tests pin with it
 
 from .base import Tool, ToolArgs, ToolContext, ToolError, ToolResult
 from .recovery_class import RecoveryClass
@@ -238,7 +238,7 @@ def host_allowed(host: str, allowed_domains: tuple[str, ...] | list[str]) -> boo
 
 
 def resolve_host(host: str, port: int, timeout: float) -> list[str]:
-    """The shared resolver (acthelm_site.egress), its errors in the tool's codes."""
+    """The shared resolver (core.egress), its errors in the tool's codes."""
     try:
         return egress.resolve_host(host, port, timeout)
     except ResolveError as exc:
@@ -292,7 +292,7 @@ def check_addresses(url: httpx.URL, ctx: ToolContext, deadline: float | None = N
 
 
 class _Guard(Guard):
-    """The shared guard (acthelm_site.egress); a cancel is the tool's `cancelled`."""
+    """The shared guard (core.egress); a cancel is the tool's `cancelled`."""
 
     def cancelled(self) -> Exception:
         return ToolError("cancelled", "The task was cancelled while this tool was running.")

@@ -36,7 +36,7 @@ from typing import TYPE_CHECKING, Any, cast
 
 from pydantic import BaseModel, ConfigDict
 
-from acthelm_site.credentials import EXEC_PREFIX, CredentialRefused, credential_for, redact
+from core.credentials import EXEC_PREFIX, CredentialRefused, credential_for, redact
 
 from .base import Tool, ToolContext, ToolError, ToolResult
 from .recovery_class import RecoveryClass
@@ -142,7 +142,7 @@ class ServerSpec:
 
     def credential(self) -> str | None:
         """The credential's value for this server, through the one door
-        (``acthelm_site.credentials.credential_for``): a name refused, or a destination the
+        (``core.credentials.credential_for``): a name refused, or a destination the
         operator did not list for it, is a ToolError before the variable is read."""
         try:
             return credential_for(self.credential_env, self.destination)

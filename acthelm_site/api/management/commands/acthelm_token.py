@@ -6,7 +6,7 @@ from django.core.management.base import CommandError
 
 from acthelm_site.api import tokens
 from acthelm_site.api.models import ApiToken
-from tasks.cli import ActionCommand, emit
+from console.cli import ActionCommand, emit
 
 
 class Command(ActionCommand):

@@ -1,0 +1,169 @@
+"""Forms of the console's task pages. They only parse input; tasks.services decides."""
+
+import re
+from decimal import Decimal
+
+from django import forms
+from django.conf import settings
+from django.core.exceptions import ValidationError
+
+from agents.catalogue.tools import tool_names
+from agents.engine.acceptance import checks_from_lines, kind_names, validate_checks
+from agents.models import Connection, Model
+from core.exceptions import InvalidInput
+from core.numbers import INT32_MAX, INT32_MIN
+from tasks.limits import BY_FIELD, LIMIT_FIELDS
+from tasks.models import Goal
+from tasks.services import default_limits
+from tasks.workspace import safe_file_name
+
+_SPLIT = re.compile(r"[\s,]+")
+
+
+def split_words(value: str) -> list[str]:
+    return [part for part in _SPLIT.split(value or "") if part]
+
+
+class MultipleFileInput(forms.ClearableFileInput):
+    allow_multiple_selected = True
+
+
+class MultipleFileField(forms.FileField):
+    def __init__(self, *args, **kwargs):
+        kwargs.setdefault("widget", MultipleFileInput())
+        super().__init__(*args, **kwargs)
+
+    def clean(self, data, initial=None):
+        single = super().clean
+        if isinstance(data, list | tuple):
+            return [single(item, initial) for item in data if item]
+        return [single(data, initial)] if data else []
+
+
+class ModelChoice(forms.ModelChoiceField):
+    def label_from_instance(self, obj: Model) -> str:
+        return f"{obj.connection.name}/{obj.name} ({obj.get_test_status_display().lower()})"
+
+
+def model_queryset():
+    return Model.objects.select_related("connection").order_by("connection__name", "name")
+
+
+class TaskCreateForm(forms.Form):
+    title = forms.CharField(max_length=200)
+    instruction = forms.CharField(widget=forms.Textarea(attrs={"rows": 6}))
+    goal = forms.ModelChoiceField(queryset=Goal.objects.none(), required=False, empty_label="none")
+    priority = forms.IntegerField(
+        initial=0, min_value=INT32_MIN, max_value=INT32_MAX, help_text="Higher runs first."
+    )
+    tools = forms.MultipleChoiceField(required=False, widget=forms.CheckboxSelectMultiple)
+    ask_tools = forms.MultipleChoiceField(
+        required=False,
+        widget=forms.CheckboxSelectMultiple,
+        label="Ask a person first",
+    )
+    allowed_domains = forms.CharField(
+        required=False,
+        widget=forms.Textarea(attrs={"rows": 2}),
+        help_text="Domains fetch_url may reach without asking; one per line or comma-separated.",
+    )
+    connection = forms.ModelChoiceField(
+        queryset=Connection.objects.none(), required=False, empty_label="default"
+    )
+    model = ModelChoice(
+        queryset=Model.objects.none(),
+        required=False,
+        empty_label="default",
+        help_text="Default: the best tested, zero-cost model; tool-capable when the task has tools "
+        "(with none ticked, a model CLI's may be chosen).",
+    )
+    tags = forms.CharField(required=False, help_text="Comma-separated.")
+    files = MultipleFileField(required=False, help_text="Copied into the task's workspace.")
+    acceptance_checks = forms.CharField(
+        required=False,
+        label="Acceptance checks",
+        widget=forms.Textarea(attrs={"rows": 3, "placeholder": "artifact=summary.md"}),
+        help_text="What finished means, checked before the task reaches review: one KIND=VALUE "
+        "per line, e.g. artifact=summary.md, answer_contains=42, "
+        "artifact_contains=summary.md:total, tool_ran=read_file, answer_not_echo. Kinds: "
+        + kind_names()
+        + ".",
+    )
+
+    def __init__(self, *args, **kwargs):
+        super().__init__(*args, **kwargs)
+        choices = [(name, name) for name in tool_names()]
+        self.fields["tools"].choices = choices
+        self.fields["ask_tools"].choices = choices
+        self.fields["tools"].initial = list(settings.ACTHELM_DEFAULT_TOOLS)
+        self.fields["goal"].queryset = Goal.objects.filter(active=True).order_by("title")
+        self.fields["connection"].queryset = Connection.objects.order_by("name")
+        self.fields["model"].queryset = model_queryset()
+        for field, value in default_limits().items():
+            if BY_FIELD[field].money:
+                self.fields[field] = forms.DecimalField(
+                    required=False,
+                    min_value=Decimal("0.0001"),
+                    max_digits=12,
+                    decimal_places=4,
+                    initial=value,
+                    label=BY_FIELD[field].label,
+                )
+                continue
+            # Empty means the default (service_kwargs leaves it out).
+            self.fields[field] = forms.IntegerField(
+                min_value=1,
+                max_value=INT32_MAX,
+                initial=value,
+                required=False,
+                label=BY_FIELD[field].label,
+            )
+
+    def limit_fields(self):
+        return [self[field] for field in LIMIT_FIELDS]
+
+    def clean_files(self):
+        files = self.cleaned_data.get("files") or []
+        names = set()
+        for upload in files:
+            try:
+                name = safe_file_name(upload.name)
+            except InvalidInput as exc:
+                raise ValidationError(exc.message) from None
+            if name in names:
+                raise ValidationError(f"two files are named {name}")
+            names.add(name)
+        return files
+
+    def clean_acceptance_checks(self):
+        lines = checks_from_lines(self.cleaned_data.get("acceptance_checks") or "")
+        try:
+            validate_checks(lines)
+        except InvalidInput as exc:
+            raise ValidationError(exc.message) from None
+        return lines
+
+    def clean(self):
+        data = super().clean()
+        tools = set(data.get("tools") or [])
+        stray = sorted(set(data.get("ask_tools") or []) - tools)
+        if stray:
+            self.add_error("ask_tools", f"ask is set for tools the task does not use: {stray}")
+        return data
+
+    def service_kwargs(self) -> dict:
+        data = self.cleaned_data
+        return {
+            "title": data["title"],
+            "instruction": data["instruction"],
+            "goal": data.get("goal"),
+            "priority": data.get("priority") or 0,
+            "tools": list(data.get("tools") or []),
+            "tool_policies": {tool: "ask" for tool in data.get("ask_tools") or []},
+            "allowed_domains": split_words(data.get("allowed_domains", "")),
+            "connection": data.get("connection"),
+            "model": data.get("model"),
+            "tags": [t.strip() for t in (data.get("tags") or "").split(",") if t.strip()],
+            "limits": {field: data[field] for field in LIMIT_FIELDS if data.get(field)},
+            "acceptance_checks": list(data.get("acceptance_checks") or []),
+        }

@@ -1,0 +1,17 @@
+"""acthelm_reconcile — one pass of the reconciler: promote unblocked tasks, plan idle goals."""
+
+from django.core.management.base import BaseCommand
+
+from agents.engine.reconciler import reconcile
+from console.cli import emit
+
+
+class Command(BaseCommand):
+    help = "Run one reconciler pass (safe to run while workers reconcile too)."
+
+    def add_arguments(self, parser):
+        parser.add_argument("--json", action="store_true", help="print JSON")
+
+    def handle(self, *args, **opts):
+        report = reconcile()
+        emit(self, report.as_dict(), as_json=opts["json"], text=report.summary())

@@ -1,0 +1,122 @@
+"""The approvals inbox: every pending operation and every needs_review decision, decided by hash.
+
+A decision posts back the operation's arguments_hash; approvals.services refuses a stale one
+(StaleDecision) and changes nothing, and the page says so.
+"""
+
+import logging
+
+from django.contrib import messages
+from django.core.exceptions import PermissionDenied
+from django.shortcuts import redirect, render
+from django.views.decorators.http import require_GET, require_POST
+
+from approvals.selectors import decidable_approvals, decidable_reviews
+from console.actions import REGISTRY, decision_buttons
+from console.preview import proposed_file
+from console.shared import (
+    DECIDE_PERM,
+    INBOX_PERMS,
+    OUTCOME_UNKNOWN,
+    VIEW_PERM,
+    login_required,
+    positive_int,
+    pretty_json,
+)
+from console.views.tasks import render_task_page
+from core.actors import Actor
+from core.exceptions import ActhelmError, NotPermitted
+
+log = logging.getLogger("acthelm.console")
+
+INBOX_SIZE = 50  # a page a person can work through; the badge counts them all
+
+
+def _may_view(user) -> bool:
+    return any(user.has_perm(perm) for perm in INBOX_PERMS)
+
+
+# What a person can still decide (approvals.selectors); the hostile tests import these names.
+pending_approvals = decidable_approvals
+pending_reviews = decidable_reviews
+
+
+@require_GET
+@login_required
+def inbox(request):
+    """Oldest first; the oldest INBOX_SIZE of each kind (the badge counts them all)."""
+    if not _may_view(request.user):
+        raise PermissionDenied
+    return _render_inbox(request)
+
+
+def _render_inbox(request, *, error: ActhelmError | None = None, status: int = 200):
+    approvals = list(pending_approvals()[: INBOX_SIZE + 1])
+    reviews = list(pending_reviews()[: INBOX_SIZE + 1])
+    for approval in approvals:
+        approval.arguments_pretty = pretty_json(approval.arguments)
+        approval.proposed_file = proposed_file(approval.tool, approval.arguments)
+    for decision in reviews:
+        decision.arguments_pretty = pretty_json(decision.tool_call.arguments)
+    context = {
+        "approvals": approvals[:INBOX_SIZE],
+        "reviews": reviews[:INBOX_SIZE],
+        "more": len(approvals) > INBOX_SIZE or len(reviews) > INBOX_SIZE,
+        "can_decide": request.user.has_perm(DECIDE_PERM),
+        "decision_buttons": decision_buttons(),
+        "outcome_unknown": OUTCOME_UNKNOWN,
+        "error": error,
+    }
+    # The inbox refreshes itself: a poll asks for the decisions only.
+    template = (
+        "console/inbox.html#decisions" if request.htmx and not error else "console/inbox.html"
+    )
+    return render(request, template, context, status=status)
+
+
+@require_POST
+@login_required
+def decide(request, pk: int, action: str):
+    """Every decision on one operation (console.actions): call its service with the
+    posted hash; answer for the page the form was on."""
+    entry = REGISTRY[action]
+    kind = entry.target
+    if not request.user.has_perm(entry.perm):
+        raise PermissionDenied
+    arguments_hash = request.POST.get("arguments_hash", "")
+    # Decided from a task page: answer with that page (for people who may see it).
+    task_id = positive_int(request.POST.get("task")) if request.user.has_perm(VIEW_PERM) else None
+    try:
+        decided = entry.call(
+            actor=Actor.person(request.user), target_id=pk, arguments_hash=arguments_hash
+        )
+    except NotPermitted:
+        raise PermissionDenied from None
+    except ActhelmError as exc:
+        log.info(
+            "console.decision_refused",
+            extra={"kind": kind, "id": pk, "code": exc.code, "task_id": task_id},
+        )
+        status = exc.http_status
+        if task_id:
+            return render_task_page(request, task_id, error=exc, status=status)
+        if request.htmx:
+            context = {"kind": kind, "pk": pk, "error": exc}
+            return render(request, "console/_decided.html", context, status=status)
+        return _render_inbox(request, error=exc, status=status)
+    verb = entry.success
+    log.info(
+        "console.decision",
+        extra={"kind": kind, "id": pk, "verb": verb, "actor": request.user.get_username()},
+    )
+    text = f"{verb}: {decided} (task #{decided.task_id})."
+    if task_id == decided.task_id:
+        messages.success(request, text)
+        if request.htmx:
+            return render_task_page(request, task_id)
+        return redirect("tasks:detail", pk=task_id)
+    if request.htmx:
+        context = {"kind": kind, "pk": pk, "text": text, "task_id": decided.task_id}
+        return render(request, "console/_decided.html", context)
+    messages.success(request, text)
+    return redirect("approvals:inbox")

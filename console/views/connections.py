@@ -1,0 +1,257 @@
+"""The console's connections page: connections with their health, models with their tests.
+
+Adding and testing call agents.catalogue.connections (which check agents.manage_connections). A
+credential is
+only ever shown by the name of its environment variable.
+"""
+
+import json
+import logging
+import shlex
+from urllib.parse import urlsplit, urlunsplit
+
+from django import forms
+from django.contrib import messages
+from django.core.exceptions import PermissionDenied
+from django.shortcuts import get_object_or_404, redirect, render
+from django.urls import reverse
+from django.utils import timezone
+from django.views.decorators.http import require_GET, require_http_methods, require_POST
+
+from agents.catalogue import connections as catalogue
+from agents.catalogue.connection_rules import MAX_TIMEOUT_SECONDS, connection_kind_choices
+from agents.catalogue.providers import get_provider_class
+from agents.models import Connection, Model
+from agents.states import CostTier
+from console.shared import (
+    MANAGE_CONNECTIONS_PERM,
+    VIEW_CONNECTIONS_PERMS,
+    login_required,
+)
+from core.actors import Actor
+from core.exceptions import ActhelmError, InvalidInput, NotPermitted
+from core.numbers import INT32_MAX, INT32_MIN, whole_number
+
+log = logging.getLogger("acthelm.console")
+
+
+class ConnectionForm(forms.Form):
+    name = forms.SlugField(max_length=100)
+    kind = forms.ChoiceField(choices=connection_kind_choices)
+    base_url = forms.URLField(required=False, max_length=500, assume_scheme="https")
+    command = forms.CharField(
+        required=False,
+        help_text='For a model CLI: a JSON list (["llm", "-m", "x"]) or a shell-like line.',
+    )
+    answer_field = forms.CharField(required=False, max_length=200)
+    credential_env = forms.CharField(
+        required=False,
+        max_length=100,
+        label="Credential variable",
+        help_text="The NAME of the environment variable that holds the key, never the key.",
+    )
+    cost_tier = forms.ChoiceField(choices=CostTier.choices, initial=CostTier.ZERO_COST)
+    priority = forms.IntegerField(initial=0, min_value=INT32_MIN, max_value=INT32_MAX)
+    timeout_seconds = forms.FloatField(initial=120, min_value=1, max_value=MAX_TIMEOUT_SECONDS)
+    models = forms.CharField(
+        widget=forms.Textarea(attrs={"rows": 3}),
+        help_text="One model per line: name, optionally followed by its context window.",
+    )
+    no_tools = forms.BooleanField(required=False, label="These models cannot call tools")
+
+    def clean_command(self) -> list[str]:
+        raw = self.cleaned_data.get("command", "").strip()
+        if not raw:
+            return []
+        if raw.startswith("["):
+            try:
+                value = json.loads(raw)
+            except ValueError as exc:
+                raise forms.ValidationError(f"not a JSON list: {exc}") from None
+            if not isinstance(value, list) or not all(isinstance(v, str) for v in value):
+                raise forms.ValidationError("the command must be a list of strings")
+            return value
+        try:
+            return shlex.split(raw)
+        except ValueError as exc:
+            raise forms.ValidationError(str(exc)) from None
+
+    def clean_models(self) -> list[dict]:
+        specs = []
+        for line in self.cleaned_data.get("models", "").splitlines():
+            parts = line.split()
+            if not parts:
+                continue
+            spec = {"name": parts[0]}
+            if len(parts) > 1:
+                try:
+                    spec["context_window"] = whole_number(
+                        parts[1].replace("_", "").replace(",", ""),
+                        name="a context window",
+                        minimum=1,
+                        maximum=INT32_MAX,
+                    )
+                except InvalidInput as exc:
+                    raise forms.ValidationError(
+                        f"{parts[1]!r} is not a context window (a number of tokens): {exc}"
+                    ) from None
+            specs.append(spec)
+        if not specs:
+            raise forms.ValidationError("name at least one model")
+        return specs
+
+    def service_kwargs(self) -> dict:
+        data = self.cleaned_data
+        tools = not data["no_tools"] and get_provider_class(data["kind"]).supports_tools
+        return {
+            "name": data["name"],
+            "kind": data["kind"],
+            "base_url": data.get("base_url") or "",
+            "command": data["command"],
+            "answer_field": data.get("answer_field") or "",
+            "credential_env": (data.get("credential_env") or "").strip(),
+            "cost_tier": data["cost_tier"],
+            "priority": data.get("priority") or 0,
+            "timeout_seconds": data.get("timeout_seconds") or 120,
+            "models": [spec | {"supports_tools": tools} for spec in data["models"]],
+        }
+
+
+def display_url(url: str) -> str:
+    """A base URL without any user:password part."""
+    if not url:
+        return ""
+    parts = urlsplit(url)
+    if "@" in parts.netloc:
+        parts = parts._replace(netloc="…@" + parts.netloc.rsplit("@", 1)[1])
+    return urlunsplit(parts._replace(query="", fragment=""))
+
+
+def _render(request, *, form=None, error=None, status=200):
+    now = timezone.now()
+    connections = list(Connection.objects.prefetch_related("models").order_by("-priority", "name"))
+    for conn in connections:
+        conn.cooling = bool(conn.cooldown_until and conn.cooldown_until > now)
+        conn.url_shown = display_url(conn.base_url)
+        # The executable only: arguments could carry something secret by mistake.
+        conn.program = conn.command[0] if conn.command else ""
+        conn.extra_args = max(0, len(conn.command) - 1)
+    can_manage = request.user.has_perm(MANAGE_CONNECTIONS_PERM)
+    context = {
+        "connections": connections,
+        "can_manage": can_manage,
+        "form": form if form is not None else (ConnectionForm() if can_manage else None),
+        "error": error,
+    }
+    return render(request, "console/connections.html", context, status=status)
+
+
+@require_GET
+@login_required
+def connections(request):
+    if not any(request.user.has_perm(perm) for perm in VIEW_CONNECTIONS_PERMS):
+        raise PermissionDenied
+    return _render(request)
+
+
+@require_POST
+@login_required
+def connection_add(request):
+    if not request.user.has_perm(MANAGE_CONNECTIONS_PERM):
+        raise PermissionDenied
+    form = ConnectionForm(request.POST)
+    if not form.is_valid():
+        return _render(request, form=form, status=400)
+    try:
+        conn = catalogue.connection_add(actor=Actor.person(request.user), **form.service_kwargs())
+    except NotPermitted:
+        raise PermissionDenied from None
+    except ActhelmError as exc:
+        form.add_error(None, f"{exc.message} [{exc.code}]")
+        return _render(request, form=form, status=exc.http_status)
+    log.info("console.connection_added", extra={"connection": conn.name})
+    messages.success(request, f"Connection {conn.name} added. Test it before tasks use it.")
+    return redirect("agents:connections")
+
+
+@require_POST
+@login_required
+def connection_test(request, pk: int):
+    """A real request per model; no transaction is open while it runs."""
+    if not request.user.has_perm(MANAGE_CONNECTIONS_PERM):
+        raise PermissionDenied
+    conn = get_object_or_404(Connection, pk=pk)
+    try:
+        results = catalogue.connection_test(actor=Actor.person(request.user), name=conn.name)
+    except NotPermitted:
+        raise PermissionDenied from None
+    except ActhelmError as exc:
+        return _render(request, error=exc, status=exc.http_status)
+    for result in results:
+        window = result["context_window"]
+        text = (
+            f"{conn.name}/{result['model']}: {'passed' if result['ok'] else 'failed'} — "
+            f"{result['message'] or 'no message'}"
+            + (f" (context window {window} tokens)" if window else " (context window unknown)")
+        )
+        messages.add_message(request, messages.SUCCESS if result["ok"] else messages.ERROR, text)
+    log.info(
+        "console.connection_tested",
+        extra={"connection": conn.name, "passed": sum(1 for r in results if r["ok"])},
+    )
+    return redirect(reverse("agents:connections") + f"#conn-{conn.pk}")
+
+
+# --- Model prices ---------------------------------------------------------------------------
+
+
+def _price_rows():
+    models = Model.objects.select_related("connection").order_by("connection__name", "name")
+    return [
+        {
+            "model": m,
+            "prices": [
+                (field, label, getattr(m, field))
+                for field, label in zip(
+                    catalogue.PRICE_FIELDS,
+                    ("input", "output", "cached input", "cache write"),
+                    strict=True,
+                )
+            ],
+        }
+        for m in models
+    ]
+
+
+@require_http_methods(["GET", "POST"])
+@login_required
+def model_prices(request):
+    """Each model's prices in US dollars per million tokens; a person with the permission sets
+    them (agents.catalogue.connections.model_set_prices)."""
+    if not any(request.user.has_perm(perm) for perm in VIEW_CONNECTIONS_PERMS):
+        raise PermissionDenied
+    error, status = None, 200
+    if request.method == "POST":
+        if not request.user.has_perm(MANAGE_CONNECTIONS_PERM):
+            raise PermissionDenied
+        model_id = request.POST.get("model", "")
+        try:
+            model = catalogue.model_set_prices(
+                actor=Actor.person(request.user),
+                model_id=int(model_id) if model_id.isdigit() else 0,
+                prices={f: request.POST.get(f, "") for f in catalogue.PRICE_FIELDS},
+            )
+        except NotPermitted:
+            raise PermissionDenied from None
+        except ActhelmError as exc:
+            error, status = exc, exc.http_status
+        else:
+            log.info("console.model_prices_set", extra={"model": str(model)})
+            messages.success(request, f"Prices of {model} saved (USD per million tokens).")
+            return redirect(reverse("agents:model_prices") + f"#model-{model.pk}")
+    context = {
+        "rows": _price_rows(),
+        "can_manage": request.user.has_perm(MANAGE_CONNECTIONS_PERM),
+        "error": error,
+    }
+    return render(request, "console/model_prices.html", context, status=status)

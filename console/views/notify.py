@@ -1,0 +1,16 @@
+"""The console's notifications page: targets and their state, recent deliveries and failures."""
+
+from django.shortcuts import render
+from django.views.decorators.http import require_GET
+
+from console.shared import console_view
+from tasks.notify.selectors import deliveries_page
+
+VIEW_PERM = "tasks.view_notification"
+
+
+@require_GET
+@console_view(VIEW_PERM)
+def notifications(request):
+    context = deliveries_page(status=request.GET.get("status", ""))
+    return render(request, "console/notifications.html", context)

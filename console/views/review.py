@@ -1,0 +1,171 @@
+"""The review page: every task waiting in review with its answer, the supervisor's verdict and
+its artifacts, searched and filtered (text, tag, goal, model, date), closed or reopened in bulk
+through the same services as one task's buttons (`tasks.services.task_close`, `task_reopen`).
+
+A fixed number of queries, whatever the number of rows: the answer and the verdict come from
+subqueries on the newest run that has one, the artifacts from one prefetch."""
+
+import datetime
+import logging
+
+from django.conf import settings
+from django.contrib import messages
+from django.core.exceptions import PermissionDenied
+from django.db.models import Exists, OuterRef, Prefetch, Q, Subquery
+from django.db.models.functions import Left
+from django.shortcuts import redirect, render
+from django.urls import reverse
+from django.utils.http import url_has_allowed_host_and_scheme
+from django.views.decorators.http import require_GET, require_POST
+
+from agents.models import AgentRun, Artifact, Model
+from console.shared import CLOSE_PERM, console_view, positive_int
+from core.actors import Actor
+from core.exceptions import ActhelmError, NotPermitted
+from tasks import services
+from tasks.models import Goal, Task
+from tasks.states import TaskStatus
+
+log = logging.getLogger("acthelm.console")
+
+REVIEW_PAGE = 100  # oldest first: a person closes from the top
+ANSWER_CHARS = 1200
+BULK_MAX = REVIEW_PAGE
+
+
+def _date(value: str) -> datetime.date | None:
+    try:
+        return datetime.date.fromisoformat(value.strip()) if value else None
+    except ValueError:
+        return None
+
+
+def review_filters(params) -> dict:
+    """The page's filters from a query string; what is not understood is dropped."""
+    return {
+        "q": params.get("q", "").strip()[:200],
+        "tag": params.get("tag", "").strip()[:100],
+        "goal": positive_int(params.get("goal")),
+        "model": positive_int(params.get("model")),
+        "since": _date(params.get("since", "")),
+        "until": _date(params.get("until", "")),
+    }
+
+
+def review_rows(filters: dict):
+    """Tasks in review (evaluation tasks are the runner's), oldest first, filtered."""
+    runs = AgentRun.objects.filter(task=OuterRef("pk")).order_by("-number")
+    tasks = (
+        Task.objects.filter(status=TaskStatus.REVIEW, is_evaluation=False)
+        .select_related("goal", "model__connection")
+        .only(
+            "id",
+            "title",
+            "tags",
+            "updated_at",
+            "created_at",
+            "goal__title",
+            "model__name",
+            "model__connection__name",
+        )
+        .annotate(
+            answer=Left(Subquery(runs.exclude(answer="").values("answer")[:1]), ANSWER_CHARS),
+            verdict=Subquery(runs.exclude(verdict="").values("verdict")[:1]),
+            verdict_reason=Left(
+                Subquery(runs.exclude(verdict="").values("verdict_reason")[:1]), 300
+            ),
+        )
+        .prefetch_related(
+            Prefetch(
+                "artifacts",
+                queryset=Artifact.objects.only("id", "task_id", "name", "size").order_by("name"),
+            )
+        )
+    )
+    if filters["q"]:
+        text = filters["q"]
+        answered = AgentRun.objects.filter(task=OuterRef("pk"), answer__icontains=text)
+        tasks = tasks.filter(
+            Q(title__icontains=text) | Q(instruction__icontains=text) | Exists(answered)
+        )
+    if filters["tag"]:
+        tasks = tasks.filter(tags__contains=[filters["tag"]])
+    if filters["goal"]:
+        tasks = tasks.filter(goal_id=filters["goal"])
+    if filters["model"]:
+        tasks = tasks.filter(model_id=filters["model"])
+    if filters["since"]:
+        tasks = tasks.filter(updated_at__date__gte=filters["since"])
+    if filters["until"]:
+        tasks = tasks.filter(updated_at__date__lte=filters["until"])
+    return tasks.order_by("updated_at", "id")
+
+
+@require_GET
+@console_view()
+def review_queue(request):
+    filters = review_filters(request.GET)
+    rows = list(review_rows(filters)[: REVIEW_PAGE + 1])
+    in_review = Task.objects.filter(status=TaskStatus.REVIEW, is_evaluation=False)
+    context = {
+        "rows": rows[:REVIEW_PAGE],
+        "more": len(rows) > REVIEW_PAGE,
+        "filters": filters,
+        "filtered": any(filters.values()),
+        "goals": Goal.objects.filter(Exists(in_review.filter(goal=OuterRef("pk")))).order_by(
+            "title"
+        ),
+        "models": Model.objects.filter(Exists(in_review.filter(model=OuterRef("pk"))))
+        .select_related("connection")
+        .order_by("connection__name", "name"),
+        "can_close": request.user.has_perm(CLOSE_PERM),
+        "query": request.GET.urlencode(),
+        "refresh_seconds": settings.ACTHELM_CONSOLE_REFRESH_SECONDS,
+    }
+    template = "console/review.html#rows" if request.htmx else "console/review.html"
+    return render(request, template, context)
+
+
+@require_POST
+@console_view(CLOSE_PERM)
+def review_bulk(request):
+    """Close or reopen the ticked tasks, one service call each; say which were refused and why."""
+    action = request.POST.get("action", "")
+    ids = [n for n in (positive_int(v) for v in request.POST.getlist("task")) if n][:BULK_MAX]
+    back = request.POST.get("next", "")
+    if not url_has_allowed_host_and_scheme(back, allowed_hosts={request.get_host()}):
+        back = ""
+    back = back or reverse("tasks:review")
+    if action not in ("close", "reopen") or not ids:
+        messages.error(request, "Tick at least one task, then Close or Reopen.")
+        return redirect(back)
+    feedback = request.POST.get("feedback", "").strip()
+    actor = Actor.person(request.user)
+    done, refused = [], []
+    for task_id in ids:
+        try:
+            if action == "close":
+                services.task_close(actor=actor, task_id=task_id)
+            else:
+                services.task_reopen(actor=actor, task_id=task_id, feedback=feedback)
+        except NotPermitted:
+            raise PermissionDenied from None
+        except ActhelmError as exc:
+            refused.append(f"#{task_id}: {exc.message} [{exc.code}]")
+        else:
+            done.append(f"#{task_id}")
+    log.info(
+        "console.review_bulk",
+        extra={
+            "action": action,
+            "done": len(done),
+            "refused": len(refused),
+            "actor": request.user.get_username(),
+        },
+    )
+    verb = "Closed" if action == "close" else "Reopened"
+    if done:
+        messages.success(request, f"{verb} {len(done)} task(s): {', '.join(done)}.")
+    if refused:
+        messages.error(request, "Not changed: " + "; ".join(refused))
+    return redirect(back)

@@ -1,0 +1,609 @@
+"""The console's task pages: the list, the new-task form, the live task page and its actions.
+
+Views parse input and call tasks.services; every state change happens there. Each page makes a
+fixed number of queries, whatever the number of tasks, turns, tool calls or events.
+"""
+
+import logging
+from decimal import Decimal
+
+from django.contrib import messages
+from django.core.exceptions import PermissionDenied
+from django.db.models import (
+    BooleanField,
+    Case,
+    Count,
+    F,
+    OuterRef,
+    Prefetch,
+    Subquery,
+    Value,
+    When,
+)
+from django.db.models.functions import Length
+from django.http import FileResponse, Http404, HttpResponse
+from django.shortcuts import get_object_or_404, redirect, render
+from django.template.loader import render_to_string
+from django.urls import reverse
+from django.utils import timezone
+from django.views.decorators.http import require_GET, require_http_methods, require_POST
+from django_htmx.http import HttpResponseClientRedirect
+
+from agents.actions import tasks as person_tasks
+from agents.catalogue.connections import model_check_for_task
+from agents.catalogue.tools import all_tools
+from agents.engine.acceptance import check_text
+from agents.engine.usage import task_usage
+from agents.models import Artifact, Model, ToolCall, Turn
+from agents.selectors import task_cost_subquery
+from agents.states import Role
+from approvals.states import ApprovalStatus, ReviewChoice
+from console.actions import (
+    REGISTRY,
+    ConsoleAction,
+    decision_buttons,
+    task_actions,
+)
+from console.forms import TaskCreateForm, model_queryset
+from console.preview import proposed_file
+from console.shared import (
+    ADD_PERM,
+    OPERATE_PERM,
+    OUTCOME_UNKNOWN,
+    console_view,
+    positive_int,
+    pretty_json,
+)
+from console.timeline import event_details
+from core.actors import Actor
+from core.exceptions import ActhelmError, InvalidInput, NotPermitted
+from memory.models import MemorySelection
+from tasks import services
+from tasks.limits import BY_FIELD, CUMULATIVE, PER_ITEM, limit_for_failure
+from tasks.models import Task
+from tasks.notify.selectors import task_notifications
+from tasks.selectors import status_counts, task_keyset_page, timeline_page, transcript_page
+from tasks.states import Action, EventKind, TaskKind, TaskStatus, allowed_actions
+from tasks.uploads import upload_refusal
+from tasks.workspace import artifacts_dir, list_input_files, safe_file_name
+
+log = logging.getLogger("acthelm.console")
+
+# While a task is in one of these states something moves it without a person: the page polls.
+POLLING = frozenset(
+    {TaskStatus.READY, TaskStatus.IN_PROGRESS, TaskStatus.PAUSE_REQUESTED, TaskStatus.BLOCKED}
+)
+PAGE_SIZE = 50
+EVENT_DATA_CHARS = 300
+POLL_SECONDS = 2
+FOLLOW_UPS_SHOWN = 50
+
+# Artifact types that a browser could run as a page; they are served as plain text.
+_ACTIVE_TYPES = ("html", "xml", "javascript", "ecmascript", "svg")
+
+
+# --- The task list --------------------------------------------------------------------------
+
+
+@require_GET
+@console_view()
+def task_list(request):
+    """Newest first, keyset-paginated on the primary key (no COUNT, no OFFSET)."""
+    status = request.GET.get("status", "")
+    if status not in TaskStatus.values:
+        status = ""
+    tasks = (
+        Task.objects.select_related("model", "connection")
+        .only(
+            "id",
+            "title",
+            "status",
+            "priority",
+            "failure_code",
+            "updated_at",
+            "created_at",
+            "model__name",
+            "connection__name",
+        )
+        .annotate(cost_total=task_cost_subquery())
+    )
+    if status:
+        tasks = tasks.filter(status=status)
+    # Evaluation tasks (acthelm_eval) are listed only when asked for: ?evaluation=1.
+    evaluation = request.GET.get("evaluation") == "1"
+    tasks = tasks.filter(is_evaluation=evaluation)
+    before, after = positive_int(request.GET.get("before")), positive_int(request.GET.get("after"))
+    page = task_keyset_page(tasks, before=before, after=after, size=PAGE_SIZE)
+    for row in page.tasks:
+        row.cost_text = money(row.cost_total) if row.cost_total is not None else ""
+    counts = status_counts(evaluation=evaluation)
+    context = {
+        "tasks": page.tasks,
+        "status": status,
+        "evaluation": evaluation,
+        "statuses": [(value, label, counts.get(value)) for value, label in TaskStatus.choices],
+        "older": page.older,
+        "newer": page.newer,
+        "can_add": request.user.has_perm(ADD_PERM),
+    }
+    # The list refreshes itself: a poll asks for its rows only.
+    template = "console/task_list.html#rows" if request.htmx else "console/task_list.html"
+    return render(request, template, context)
+
+
+# --- Creating a task ------------------------------------------------------------------------
+
+
+@require_http_methods(["GET", "POST"])
+@console_view(ADD_PERM)
+def task_create(request):
+    form = TaskCreateForm(request.POST or None, request.FILES or None)
+    status = 200
+    if request.method == "POST":
+        status = 400
+        if refused := upload_refusal(request):  # a file over a cap, dropped while it streamed
+            form.is_valid()  # cleans the form first: add_error reads what it cleaned
+            form.add_error("files", refused)
+        if form.is_valid():
+            try:
+                task = person_tasks.task_create_with_files(
+                    actor=Actor.person(request.user),
+                    files=[(upload.name, upload) for upload in form.cleaned_data["files"]],
+                    check_model=True,
+                    **form.service_kwargs(),
+                )
+            except ActhelmError as exc:
+                field = exc.field if exc.field in form.fields else None
+                form.add_error(field, f"{exc.message} [{exc.code}]")
+            else:
+                log.info(
+                    "console.task_created",
+                    extra={"task_id": task.pk, "actor": request.user.get_username()},
+                )
+                messages.success(request, f"Task #{task.pk} created ({task.status}).")
+                return redirect("tasks:detail", pk=task.pk)
+    tools = _tool_rows(form)
+    return render(
+        request, "console/task_new.html", {"form": form, "tool_rows": tools}, status=status
+    )
+
+
+def _tool_rows(form: TaskCreateForm) -> list[dict]:
+    if form.is_bound:
+        chosen = set(form.data.getlist("tools"))
+        ask = set(form.data.getlist("ask_tools"))
+    else:
+        chosen = set(form.fields["tools"].initial or [])
+        ask = set()
+    registry = all_tools()
+    return [
+        {
+            "name": name,
+            "description": registry[name].description,
+            "recovery": str(registry[name].recovery_class.value),
+            "chosen": name in chosen,
+            "ask": name in ask,
+        }
+        for name in sorted(registry)
+    ]
+
+
+# --- The task page --------------------------------------------------------------------------
+
+
+def _plan_steps(plan) -> tuple[list[dict], str]:
+    """A plan recorded by update_plan: {"steps": [{"step", "status"}], "note"}."""
+    if isinstance(plan, dict) and isinstance(plan.get("steps"), list):
+        steps = [s for s in plan["steps"] if isinstance(s, dict)]
+        return steps, str(plan.get("note") or "")
+    return [], ""
+
+
+def _number(value) -> str:
+    return f"{value:,}" if isinstance(value, int) else f"{value:,.1f}"
+
+
+def money(value) -> str:
+    """US dollars for people: at least two decimals, more for sub-cent amounts."""
+    if value is None:
+        return "—"
+    value = Decimal(value)
+    if value and abs(value) < Decimal("0.01"):
+        return f"${value:,.4f}"
+    return f"${value:,.2f}"
+
+
+def _limit_rows(task: Task, usage, *, unknown_cost_turns: int = 0) -> list[dict]:
+    """Used vs granted for the limits counted across runs; the per-item limits as granted.
+    Money is in US dollars; a spend over known costs only (`unknown_cost_turns` model turns had
+    no price) is marked partial."""
+    rows = []
+    for limit in CUMULATIVE:
+        granted = getattr(task, limit.field)
+        used = getattr(usage, limit.counter)
+        show = money if limit.money else _number
+        currency = " USD" if limit.money else ""
+        if granted is None:  # no money budget: show what was spent
+            text, percent = f"{show(used)}{currency} (no budget)", 0
+        else:
+            text = f"{show(used)} / {show(granted)}{currency}"
+            percent = min(100, round(100 * used / granted)) if granted else 100
+        if limit.money:
+            if unknown_cost_turns:
+                turns = "turn" if unknown_cost_turns == 1 else "turns"
+                text += f" — partial: {unknown_cost_turns} model {turns} of unknown cost"
+        rows.append(
+            {
+                "field": limit.field,
+                "label": limit.usage_label,
+                "used": used,
+                "granted": granted,
+                "text": text,
+                "percent": percent,
+            }
+        )
+    for limit in PER_ITEM:
+        granted = getattr(task, limit.field)
+        rows.append(
+            {
+                "field": limit.field,
+                "label": limit.label,
+                "used": None,
+                "granted": granted,
+                "text": _number(granted),
+            }
+        )
+    return rows
+
+
+def task_page_context(request, pk: int) -> dict:
+    """Everything the task page shows, in a fixed number of queries."""
+    unknown_cost = (
+        Turn.objects.filter(task=OuterRef("pk"), role=Role.ASSISTANT, cost__isnull=True)
+        .order_by()
+        .values("task")
+        .annotate(n=Count("id"))
+        .values("n")
+    )
+    task = get_object_or_404(
+        Task.objects.select_related(
+            "goal", "connection", "model__connection", "conversation"
+        ).annotate(unknown_cost_turns=Subquery(unknown_cost)),
+        pk=pk,
+    )
+    actions = [
+        {"entry": entry, "url": reverse(entry.url_name, args=[task.pk])} | entry.page_texts(task.pk)
+        for entry in offered_actions(request.user, task.status)
+    ]
+    action_names = {a["entry"].name for a in actions}
+
+    runs = list(task.runs.select_related("model__connection").order_by("number"))
+    run_numbers = {run.pk: run.number for run in runs}
+    for run in runs:
+        # Recorded by the loop in every checkpoint; older runs did not record it.
+        offered = run.checkpoint.get("tools_offered") if isinstance(run.checkpoint, dict) else None
+        run.without_tools = offered == []
+    calls = (
+        ToolCall.objects.defer("result")
+        .select_related("approval__decided_by", "review_decision__decided_by")
+        .annotate(
+            full_result_chars=Length("result"),
+            full_differs=Case(
+                When(result=F("result_for_model"), then=Value(False)),
+                default=Value(True),
+                output_field=BooleanField(),
+            ),
+        )
+        .order_by("position")
+    )
+    all_turns = request.GET.get("turns") == "all"
+    turns_before = positive_int(request.GET.get("turns_before"))
+    turn_qs = task.turns.prefetch_related(Prefetch("tool_calls", queryset=calls))
+    # The newest page holds the pending operations (always in the newest model turn); older
+    # pages go back from `turns_before`. "?turns=all" is bounded too (TRANSCRIPT_ALL_MAX).
+    turns, older_turns = transcript_page(turn_qs, all_turns=all_turns, before=turns_before)
+    approvals, reviews = [], []
+    for turn in turns:
+        turn.run_number = run_numbers.get(turn.run_id)
+        turn.cost_text = money(turn.cost) if turn.cost is not None else ""
+        for call in turn.tool_calls.all():
+            call.arguments_pretty = (
+                pretty_json(call.arguments) if call.arguments is not None else call.arguments_raw
+            )
+            call.arguments_lines = call.arguments_pretty.count("\n") + 1
+            approval = getattr(call, "approval", None)
+            if approval is not None and approval.status == ApprovalStatus.PENDING:
+                approval.arguments_pretty = pretty_json(approval.arguments)
+                approval.proposed_file = proposed_file(approval.tool, approval.arguments)
+                approvals.append(approval)
+            decision = getattr(call, "review_decision", None)
+            if decision is not None and decision.choice == ReviewChoice.PENDING:
+                decision.call = call
+                reviews.append(decision)
+
+    memory = list(
+        MemorySelection.objects.filter(run__task_id=task.pk).order_by("run_id", "position")
+    )
+    for selection in memory:
+        selection.run_number = run_numbers.get(selection.run_id)
+    events, older_events = timeline_page(
+        task, before=positive_int(request.GET.get("events_before"))
+    )
+    for event in events:
+        event.details = event_details(event)
+    usage = task_usage(task.pk)
+
+    conversation = getattr(task, "conversation", None)
+    plan = conversation.plan if conversation is not None else None
+    plan_steps, plan_note = _plan_steps(plan)
+    answer_run = next((r for r in reversed(runs) if r.answer), None)
+    verdict_run = next((r for r in reversed(runs) if r.verdict), None)
+
+    now = timezone.now()
+    context = {
+        "now": now,  # a cooling connection the task waits for
+        "why": state_why(task, events, now),
+        "can_retry_now": request.user.has_perm(OPERATE_PERM),
+        "task": task,
+        "polling": task.status in POLLING,
+        "poll_seconds": POLL_SECONDS,
+        "actions": actions,
+        "can_decide": request.user.has_perm(REGISTRY[Action.APPROVE].perm),
+        "decision_buttons": decision_buttons(),
+        "runs": runs,
+        "turns": turns,
+        "earlier_turns": older_turns is not None,
+        "older_turns": older_turns,
+        "turns_paged": all_turns or turns_before is not None,
+        "pending_approvals": approvals,
+        "pending_reviews": reviews,
+        "memory": memory,
+        "artifacts": list(task.artifacts.order_by("name")),
+        "input_files": list_input_files(task.pk),
+        "events": events,
+        "more_events": older_events is not None,
+        "older_events": older_events,
+        "notifications": task_notifications(task.pk),
+        "limits": _limit_rows(task, usage, unknown_cost_turns=task.unknown_cost_turns or 0),
+        "usage": usage,
+        "plan": plan,
+        "plan_steps": plan_steps,
+        "plan_note": plan_note,
+        "plan_raw": pretty_json(plan) if plan is not None and not plan_steps else "",
+        "answer_run": answer_run,
+        "verdict_run": verdict_run,
+        "acceptance_checks": [check_text(c) for c in task.acceptance_checks or []],
+        "outcome_unknown": OUTCOME_UNKNOWN,
+    }
+    if action_names & {Action.RESUME, Action.RETRY}:
+        context["models"] = list(model_queryset())
+    field = limit_for_failure(task.failure_code) if Action.RETRY in action_names else None
+    if field:
+        row = next((r for r in context["limits"] if r["field"] == field), None)
+        context["retry_limit"] = {
+            "field": field,
+            "label": BY_FIELD[field].label,
+            "current": getattr(task, field),
+            "used": row["used"] if row else None,
+        }
+        if BY_FIELD[field].money:  # an amount of money, not a count
+            context["retry_limit"] |= {"min": "0.0001", "step": "0.0001"}
+    return context
+
+
+def state_why(task: Task, events: list, now) -> dict:
+    """What the state card says besides the state: the unfinished dependencies of a blocked
+    task, a scheduled retry's reason, the parent and the follow-ups (a few small queries)."""
+    why: dict = {"blockers": [], "retry": None}
+    if task.status == TaskStatus.BLOCKED:
+        why["blockers"] = list(
+            Task.objects.filter(dependant_links__task=task)
+            .exclude(status=TaskStatus.DONE)
+            .only("id", "title", "status")
+            .order_by("id")
+        )
+    if task.status == TaskStatus.READY and task.not_before and task.not_before > now:
+        scheduled = next((e for e in reversed(events) if e.kind == EventKind.RETRY_SCHEDULED), None)
+        why["retry"] = {"until": task.not_before, "data": scheduled.data if scheduled else {}}
+    why["parent"] = (
+        Task.objects.only("id", "title", "status").filter(pk=task.spawned_by_id).first()
+        if task.spawned_by_id
+        else None
+    )
+    # Follow-ups come from propose_task (planning tasks): no query for the others.
+    may_spawn = task.kind == TaskKind.PLANNING or "propose_task" in task.tools
+    why["follow_ups"] = (
+        list(task.follow_ups.only("id", "title", "status").order_by("id")[:FOLLOW_UPS_SHOWN])
+        if may_spawn
+        else []
+    )
+    return why
+
+
+def render_task_page(request, pk: int, *, error: ActhelmError | None = None, status: int = 200):
+    """The whole page, or only its live part for htmx (polls and htmx actions)."""
+    context = task_page_context(request, pk)
+    context["error"] = error
+    template = "console/task.html#live" if request.htmx else "console/task.html"
+    return render(request, template, context, status=status)
+
+
+@require_GET
+@console_view()
+def task_detail(request, pk: int):
+    return render_task_page(request, pk)
+
+
+@require_GET
+@console_view()
+def task_call_result(request, pk: int, call_pk: int):
+    """A tool call's full result: escaped HTML for htmx, plain text otherwise."""
+    result = get_object_or_404(
+        ToolCall.objects.filter(task_id=pk).values_list("result", flat=True), pk=call_pk
+    )
+    if request.htmx:
+        return HttpResponse(render_to_string("console/_full_result.html", {"result": result}))
+    return HttpResponse(result, content_type="text/plain; charset=utf-8")
+
+
+@require_GET
+@console_view()
+def task_artifact(request, pk: int, artifact_pk: int):
+    """Download an artifact from the task's artifacts folder: always an attachment."""
+
+    artifact = get_object_or_404(Artifact, pk=artifact_pk, task_id=pk)
+    try:
+        name = safe_file_name(artifact.name)
+    except InvalidInput:
+        raise Http404("no such artifact") from None
+    folder = artifacts_dir(pk, create=False).resolve()
+    path = folder / name
+    if path.is_symlink() or not path.is_file() or path.resolve().parent != folder:
+        raise Http404("the artifact's file is missing")
+    content_type = (artifact.content_type or "text/plain").split(";")[0].strip().lower()
+    if not content_type or any(word in content_type for word in _ACTIVE_TYPES):
+        content_type = "text/plain"
+    if content_type.startswith("text/"):
+        content_type += "; charset=utf-8"
+    response = FileResponse(
+        path.open("rb"), as_attachment=True, filename=name, content_type=content_type
+    )
+    response["X-Content-Type-Options"] = "nosniff"
+    response["Content-Security-Policy"] = "sandbox; default-src 'none'"
+    return response
+
+
+# --- Actions ---------------------------------------------------------------------------------
+
+
+def offered_actions(user, status: str) -> list[ConsoleAction]:
+    """The task-wide actions this person may take in this state, in the order of their buttons."""
+    allowed = allowed_actions(status)
+    return [e for e in task_actions() if e.name in allowed and user.has_perm(e.perm)]
+
+
+def _chosen_model(request) -> Model | None:
+    model_id = request.POST.get("model") or request.GET.get("model") or ""
+    if not model_id:
+        return None
+    model = model_queryset().filter(pk=positive_int(model_id) or 0).first()
+    if model is None:
+        raise InvalidInput(f"model {model_id!r} does not exist")
+    return model
+
+
+def _raised_limit(request, task_id: int) -> int | Decimal | None:
+    """The new value of the limit a failed task stopped at, as typed in the retry form (an
+    amount of money for the money budget, a whole number for the others)."""
+    raw = request.POST.get("limit_value", "").strip()
+    if not raw:
+        return None
+    code = Task.objects.filter(pk=task_id).values_list("failure_code", flat=True).first()
+    field = limit_for_failure(code or "")
+    if field and BY_FIELD[field].money:
+        return services.money_limit(field, raw)
+    value = positive_int(raw)
+    if value is None:
+        label = BY_FIELD[field].label if field else "the limit"
+        raise InvalidInput(f"{label} must be a positive number")
+    return value
+
+
+def _inputs(request, entry: ConsoleAction, task_id: int) -> dict:
+    """The action's inputs from the posted form, by their declared kind."""
+    inputs = {}
+    for item in entry.inputs:
+        if item.kind == "model":
+            inputs[item.name] = _chosen_model(request)
+        elif item.kind == "raised_limit":
+            inputs[item.name] = _raised_limit(request, task_id)
+        elif item.name in request.POST or item.required:
+            inputs[item.name] = request.POST.get(item.name, "").strip()
+    return inputs
+
+
+def _confirm_model(request, task: Task, model: Model, entry: ConsoleAction, extra: dict):
+    check = model_check_for_task(task=task, model=model)
+    context = {
+        "task": task,
+        "model": model,
+        "check": check,
+        "action": entry,
+        "url": reverse(entry.url_name, args=[task.pk]),
+        "extra": extra,
+    }
+    return render(request, "console/task_confirm_model.html", context)
+
+
+@require_POST
+@console_view()
+def task_action(request, pk: int, action: str):
+    """Every task-wide action (console.actions): check the permission, read its
+    inputs, show a new model's checks before queueing on it, call its service."""
+    entry = REGISTRY[action]
+    if not request.user.has_perm(entry.perm):
+        raise PermissionDenied
+    try:
+        inputs = _inputs(request, entry, pk)
+    except InvalidInput as exc:
+        return render_task_page(request, pk, error=exc, status=400)
+    model = inputs.get("model")
+    # A model change is queued only after the person has seen its checks.
+    if model is not None and request.POST.get("checked") != str(model.pk):
+        task = get_object_or_404(Task, pk=pk)
+        extra = {k: v for k, v in request.POST.items() if k not in ("model", "csrfmiddlewaretoken")}
+        return _confirm_model(request, task, model, entry, extra)
+    try:
+        task = entry.call(actor=Actor.person(request.user), target_id=pk, **inputs)
+    except NotPermitted:
+        raise PermissionDenied from None
+    except ActhelmError as exc:
+        log.info(
+            "console.action_refused",
+            extra={"task_id": pk, "action": str(action), "code": exc.code},
+        )
+        return render_task_page(request, pk, error=exc, status=exc.http_status)
+    log.info(
+        "console.action",
+        extra={"task_id": pk, "action": str(action), "actor": request.user.get_username()},
+    )
+    success = entry.success.format(pk=pk)
+    if model is not None:
+        success = success.removesuffix(".") + f" on {model}."
+    messages.success(request, success)
+    if task is None:  # the service deleted the task: its page is gone
+        if request.htmx:
+            return HttpResponseClientRedirect("/")
+        return redirect("tasks:list")
+    if request.htmx:
+        return render_task_page(request, pk)
+    return redirect("tasks:detail", pk=pk)
+
+
+@require_POST
+@console_view(OPERATE_PERM)
+def task_retry_now(request, pk: int):
+    """Drop a ready task's retry back-off (tasks.services.task_retry_now)."""
+    try:
+        services.task_retry_now(actor=Actor.person(request.user), task_id=pk)
+    except ActhelmError as exc:
+        return render_task_page(request, pk, error=exc, status=exc.http_status)
+    messages.success(request, f"Task #{pk} may run now: its retry wait was dropped.")
+    if request.htmx:
+        return render_task_page(request, pk)
+    return redirect("tasks:detail", pk=pk)
+
+
+@require_GET
+@console_view(OPERATE_PERM)
+def task_model_check(request, pk: int):
+    """The checks of a model for this task, shown before a resume or retry queues it."""
+    task = get_object_or_404(Task, pk=pk)
+    try:
+        model = _chosen_model(request)
+    except InvalidInput:
+        model = None
+    check = model_check_for_task(task=task, model=model) if model is not None else None
+    return render(
+        request, "console/_model_check.html", {"task": task, "model": model, "check": check}
+    )
