@@ -1,5 +1,5 @@
-"""The docs name code that exists. Every doc in docs/ and the README
-cite modules, files, functions and classes in backticks (`tasks/transitions.py`,
+"""The docs name code that exists. Every doc in docs/ and the README cites modules, files,
+functions, classes, permissions and models in backticks (`tasks/transitions.py`,
 `agents.engine.leases`, `renew_leases()`, `Recorder.commit`); each of those must still be there,
 so that a rename or a removal fails here rather than leaving a doc that sends a reader nowhere.
 
