@@ -29,6 +29,8 @@ What each number means:
   no known cost.
 """
 
+from __future__ import annotations
+
 from collections.abc import Iterable, Mapping
 from dataclasses import asdict, dataclass, field
 from datetime import date, datetime, time, timedelta
