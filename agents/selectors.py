@@ -3,12 +3,14 @@
 import mimetypes
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 from django.db.models import DecimalField, OuterRef, Subquery, Sum
 
 from agents.engine.usage import task_usage
 from agents.models import Artifact, Turn
 from core.exceptions import InvalidInput
+from tasks.models import Task
 from tasks.selectors import event_as_dict, task_as_dict
 from tasks.workspace import artifacts_dir, list_input_files, safe_file_name, workspace_dir
 
@@ -65,7 +67,7 @@ def task_file(task_id: int, name: str, *, kind: str) -> TaskFile | None:
     return TaskFile(name=name, path=path, content_type=_safe_type(content_type), kind=kind)
 
 
-def task_result(task) -> dict:
+def task_result(task: Task) -> dict[str, Any]:
     """What a task produced: the newest answer and verdict, its artifacts and input files."""
     answer_run = task.runs.exclude(answer="").order_by("-number").first()
     verdict_run = task.runs.exclude(verdict="").order_by("-number").first()
@@ -95,7 +97,7 @@ def task_cost_subquery() -> Subquery:
     return Subquery(total, output_field=DecimalField(max_digits=16, decimal_places=8))
 
 
-def task_with_history(task) -> dict:
+def task_with_history(task: Task) -> dict[str, Any]:
     """`task_as_dict` with what the task used, its timeline and its runs (`acthelm_task show`)."""
     data = task_as_dict(task)
     usage = task_usage(task.pk)

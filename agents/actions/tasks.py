@@ -8,7 +8,9 @@ enters, whoever creates it. `tasks.services` holds the actions that touch the le
 only through `tasks.transitions`."""
 
 import logging
+from collections.abc import Mapping, Sequence
 from pathlib import Path
+from typing import Any
 
 from django.db import transaction
 from django.utils import timezone
@@ -18,7 +20,7 @@ from agents.engine.acceptance import validate_checks
 from agents.engine.intake import _validate_tools, task_create
 from agents.engine.transitions import end_started_runs, set_call_status
 from agents.engine.usage import exhausted_limits
-from agents.models import ToolCall
+from agents.models import Model, ToolCall
 from agents.states import FailureCode, RunStatus, ToolCallStatus
 from approvals.services import settle_for_cancelled_task
 from core.actors import Actor
@@ -55,7 +57,9 @@ from tasks.workspace import add_input_file, remove_task_files, safe_file_name
 log = logging.getLogger("acthelm.tasks")
 
 
-def task_create_with_files(*, actor: Actor, files: list[tuple[str, object]] = (), **fields) -> Task:
+def task_create_with_files(
+    *, actor: Actor, files: Sequence[tuple[str, object]] = (), **fields: Any
+) -> Task:
     """task_create plus input files copied into the task's workspace: (name, data) pairs where
     data is bytes, an uploaded file or a Path. The files are in the workspace before the task
     commits, so no worker can claim it and find its folder empty; if anything fails, neither the
@@ -85,12 +89,12 @@ def task_create_with_files(*, actor: Actor, files: list[tuple[str, object]] = ()
     return task
 
 
-def task_resume(*, actor: Actor, task_id: int, model=None) -> Task:
+def task_resume(*, actor: Actor, task_id: int, model: Model | None = None) -> Task:
     """Queue a paused task again, optionally on another connection/model that passes the checks."""
 
     with transaction.atomic():
         task = act(task_id, "resume", actor)
-        data = {}
+        data: dict[str, Any] = {}
         if model is not None:
             check = model_check_for_task(task=task, model=model)
             check.raise_if_failed()
@@ -138,8 +142,8 @@ def task_retry(
     *,
     actor: Actor,
     task_id: int,
-    model=None,
-    limits: dict | None = None,
+    model: Model | None = None,
+    limits: dict[str, Any] | None = None,
     raised_limit: int | None = None,
 ) -> Task:
     """Queue a failed task again from its checkpoint. After a limit, the limit must be raised:
@@ -165,7 +169,7 @@ def task_retry(
             raise LimitNotRaised(
                 f"task {task_id} stopped at {task.failure_code}; raise that limit before retrying"
             )
-        data = {"previous_failure": task.failure_code}
+        data: dict[str, Any] = {"previous_failure": task.failure_code}
         if model is not None:
             check = model_check_for_task(task=task, model=model)
             check.raise_if_failed()
@@ -204,13 +208,13 @@ EDITABLE_FIELDS = (
 )
 
 
-def _normalize_domains(domains) -> list[str]:
+def _normalize_domains(domains: object) -> list[str]:
     if not isinstance(domains, list | tuple) or not all(isinstance(d, str) for d in domains):
         raise InvalidInput("allowed domains must be a list of host names")
     return sorted({d.strip().lower().rstrip(".") for d in domains if d.strip()})
 
 
-def task_edit_check(*, task: Task, changes: dict) -> dict:
+def task_edit_check(*, task: Task, changes: Mapping[str, Any]) -> dict[str, Any]:
     """The edit a person asks for, checked as task_create checks a new task; returns it normalized.
     Raises InvalidInput naming the first problem."""
     unknown = sorted(set(changes) - set(EDITABLE_FIELDS))
@@ -246,13 +250,13 @@ def task_edit_check(*, task: Task, changes: dict) -> dict:
     return clean
 
 
-def _event_value(value):
+def _event_value(value: object) -> object:
     if hasattr(value, "pk"):
         return value.pk
     return value
 
 
-def task_update(*, actor: Actor, task_id: int, changes: dict) -> Task:
+def task_update(*, actor: Actor, task_id: int, changes: Mapping[str, Any]) -> Task:
     """A person's edit of a task's settings (the admin page): checked like a new task, refused
     while a worker holds the task, written with an `edited` event naming each change."""
     actor.require("tasks.operate_task")
@@ -281,7 +285,11 @@ def task_update(*, actor: Actor, task_id: int, changes: dict) -> Task:
 
 
 def goal_create(
-    *, actor: Actor, title: str, description: str = "", acceptance_checks: list | None = None
+    *,
+    actor: Actor,
+    title: str,
+    description: str = "",
+    acceptance_checks: Sequence[str | Mapping[str, object]] | None = None,
 ) -> Goal:
     """A new active goal with the acceptance checks of the work planned for it (``KIND=VALUE``
     texts or ``{"kind", "value"}`` objects, refused with `acceptance_check_invalid`, field

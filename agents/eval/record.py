@@ -25,7 +25,10 @@ def task_record(task_id: int) -> TaskRecord:
     approvals, plan and usage of one task, as stored."""
     task = Task.objects.only("id", "status", "failure_code").get(pk=task_id)
     runs = AgentRun.objects.filter(task_id=task_id)
-    newest = runs.order_by("-number").values("answer", "error_code").first() or {}
+    newest = runs.order_by("-number").values("answer", "error_code").first() or {
+        "answer": "",
+        "error_code": "",
+    }
     answered = (
         runs.filter(answer_stored_at__isnull=False)
         .order_by("-number")
