@@ -41,7 +41,7 @@ class Preview:
     kind: str
     html: SafeString | str = ""
     text: str = ""
-    rows: list | None = None
+    rows: list[list[str]] | None = None
     truncated: bool = False
     note: str = ""
 
@@ -107,7 +107,8 @@ def csv_rows(text: str) -> tuple[list[list[str]], bool]:
         dialect = csv.Sniffer().sniff(text[:4096], delimiters=",;\t|")
     except csv.Error:
         dialect = csv.excel
-    rows, cut = [], False
+    rows: list[list[str]] = []
+    cut = False
     reader = csv.reader(io.StringIO(text), dialect)
     try:
         for row in reader:
@@ -165,7 +166,7 @@ def _inline(line: str) -> str:
         spans.append(html)
         return _PLACEHOLDER.format(len(spans) - 1)
 
-    def link(match: re.Match) -> str:
+    def link(match: re.Match[str]) -> str:
         text = fill(_emphasis(match.group(1)))
         return hold(f'<a href="{match.group(2)}" rel="nofollow noopener noreferrer">{text}</a>')
 
@@ -184,7 +185,7 @@ def render_markdown(text: str) -> SafeString:
     quote: list[str] = []
     code: list[str] | None = None
 
-    def flush():
+    def flush() -> None:
         nonlocal list_tag
         if paragraph:
             out.append("<p>" + "<br>".join(_inline(p) for p in paragraph) + "</p>")
@@ -223,12 +224,12 @@ def render_markdown(text: str) -> SafeString:
             out.append("<hr>")
             continue
         bullet, numbered = _BULLET.match(line), _NUMBERED.match(line)
-        if bullet or numbered:
+        if item := bullet or numbered:
             tag = "ul" if bullet else "ol"
             if paragraph or quote or (items and list_tag != tag):
                 flush()
             list_tag = tag
-            items.append(_inline((bullet or numbered).group(1)))
+            items.append(_inline(item.group(1)))
             continue
         if line.lstrip().startswith(">"):
             if paragraph or items:
@@ -267,7 +268,7 @@ def unified_diff(before: str, after: str, *, name: str) -> tuple[str, bool]:
     return "\n".join(lines[:DIFF_LINES]), cut or len(lines) > DIFF_LINES
 
 
-def artifact_change(task_id: int, name: str) -> dict | None:
+def artifact_change(task_id: int, name: str) -> dict[str, int | str | bool] | None:
     """What write_artifact changed in `name` since the previous run: the newest content this
     task's newest writing run wrote, against the newest content an earlier run wrote. None when
     no earlier run wrote it (or nothing changed)."""
@@ -300,7 +301,7 @@ def artifact_change(task_id: int, name: str) -> dict | None:
     }
 
 
-def proposed_file(tool: str, arguments) -> dict | None:
+def proposed_file(tool: str, arguments: object) -> dict[str, str | int | Preview] | None:
     """The file a pending write_artifact would write, shown as the file (bounded), for its
     approval card; None for any other operation."""
     if tool != "write_artifact" or not isinstance(arguments, dict):
