@@ -1,16 +1,18 @@
 """The evaluation page: pass rates per connection/model with their intervals, every case's
 outcomes linked to the tasks that produced them, beside the model's real work."""
 
+from django.http import HttpResponse
 from django.shortcuts import render
 from django.views.decorators.http import require_GET
 
 from agents.eval.report import eval_report
+from console.http import AuthenticatedHttpRequest
 from console.shared import SCORECARD_PERM, console_view, positive_int
 
 
 @require_GET
 @console_view(SCORECARD_PERM)
-def evaluation(request):
+def evaluation(request: AuthenticatedHttpRequest) -> HttpResponse:
     run_id = positive_int(request.GET.get("run"))
     context = {"report": eval_report(run_id=run_id), "run_id": run_id}
     return render(request, "console/eval.html", context)
