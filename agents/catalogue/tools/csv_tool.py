@@ -187,52 +187,29 @@ class _Column:
         self.values += 1
         distinct = self.distinct
         if distinct is not None:
-            key = s if len(s) <= 128 else hash(s)
-            if key not in distinct:
-                distinct.add(key)
-                if len(self.samples) < 5:
-                    self.samples.append(s[:60])
-                if len(distinct) > DISTINCT_CAP:
-                    self.distinct = None
-                    self.distinct_over = True
+            self._count_distinct(distinct, s)
         kind = self.kind
         if kind == "text":
             if len(s) > self.max_len:
                 self.max_len = len(s)
-            return
-        if kind == "int":
-            try:
-                self._num(int(s))
-                return
-            except ValueError:
-                pass
-            x = _parse_float(s)
-            if x is None:
-                self._to_text(s, row)
-            else:
-                self.kind = "float"
-                self._num(x)
-            return
-        if kind == "float":
-            x = _parse_float(s)
-            if x is None:
-                self._to_text(s, row)
-            else:
-                self._num(x)
-            return
-        if kind == "bool":
-            if s in BOOL_VALUES:
-                self.true_count += s in TRUE_VALUES
-            else:
-                self._to_text(s, row)
-            return
-        if kind == "date":
-            if _is_date(s):
-                self._date(s)
-            else:
-                self._to_text(s, row)
-            return
-        # the first value decides the starting kind
+        elif kind is None:
+            self._first(s, row)
+        else:
+            self._add_typed(kind, s, row)
+
+    def _count_distinct(self, distinct: set[str | int], s: str) -> None:
+        """Track the value among the distinct ones (a long one by its hash) until the cap."""
+        key = s if len(s) <= 128 else hash(s)
+        if key not in distinct:
+            distinct.add(key)
+            if len(self.samples) < 5:
+                self.samples.append(s[:60])
+            if len(distinct) > DISTINCT_CAP:
+                self.distinct = None
+                self.distinct_over = True
+
+    def _first(self, s: str, row: int) -> None:
+        """The first value decides the starting kind."""
         try:
             first = int(s)
         except ValueError:
@@ -253,6 +230,38 @@ class _Column:
             self._date(s)
         else:
             self._to_text(s, row)
+
+    def _add_typed(self, kind: str, s: str, row: int) -> None:
+        """A value for a column of that kind; one that does not fit widens an int column to
+        float, any other to text."""
+        if kind == "int":
+            try:
+                self._num(int(s))
+                return
+            except ValueError:
+                pass
+            x = _parse_float(s)
+            if x is None:
+                self._to_text(s, row)
+            else:
+                self.kind = "float"
+                self._num(x)
+        elif kind == "float":
+            x = _parse_float(s)
+            if x is None:
+                self._to_text(s, row)
+            else:
+                self._num(x)
+        elif kind == "bool":
+            if s in BOOL_VALUES:
+                self.true_count += s in TRUE_VALUES
+            else:
+                self._to_text(s, row)
+        elif kind == "date":
+            if _is_date(s):
+                self._date(s)
+            else:
+                self._to_text(s, row)
 
     def _date(self, s: str) -> None:
         if len(s) > 10:
