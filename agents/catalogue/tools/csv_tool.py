@@ -684,6 +684,53 @@ class _Scan:
         return {}
 
 
+def _column_text(c: dict[str, Any]) -> str:
+    """One column's profile as a line of the tool's text."""
+    distinct = f"{c['distinct']}+" if c["distinct_capped"] else str(c["distinct"])
+    parts = [f"{c['type']}", f"{c['non_null']} values", f"{c['nulls']} empty/null"]
+    if c["type"] in ("int", "float"):
+        sd = "n/a" if c["stddev"] is None else _fmt(c["stddev"])
+        parts.append(
+            f"min {_fmt(c['min'])}, max {_fmt(c['max'])}, mean {_fmt(c['mean'])}, "
+            f"stddev {sd}, sum {_fmt(c['sum'])}"
+        )
+    elif c["type"] == "bool":
+        parts.append(f"true {c['true']}, false {c['false']}")
+    elif c["type"] in ("date", "datetime"):
+        parts.append(f"min {c['min']}, max {c['max']}")
+    elif c["type"] == "text" and "text_from_row" in c:
+        parts.append(f"text from row {c['text_from_row']} (value {c['first_text_value']!r})")
+    parts.append(f"distinct {distinct}")
+    if c["sample_values"] and c["type"] in ("text", "date", "datetime"):
+        parts.append("e.g. " + ", ".join(repr(s) for s in c["sample_values"][:3]))
+    return f"- {c['name']}: " + "; ".join(parts)
+
+
+def _aggregate_text(data: dict[str, Any]) -> list[str]:
+    """The groups (the first ``TEXT_GROUPS_SHOWN``) or the overall aggregate, as text lines."""
+    lines: list[str] = []
+    if "groups" in data:
+        agg = data["aggregate"]
+        what = agg["func"] + (f" of {agg['column']}" if agg["column"] else "")
+        lines.append(f"Groups by {data['group_by']} ({what}): {len(data['groups'])} groups")
+        if data["groups_truncated"]:
+            lines.append(
+                f"  (more than {MAX_GROUPS} groups; {data['rows_outside_groups']} rows in "
+                "further groups were not counted)"
+            )
+        for g in data["groups"][:TEXT_GROUPS_SHOWN]:
+            value = "n/a" if g["value"] is None else _fmt(g["value"])
+            lines.append(f"  {g['key']}: {value} ({g['rows']} rows)")
+        if len(data["groups"]) > TEXT_GROUPS_SHOWN:
+            lines.append(f"  … {len(data['groups']) - TEXT_GROUPS_SHOWN} more groups")
+    elif "aggregate" in data:
+        agg = data["aggregate"]
+        value = "n/a" if agg["value"] is None else _fmt(agg["value"])
+        what = agg["func"] + (f" of {agg['column']}" if agg["column"] else "")
+        lines.append(f"Aggregate {what}: {value} over {agg['rows']} rows")
+    return lines
+
+
 @register
 class AnalyzeCsv(Tool[AnalyzeCsvArgs]):
     name = "analyze_csv"
@@ -776,52 +823,14 @@ class AnalyzeCsv(Tool[AnalyzeCsvArgs]):
                 "padded with empty values, extra fields ignored."
             )
         lines.append("Columns:")
-        for c in data["columns"]:
-            distinct = f"{c['distinct']}+" if c["distinct_capped"] else str(c["distinct"])
-            parts = [f"{c['type']}", f"{c['non_null']} values", f"{c['nulls']} empty/null"]
-            if c["type"] in ("int", "float"):
-                sd = "n/a" if c["stddev"] is None else _fmt(c["stddev"])
-                parts.append(
-                    f"min {_fmt(c['min'])}, max {_fmt(c['max'])}, mean {_fmt(c['mean'])}, "
-                    f"stddev {sd}, sum {_fmt(c['sum'])}"
-                )
-            elif c["type"] == "bool":
-                parts.append(f"true {c['true']}, false {c['false']}")
-            elif c["type"] in ("date", "datetime"):
-                parts.append(f"min {c['min']}, max {c['max']}")
-            elif c["type"] == "text" and "text_from_row" in c:
-                parts.append(
-                    f"text from row {c['text_from_row']} (value {c['first_text_value']!r})"
-                )
-            parts.append(f"distinct {distinct}")
-            if c["sample_values"] and c["type"] in ("text", "date", "datetime"):
-                parts.append("e.g. " + ", ".join(repr(s) for s in c["sample_values"][:3]))
-            lines.append(f"- {c['name']}: " + "; ".join(parts))
+        lines.extend(_column_text(c) for c in data["columns"])
         if "matched_rows" in data:
             flt = data["filter"]
             lines.append(
                 f"Filter {flt['column']} {flt['op']} {flt['value']!r}: "
                 f"{data['matched_rows']} matching rows"
             )
-        if "groups" in data:
-            agg = data["aggregate"]
-            what = agg["func"] + (f" of {agg['column']}" if agg["column"] else "")
-            lines.append(f"Groups by {data['group_by']} ({what}): {len(data['groups'])} groups")
-            if data["groups_truncated"]:
-                lines.append(
-                    f"  (more than {MAX_GROUPS} groups; {data['rows_outside_groups']} rows in "
-                    "further groups were not counted)"
-                )
-            for g in data["groups"][:TEXT_GROUPS_SHOWN]:
-                value = "n/a" if g["value"] is None else _fmt(g["value"])
-                lines.append(f"  {g['key']}: {value} ({g['rows']} rows)")
-            if len(data["groups"]) > TEXT_GROUPS_SHOWN:
-                lines.append(f"  … {len(data['groups']) - TEXT_GROUPS_SHOWN} more groups")
-        elif "aggregate" in data:
-            agg = data["aggregate"]
-            value = "n/a" if agg["value"] is None else _fmt(agg["value"])
-            what = agg["func"] + (f" of {agg['column']}" if agg["column"] else "")
-            lines.append(f"Aggregate {what}: {value} over {agg['rows']} rows")
+        lines.extend(_aggregate_text(data))
         if args.preview_rows and data["preview"]:
             buf = io.StringIO()
             writer = csv.writer(buf, lineterminator="\n")
