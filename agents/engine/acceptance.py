@@ -347,7 +347,23 @@ def _normalise(check: object) -> Check:
     spec = KINDS.get(kind)
     if spec is None:
         raise InvalidCheck(f"unknown check kind {kind!r} (known: {kind_names()})")
-    value = check.get("value", "")
+    value = _checked_value(kind, spec, check.get("value", ""))
+    out: Check = {"kind": kind, "value": "" if spec.value == "none" else value}
+    if spec.value.startswith("artifact_"):
+        out["artifact"] = _checked_artifact_name(kind, check.get("artifact"))
+    elif "artifact" in check:
+        raise InvalidCheck(f"{kind} is not about one artifact: it takes no artifact name")
+    if spec.value in ("pattern", "artifact_pattern"):
+        problem = _pattern_error(value)
+        if problem:
+            raise InvalidCheck(f"{kind}: {problem}")
+    if spec.value == "tool" and (len(value) > 100 or not re.fullmatch(r"[\w.-]+", value)):
+        raise InvalidCheck(f"{kind}: {value!r} is not a tool name")
+    return out
+
+
+def _checked_value(kind: str, spec: Kind, value: object) -> str:
+    """The check's value, stripped: text, bounded, present when the kind needs one."""
     if value is None:
         value = ""
     if not isinstance(value, str):
@@ -361,23 +377,16 @@ def _normalise(check: object) -> Check:
         raise InvalidCheck(f"{kind} needs a value: {spec.help}")
     if spec.value == "none" and value and value.lower() not in ("true", "yes", "1"):
         raise InvalidCheck(f"{kind} takes no value")
-    out: Check = {"kind": kind, "value": "" if spec.value == "none" else value}
-    if spec.value.startswith("artifact_"):
-        name = check.get("artifact")
-        if not isinstance(name, str) or not name.strip():
-            raise InvalidCheck(f"{kind} needs the artifact's name (NAME:TEXT)")
-        if len(name) > 200:
-            raise InvalidCheck(f"{kind}: an artifact name is at most 200 characters")
-        out["artifact"] = name.strip()
-    elif "artifact" in check:
-        raise InvalidCheck(f"{kind} is not about one artifact: it takes no artifact name")
-    if spec.value in ("pattern", "artifact_pattern"):
-        problem = _pattern_error(value)
-        if problem:
-            raise InvalidCheck(f"{kind}: {problem}")
-    if spec.value == "tool" and (len(value) > 100 or not re.fullmatch(r"[\w.-]+", value)):
-        raise InvalidCheck(f"{kind}: {value!r} is not a tool name")
-    return out
+    return value
+
+
+def _checked_artifact_name(kind: str, name: object) -> str:
+    """The name of the artifact a check is about, stripped and bounded."""
+    if not isinstance(name, str) or not name.strip():
+        raise InvalidCheck(f"{kind} needs the artifact's name (NAME:TEXT)")
+    if len(name) > 200:
+        raise InvalidCheck(f"{kind}: an artifact name is at most 200 characters")
+    return name.strip()
 
 
 def validate_checks(values: object, *, tools: Collection[str] | None = None) -> list[Check]:
