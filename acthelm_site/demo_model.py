@@ -11,6 +11,7 @@ a connection at OpenAI, Ollama, vLLM, llama.cpp or Anthropic instead.
 """
 
 import argparse
+import contextlib
 import json
 import re
 import uuid
@@ -34,10 +35,8 @@ def _read_paths(messages: list[dict]) -> set[str]:
         for call in m.get("tool_calls") or []:
             function = call.get("function", {})
             if function.get("name") == "read_file":
-                try:
+                with contextlib.suppress(json.JSONDecodeError, AttributeError):
                     paths.add(json.loads(function.get("arguments") or "{}").get("path", ""))
-                except (json.JSONDecodeError, AttributeError):
-                    pass
     return paths
 
 

@@ -188,6 +188,7 @@ class ConnectionAdmin(ConnectionAdminBase):
                     if name in connections.MODEL_EDITABLE
                 },
             )
+        return None
 
 
 @admin.register(Model)

@@ -80,7 +80,7 @@ def check_worker_settings(
                 id="acthelm.W001",
             )
         )
-    if settings.ACTHELM_RUN_TIMEOUT_SECONDS < lease:
+    if lease > settings.ACTHELM_RUN_TIMEOUT_SECONDS:
         problems.append(
             Warning(
                 f"ACTHELM_RUN_TIMEOUT_SECONDS ({settings.ACTHELM_RUN_TIMEOUT_SECONDS:g}) is "

@@ -25,9 +25,7 @@ ROOT = Path(__file__).resolve().parent.parent
 # Log lines the docs cite by name ("the `tasks.pruned` log line"), not modules.
 LOG_EVENTS = frozenset({"tasks.pruned"})
 PACKAGES = ("acthelm_site", "console", "agents", "approvals", "tasks", "memory", "core")
-DOCS = tuple(sorted(str(p.relative_to(ROOT)) for p in (ROOT / "docs").glob("*.md"))) + (
-    "README.md",
-)
+DOCS = (*tuple(sorted(str(p.relative_to(ROOT)) for p in (ROOT / "docs").glob("*.md"))), "README.md")
 
 TICKED = re.compile(r"`([^`\n]+)`")
 PATH = re.compile(rf"^(?:{'|'.join(PACKAGES)}|templates|tests|bench|bin)/[\w/.\-]*$")
@@ -47,9 +45,12 @@ def _attributes_set_on_self(method: ast.FunctionDef | ast.AsyncFunctionDef) -> s
         if isinstance(node, ast.AnnAssign):
             targets = [node.target]
         for target in targets:
-            if isinstance(target, ast.Attribute) and isinstance(target.value, ast.Name):
-                if target.value.id == "self":
-                    found.add(target.attr)
+            if (
+                isinstance(target, ast.Attribute)
+                and isinstance(target.value, ast.Name)
+                and target.value.id == "self"
+            ):
+                found.add(target.attr)
     return found
 
 

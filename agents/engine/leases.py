@@ -169,10 +169,9 @@ def claim_batch(
         "evaluation_only": bool(evaluation_only),
         **defaults,
     }
-    with transaction.atomic():
-        with connection.cursor() as cursor:
-            cursor.execute(sql, params)
-            rows = cursor.fetchall()
+    with transaction.atomic(), connection.cursor() as cursor:
+        cursor.execute(sql, params)
+        rows = cursor.fetchall()
     claims = []
     for task_id, run_id, claim_count, event_id in rows:
         log.info("task.claimed", extra={"task_id": task_id, "run_id": run_id, "worker": worker_id})

@@ -250,10 +250,9 @@ def _limit_rows(task: Task, usage: Usage, *, unknown_cost_turns: int = 0) -> lis
         else:
             text = f"{show(used)} / {show(granted)}{currency}"
             percent = min(100, round(100 * used / granted)) if granted else 100
-        if limit.money:
-            if unknown_cost_turns:
-                turns = "turn" if unknown_cost_turns == 1 else "turns"
-                text += f" — partial: {unknown_cost_turns} model {turns} of unknown cost"
+        if limit.money and unknown_cost_turns:
+            turns = "turn" if unknown_cost_turns == 1 else "turns"
+            text += f" — partial: {unknown_cost_turns} model {turns} of unknown cost"
         rows.append(
             {
                 "field": limit.field,

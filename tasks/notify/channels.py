@@ -309,19 +309,21 @@ def _send_webhook(target, message: Message) -> str:
     guard = Guard(deadline, None)
     try:
         # No redirects: a POST that is redirected is not the POST that was signed for this URL.
-        with httpx.Client(
-            transport=PinnedTransport(host, addresses, guard),
-            follow_redirects=False,
-            trust_env=False,
-            timeout=timeout,
-        ) as client:
-            with client.stream("POST", target.address, content=body, headers=headers) as response:
-                status = response.status_code
-                read = 0
-                for chunk in response.iter_raw():  # drained a little, never kept
-                    read += len(chunk)
-                    if read >= MAX_RESPONSE_BYTES:
-                        break
+        with (
+            httpx.Client(
+                transport=PinnedTransport(host, addresses, guard),
+                follow_redirects=False,
+                trust_env=False,
+                timeout=timeout,
+            ) as client,
+            client.stream("POST", target.address, content=body, headers=headers) as response,
+        ):
+            status = response.status_code
+            read = 0
+            for chunk in response.iter_raw():  # drained a little, never kept
+                read += len(chunk)
+                if read >= MAX_RESPONSE_BYTES:
+                    break
     except httpx.TimeoutException:
         raise DeliveryFailed(f"no answer within {timeout:g} s", code="timeout") from None
     except httpx.HTTPError as exc:

@@ -58,10 +58,9 @@ class PassReport:
 
 def _claim(skip_targets: list[int]) -> tuple[int, int] | None:
     lease = settings.ACTHELM_NOTIFY_TIMEOUT_SECONDS * 2 + 30
-    with transaction.atomic():
-        with connection.cursor() as cursor:
-            cursor.execute(_CLAIM_SQL, [skip_targets, lease])
-            return cursor.fetchone()
+    with transaction.atomic(), connection.cursor() as cursor:
+        cursor.execute(_CLAIM_SQL, [skip_targets, lease])
+        return cursor.fetchone()
 
 
 def retry_delay(attempts: int) -> float:

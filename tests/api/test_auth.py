@@ -163,7 +163,7 @@ def test_each_action_needs_the_same_permission_as_in_the_console():
     from console import actions, shared
     from console.views import approvals as approval_views
 
-    assert endpoints.ACTION_PERMS == {n: e.perm for n, e in actions.REGISTRY.items()}
+    assert {n: e.perm for n, e in actions.REGISTRY.items()} == endpoints.ACTION_PERMS
     assert set(endpoints.ACTION_PERMS) == set(endpoints.A)
     assert endpoints.INBOX_PERMS == approval_views.INBOX_PERMS == shared.INBOX_PERMS
     assert (endpoints.VIEW_PERM, endpoints.ADD_PERM) == (shared.VIEW_PERM, shared.ADD_PERM)

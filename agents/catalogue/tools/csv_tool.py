@@ -121,24 +121,24 @@ def _fmt(x: Any) -> str:
 
 class _Column:
     __slots__ = (
-        "name",
-        "nulls",
-        "values",
-        "kind",
-        "n",
-        "mean",
-        "m2",
-        "total",
-        "min",
-        "max",
-        "true_count",
-        "has_time",
         "distinct",
         "distinct_over",
-        "samples",
+        "has_time",
+        "kind",
+        "m2",
+        "max",
         "max_len",
+        "mean",
+        "min",
+        "n",
+        "name",
+        "nulls",
+        "samples",
         "text_since_row",
         "text_value",
+        "total",
+        "true_count",
+        "values",
     )
 
     def __init__(self, name: str) -> None:
@@ -382,7 +382,7 @@ def _compare[T: (str, float)](a: T, b: T, op: str) -> bool:
 
 
 class _Agg:
-    __slots__ = ("rows", "non_null", "n", "total", "min", "max", "skipped")
+    __slots__ = ("max", "min", "n", "non_null", "rows", "skipped", "total")
 
     def __init__(self) -> None:
         self.rows = 0

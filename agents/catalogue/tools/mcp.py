@@ -478,10 +478,9 @@ class _Runner[R]:
 
     def cancel(self) -> None:
         if self.loop is not None and self.task is not None:
-            try:
+            # RuntimeError: the loop already closed; the call is over anyway.
+            with contextlib.suppress(RuntimeError):
                 self.loop.call_soon_threadsafe(self.task.cancel)
-            except RuntimeError:  # the loop already closed: the call is over anyway
-                pass
 
     def run(self, *, deadline: float, cancel_event: threading.Event | None) -> R:
         thread = threading.Thread(target=self._thread, name="mcp-call", daemon=True)

@@ -290,6 +290,7 @@ class Command(BaseCommand):
         if as_json:
             return emit(self, info | {"content": content}, as_json=True)
         self.stdout.write(_printable(content.replace("\r\n", "\n")), ending="")
+        return None
 
     def _task(self, task_id: int) -> Task:
         try:
