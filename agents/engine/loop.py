@@ -49,7 +49,6 @@ from agents.engine.leases import holds_now
 from agents.engine.outcomes import Outcome, OutcomeKind, apply_outcome
 from agents.engine.prompting import DISCARDED_NOTE, History, result_for_model, system_prompt
 from agents.engine.recorder import (
-    ApprovalFields,
     CallState,
     NewCall,
     NewTurn,
@@ -62,6 +61,7 @@ from agents.engine.recorder import (
 from agents.engine.usage import ZERO, Usage, first_reached, headroom, is_mcp_tool, remaining
 from agents.states import TOOL_CALL_DONE, CostTier, FailureCode, Role
 from agents.states import ToolCallStatus as TC
+from approvals.services import ApprovalRequest
 from approvals.states import ApprovalReason
 from core import telemetry
 from core.actors import Actor
@@ -648,7 +648,7 @@ class AgentLoop:
             return self.approvals[call.pk] == digest
         return call.pk in self.run_again and call.arguments_hash == digest
 
-    def _approval(self, d: Decision) -> ApprovalFields:
+    def _approval(self, d: Decision) -> ApprovalRequest:
         tool, args = d.operation()
         return {
             "tool": tool.name,
