@@ -25,18 +25,9 @@ Checks (keys of `expect`):
 """
 
 import re
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass
 
-# A call that was executed: the tool code ran (or was running when the worker stopped).
-EXECUTED = frozenset({"running", "succeeded", "failed", "unknown"})
-
-
-@dataclass(frozen=True)
-class CallRecord:
-    tool: str
-    status: str
-    error_code: str = ""
-    run_count: int = 0
+from agents.engine.acceptance import EXECUTED, CallSeen, RunRecord
 
 
 @dataclass(frozen=True)
@@ -46,17 +37,17 @@ class ApprovalRecord:
     status: str
 
 
-@dataclass(frozen=True)
-class TaskRecord:
-    """What the grader sees of a settled task, read from the database by agents.eval.record."""
+@dataclass(frozen=True, kw_only=True)
+class TaskRecord(RunRecord):
+    """What the grader sees of a settled task, read from the database by agents.eval.record: what
+    its runs produced as the acceptance checks see it (`RunRecord`: the answer, the artifacts by
+    name, read through the checks' bounded reader, `RunRecord.text`, the tool calls), and what
+    the grader also judges — the final state, approvals, plan, usage and models."""
 
     task_id: int
     state: str
     failure_code: str = ""
     last_error_code: str = ""
-    answer: str = ""
-    artifacts: dict[str, str | None] = field(default_factory=dict)  # None: not readable text
-    calls: tuple[CallRecord, ...] = ()
     approvals: tuple[ApprovalRecord, ...] = ()
     plan: bool = False
     model_turns: int = 0
@@ -129,9 +120,10 @@ def check_artifacts(want, r: TaskRecord) -> list[Check]:
         if name not in r.artifacts:
             checks.append(Check(label, False, f"missing (have: {sorted(r.artifacts) or 'none'})"))
             continue
-        content = r.artifacts[name]
+        content = r.text(name)
         if content is None:
-            checks.append(Check(label, False, "not readable as UTF-8 text"))
+            detail = f"not readable as UTF-8 text of at most {r.read_limit:,} bytes"
+            checks.append(Check(label, False, detail))
             continue
         problems = []
         if "equals" in spec and content.strip() != str(spec["equals"]).strip():
@@ -153,7 +145,7 @@ def check_no_artifacts(want, r: TaskRecord) -> Check:
     return Check("no_artifacts", not present, f"present: {present}" if present else "none")
 
 
-def _calls(r: TaskRecord, tool: str) -> list[CallRecord]:
+def _calls(r: TaskRecord, tool: str) -> list[CallSeen]:
     return [c for c in r.calls if c.tool == tool]
 
 
