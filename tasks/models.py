@@ -143,7 +143,7 @@ class Task(models.Model):
                 condition=Q(status__in=TaskStatus.values), name="task_status_valid"
             ),
             models.CheckConstraint(
-                condition=~Q(status__in=[TaskStatus.IN_PROGRESS, TaskStatus.PAUSE_REQUESTED])
+                condition=~Q(status__in=sorted(HELD))
                 | (Q(lease_expires_at__isnull=False) & ~Q(lease_owner="")),
                 name="task_held_has_lease",
             ),

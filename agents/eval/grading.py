@@ -26,22 +26,13 @@ Checks (keys of `expect`):
 
 import re
 from collections.abc import Callable, Mapping
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass
 from typing import Any
+
+from agents.engine.acceptance import EXECUTED, CallSeen, RunRecord
 
 # A case's `expect` mapping, as its YAML file wrote it (validate_expect checks its shape).
 Expect = Mapping[str, Any]
-
-# A call that was executed: the tool code ran (or was running when the worker stopped).
-EXECUTED = frozenset({"running", "succeeded", "failed", "unknown"})
-
-
-@dataclass(frozen=True)
-class CallRecord:
-    tool: str
-    status: str
-    error_code: str = ""
-    run_count: int = 0
 
 
 @dataclass(frozen=True)
@@ -51,17 +42,17 @@ class ApprovalRecord:
     status: str
 
 
-@dataclass(frozen=True)
-class TaskRecord:
-    """What the grader sees of a settled task, read from the database by agents.eval.record."""
+@dataclass(frozen=True, kw_only=True)
+class TaskRecord(RunRecord):
+    """What the grader sees of a settled task, read from the database by agents.eval.record: what
+    its runs produced as the acceptance checks see it (`RunRecord`: the answer, the artifacts by
+    name, read through the checks' bounded reader, `RunRecord.text`, the tool calls), and what
+    the grader also judges — the final state, approvals, plan, usage and models."""
 
     task_id: int
     state: str
     failure_code: str = ""
     last_error_code: str = ""
-    answer: str = ""
-    artifacts: dict[str, str | None] = field(default_factory=dict)  # None: not readable text
-    calls: tuple[CallRecord, ...] = ()
     approvals: tuple[ApprovalRecord, ...] = ()
     plan: bool = False
     model_turns: int = 0
@@ -134,9 +125,10 @@ def check_artifacts(want: Mapping[str, Mapping[str, Any] | None], r: TaskRecord)
         if name not in r.artifacts:
             checks.append(Check(label, False, f"missing (have: {sorted(r.artifacts) or 'none'})"))
             continue
-        content = r.artifacts[name]
+        content = r.text(name)
         if content is None:
-            checks.append(Check(label, False, "not readable as UTF-8 text"))
+            detail = f"not readable as UTF-8 text of at most {r.read_limit:,} bytes"
+            checks.append(Check(label, False, detail))
             continue
         problems = []
         if "equals" in spec and content.strip() != str(spec["equals"]).strip():
@@ -158,7 +150,7 @@ def check_no_artifacts(want: str | list[str], r: TaskRecord) -> Check:
     return Check("no_artifacts", not present, f"present: {present}" if present else "none")
 
 
-def _calls(r: TaskRecord, tool: str) -> list[CallRecord]:
+def _calls(r: TaskRecord, tool: str) -> list[CallSeen]:
     return [c for c in r.calls if c.tool == tool]
 
 
