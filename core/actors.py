@@ -27,7 +27,9 @@ class Actor:
     api_token: tuple[int, str] | None = None
 
     @classmethod
-    def person(cls, user: "User | AnonymousUser", *, api_token: tuple[int, str] | None = None) -> "Actor":
+    def person(
+        cls, user: "User | AnonymousUser", *, api_token: tuple[int, str] | None = None
+    ) -> "Actor":
         return cls(kind=ActorKind.PERSON, label=user.get_username(), user=user, api_token=api_token)
 
     @property

@@ -12,7 +12,9 @@ INT32_MAX = 2**31 - 1
 INT32_MIN = -(2**31)
 
 
-def whole_number(value: object, *, name: str, minimum: int = INT32_MIN, maximum: int = INT32_MAX) -> int:
+def whole_number(
+    value: object, *, name: str, minimum: int = INT32_MIN, maximum: int = INT32_MAX
+) -> int:
     """``value`` as an int within [minimum, maximum]; else InvalidInput (``invalid_input`` for
     what is not a whole number, ``number_out_of_range`` for a number outside the bounds)."""
     if isinstance(value, bool):
