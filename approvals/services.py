@@ -13,6 +13,7 @@ from approvals.models import Approval, ReviewDecision
 from approvals.states import ApprovalStatus, ReviewChoice
 from core.actors import Actor
 from core.exceptions import StaleDecision
+from tasks.models import Task
 
 
 class ApprovalRequest(TypedDict):
@@ -66,7 +67,7 @@ def decide_approval_row(approval: Approval, status: str, actor: Actor) -> None:
     approval.refresh_from_db(fields=["status", "decided_by", "decided_at"])
 
 
-def settle_for_cancelled_task(task) -> dict:
+def settle_for_cancelled_task(task: Task) -> dict[str, int]:
     """The task was cancelled: its open approvals and needs_review decisions can no longer be
     decided. Settle them (in the cancel's transaction) so the inbox shows only live ones; the
     operations stay unrun."""

@@ -4,6 +4,7 @@ from django.conf import settings
 from django.contrib.postgres.fields import ArrayField
 from django.db import models
 from django.db.models import Q
+from django.db.models.expressions import Combinable
 
 from core.actors import ActorKind
 from tasks.limits import BY_FIELD
@@ -14,7 +15,9 @@ def default_tools() -> list[str]:
     return list(settings.ACTHELM_DEFAULT_TOOLS)
 
 
-def _limit_field(name: str) -> models.PositiveIntegerField:
+def _limit_field(
+    name: str,
+) -> "models.PositiveIntegerField[float | int | str | Combinable, int]":
     """A whole-number limit column, its default from the limits table."""
     return models.PositiveIntegerField(default=BY_FIELD[name].default)
 

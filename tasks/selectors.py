@@ -1,20 +1,22 @@
 """Reads of tasks for the console, the CLI and the API."""
 
 from dataclasses import dataclass
+from decimal import Decimal
+from typing import Any, TypedDict
 
-from django.db.models import Count
+from django.db.models import Count, Model, QuerySet
 
 from tasks.limits import LIMITS, Limit
 from tasks.models import Goal, Task, TaskEvent
 from tasks.states import OPEN, TaskStatus, allowed_actions
 
 
-def _limit_value(value, limit: Limit):
+def _limit_value(value: int | Decimal | None, limit: Limit) -> int | Decimal | str | None:
     return str(value) if limit.money and value is not None else value
 
 
-def task_as_dict(task: Task) -> dict:
-    data = {
+def task_as_dict(task: Task) -> dict[str, Any]:
+    data: dict[str, Any] = {
         "id": task.pk,
         "title": task.title,
         "instruction": task.instruction,
@@ -30,8 +32,8 @@ def task_as_dict(task: Task) -> dict:
         "tool_policies": task.tool_policies,
         "allowed_domains": list(task.allowed_domains),
         "acceptance_checks": list(task.acceptance_checks or []),
-        "connection": task.connection.name if task.connection_id else None,
-        "model": task.model.name if task.model_id else None,
+        "connection": task.connection.name if task.connection is not None else None,
+        "model": task.model.name if task.model is not None else None,
         "limits": {limit.key: _limit_value(getattr(task, limit.field), limit) for limit in LIMITS},
         "claim_count": task.claim_count,
         "lease_owner": task.lease_owner or None,
@@ -52,7 +54,24 @@ def task_as_dict(task: Task) -> dict:
     return data
 
 
-def event_as_dict(event: TaskEvent) -> dict:
+# A timeline event as the API and the CLI show it ("from" is a keyword: the functional form).
+EventJSON = TypedDict(
+    "EventJSON",
+    {
+        "id": int,
+        "kind": str,
+        "actor": str,
+        "actor_kind": str,
+        "from": str | None,
+        "to": str | None,
+        "run_id": int | None,
+        "data": dict[str, Any],  # what the event's kind records
+        "at": str,
+    },
+)
+
+
+def event_as_dict(event: TaskEvent) -> EventJSON:
     return {
         "id": event.pk,
         "kind": event.kind,
@@ -80,7 +99,8 @@ def blocking_reason(task: Task) -> str | None:
     )
     if not deps:
         return "All its dependencies are done; it becomes ready at the next reconciler pass."
-    waiting, stuck = [], []
+    waiting: list[str] = []
+    stuck: list[str] = []
     for dep in deps:
         name = f"#{dep['id']} “{dep['title']}”"
         if dep["status"] == TaskStatus.CANCELLED:
@@ -89,7 +109,7 @@ def blocking_reason(task: Task) -> str | None:
             stuck.append(f"{name} failed and is done only if it is retried and closed")
         else:
             waiting.append(f"{name} ({TaskStatus(dep['status']).label.lower()})")
-    parts = []
+    parts: list[str] = []
     if waiting:
         parts.append("Waits for " + ", ".join(waiting) + " to be done.")
     if stuck:
@@ -125,19 +145,21 @@ def status_counts(*, evaluation: bool = False) -> dict[str, int]:
 class TaskPage:
     """One page of a newest-first task list, and the keys of the pages around it."""
 
-    tasks: list
+    tasks: list[Task]
     older: int | None  # pass as `before` for the next (older) page
     newer: int | None  # pass as `after` for the previous (newer) page
 
 
-def newest_page(rows, *, key: str, size: int, before: int | None = None):
+def newest_page[M: Model](
+    rows: QuerySet[M], *, key: str, size: int, before: int | None = None
+) -> tuple[list[M], int | None]:
     """The newest `size` rows by `key` (those below `before` when given), oldest first, and the
     cursor of the next older page: pass it back as `before` (None when there is none). One
     bounded query, however long the transcript or the timeline."""
     if before is not None:
         rows = rows.filter(**{f"{key}__lt": before})
     page = list(rows.order_by(f"-{key}")[: size + 1])
-    older = getattr(page[size - 1], key) if len(page) > size else None
+    older: int | None = getattr(page[size - 1], key) if len(page) > size else None
     return page[:size][::-1], older
 
 
@@ -148,19 +170,23 @@ TRANSCRIPT_ALL_MAX = 500
 TIMELINE_SIZE = 200
 
 
-def transcript_page(turns, *, all_turns: bool = False, before: int | None = None):
+def transcript_page[M: Model](
+    turns: QuerySet[M], *, all_turns: bool = False, before: int | None = None
+) -> tuple[list[M], int | None]:
     """A task's transcript page (`turns` is its turn queryset, prefetched as the caller needs):
     the newest 100 turns (500 with `all_turns`) below `before`, and the next older cursor."""
     size = TRANSCRIPT_ALL_MAX if all_turns else TRANSCRIPT_SIZE
     return newest_page(turns, key="index", size=size, before=before)
 
 
-def timeline_page(task: Task, *, before: int | None = None):
+def timeline_page(task: Task, *, before: int | None = None) -> tuple[list[TaskEvent], int | None]:
     """A task's timeline page: the newest 200 events below `before`, and the next older cursor."""
-    return newest_page(task.events, key="id", size=TIMELINE_SIZE, before=before)
+    return newest_page(task.events.all(), key="id", size=TIMELINE_SIZE, before=before)
 
 
-def task_keyset_page(tasks, *, before: int | None, after: int | None, size: int) -> TaskPage:
+def task_keyset_page(
+    tasks: QuerySet[Task], *, before: int | None, after: int | None, size: int
+) -> TaskPage:
     """Newest first, keyset-paginated on the primary key (no COUNT, no OFFSET): `before` gives
     the page of tasks older than that id, `after` the page newer than it."""
     if after and not before:
@@ -182,7 +208,7 @@ def task_keyset_page(tasks, *, before: int | None, after: int | None, size: int)
     )
 
 
-def goal_as_dict(goal: Goal, *, with_tasks: int = 0) -> dict:
+def goal_as_dict(goal: Goal, *, with_tasks: int = 0) -> dict[str, Any]:
     """A goal, its open-task counts by state, and (with_tasks) its newest tasks."""
     counts = dict(
         Task.objects.filter(goal=goal)
@@ -190,13 +216,13 @@ def goal_as_dict(goal: Goal, *, with_tasks: int = 0) -> dict:
         .annotate(n=Count("id"))
         .values_list("status", "n")
     )
-    data = {
+    data: dict[str, Any] = {
         "id": goal.pk,
         "title": goal.title,
         "description": goal.description,
         "active": goal.active,
         "acceptance_checks": list(goal.acceptance_checks or []),
-        "created_by": goal.created_by.get_username() if goal.created_by_id else None,
+        "created_by": goal.created_by.get_username() if goal.created_by is not None else None,
         "created_at": goal.created_at.isoformat(),
         "task_counts": counts,
         "open_tasks": sum(n for status, n in counts.items() if status in OPEN),

@@ -2,7 +2,9 @@
 and the worker call these; the state changes themselves happen in tasks.transitions."""
 
 import logging
+from collections.abc import Mapping
 from decimal import Decimal
+from typing import Any
 
 from django.conf import settings
 from django.db import transaction
@@ -19,6 +21,7 @@ from tasks.limits import (
     BY_FIELD,
     LIMITS,
     BadLimit,
+    LimitValues,
     money_amount,
 )
 from tasks.models import Goal, Task
@@ -40,7 +43,7 @@ from tasks.workspace import remove_task_files
 log = logging.getLogger("acthelm.tasks")
 
 
-def default_limits() -> dict:
+def default_limits() -> LimitValues:
     """The limits a new task gets: each limit's setting (`tasks.limits.LIMITS`)."""
     return {
         limit.field: money_limit(limit.field, value) if limit.money else int(value)
@@ -49,7 +52,7 @@ def default_limits() -> dict:
     }
 
 
-def money_limit(field: str, value) -> Decimal | None:
+def money_limit(field: str, value: object) -> Decimal | None:
     """A money limit as stored (empty: no limit); InvalidInput when it is not an amount."""
     try:
         return money_amount(field, value)
@@ -57,8 +60,8 @@ def money_limit(field: str, value) -> Decimal | None:
         raise InvalidInput(str(exc), field="limits") from None
 
 
-def validate_limits(limits: dict) -> dict:
-    clean = {}
+def validate_limits(limits: Mapping[str, object]) -> LimitValues:
+    clean: LimitValues = {}
     for field, value in limits.items():
         limit = BY_FIELD.get(field)
         if limit is None:
@@ -171,11 +174,11 @@ def task_reopen(*, actor: Actor, task_id: int, feedback: str) -> Task:
     return task
 
 
-def _jsonable(value):
+def _jsonable(value: int | Decimal | None) -> int | str | None:
     return str(value) if isinstance(value, Decimal) else value
 
 
-def task_set_limits(*, actor: Actor, task_id: int, **limits) -> Task:
+def task_set_limits(*, actor: Actor, task_id: int, **limits: object) -> Task:
     """Raise or lower a task's limits while no worker holds it."""
     clean = validate_limits(limits)
     with transaction.atomic():
@@ -217,7 +220,11 @@ def task_delete(*, actor: Actor, task_id: int) -> None:
 
 
 def goal_create(
-    *, actor: Actor, title: str, description: str = "", acceptance_checks: list | None = None
+    *,
+    actor: Actor,
+    title: str,
+    description: str = "",
+    acceptance_checks: list[dict[str, Any]] | None = None,
 ) -> Goal:
     """A new active goal; the reconciler plans it at its next pass while it has no open work.
 
