@@ -11,6 +11,7 @@ never by a person, so they are not in it.
 from dataclasses import dataclass
 
 from django.db import connection
+from django.db.models import QuerySet
 
 from approvals.models import Approval, ReviewDecision
 from approvals.states import ApprovalStatus, ReviewChoice
@@ -33,7 +34,7 @@ def _command(action: str, task_id: int, op_id: int, arguments_hash: str) -> str:
     return f"manage.py acthelm_task {action} {task_id} {op_id} --hash {arguments_hash}"
 
 
-def decidable_approvals():
+def decidable_approvals() -> QuerySet[Approval]:
     """Pending approvals a person can still decide: the task waits for them, and it is not an
     evaluation task. Oldest first."""
     return (
@@ -47,7 +48,7 @@ def decidable_approvals():
     )
 
 
-def decidable_reviews():
+def decidable_reviews() -> QuerySet[ReviewDecision]:
     """Pending needs_review decisions a person can still decide (as `decidable_approvals`),
     with their tool call (without its result). Oldest first."""
     return (

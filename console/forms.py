@@ -6,6 +6,7 @@ from decimal import Decimal
 from django import forms
 from django.conf import settings
 from django.core.exceptions import ValidationError
+from django.db.models import QuerySet
 
 from agents.catalogue.tools import tool_names
 from agents.engine.acceptance import checks_from_lines, kind_names, validate_checks
@@ -45,7 +46,7 @@ class ModelChoice(forms.ModelChoiceField):
         return f"{obj.connection.name}/{obj.name} ({obj.get_test_status_display().lower()})"
 
 
-def model_queryset():
+def model_queryset() -> QuerySet[Model]:
     return Model.objects.select_related("connection").order_by("connection__name", "name")
 
 

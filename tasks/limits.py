@@ -9,6 +9,7 @@ the attribute of its `Usage` that a cumulative limit is compared with.
 """
 
 import os
+from collections.abc import Mapping
 from dataclasses import dataclass
 from decimal import Decimal, InvalidOperation
 
@@ -40,7 +41,7 @@ class Limit:
     def cumulative(self) -> bool:
         return bool(self.counter)
 
-    def from_environment(self, environ=os.environ):
+    def from_environment(self, environ: Mapping[str, str] = os.environ) -> int | str | None:
         """The default for new tasks, from the environment (settings use this)."""
         value = (environ.get(self.setting) or "").strip()
         if self.money:
