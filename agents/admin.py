@@ -25,6 +25,7 @@ from agents.models import (
     ToolServer,
     Turn,
 )
+from agents.permissions import MANAGE_CONNECTIONS, MANAGE_TOOLSERVERS
 from core.actors import Actor
 from core.exceptions import ActhelmError, NotPermitted
 
@@ -113,7 +114,7 @@ class ConnectionAdmin(admin.ModelAdmin):
         if not change:
             # A new connection: Connection.clean ran the services' validator; its models start
             # untested.
-            if not request.user.has_perm("agents.manage_connections"):
+            if not request.user.has_perm(MANAGE_CONNECTIONS):
                 raise PermissionDenied
             obj.save()
             return
@@ -218,7 +219,7 @@ class ToolServerAdmin(admin.ModelAdmin):
     actions = ["test_servers"]
 
     def _manages(self, request) -> bool:
-        return request.user.has_perm("agents.manage_toolservers")
+        return request.user.has_perm(MANAGE_TOOLSERVERS)
 
     def has_add_permission(self, request):
         return self._manages(request)

@@ -22,6 +22,7 @@ from tasks.limits import (
     money_amount,
 )
 from tasks.models import Goal, Task
+from tasks.permissions import ADD_GOAL, CHANGE_GOAL, CLOSE_TASK, OPERATE_TASK
 from tasks.states import (
     DELETABLE,
     EventKind,
@@ -70,7 +71,7 @@ def validate_limits(limits: dict) -> dict:
     return clean
 
 
-def act(task_id: int, action: str, actor: Actor, perm: str = "tasks.operate_task") -> Task:
+def act(task_id: int, action: str, actor: Actor, perm: str = OPERATE_TASK) -> Task:
     actor.require(perm)
     task = lock_task(task_id)
 
@@ -122,7 +123,7 @@ def task_close(*, actor: Actor, task_id: int) -> Task:
     if not actor.is_person:
         raise TransitionNotAllowed("only a person closes a task")
     with transaction.atomic():
-        task = act(task_id, "close", actor, perm="tasks.close_task")
+        task = act(task_id, "close", actor, perm=CLOSE_TASK)
         set_status(task, TaskStatus.DONE, actor=actor, kind=EventKind.CLOSED)
         promote_dependants(task, actor=actor)
     return task
@@ -132,7 +133,7 @@ def task_retry_now(*, actor: Actor, task_id: int) -> Task:
     """A ready task waiting for its retry back-off (or a cooldown) becomes claimable now: the
     wait is dropped and the workers are woken. Only a ready task with a wait; its attempts
     still count."""
-    actor.require("tasks.operate_task")
+    actor.require(OPERATE_TASK)
     with transaction.atomic():
         task = lock_task(task_id)
         if task.status != TaskStatus.READY or task.not_before is None:
@@ -157,7 +158,7 @@ def task_reopen(*, actor: Actor, task_id: int, feedback: str) -> Task:
     if not feedback:
         raise InvalidInput("reopening needs feedback for the next attempt", field="feedback")
     with transaction.atomic():
-        task = act(task_id, "reopen", actor, perm="tasks.close_task")
+        task = act(task_id, "reopen", actor, perm=CLOSE_TASK)
         set_status(
             task,
             TaskStatus.READY,
@@ -179,7 +180,7 @@ def task_set_limits(*, actor: Actor, task_id: int, **limits) -> Task:
     """Raise or lower a task's limits while no worker holds it."""
     clean = validate_limits(limits)
     with transaction.atomic():
-        actor.require("tasks.operate_task")
+        actor.require(OPERATE_TASK)
         task = lock_task(task_id)
         if task.is_held:
             raise TransitionNotAllowed(f"task {task_id} is running; pause it to change its limits")
@@ -223,7 +224,7 @@ def goal_create(
 
     `acceptance_checks` are stored as given: the interfaces call
     `agents.actions.tasks.goal_create`, which validates them (the kinds live in the engine)."""
-    actor.require("tasks.add_goal")
+    actor.require(ADD_GOAL)
     title, description = (title or "").strip(), (description or "").strip()
     if not title:
         raise InvalidInput("a goal needs a title", field="title")
@@ -242,7 +243,7 @@ def goal_create(
 def goal_deactivate(*, actor: Actor, goal_id: int) -> Goal:
     """The reconciler stops planning the goal. Its tasks keep their states: a person cancels
     or closes them one by one."""
-    actor.require("tasks.change_goal")
+    actor.require(CHANGE_GOAL)
     with transaction.atomic():
         goal = Goal.objects.select_for_update().filter(pk=goal_id).first()
         if goal is None:

@@ -28,20 +28,13 @@ from agents.actions import tasks as person_tasks
 from agents.catalogue import connections as agent_connections
 from agents.catalogue.connections import model_check_for_task
 from agents.models import Connection, ToolCall
+from agents.permissions import MANAGE_CONNECTIONS, VIEW_AGENTRUN, VIEW_CONNECTIONS_PERMS
 from agents.scorecard import model_scorecard, scorecard_window
 from agents.selectors import task_file
 from approvals.models import Approval, ReviewDecision
+from approvals.permissions import INBOX_PERMS
 from console.actions import ACTION_PERMS, REGISTRY
 from console.forms import model_queryset
-from console.shared import (
-    ADD_PERM,
-    INBOX_PERMS,
-    MANAGE_CONNECTIONS_PERM,
-    OPERATE_PERM,
-    SCORECARD_PERM,
-    VIEW_CONNECTIONS_PERMS,
-    VIEW_PERM,
-)
 from console.views.connections import display_url
 from core.actors import Actor
 from core.exceptions import (
@@ -55,15 +48,12 @@ from core.exceptions import (
 from tasks import services
 from tasks.limits import BY_FIELD, LIMIT_FIELDS
 from tasks.models import Goal, Task
+from tasks.permissions import ADD_GOAL, ADD_TASK, CHANGE_GOAL, OPERATE_TASK, VIEW_GOAL, VIEW_TASK
 from tasks.selectors import goal_as_dict, task_as_dict, task_keyset_page
 from tasks.states import Action
 from tasks.uploads import upload_refusal
 
 log = logging.getLogger("acthelm.api")
-
-VIEW_GOAL_PERM = "tasks.view_goal"
-ADD_GOAL_PERM = "tasks.add_goal"
-CHANGE_GOAL_PERM = "tasks.change_goal"
 
 A = Action
 # Each action's permission is the console's (console.actions.ACTION_PERMS).
@@ -281,7 +271,7 @@ class TaskFilters(s.TextIn):
 @api.get("/tasks", response={200: s.TaskPageOut, **ERRORS}, tags=["tasks"])
 def list_tasks(request, filters: Query[TaskFilters]):
     """Newest first, keyset-paginated on the id like the console's list (no COUNT, no OFFSET)."""
-    _require(request, VIEW_PERM)
+    _require(request, VIEW_TASK)
     tasks = Task.objects.select_related("connection", "model").filter(
         is_evaluation=filters.evaluation
     )
@@ -310,7 +300,7 @@ def create_task(
     """Create a task from form fields (multipart/form-data, with `files` as input files, or
     application/x-www-form-urlencoded). Repeat a field for a list: `-F tools=read_file -F
     tools=list_files`."""
-    actor = _require(request, ADD_PERM)
+    actor = _require(request, ADD_TASK)
     _refuse_unknown_fields(request.POST, s.TaskCreateIn, also={"files"})
     if refused := upload_refusal(request):  # a file over a cap, dropped while it streamed
         raise InvalidInput(refused, field="files")
@@ -373,7 +363,7 @@ def show_task(
     pending operations with their hashes, plan, usage, files and timeline (the newest 200
     events). Older turns and events page back: pass `older_turns` as `turns_before`,
     `older_events` as `events_before`."""
-    _require(request, VIEW_PERM)
+    _require(request, VIEW_TASK)
     data = task_detail(
         task_id,
         all_turns=turns == "all",
@@ -388,7 +378,7 @@ def show_task(
 @api.get("/tasks/{task_id}/calls/{call_id}/result", response={200: str, **ERRORS}, tags=["tasks"])
 def tool_call_result(request, task_id: int, call_id: int):
     """A tool call's whole result."""
-    _require(request, VIEW_PERM)
+    _require(request, VIEW_TASK)
     result = ToolCall.objects.filter(task_id=task_id, pk=call_id).values_list("result", flat=True)
     for text in result:
         return text
@@ -415,14 +405,14 @@ def _file_response(task_id: int, name: str, kind: str) -> FileResponse:
 @api.get("/tasks/{task_id}/artifacts/{name}", response={200: None, **ERRORS}, tags=["tasks"])
 def download_artifact(request, task_id: int, name: str):
     """An artifact's file, as an attachment (the names are in GET /tasks/{id} `artifacts`)."""
-    _require(request, VIEW_PERM)
+    _require(request, VIEW_TASK)
     return _file_response(task_id, name, "artifact")
 
 
 @api.get("/tasks/{task_id}/files/{name}", response={200: None, **ERRORS}, tags=["tasks"])
 def download_input_file(request, task_id: int, name: str):
     """An input file of the task's workspace, as an attachment (GET /tasks/{id} `input_files`)."""
-    _require(request, VIEW_PERM)
+    _require(request, VIEW_TASK)
     return _file_response(task_id, name, "input")
 
 
@@ -455,7 +445,7 @@ def resume_task(request, task_id: int, payload: s.ResumeIn = None):
 def model_check(request, task_id: int, model_id: int):
     """The checks a resume or retry on this model makes, without queueing anything."""
 
-    _require(request, OPERATE_PERM)
+    _require(request, OPERATE_TASK)
     task = _task_or_404(task_id)
     return model_check_for_task(task=task, model=_model(model_id)).as_dict()
 
@@ -620,7 +610,7 @@ def list_connections(request):
 def test_connection(request, connection_id: int, payload: s.ConnectionTestIn = None):
     """A real request per model (no transaction open meanwhile); records pass or fail."""
 
-    actor = _require(request, MANAGE_CONNECTIONS_PERM)
+    actor = _require(request, MANAGE_CONNECTIONS)
     conn = Connection.objects.filter(pk=connection_id).first()
     if conn is None:
         raise NotFound(f"connection {connection_id} does not exist", code="connection_not_found")
@@ -642,7 +632,7 @@ def scorecard(
 ):
     """How each connection/model did over a period (as `acthelm_task stats --json`)."""
 
-    _require(request, SCORECARD_PERM)
+    _require(request, VIEW_AGENTRUN)
     try:
         window = scorecard_window(period=period, since=since)
     except InvalidInput as exc:
@@ -662,7 +652,7 @@ def _goal_or_404(goal_id: int) -> Goal:
 
 @api.get("/goals", response={200: list[s.GoalOut], **ERRORS}, tags=["goals"])
 def list_goals(request, active: bool | None = None):
-    _require(request, VIEW_GOAL_PERM)
+    _require(request, VIEW_GOAL)
     goals = Goal.objects.select_related("created_by").order_by("-id")
     if active is not None:
         goals = goals.filter(active=active)
@@ -672,7 +662,7 @@ def list_goals(request, active: bool | None = None):
 @api.post("/goals", response={201: s.GoalOut, **ERRORS}, tags=["goals"])
 def create_goal(request, payload: s.GoalIn):
     """A new active goal: the reconciler plans it at its next pass."""
-    actor = _require(request, ADD_GOAL_PERM)
+    actor = _require(request, ADD_GOAL)
     goal = person_tasks.goal_create(
         actor=actor,
         title=payload.title,
@@ -685,13 +675,13 @@ def create_goal(request, payload: s.GoalIn):
 @api.get("/goals/{goal_id}", response={200: s.GoalDetailOut, **ERRORS}, tags=["goals"])
 def show_goal(request, goal_id: int):
     """The goal with its newest 100 tasks (GET /tasks?goal_id= pages through all of them)."""
-    _require(request, VIEW_GOAL_PERM)
+    _require(request, VIEW_GOAL)
     return goal_as_dict(_goal_or_404(goal_id), with_tasks=GOAL_TASKS)
 
 
 @api.post("/goals/{goal_id}/deactivate", response={200: s.GoalOut, **ERRORS}, tags=["goals"])
 def deactivate_goal(request, goal_id: int):
     """The reconciler stops planning it; its tasks keep their states."""
-    actor = _require(request, CHANGE_GOAL_PERM)
+    actor = _require(request, CHANGE_GOAL)
     services.goal_deactivate(actor=actor, goal_id=goal_id)
     return goal_as_dict(_goal_or_404(goal_id))

@@ -12,6 +12,7 @@ from agents.engine.transitions import set_call_status
 from agents.models import ToolCall
 from agents.states import ToolCallStatus
 from approvals.models import Approval, ReviewDecision
+from approvals.permissions import DECIDE_APPROVAL
 from approvals.services import decide_approval_row, decide_review_row
 from approvals.states import ApprovalStatus, ReviewChoice
 from core.actors import Actor
@@ -62,7 +63,7 @@ def _queue_when_settled(task, actor: Actor, still_open, *, after: str) -> None:
 
 
 def _decide_approval(*, actor: Actor, approval_id: int, arguments_hash: str, approve: bool):
-    actor.require("approvals.decide_approval")
+    actor.require(DECIDE_APPROVAL)
     with transaction.atomic():
         task, approval = _lock_with_task(Approval, approval_id, "approval")
         if task.status != TaskStatus.AWAITING_APPROVAL:
@@ -112,7 +113,7 @@ def approval_deny(*, actor: Actor, approval_id: int, arguments_hash: str) -> App
 
 
 def _decide_review(*, actor: Actor, decision_id: int, arguments_hash: str, choice: str):
-    actor.require("approvals.decide_approval")
+    actor.require(DECIDE_APPROVAL)
     with transaction.atomic():
         task, decision = _lock_with_task(ReviewDecision, decision_id, "decision")
         if task.status != TaskStatus.NEEDS_REVIEW:

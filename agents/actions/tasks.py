@@ -33,6 +33,7 @@ from tasks.limits import (
     limit_for_failure,
 )
 from tasks.models import Goal, Task
+from tasks.permissions import OPERATE_TASK
 from tasks.services import (
     act,
     note_stuck_dependants,
@@ -255,7 +256,7 @@ def _event_value(value):
 def task_update(*, actor: Actor, task_id: int, changes: dict) -> Task:
     """A person's edit of a task's settings (the admin page): checked like a new task, refused
     while a worker holds the task, written with an `edited` event naming each change."""
-    actor.require("tasks.operate_task")
+    actor.require(OPERATE_TASK)
     with transaction.atomic():
         task = lock_task(task_id)
         if task.is_held:

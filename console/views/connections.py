@@ -22,12 +22,9 @@ from agents.catalogue import connections as catalogue
 from agents.catalogue.connection_rules import MAX_TIMEOUT_SECONDS, connection_kind_choices
 from agents.catalogue.providers import get_provider_class
 from agents.models import Connection, Model
+from agents.permissions import MANAGE_CONNECTIONS, VIEW_CONNECTIONS_PERMS
 from agents.states import CostTier
-from console.shared import (
-    MANAGE_CONNECTIONS_PERM,
-    VIEW_CONNECTIONS_PERMS,
-    login_required,
-)
+from console.shared import login_required
 from core.actors import Actor
 from core.exceptions import ActhelmError, InvalidInput, NotPermitted
 from core.numbers import INT32_MAX, INT32_MIN, whole_number
@@ -136,7 +133,7 @@ def _render(request, *, form=None, error=None, status=200):
         # The executable only: arguments could carry something secret by mistake.
         conn.program = conn.command[0] if conn.command else ""
         conn.extra_args = max(0, len(conn.command) - 1)
-    can_manage = request.user.has_perm(MANAGE_CONNECTIONS_PERM)
+    can_manage = request.user.has_perm(MANAGE_CONNECTIONS)
     context = {
         "connections": connections,
         "can_manage": can_manage,
@@ -157,7 +154,7 @@ def connections(request):
 @require_POST
 @login_required
 def connection_add(request):
-    if not request.user.has_perm(MANAGE_CONNECTIONS_PERM):
+    if not request.user.has_perm(MANAGE_CONNECTIONS):
         raise PermissionDenied
     form = ConnectionForm(request.POST)
     if not form.is_valid():
@@ -178,7 +175,7 @@ def connection_add(request):
 @login_required
 def connection_test(request, pk: int):
     """A real request per model; no transaction is open while it runs."""
-    if not request.user.has_perm(MANAGE_CONNECTIONS_PERM):
+    if not request.user.has_perm(MANAGE_CONNECTIONS):
         raise PermissionDenied
     conn = get_object_or_404(Connection, pk=pk)
     try:
@@ -232,7 +229,7 @@ def model_prices(request):
         raise PermissionDenied
     error, status = None, 200
     if request.method == "POST":
-        if not request.user.has_perm(MANAGE_CONNECTIONS_PERM):
+        if not request.user.has_perm(MANAGE_CONNECTIONS):
             raise PermissionDenied
         model_id = request.POST.get("model", "")
         try:
@@ -251,7 +248,7 @@ def model_prices(request):
             return redirect(reverse("agents:model_prices") + f"#model-{model.pk}")
     context = {
         "rows": _price_rows(),
-        "can_manage": request.user.has_perm(MANAGE_CONNECTIONS_PERM),
+        "can_manage": request.user.has_perm(MANAGE_CONNECTIONS),
         "error": error,
     }
     return render(request, "console/model_prices.html", context, status=status)

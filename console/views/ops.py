@@ -24,8 +24,9 @@ from django.views.decorators.cache import never_cache
 from django.views.decorators.http import require_GET
 
 from agents.models import AgentRun, Connection, WorkerSeen
+from agents.permissions import VIEW_AGENTRUN
 from agents.states import RunStatus
-from console.shared import SCORECARD_PERM, console_view
+from console.shared import console_view
 from tasks.models import Task, TaskEvent
 from tasks.states import HELD, EventKind, TaskStatus
 
@@ -376,7 +377,7 @@ def _last_heartbeat(lease: dict, run: dict) -> datetime | None:
 # Who may see the worker page (every worker, the tasks it holds, its runs' heartbeats): who may
 # see the runs, the permission of the console's other operational pages (the scorecard and the
 # evaluation page). Staff status alone shows nothing here.
-WORKERS_PERM = SCORECARD_PERM
+WORKERS_PERM = VIEW_AGENTRUN
 
 
 @console_view(WORKERS_PERM)

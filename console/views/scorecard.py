@@ -3,8 +3,9 @@
 from django.shortcuts import render
 from django.views.decorators.http import require_GET
 
+from agents.permissions import VIEW_AGENTRUN
 from agents.scorecard import DEFAULT_PERIOD, PERIODS, model_scorecard, scorecard_window
-from console.shared import SCORECARD_PERM, console_view
+from console.shared import console_view
 from core.exceptions import InvalidInput
 
 # The chart's bars: (field, label, CSS class).
@@ -86,7 +87,7 @@ def cost_chart(card) -> dict:
 
 
 @require_GET
-@console_view(SCORECARD_PERM)
+@console_view(VIEW_AGENTRUN)
 def scorecard(request):
     period = request.GET.get("period") or DEFAULT_PERIOD
     since = (request.GET.get("since") or "").strip()

@@ -47,8 +47,6 @@ from console.actions import (
 from console.forms import TaskCreateForm, model_queryset
 from console.preview import proposed_file
 from console.shared import (
-    ADD_PERM,
-    OPERATE_PERM,
     OUTCOME_UNKNOWN,
     console_view,
     positive_int,
@@ -62,6 +60,7 @@ from tasks import services
 from tasks.limits import BY_FIELD, CUMULATIVE, PER_ITEM, limit_for_failure
 from tasks.models import Task
 from tasks.notify.selectors import task_notifications
+from tasks.permissions import ADD_TASK, OPERATE_TASK
 from tasks.selectors import status_counts, task_keyset_page, timeline_page, transcript_page
 from tasks.states import Action, EventKind, TaskKind, TaskStatus, allowed_actions
 from tasks.uploads import upload_refusal
@@ -124,7 +123,7 @@ def task_list(request):
         "statuses": [(value, label, counts.get(value)) for value, label in TaskStatus.choices],
         "older": page.older,
         "newer": page.newer,
-        "can_add": request.user.has_perm(ADD_PERM),
+        "can_add": request.user.has_perm(ADD_TASK),
     }
     # The list refreshes itself: a poll asks for its rows only.
     template = "console/task_list.html#rows" if request.htmx else "console/task_list.html"
@@ -135,7 +134,7 @@ def task_list(request):
 
 
 @require_http_methods(["GET", "POST"])
-@console_view(ADD_PERM)
+@console_view(ADD_TASK)
 def task_create(request):
     form = TaskCreateForm(request.POST or None, request.FILES or None)
     status = 200
@@ -343,7 +342,7 @@ def task_page_context(request, pk: int) -> dict:
     context = {
         "now": now,  # a cooling connection the task waits for
         "why": state_why(task, events, now),
-        "can_retry_now": request.user.has_perm(OPERATE_PERM),
+        "can_retry_now": request.user.has_perm(OPERATE_TASK),
         "task": task,
         "polling": task.status in POLLING,
         "poll_seconds": POLL_SECONDS,
@@ -581,7 +580,7 @@ def task_action(request, pk: int, action: str):
 
 
 @require_POST
-@console_view(OPERATE_PERM)
+@console_view(OPERATE_TASK)
 def task_retry_now(request, pk: int):
     """Drop a ready task's retry back-off (tasks.services.task_retry_now)."""
     try:
@@ -595,7 +594,7 @@ def task_retry_now(request, pk: int):
 
 
 @require_GET
-@console_view(OPERATE_PERM)
+@console_view(OPERATE_TASK)
 def task_model_check(request, pk: int):
     """The checks of a model for this task, shown before a resume or retry queues it."""
     task = get_object_or_404(Task, pk=pk)

@@ -8,6 +8,7 @@ from django.utils.html import format_html
 from core.exceptions import ActhelmError
 from tasks.notify.models import Notification, NotificationTarget
 from tasks.notify.targets import notifications_retry, target_test
+from tasks.permissions import CHANGE_NOTIFICATION_TARGET
 
 
 @admin.register(NotificationTarget)
@@ -83,4 +84,4 @@ class NotificationAdmin(admin.ModelAdmin):
         self.message_user(request, f"{count} notification(s) queued again.", messages.SUCCESS)
 
     def has_retry_permission(self, request):
-        return request.user.has_perm("tasks.change_notificationtarget")
+        return request.user.has_perm(CHANGE_NOTIFICATION_TARGET)
