@@ -174,7 +174,7 @@ REGISTRY: dict[str, ConsoleAction] = {
         ConsoleAction(
             A.CANCEL,
             OPERATE_TASK,
-            person_tasks.task_cancel,
+            services.task_cancel,
             inputs=(Input("reason", help="why (shown on the timeline)"),),
             success="Task cancelled: no further step starts.",
             confirm="Cancel task #{pk}? No further step starts and it cannot be resumed.",

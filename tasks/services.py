@@ -1,7 +1,11 @@
-"""Every person's action on a task, plus task creation. Views, admin actions, management commands
-and the worker call these; the state changes themselves happen in tasks.transitions."""
+"""A person's actions on a task that the ledger owns: pause, withdraw a pause, cancel, close,
+reopen, retry now, limits, delete; and goals. The console, the admin, the CLI and the API call
+these (the worker calls `note_stuck_dependants`); the status itself is written by
+`tasks.transitions`. A task is created by `agents.engine.intake`; the actions that check a model or
+the tools (resume, retry, edit) are `agents.actions.tasks`."""
 
 import logging
+from collections.abc import Callable
 from decimal import Decimal
 
 from django.conf import settings
@@ -102,7 +106,7 @@ def task_withdraw_pause(*, actor: Actor, task_id: int) -> Task:
 
 def note_stuck_dependants(task: Task, *, actor: Actor) -> list[int]:
     """`task` was cancelled or failed: each blocked dependant stays blocked, and its timeline says
-    why. Called in the transaction that moved `task` (task_cancel here; the worker when it fails a
+    why. Called in the transaction that moved `task` (`task_cancel`; the worker when it fails a
     task). Returns the dependants noted."""
     noted = []
     for dependant in Task.objects.filter(
@@ -116,6 +120,42 @@ def note_stuck_dependants(task: Task, *, actor: Actor) -> list[int]:
         )
         noted.append(dependant.pk)
     return noted
+
+
+#: What a cancel settles in the apps above the ledger, each in the cancel's transaction: a
+#: function of the locked task that returns what the `cancelled` event records. The apps that own
+#: those rows register them when they are ready (`agents.apps`: the runs and the tool calls in
+#: flight; `approvals.apps`: the open decisions), so the ledger calls them without importing them.
+CancelSettler = Callable[[Task], dict]
+_cancel_settlers: list[CancelSettler] = []
+
+
+def settle_on_cancel(settler: CancelSettler) -> None:
+    """Register what a cancel settles in another app (called from an `AppConfig.ready`)."""
+    if settler not in _cancel_settlers:
+        _cancel_settlers.append(settler)
+
+
+def task_cancel(*, actor: Actor, task_id: int, reason: str = "") -> Task:
+    """A person's cancel, whichever door it comes through (console, admin, CLI, API): no further
+    step starts. In one transaction that holds the task's lock: each registered settler (a
+    running attempt ends now, its worker notices at its next safe point; a tool call in flight
+    becomes `unknown`; open approvals and needs_review decisions are cancelled), then the status
+    with a `cancelled` event that records what was settled, and blocked dependants noted."""
+    with transaction.atomic():
+        task = act(task_id, "cancel", actor)
+        settled: dict = {}
+        for settler in _cancel_settlers:
+            settled |= settler(task)
+        set_status(
+            task,
+            TaskStatus.CANCELLED,
+            actor=actor,
+            kind=EventKind.CANCELLED,
+            data={"reason": reason, **settled},
+        )
+        note_stuck_dependants(task, actor=actor)
+    return task
 
 
 def task_close(*, actor: Actor, task_id: int) -> Task:

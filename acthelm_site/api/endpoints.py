@@ -454,7 +454,7 @@ def model_check(request, task_id: int, model_id: int):
 def cancel_task(request, task_id: int, payload: s.CancelIn = None):
     actor = _require(request, ACTION_PERMS[A.CANCEL])
     reason = (payload.reason if payload else "").strip()
-    person_tasks.task_cancel(actor=actor, task_id=task_id, reason=reason)
+    services.task_cancel(actor=actor, task_id=task_id, reason=reason)
     return _done(request, task_id, A.CANCEL)
 
 

@@ -1,26 +1,23 @@
 """A person's actions on tasks that reach past the ledger: a task created with its input files,
-resumed on another model, cancelled (its runs ended and its open decisions settled), retried
-with what remains of its limits, edited; a goal created with its acceptance checks.
+resumed on another model, retried with what remains of its limits, edited; a goal created with
+its acceptance checks.
 
 A task itself is created by `agents.engine.intake.task_create`, the one path by which a task
-enters, whoever creates it. `tasks.services` holds the actions that touch the ledger alone
-(pause, close, reopen, limits, delete, goals, dependencies). Each still moves the task's status
+enters, whoever creates it. `tasks.services` holds the actions the ledger owns (pause, cancel,
+close, reopen, limits, delete, goals); a cancel reaches the runs and the open decisions through
+what `agents.apps` and `approvals.apps` register with it. Each action moves the task's status
 only through `tasks.transitions`."""
 
 import logging
 from pathlib import Path
 
 from django.db import transaction
-from django.utils import timezone
 
 from agents.catalogue.connections import model_check_for_task
 from agents.engine.acceptance import validate_checks
 from agents.engine.intake import _validate_tools, task_create
-from agents.engine.transitions import end_started_runs, set_call_status
 from agents.engine.usage import exhausted_limits
-from agents.models import ToolCall
-from agents.states import FailureCode, RunStatus, ToolCallStatus
-from approvals.services import settle_for_cancelled_task
+from agents.states import FailureCode
 from core.actors import Actor
 from core.exceptions import (
     InvalidInput,
@@ -36,11 +33,11 @@ from tasks.models import Goal, Task
 from tasks.permissions import OPERATE_TASK
 from tasks.services import (
     act,
-    note_stuck_dependants,
     task_set_limits,
     validate_limits,
 )
 from tasks.services import goal_create as ledger_goal_create
+from tasks.services import task_cancel as task_cancel  # the evaluation runner's import
 from tasks.states import (
     EventKind,
     TaskKind,
@@ -98,40 +95,6 @@ def task_resume(*, actor: Actor, task_id: int, model=None) -> Task:
             data = {"model_id": model.pk, "model": str(model), "check": check.as_dict()}
             task.connection, task.model = model.connection, model
         set_status(task, TaskStatus.READY, actor=actor, kind=EventKind.RESUMED, data=data)
-    return task
-
-
-def task_cancel(*, actor: Actor, task_id: int, reason: str = "") -> Task:
-    """No further step starts. A running attempt ends now; its worker notices at its heartbeat."""
-    with transaction.atomic():
-        task = act(task_id, "cancel", actor)
-        runs = end_started_runs(task.pk, RunStatus.CANCELLED, error_code=FailureCode.CANCELLED)
-        # An external call in flight may have taken effect: its outcome is unknown, never left
-        # "running" (the run that made it is over and writes nothing more).
-        in_flight = [
-            call.pk for call in ToolCall.objects.filter(task=task, status=ToolCallStatus.RUNNING)
-        ]
-        for call_id in in_flight:
-            set_call_status(
-                call_id,
-                ToolCallStatus.UNKNOWN,
-                error_code="cancelled_in_flight",
-                finished_at=timezone.now(),
-            )
-        settled = settle_for_cancelled_task(task)
-        set_status(
-            task,
-            TaskStatus.CANCELLED,
-            actor=actor,
-            kind=EventKind.CANCELLED,
-            data={
-                "reason": reason,
-                "runs_cancelled": runs,
-                "calls_in_flight": in_flight,
-                **settled,
-            },
-        )
-        note_stuck_dependants(task, actor=actor)
     return task
 
 
