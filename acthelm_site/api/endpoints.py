@@ -34,7 +34,6 @@ from agents.selectors import task_file
 from approvals.models import Approval, ReviewDecision
 from approvals.permissions import INBOX_PERMS
 from console.actions import ACTION_PERMS, REGISTRY
-from console.forms import model_queryset
 from console.views.connections import display_url
 from core.actors import Actor
 from core.exceptions import (
@@ -202,46 +201,18 @@ def _task_or_404(task_id: int) -> Task:
 def _model(model_id: int | None, field: str = "model_id"):
     if model_id is None:
         return None
+    try:
+        return person_tasks.model_named(model_id, None)
+    except InvalidInput as exc:
+        raise InvalidInput(exc.message, field=field) from None
 
-    model = model_queryset().filter(pk=model_id).first()
-    if model is None:
-        raise InvalidInput(f"model {model_id} does not exist", field=field)
-    return model
 
-
-def _connection_and_model(payload: s.TaskCreateIn) -> tuple:
-    """A new task's connection and model, by id or by name (a model as NAME or CONNECTION/NAME);
-    None when not given (the service chooses the default model)."""
-    if payload.connection_id is not None and payload.connection:
-        raise InvalidInput("give connection or connection_id, not both", field="connection")
-    if payload.model_id is not None and payload.model:
-        raise InvalidInput("give model or model_id, not both", field="model")
-    connection = None
-    if payload.connection_id is not None:
-        connection = Connection.objects.filter(pk=payload.connection_id).first()
-        if connection is None:
-            raise InvalidInput(
-                f"connection {payload.connection_id} does not exist", field="connection_id"
-            )
-    elif payload.connection:
-        connection = Connection.objects.filter(name=payload.connection).first()
-        if connection is None:
-            raise InvalidInput(
-                f"connection {payload.connection!r} does not exist", field="connection"
-            )
-    if not payload.model:
-        return connection, _model(payload.model_id)
-    models = model_queryset().filter(name=payload.model)
-    if connection is None and not models.exists() and "/" in payload.model:
-        conn_name, _, name = payload.model.partition("/")
-        models = model_queryset().filter(connection__name=conn_name, name=name)
-    if connection is not None:
-        models = models.filter(connection=connection)
-    found = list(models[:2])
-    if len(found) != 1:
-        problem = "is ambiguous: name the connection" if found else "does not exist"
-        raise InvalidInput(f"model {payload.model!r} {problem}", field="model")
-    return connection, found[0]
+def _named(payload: s.TaskCreateIn, name: str):
+    """A new task's connection or model as given: by id (`<name>_id`) or by name; not both."""
+    by_id, by_name = getattr(payload, f"{name}_id"), getattr(payload, name)
+    if by_id is not None and by_name:
+        raise InvalidInput(f"give {name} or {name}_id, not both", field=name)
+    return by_id if by_id is not None else by_name or None
 
 
 def _done(request, task_id: int, action: str) -> dict:
@@ -304,23 +275,6 @@ def create_task(
     _refuse_unknown_fields(request.POST, s.TaskCreateIn, also={"files"})
     if refused := upload_refusal(request):  # a file over a cap, dropped while it streamed
         raise InvalidInput(refused, field="files")
-    goal = None
-    if payload.goal_id is not None:
-        goal = Goal.objects.filter(pk=payload.goal_id).first()
-        if goal is None:
-            raise InvalidInput(f"goal {payload.goal_id} does not exist", field="goal_id")
-    connection, model = _connection_and_model(payload)
-    deps = list(Task.objects.filter(pk__in=payload.depends_on))
-    if len(deps) != len(set(payload.depends_on)):
-        raise InvalidInput("a task in depends_on does not exist", field="depends_on")
-    tools = None
-    if payload.tools is not None:
-        tools = [t for t in payload.tools if t.strip()]
-    stray = sorted(set(payload.ask_tools) - set(tools if tools is not None else []))
-    if tools is not None and stray:
-        raise InvalidInput(
-            f"ask is set for tools the task does not use: {stray}", field="ask_tools"
-        )
     limits = {
         field: getattr(payload, field)
         for field in LIMIT_FIELDS
@@ -328,24 +282,31 @@ def create_task(
         # An empty money field, sent, is "no budget" (as the field says), not the default.
         or (BY_FIELD[field].money and field in payload.model_fields_set)
     }
-    task = person_tasks.task_create_with_files(
+    connection, model = _named(payload, "connection"), _named(payload, "model")
+    task = person_tasks.task_create_by_name(
         actor=actor,
         files=[(upload.name, upload) for upload in files or []],
         title=payload.title,
         instruction=payload.instruction,
-        goal=goal,
+        goal=payload.goal_id,
         kind=payload.kind,
         priority=payload.priority,
-        tools=tools,
+        tools=None if payload.tools is None else [t for t in payload.tools if t.strip()],
         tool_policies={tool: "ask" for tool in payload.ask_tools if tool.strip()},
         allowed_domains=payload.allowed_domains,
         connection=connection,
         model=model,
-        depends_on=deps,
+        depends_on=payload.depends_on,
         tags=[t.strip() for t in payload.tags if t.strip()],
         limits=limits,
         acceptance_checks=[c for c in payload.expect if c.strip()],
-        check_model=True,
+        # The refusals name this endpoint's fields.
+        field_names={
+            "goal": "goal_id",
+            "tool_policies": "ask_tools",
+            "connection": "connection_id" if payload.connection_id is not None else "connection",
+            "model": "model_id" if payload.model_id is not None else "model",
+        },
     )
     log.info("api.task_created", extra={"task_id": task.pk, "actor": actor.label})
     return Status(201, task_as_dict(_task_or_404(task.pk)))

@@ -9,6 +9,7 @@ what `agents.apps` and `approvals.apps` register with it. Each action moves the 
 only through `tasks.transitions`."""
 
 import logging
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 
 from django.db import transaction
@@ -17,6 +18,7 @@ from agents.catalogue.connections import model_check_for_task
 from agents.engine.acceptance import validate_checks
 from agents.engine.intake import _validate_tools, task_create
 from agents.engine.usage import exhausted_limits
+from agents.models import Connection, Model
 from agents.states import FailureCode
 from core.actors import Actor
 from core.exceptions import (
@@ -81,6 +83,93 @@ def task_create_with_files(*, actor: Actor, files: list[tuple[str, object]] = ()
             remove_task_files(task.pk)
         raise
     return task
+
+
+def connection_named(ref: Connection | int | str | None) -> Connection | None:
+    if ref is None or isinstance(ref, Connection):
+        return ref
+    found = Connection.objects.filter(**{"pk" if isinstance(ref, int) else "name": ref}).first()
+    if found is None:
+        raise InvalidInput(f"connection {ref!r} does not exist", field="connection")
+    return found
+
+
+def model_named(ref: Model | int | str | None, connection: Connection | None) -> Model | None:
+    """A model by id, or by name (on `connection` when given; else NAME, or CONNECTION/NAME when no
+    model is called NAME); exactly one, else refused."""
+    if ref is None or isinstance(ref, Model):
+        return ref
+    models = Model.objects.select_related("connection")
+    if isinstance(ref, int):
+        found = models.filter(pk=ref).first()
+        if found is None:
+            raise InvalidInput(f"model {ref} does not exist", field="model")
+        return found
+    named = models.filter(name=ref)
+    if connection is None and "/" in ref and not named.exists():
+        connection_name, _, name = ref.partition("/")
+        named = models.filter(connection__name=connection_name, name=name)
+    if connection is not None:
+        named = named.filter(connection=connection)
+    matches = list(named[:2])
+    if len(matches) != 1:
+        problem = "is ambiguous: name the connection" if matches else "does not exist"
+        raise InvalidInput(f"model {ref!r} {problem}", field="model")
+    return matches[0]
+
+
+def task_create_by_name(
+    *,
+    actor: Actor,
+    files: Sequence[tuple[str, object]] = (),
+    goal: Goal | int | None = None,
+    depends_on: Sequence[Task | int] = (),
+    connection: Connection | int | str | None = None,
+    model: Model | int | str | None = None,
+    tools: list[str] | None = None,
+    tool_policies: dict[str, str] | None = None,
+    field_names: Mapping[str, str] | None = None,
+    **fields,
+) -> Task:
+    """A person's new task, from any door (the console's form, `POST /api/tasks`, `acthelm_task
+    create`): the goal, the dependencies, the connection and the model it names (by id, or a
+    connection and a model by name) are found here, each failure refused once, with one code
+    (`invalid_input`) and one message; then `task_create_with_files` creates the task with its
+    input files, its model checked (`check_model`). A door whose input calls a field otherwise
+    (the API's `goal_id`, `ask_tools`) passes `field_names` so that the refusal names its field.
+    """
+    renamed = dict(field_names or {})
+    try:
+        if isinstance(goal, int):
+            goal_id, goal = goal, Goal.objects.filter(pk=goal).first()
+            if goal is None:
+                raise InvalidInput(f"goal {goal_id} does not exist", field="goal")
+        connection = connection_named(connection)
+        model = model_named(model, connection)
+        wanted = {dep if isinstance(dep, int) else dep.pk for dep in depends_on}
+        deps = list(Task.objects.filter(pk__in=wanted))
+        if len(deps) != len(wanted):
+            raise InvalidInput("a dependency does not exist", field="depends_on")
+        policies = dict(tool_policies or {})
+        if tools is not None and (stray := sorted(set(policies) - set(tools))):
+            raise InvalidInput(
+                f"a policy names tools the task does not use: {', '.join(stray)}",
+                field="tool_policies",
+            )
+    except InvalidInput as exc:
+        raise InvalidInput(exc.message, field=renamed.get(exc.field or "", exc.field)) from None
+    return task_create_with_files(
+        actor=actor,
+        files=list(files),
+        goal=goal,
+        depends_on=deps,
+        connection=connection,
+        model=model,
+        tools=tools,
+        tool_policies=policies,
+        check_model=True,
+        **fields,
+    )
 
 
 def task_resume(*, actor: Actor, task_id: int, model=None) -> Task:

@@ -145,10 +145,10 @@ def task_create(request):
             form.add_error("files", refused)
         if form.is_valid():
             try:
-                task = person_tasks.task_create_with_files(
+                task = person_tasks.task_create_by_name(
                     actor=Actor.person(request.user),
                     files=[(upload.name, upload) for upload in form.cleaned_data["files"]],
-                    check_model=True,
+                    field_names={"tool_policies": "ask_tools"},  # the form's field
                     **form.service_kwargs(),
                 )
             except ActhelmError as exc:
