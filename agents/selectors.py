@@ -7,7 +7,7 @@ from pathlib import Path
 from django.db.models import DecimalField, OuterRef, Subquery, Sum
 
 from agents.engine.usage import task_usage
-from agents.models import Artifact, Turn
+from agents.models import AgentRun, Artifact, Turn
 from core.exceptions import InvalidInput
 from tasks.selectors import event_as_dict, task_as_dict
 from tasks.workspace import artifacts_dir, list_input_files, safe_file_name, workspace_dir
@@ -65,6 +65,45 @@ def task_file(task_id: int, name: str, *, kind: str) -> TaskFile | None:
     return TaskFile(name=name, path=path, content_type=_safe_type(content_type), kind=kind)
 
 
+def _iso(value) -> str | None:
+    return value.isoformat() if value else None
+
+
+def run_as_dict(run: AgentRun) -> dict:
+    """A run as JSON, for the API's task and `acthelm_task show` (select its model's
+    connection with it)."""
+    return {
+        "id": run.pk,
+        "number": run.number,
+        "status": run.status,
+        "worker_id": run.worker_id,
+        "connection": run.model.connection.name if run.model_id else None,
+        "model": run.model.name if run.model_id else None,
+        "started_at": _iso(run.started_at),
+        "finished_at": _iso(run.finished_at),
+        "model_turns": run.model_turns,
+        "input_tokens": run.input_tokens,
+        "output_tokens": run.output_tokens,
+        "network_requests": run.network_requests,
+        "active_seconds": run.active_seconds,
+        "verdict": run.verdict or None,
+        "verdict_reason": run.verdict_reason or None,
+        "error_code": run.error_code or None,
+        "error_message": run.error_message or None,
+        "answer": run.answer or None,
+    }
+
+
+def artifact_as_dict(artifact: Artifact) -> dict:
+    return {
+        "id": artifact.pk,
+        "name": artifact.name,
+        "size": artifact.size,
+        "sha256": artifact.sha256,
+        "content_type": artifact.content_type,
+    }
+
+
 def task_result(task) -> dict:
     """What a task produced: the newest answer and verdict, its artifacts and input files."""
     answer_run = task.runs.exclude(answer="").order_by("-number").first()
@@ -73,10 +112,7 @@ def task_result(task) -> dict:
         "answer": answer_run.answer if answer_run else None,
         "verdict": verdict_run.verdict if verdict_run else None,
         "verdict_reason": verdict_run.verdict_reason or None if verdict_run else None,
-        "artifacts": [
-            {"name": a.name, "size": a.size, "content_type": a.content_type, "sha256": a.sha256}
-            for a in task.artifacts.order_by("name")
-        ],
+        "artifacts": [artifact_as_dict(a) for a in task.artifacts.order_by("name")],
         "input_files": list_input_files(task.pk),
     }
 
@@ -96,23 +132,16 @@ def task_cost_subquery() -> Subquery:
 
 
 def task_with_history(task) -> dict:
-    """`task_as_dict` with what the task used, its timeline and its runs (`acthelm_task show`)."""
+    """`task_as_dict` with what the task used, its timeline and its runs (`acthelm_task show`):
+    the task and its runs as the API shows them; `usage` is `Usage.as_dict` with the cost, where
+    the API's task document publishes four counters, and `events` is the whole timeline, where
+    the API pages it."""
     data = task_as_dict(task)
     usage = task_usage(task.pk)
     data["cost"] = str(usage.cost)
     data["usage"] = usage.as_dict()
     data["events"] = [event_as_dict(e) for e in task.events.order_by("id")]
     data["runs"] = [
-        {
-            "id": r.pk,
-            "number": r.number,
-            "status": r.status,
-            "worker_id": r.worker_id,
-            "verdict": r.verdict or None,
-            "verdict_reason": r.verdict_reason or None,
-            "error_code": r.error_code or None,
-            "answer": r.answer or None,
-        }
-        for r in task.runs.order_by("number")
+        run_as_dict(r) for r in task.runs.select_related("model__connection").order_by("number")
     ]
     return data

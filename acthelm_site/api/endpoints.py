@@ -22,7 +22,7 @@ from ninja.security import HttpBearer
 from pydantic import Field
 
 from acthelm_site.api import schemas as s
-from acthelm_site.api.selectors import pending_operations, task_detail, task_summary
+from acthelm_site.api.selectors import pending_operations, task_detail
 from acthelm_site.api.tokens import TokenRefused, token_authenticate
 from agents.actions import tasks as person_tasks
 from agents.catalogue import connections as agent_connections
@@ -48,7 +48,7 @@ from tasks import services
 from tasks.limits import BY_FIELD, LIMIT_FIELDS
 from tasks.models import Goal, Task
 from tasks.permissions import ADD_GOAL, ADD_TASK, CHANGE_GOAL, OPERATE_TASK, VIEW_GOAL, VIEW_TASK
-from tasks.selectors import goal_as_dict, task_as_dict, task_keyset_page
+from tasks.selectors import SUMMARY_FIELDS, goal_as_dict, task_as_dict, task_keyset_page
 from tasks.states import Action
 from tasks.uploads import upload_refusal
 
@@ -256,7 +256,7 @@ def list_tasks(request, filters: Query[TaskFilters]):
         tasks = tasks.filter(tags__contains=[filters.tag])
     page = task_keyset_page(tasks, before=filters.before, after=filters.after, size=filters.limit)
     return {
-        "items": [task_summary(t) for t in page.tasks],
+        "items": [task_as_dict(t, SUMMARY_FIELDS) for t in page.tasks],
         "older": page.older,
         "newer": page.newer,
     }
