@@ -2,8 +2,9 @@
 
 Everything here reads PostgreSQL, the one source of truth shared by every worker process on every
 host: any web instance reports the whole installation. The queries are aggregates that PostgreSQL
-answers from the tables' indexes (tasks by status, held tasks through the lease index, started runs
-through their partial index); no row is looped over in Python.
+answers from the tables' indexes (tasks by status; held tasks, which are few, through the status
+index too, since the lease has no index: the heartbeat rewrites it; started runs through their
+partial index); no row is looped over in Python.
 """
 
 import hmac
