@@ -11,13 +11,18 @@ a connection at OpenAI, Ollama, vLLM, llama.cpp or Anthropic instead.
 """
 
 import argparse
+import contextlib
 import json
 import re
 import uuid
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from typing import Any
+
+# A JSON object of the Chat Completions protocol, as the worker sends it.
+Json = dict[str, Any]
 
 
-def _called(messages: list[dict], tool: str) -> bool:
+def _called(messages: list[Json], tool: str) -> bool:
     return any(
         call.get("function", {}).get("name") == tool
         for m in messages
@@ -26,22 +31,20 @@ def _called(messages: list[dict], tool: str) -> bool:
     )
 
 
-def _read_paths(messages: list[dict]) -> set[str]:
-    paths = set()
+def _read_paths(messages: list[Json]) -> set[str]:
+    paths: set[str] = set()
     for m in messages:
         if m.get("role") != "assistant":
             continue
         for call in m.get("tool_calls") or []:
             function = call.get("function", {})
             if function.get("name") == "read_file":
-                try:
+                with contextlib.suppress(json.JSONDecodeError, AttributeError):
                     paths.add(json.loads(function.get("arguments") or "{}").get("path", ""))
-                except (json.JSONDecodeError, AttributeError):
-                    pass
     return paths
 
 
-def _listed(messages: list[dict]) -> str:
+def _listed(messages: list[Json]) -> str:
     """The text of the tool results so far (the file listing among them)."""
     return "\n".join(m.get("content") or "" for m in messages if m.get("role") == "tool")
 
@@ -49,20 +52,21 @@ def _listed(messages: list[dict]) -> str:
 _FILE_NAME = re.compile(r"(?<![\w./-])([\w-]+(?:\.[\w-]+)*\.[A-Za-z][A-Za-z0-9]{0,7})(?![\w-])")
 
 
-def _named_files(task: str, messages: list[dict]) -> list[str]:
+def _named_files(task: str, messages: list[Json]) -> list[str]:
     """The workspace files the task names: named in its text and present in the listing."""
     listing = _listed(messages)
     return [n for n in dict.fromkeys(_FILE_NAME.findall(task)) if n in listing]
 
 
-def _task_text(messages: list[dict]) -> str:
+def _task_text(messages: list[Json]) -> str:
     for m in messages:
         if m.get("role") == "user" and "## Task" in (m.get("content") or ""):
-            return m["content"].split("## Task", 1)[1].strip()
+            content: str = m["content"]
+            return content.split("## Task", 1)[1].strip()
     return ""
 
 
-def _call(name: str, arguments: dict) -> dict:
+def _call(name: str, arguments: Json) -> Json:
     return {
         "id": f"call_{uuid.uuid4().hex[:12]}",
         "type": "function",
@@ -70,7 +74,7 @@ def _call(name: str, arguments: dict) -> dict:
     }
 
 
-def next_turn(body: dict) -> dict:
+def next_turn(body: Json) -> Json:
     """The assistant message for this request: tool calls, or a final answer."""
     messages = body.get("messages") or []
     tools = {t["function"]["name"] for t in body.get("tools") or [] if "function" in t}
@@ -147,10 +151,10 @@ def next_turn(body: dict) -> dict:
 
 
 class Handler(BaseHTTPRequestHandler):
-    def log_message(self, format, *args):  # quiet: the worker logs what matters
+    def log_message(self, format: str, *args: Any) -> None:  # quiet: the worker logs what matters
         return
 
-    def _send(self, status: int, payload: dict) -> None:
+    def _send(self, status: int, payload: Json) -> None:
         data = json.dumps(payload).encode()
         self.send_response(status)
         self.send_header("Content-Type", "application/json")
@@ -158,13 +162,13 @@ class Handler(BaseHTTPRequestHandler):
         self.end_headers()
         self.wfile.write(data)
 
-    def do_GET(self):
+    def do_GET(self) -> None:
         if self.path.rstrip("/").endswith("/models"):
             self._send(200, {"data": [{"id": "demo", "object": "model", "context_length": 32768}]})
         else:
             self._send(404, {"error": {"message": "not found"}})
 
-    def do_POST(self):
+    def do_POST(self) -> None:
         if not self.path.rstrip("/").endswith("/chat/completions"):
             self._send(404, {"error": {"message": "not found"}})
             return

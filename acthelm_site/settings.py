@@ -308,7 +308,7 @@ ACTHELM_NOTIFY_MESSAGE_ID_DOMAIN = os.environ.get("ACTHELM_NOTIFY_MESSAGE_ID_DOM
 # Email (Django's MAILERS): SMTP when EMAIL_HOST is set in the environment, else the console
 # backend, which prints each message (development; production uses SMTP on localhost instead).
 # The EMAIL_* names are only environment variables here; Django 6.1 reads the mailer's OPTIONS.
-def smtp_mailer(host: str) -> dict:
+def smtp_mailer(host: str) -> dict[str, object]:
     """A MAILERS entry for SMTP from the EMAIL_* environment variables."""
     return {
         "BACKEND": "django.core.mail.backends.smtp.EmailBackend",

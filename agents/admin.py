@@ -6,9 +6,17 @@ the same validators as the console and the CLI, and a model whose test no longer
 (a new URL, command or credential; a new name or tool support) is untested again.
 """
 
+from __future__ import annotations
+
+from collections.abc import Callable, Collection
+from typing import TYPE_CHECKING, Any
+
 from django import forms
 from django.contrib import admin, messages
 from django.core.exceptions import PermissionDenied
+from django.db.models import QuerySet
+from django.forms.models import BaseInlineFormSet
+from django.http import HttpRequest
 
 from agents.catalogue import connections, toolservers
 from agents.catalogue.connection_rules import executable_refusal_for
@@ -29,30 +37,44 @@ from agents.permissions import MANAGE_CONNECTIONS, MANAGE_TOOLSERVERS
 from core.actors import Actor
 from core.exceptions import ActhelmError, NotPermitted
 
+if TYPE_CHECKING:
+    # django-stubs types each admin by its model; Django's classes take no type arguments at
+    # run time, so the typed bases exist for mypy only.
+    ReadOnlyAdminBase = admin.ModelAdmin[Any]
+    ConnectionAdminBase = admin.ModelAdmin[Connection]
+    ModelAdminBase = admin.ModelAdmin[Model]
+    ToolServerAdminBase = admin.ModelAdmin[ToolServer]
+    ModelInlineBase = admin.TabularInline[Model, Connection]
+else:
+    ReadOnlyAdminBase = ConnectionAdminBase = ModelAdminBase = ToolServerAdminBase = (
+        admin.ModelAdmin
+    )
+    ModelInlineBase = admin.TabularInline
 
-class ReadOnlyAdmin(admin.ModelAdmin):
-    def has_add_permission(self, request, obj=None):
+
+class ReadOnlyAdmin(ReadOnlyAdminBase):
+    def has_add_permission(self, request: HttpRequest, obj: object = None) -> bool:
         return False
 
-    def has_change_permission(self, request, obj=None):
+    def has_change_permission(self, request: HttpRequest, obj: object = None) -> bool:
         return False
 
-    def has_delete_permission(self, request, obj=None):
+    def has_delete_permission(self, request: HttpRequest, obj: object = None) -> bool:
         return False
 
 
-def _through_service(func, **kwargs):
+def _through_service[R](func: Callable[..., R], **kwargs: Any) -> R:
     try:
         return func(**kwargs)
     except NotPermitted as exc:
         raise PermissionDenied(str(exc)) from None
 
 
-def _changes(form, editable) -> dict:
+def _changes(form: forms.BaseForm, editable: Collection[str]) -> dict[str, Any]:
     return {name: form.cleaned_data[name] for name in form.changed_data if name in editable}
 
 
-class ModelInline(admin.TabularInline):
+class ModelInline(ModelInlineBase):
     model = Model
     extra = 0
     fields = ["name", "context_window", "supports_tools", "test_status", "tested_at"]
@@ -60,7 +82,9 @@ class ModelInline(admin.TabularInline):
 
 
 @admin.action(description="Override the probe: count as tool-capable (recorded with your name)")
-def override_tools(modeladmin, request, queryset):
+def override_tools(
+    modeladmin: admin.ModelAdmin[Model], request: HttpRequest, queryset: QuerySet[Model]
+) -> None:
     actor = Actor.person(request.user)
     for model_id in queryset.values_list("pk", flat=True):
         try:
@@ -74,7 +98,7 @@ def override_tools(modeladmin, request, queryset):
 
 
 @admin.register(Connection)
-class ConnectionAdmin(admin.ModelAdmin):
+class ConnectionAdmin(ConnectionAdminBase):
     list_display = [
         "name",
         "kind",
@@ -88,19 +112,27 @@ class ConnectionAdmin(admin.ModelAdmin):
     readonly_fields = ["cooldown_until", "last_error_code", "last_error_message", "last_error_at"]
     inlines = [ModelInline]
 
-    def get_form(self, request, obj=None, **kwargs):
+    def get_form(
+        self,
+        request: HttpRequest,
+        obj: Connection | None = None,
+        change: bool = False,
+        **kwargs: Any,
+    ) -> type[forms.ModelForm[Connection]]:
         """Connection.clean() checks the settings; this form checks who saves a command that
         runs (as the services do: a new connection, or a new kind or command)."""
-        form = super().get_form(request, obj, **kwargs)
+        form = super().get_form(request, obj, change=change, **kwargs)
         actor = Actor.person(request.user)
 
-        class Checked(form):
-            def clean(self):
-                data = super().clean()
+        # A base that is a value (the form the admin built for this request): mypy cannot
+        # follow it, and checks this class's methods against an unknown base.
+        class Checked(form):  # type: ignore[misc, valid-type]
+            def clean(self) -> dict[str, Any]:
+                data: dict[str, Any] = super().clean()
                 if obj is not None and not {"kind", "command"} & set(self.changed_data):
                     return data
                 try:
-                    runs_command = get_provider_class(data.get("kind")).needs_command
+                    runs_command = get_provider_class(data.get("kind") or "").needs_command
                 except UnknownProviderKind:
                     return data  # Connection.clean() names the kinds
                 problem = executable_refusal_for(actor, data.get("command"))
@@ -110,7 +142,9 @@ class ConnectionAdmin(admin.ModelAdmin):
 
         return Checked
 
-    def save_model(self, request, obj, form, change):
+    def save_model(
+        self, request: HttpRequest, obj: Connection, form: forms.ModelForm[Connection], change: bool
+    ) -> None:
         if not change:
             # A new connection: Connection.clean ran the services' validator; its models start
             # untested.
@@ -126,7 +160,13 @@ class ConnectionAdmin(admin.ModelAdmin):
         )
         obj.refresh_from_db()
 
-    def save_formset(self, request, form, formset, change):
+    def save_formset(
+        self,
+        request: HttpRequest,
+        form: forms.ModelForm[Connection],
+        formset: BaseInlineFormSet[Any, Connection, Any],
+        change: bool,
+    ) -> None:
         if formset.model is not Model:
             return super().save_formset(request, form, formset, change)
         actor = Actor.person(request.user)
@@ -149,10 +189,11 @@ class ConnectionAdmin(admin.ModelAdmin):
                     if name in connections.MODEL_EDITABLE
                 },
             )
+        return None
 
 
 @admin.register(Model)
-class ModelAdmin(admin.ModelAdmin):
+class ModelAdmin(ModelAdminBase):
     list_display = [
         "name",
         "connection",
@@ -172,7 +213,9 @@ class ModelAdmin(admin.ModelAdmin):
     ]
     actions = [override_tools, "fill_prices"]
 
-    def save_model(self, request, obj, form, change):
+    def save_model(
+        self, request: HttpRequest, obj: Model, form: forms.ModelForm[Model], change: bool
+    ) -> None:
         if not change:
             obj.save()
             return
@@ -184,12 +227,14 @@ class ModelAdmin(admin.ModelAdmin):
         )
         obj.refresh_from_db()
 
-    def get_readonly_fields(self, request, obj=None):
+    def get_readonly_fields(
+        self, request: HttpRequest, obj: Model | None = None
+    ) -> list[str] | tuple[str, ...]:
         # A model's test belongs to its connection: a model never moves to another one.
         return [*self.readonly_fields, "connection"] if obj else self.readonly_fields
 
     @admin.action(description="Fill empty prices from the price table (genai-prices)")
-    def fill_prices(self, request, queryset):
+    def fill_prices(self, request: HttpRequest, queryset: QuerySet[Model]) -> None:
         for model in queryset:
             try:
                 fill = model_fill_prices(actor=Actor.person(request.user), model_id=model.pk)
@@ -200,7 +245,7 @@ class ModelAdmin(admin.ModelAdmin):
 
 
 @admin.register(ToolServer)
-class ToolServerAdmin(admin.ModelAdmin):
+class ToolServerAdmin(ToolServerAdminBase):
     """Adding, changing and testing go through agents.catalogue.toolservers (the same checks as the
     command): a stdio command is for superusers or ACTHELM_MCP_EXECUTABLES, an edit of what the
     server runs or reaches resets its test, and a stdio server is tested on a worker host."""
@@ -218,35 +263,45 @@ class ToolServerAdmin(admin.ModelAdmin):
     ]
     actions = ["test_servers"]
 
-    def _manages(self, request) -> bool:
+    def _manages(self, request: HttpRequest) -> bool:
         return request.user.has_perm(MANAGE_TOOLSERVERS)
 
-    def has_add_permission(self, request):
+    def has_add_permission(self, request: HttpRequest) -> bool:
         return self._manages(request)
 
-    def has_change_permission(self, request, obj=None):
+    def has_change_permission(self, request: HttpRequest, obj: ToolServer | None = None) -> bool:
         return self._manages(request)
 
-    def has_delete_permission(self, request, obj=None):
+    def has_delete_permission(self, request: HttpRequest, obj: ToolServer | None = None) -> bool:
         return self._manages(request)
 
-    def get_readonly_fields(self, request, obj=None):
+    def get_readonly_fields(
+        self, request: HttpRequest, obj: ToolServer | None = None
+    ) -> list[str] | tuple[str, ...]:
         # The name is its tools' prefix (SERVER__TOOL): tasks name them, so it never changes.
         return [*self.readonly_fields, "name"] if obj else self.readonly_fields
 
-    def get_form(self, request, obj=None, **kwargs):
-        form = super().get_form(request, obj, **kwargs)
+    def get_form(
+        self,
+        request: HttpRequest,
+        obj: ToolServer | None = None,
+        change: bool = False,
+        **kwargs: Any,
+    ) -> type[forms.ModelForm[ToolServer]]:
+        form = super().get_form(request, obj, change=change, **kwargs)
         actor = Actor.person(request.user)
 
-        class Checked(form):
-            def clean_name(self):
+        # A base that is a value (the form the admin built for this request): mypy cannot
+        # follow it, and checks this class's methods against an unknown base.
+        class Checked(form):  # type: ignore[misc, valid-type]
+            def clean_name(self) -> str:
                 try:
                     return validate_server_name(self.cleaned_data["name"])
                 except ActhelmError as exc:
                     raise forms.ValidationError(str(exc)) from None
 
-            def clean(self):
-                data = super().clean()
+            def clean(self) -> dict[str, Any]:
+                data: dict[str, Any] = super().clean()
                 if self.errors:
                     return data
                 if obj is not None and not set(self.changed_data) & set(toolservers.EDITABLE):
@@ -261,7 +316,8 @@ class ToolServerAdmin(admin.ModelAdmin):
                         command=data.get("command"),
                         url=data.get("url", ""),
                         credential_env=data.get("credential_env", ""),
-                        timeout_seconds=data.get("timeout_seconds"),
+                        # Cleaned without errors: a required field is there.
+                        timeout_seconds=data["timeout_seconds"],
                         check_command=check_command,
                     )
                 except ActhelmError as exc:
@@ -273,7 +329,13 @@ class ToolServerAdmin(admin.ModelAdmin):
 
         return Checked
 
-    def save_model(self, request, obj, form, change):
+    def save_model(
+        self,
+        request: HttpRequest,
+        obj: ToolServer,
+        form: forms.ModelForm[ToolServer],
+        change: bool,
+    ) -> None:
         actor = Actor.person(request.user)
         data = form.cleaned_data
         if not change:
@@ -299,7 +361,7 @@ class ToolServerAdmin(admin.ModelAdmin):
         obj.refresh_from_db()
 
     @admin.action(description="Test: connect, list the tools and record them")
-    def test_servers(self, request, queryset):
+    def test_servers(self, request: HttpRequest, queryset: QuerySet[ToolServer]) -> None:
         for server in queryset:
             try:
                 result = toolservers.toolserver_test(

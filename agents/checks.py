@@ -6,21 +6,25 @@ lease expire between two renewals (each task is recovered under its running work
 retry table crashes the first retry; a pool of no connections blocks every run.
 """
 
+from collections.abc import Sequence
+from typing import Any
+
+from django.apps import AppConfig
 from django.conf import settings
-from django.core.checks import Error, Tags, Warning, register
+from django.core.checks import CheckMessage, Error, Tags, Warning, register
 
 from core.credentials import destinations_problem
 
 TAG = "acthelm"
 
 
-def _positive(name: str, value) -> Error | None:
+def _positive(name: str, value: object) -> Error | None:
     if isinstance(value, bool) or not isinstance(value, int | float) or not value > 0:
         return Error(f"{name} must be a positive number (it is {value!r}).", id="acthelm.E001")
     return None
 
 
-def _delays(name: str, value) -> Error | None:
+def _delays(name: str, value: Any) -> Error | None:
     if not value or any(not isinstance(d, int | float) or d < 0 for d in value):
         return Error(
             f"{name} must list at least one delay in seconds, none negative (it is {value!r}).",
@@ -31,8 +35,10 @@ def _delays(name: str, value) -> Error | None:
 
 
 @register(TAG, Tags.compatibility)
-def check_worker_settings(app_configs=None, **kwargs) -> list:
-    problems = [
+def check_worker_settings(
+    app_configs: Sequence[AppConfig] | None = None, **kwargs: Any
+) -> list[CheckMessage]:
+    found = [
         _positive(name, getattr(settings, name))
         for name in (
             "ACTHELM_LEASE_SECONDS",
@@ -47,11 +53,11 @@ def check_worker_settings(app_configs=None, **kwargs) -> list:
             "ACTHELM_NOTIFY_TIMEOUT_SECONDS",
         )
     ]
-    problems += [
+    found += [
         _delays(name, getattr(settings, name))
         for name in ("ACTHELM_RETRY_DELAYS", "ACTHELM_NOTIFY_RETRY_DELAYS")
     ]
-    problems = [p for p in problems if p is not None]
+    problems: list[CheckMessage] = [p for p in found if p is not None]
     if problems:
         return problems  # the comparisons below need numbers
     lease, beat = settings.ACTHELM_LEASE_SECONDS, settings.ACTHELM_HEARTBEAT_SECONDS
@@ -74,7 +80,7 @@ def check_worker_settings(app_configs=None, **kwargs) -> list:
                 id="acthelm.W001",
             )
         )
-    if settings.ACTHELM_RUN_TIMEOUT_SECONDS < lease:
+    if lease > settings.ACTHELM_RUN_TIMEOUT_SECONDS:
         problems.append(
             Warning(
                 f"ACTHELM_RUN_TIMEOUT_SECONDS ({settings.ACTHELM_RUN_TIMEOUT_SECONDS:g}) is "
@@ -86,7 +92,9 @@ def check_worker_settings(app_configs=None, **kwargs) -> list:
 
 
 @register(TAG, Tags.security)
-def check_credential_destinations(app_configs=None, **kwargs) -> list:
+def check_credential_destinations(
+    app_configs: Sequence[AppConfig] | None = None, **kwargs: Any
+) -> list[CheckMessage]:
     """ACTHELM_CREDENTIAL_DESTINATIONS read from the environment is refused at start-up
     (ImproperlyConfigured); a value a settings file wrote is checked here."""
     problem = destinations_problem(getattr(settings, "ACTHELM_CREDENTIAL_DESTINATIONS", {}))

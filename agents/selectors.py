@@ -2,13 +2,16 @@
 
 import mimetypes
 from dataclasses import dataclass
+from datetime import datetime
 from pathlib import Path
+from typing import Any, TypedDict
 
 from django.db.models import DecimalField, OuterRef, Subquery, Sum
 
 from agents.engine.usage import task_usage
 from agents.models import AgentRun, Artifact, Turn
 from core.exceptions import InvalidInput
+from tasks.models import Task
 from tasks.selectors import event_as_dict, task_as_dict
 from tasks.workspace import artifacts_dir, list_input_files, safe_file_name, workspace_dir
 
@@ -65,11 +68,42 @@ def task_file(task_id: int, name: str, *, kind: str) -> TaskFile | None:
     return TaskFile(name=name, path=path, content_type=_safe_type(content_type), kind=kind)
 
 
-def _iso(value) -> str | None:
+def _iso(value: datetime | None) -> str | None:
     return value.isoformat() if value else None
 
 
-def run_as_dict(run: AgentRun) -> dict:
+class RunDict(TypedDict):
+    """A run as the API's task document and `acthelm_task show` publish it."""
+
+    id: int
+    number: int
+    status: str
+    worker_id: str
+    connection: str | None
+    model: str | None
+    started_at: str | None
+    finished_at: str | None
+    model_turns: int
+    input_tokens: int
+    output_tokens: int
+    network_requests: int
+    active_seconds: float
+    verdict: str | None
+    verdict_reason: str | None
+    error_code: str | None
+    error_message: str | None
+    answer: str | None
+
+
+class ArtifactDict(TypedDict):
+    id: int
+    name: str
+    size: int
+    sha256: str
+    content_type: str
+
+
+def run_as_dict(run: AgentRun) -> RunDict:
     """A run as JSON, for the API's task and `acthelm_task show` (select its model's
     connection with it)."""
     return {
@@ -77,8 +111,8 @@ def run_as_dict(run: AgentRun) -> dict:
         "number": run.number,
         "status": run.status,
         "worker_id": run.worker_id,
-        "connection": run.model.connection.name if run.model_id else None,
-        "model": run.model.name if run.model_id else None,
+        "connection": run.model.connection.name if run.model is not None else None,
+        "model": run.model.name if run.model is not None else None,
         "started_at": _iso(run.started_at),
         "finished_at": _iso(run.finished_at),
         "model_turns": run.model_turns,
@@ -94,7 +128,7 @@ def run_as_dict(run: AgentRun) -> dict:
     }
 
 
-def artifact_as_dict(artifact: Artifact) -> dict:
+def artifact_as_dict(artifact: Artifact) -> ArtifactDict:
     return {
         "id": artifact.pk,
         "name": artifact.name,
@@ -104,7 +138,7 @@ def artifact_as_dict(artifact: Artifact) -> dict:
     }
 
 
-def task_result(task) -> dict:
+def task_result(task: Task) -> dict[str, Any]:
     """What a task produced: the newest answer and verdict, its artifacts and input files."""
     answer_run = task.runs.exclude(answer="").order_by("-number").first()
     verdict_run = task.runs.exclude(verdict="").order_by("-number").first()
@@ -131,7 +165,7 @@ def task_cost_subquery() -> Subquery:
     return Subquery(total, output_field=DecimalField(max_digits=16, decimal_places=8))
 
 
-def task_with_history(task) -> dict:
+def task_with_history(task: Task) -> dict[str, Any]:
     """`task_as_dict` with what the task used, its timeline and its runs (`acthelm_task show`):
     the task and its runs as the API shows them; `usage` is `Usage.as_dict` with the cost, where
     the API's task document publishes four counters, and `events` is the whole timeline, where

@@ -3,10 +3,11 @@ that a person can still decide (`approvals.selectors`: none for an evaluation ta
 with the ledger's outbox (`tasks.notify.outbox`) when the app is ready."""
 
 from approvals.selectors import decidable_approvals, decidable_reviews
-from tasks.notify.outbox import argument_summary, clip, redact
+from tasks.models import Task
+from tasks.notify.outbox import OpenDecision, argument_summary, clip, redact
 
 
-def pending_approvals(task) -> list[dict]:
+def pending_approvals(task: Task) -> list[OpenDecision]:
     return [
         {
             "id": a.pk,
@@ -20,7 +21,7 @@ def pending_approvals(task) -> list[dict]:
     ]
 
 
-def pending_reviews(task) -> list[dict]:
+def pending_reviews(task: Task) -> list[OpenDecision]:
     decisions = decidable_reviews().filter(task=task).order_by("id")
     return [
         {

@@ -9,8 +9,10 @@ never by a person, so they are not in it.
 """
 
 from dataclasses import dataclass
+from typing import Any, TypedDict
 
 from django.db import connection
+from django.db.models import Model, QuerySet
 
 from approvals.models import Approval, ReviewDecision
 from approvals.states import ApprovalStatus, ReviewChoice
@@ -21,11 +23,12 @@ from tasks.states import TaskStatus
 _TARGET_KEYS = ("url", "path", "name", "title")
 
 
-def _target_of(arguments) -> str:
+def _target_of(arguments: object) -> str:
     if isinstance(arguments, dict):
         for key in _TARGET_KEYS:
-            if isinstance(arguments.get(key), str):
-                return arguments[key]
+            value = arguments.get(key)
+            if isinstance(value, str):
+                return value
     return ""
 
 
@@ -33,7 +36,7 @@ def _command(action: str, task_id: int, op_id: int, arguments_hash: str) -> str:
     return f"manage.py acthelm_task {action} {task_id} {op_id} --hash {arguments_hash}"
 
 
-def decidable_approvals():
+def decidable_approvals() -> QuerySet[Approval]:
     """Pending approvals a person can still decide: the task waits for them, and it is not an
     evaluation task. Oldest first."""
     return (
@@ -47,7 +50,7 @@ def decidable_approvals():
     )
 
 
-def decidable_reviews():
+def decidable_reviews() -> QuerySet[ReviewDecision]:
     """Pending needs_review decisions a person can still decide (as `decidable_approvals`),
     with their tool call (without its result). Oldest first."""
     return (
@@ -62,9 +65,10 @@ def decidable_reviews():
     )
 
 
-def _count_all(*querysets) -> list[int]:
+def _count_all(*querysets: QuerySet[Model]) -> list[int]:
     """How many rows each queryset has, in ONE statement (a scalar count per queryset)."""
-    parts, params = [], []
+    parts: list[str] = []
+    params: list[Any] = []
     for qs in querysets:
         sql, qs_params = qs.order_by().values("id").query.sql_with_params()
         parts.append(f"(SELECT count(*) FROM ({sql}) AS q{len(parts)})")
@@ -114,7 +118,24 @@ def needs_me_counts() -> NeedsMe:
     )
 
 
-def open_operations(*, task_id: int | None = None, limit: int | None = None) -> list[dict]:
+class OpenOperation(TypedDict):
+    """An operation a person can decide now, as the API and the CLI show it."""
+
+    kind: str  # "approval" or "review"
+    id: int  # the Approval's or the ReviewDecision's
+    task_id: int
+    task_title: str
+    tool: str
+    target: str
+    arguments: Any  # the tool call's arguments, as the model gave them (JSON)
+    arguments_hash: str
+    reason: str
+    effect: str
+    created_at: str
+    decide: dict[str, str]  # action → the command that decides it
+
+
+def open_operations(*, task_id: int | None = None, limit: int | None = None) -> list[OpenOperation]:
     """Every operation a person can decide now, oldest first (of one task with ``task_id``)."""
     if task_id is not None:  # one task's, an evaluation task's too (`acthelm_task show`)
         approvals = (
@@ -138,7 +159,7 @@ def open_operations(*, task_id: int | None = None, limit: int | None = None) -> 
         approvals, reviews = decidable_approvals(), decidable_reviews()
     if limit is not None:
         approvals, reviews = approvals[:limit], reviews[:limit]
-    rows = [
+    rows: list[OpenOperation] = [
         {
             "kind": "approval",
             "id": a.pk,
@@ -183,14 +204,14 @@ def open_operations(*, task_id: int | None = None, limit: int | None = None) -> 
     return rows[:limit] if limit is not None else rows
 
 
-def operations_as_text(rows: list[dict]) -> str:
+def operations_as_text(rows: list[OpenOperation]) -> str:
     """The operations for a terminal: what, on which target, with which arguments, and how to
     decide (the printed commands carry the id and the hash)."""
     import json
 
     if not rows:
         return "no open operations"
-    lines = []
+    lines: list[str] = []
     for row in rows:
         lines.append(
             f"{row['kind']} {row['id']}  task {row['task_id']} ({row['task_title']})  "

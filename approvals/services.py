@@ -1,6 +1,11 @@
-"""The one writer of an approval's status and a needs_review decision's choice. A person's
-decision as a whole (hash checked, the tool call released or settled, the task queued again) is
-`agents.actions.decisions`, which calls these inside its transaction."""
+"""The one writer of approvals and needs_review decisions: the rows (`request_approvals`,
+`open_review_row`, written by the worker's recorder inside its fenced transaction), an approval's
+status and a decision's choice. A person's decision as a whole (hash checked, the tool call
+released or settled, the task queued again) is `agents.actions.decisions`, which calls these
+inside its transaction."""
+
+from collections.abc import Sequence
+from typing import Any, TypedDict
 
 from django.utils import timezone
 
@@ -8,6 +13,48 @@ from approvals.models import Approval, ReviewDecision
 from approvals.states import ApprovalStatus, ReviewChoice
 from core.actors import Actor
 from core.exceptions import StaleDecision
+from tasks.models import Task
+
+
+class ApprovalRequest(TypedDict):
+    """What a person is asked to approve for one tool call: the fields of its `Approval`."""
+
+    tool: str
+    target: str
+    arguments: dict[str, Any] | None
+    arguments_hash: str
+    reason: str
+    effect: str
+
+
+def request_approvals(
+    *, task_id: int, run_id: int, requests: Sequence[tuple[int, ApprovalRequest]]
+) -> None:
+    """One pending approval per tool call awaiting a person (``(tool_call_id, request)``), all in
+    one INSERT, in the caller's transaction (the recorder's fenced step): nothing is committed
+    here."""
+    if requests:
+        Approval.objects.bulk_create(
+            [
+                Approval(task_id=task_id, run_id=run_id, tool_call_id=call_id, **fields)
+                for call_id, fields in requests
+            ]
+        )
+
+
+def open_review_row(*, task_id: int, tool_call_id: int) -> None:
+    """A needs_review decision for a tool call whose outcome is unknown, pending again: a person
+    may already have chosen "run again" and that run was lost as well, so the old choice is spent
+    and the operation needs a new decision. In the caller's transaction."""
+    ReviewDecision.objects.update_or_create(
+        tool_call_id=tool_call_id,
+        defaults={
+            "task_id": task_id,
+            "choice": ReviewChoice.PENDING,
+            "decided_by": None,
+            "decided_at": None,
+        },
+    )
 
 
 def decide_approval_row(approval: Approval, status: str, actor: Actor) -> None:
@@ -20,7 +67,7 @@ def decide_approval_row(approval: Approval, status: str, actor: Actor) -> None:
     approval.refresh_from_db(fields=["status", "decided_by", "decided_at"])
 
 
-def settle_for_cancelled_task(task) -> dict:
+def settle_for_cancelled_task(task: Task) -> dict[str, int]:
     """The task was cancelled: its open approvals and needs_review decisions can no longer be
     decided. Settle them (in the cancel's transaction) so the inbox shows only live ones; the
     operations stay unrun."""

@@ -49,6 +49,8 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
+import itertools
+
 import common  # noqa: E402
 from model_server import ModelServerProcess  # noqa: E402
 
@@ -185,7 +187,7 @@ def run_acthelm(
     if len(times) != length + 1:
         raise RuntimeError(f"expected {length + 1} model turns, got {len(times)}")
     marks = [run.started_at, *times]
-    intervals = [(b - a).total_seconds() for a, b in zip(marks, marks[1:], strict=False)][:length]
+    intervals = [(b - a).total_seconds() for a, b in itertools.pairwise(marks)][:length]
     total = (times[-1] - run.started_at).total_seconds()
     return {
         "length": length,
@@ -387,7 +389,7 @@ def run_langgraph(db_url: str, length: int, workspace: Path, model_url: str | No
     tools = sum(1 for m in result["messages"] if m.type == "tool")
     if tools != length:
         raise RuntimeError(f"LangGraph ran {tools} steps, not {length}")
-    intervals = [b - a for a, b in zip(marks, marks[1:], strict=False)][:length]
+    intervals = [b - a for a, b in itertools.pairwise(marks)][:length]
     return {
         "length": length,
         "seconds": total,

@@ -13,11 +13,15 @@ To add an action: its value in `tasks.states.Action` and the states that allow i
 
 from collections.abc import Callable
 from dataclasses import dataclass
+from typing import Any
 
 from agents.actions import decisions
 from agents.actions import tasks as person_tasks
+from approvals.models import Approval, ReviewDecision
 from approvals.permissions import DECIDE_APPROVAL
+from core.actors import Actor
 from tasks import services
+from tasks.models import Task
 from tasks.permissions import CLOSE_TASK, OPERATE_TASK
 from tasks.states import ACTIONS, Action
 
@@ -44,8 +48,9 @@ class ConsoleAction:
     name: Action
     perm: str
     # The service: called with actor=, the target's id (task_id=, approval_id= or decision_id=)
-    # and the inputs by name; decisions also get arguments_hash=.
-    service: Callable
+    # and the inputs by name; decisions also get arguments_hash=. It returns the task (None once
+    # deleted) or the decided Approval or ReviewDecision.
+    service: Callable[..., Task | Approval | ReviewDecision | None]
     # "task": the task-wide actions; "approval" / "review": a decision on one operation.
     target: str = "task"
     inputs: tuple[Input, ...] = ()
@@ -83,11 +88,13 @@ class ConsoleAction:
     def admin_name(self) -> str:
         return f"{self.name}_tasks"
 
-    def page_texts(self, task_id: int) -> dict:
+    def page_texts(self, task_id: int) -> dict[str, str]:
         """What its button shows on a task's page."""
         return {"confirm": self.confirm.format(pk=task_id), "style": self.style}
 
-    def call(self, *, actor, target_id: int, **inputs):
+    # Any: which of the service's results it is follows from `target`, which every caller knows
+    # (a task's action gives the task or None, a decision its Approval or ReviewDecision).
+    def call(self, *, actor: Actor, target_id: int, **inputs: object) -> Any:
         return self.service(actor=actor, **{_TARGET_ID[self.target]: target_id}, **inputs)
 
 

@@ -1,13 +1,18 @@
 """The console's admin for tasks: filters, the timeline inline, and actions that call services."""
 
 import logging
+from collections.abc import Callable
+from typing import TYPE_CHECKING, Any
 
 from django import forms
 from django.conf import settings
 from django.contrib import admin, messages
-from django.contrib.admin.options import ActionLocation
+from django.contrib.admin.options import Action, ActionLocation
 from django.core.exceptions import PermissionDenied
-from django.db.models import Count, Q
+from django.core.files.uploadedfile import UploadedFile
+from django.db.models import Count, Q, QuerySet
+from django.db.models.expressions import Combinable
+from django.http import HttpRequest
 from django.utils.html import format_html_join
 
 from agents.actions import tasks as person_tasks
@@ -28,22 +33,49 @@ BOTH = [ActionLocation.CHANGE_LIST, ActionLocation.CHANGE_FORM]
 
 log = logging.getLogger("acthelm.tasks")
 
+if TYPE_CHECKING:
+    from typing import TypedDict
 
-class TaskEventInline(admin.TabularInline):
+    from django_stubs_ext import WithAnnotations
+
+    # django-stubs makes the admin's and the forms' classes generic in their model; Django's own
+    # classes take no subscript at run time.
+    EventInlineBase = admin.TabularInline[TaskEvent, Task]
+    DependencyInlineBase = admin.TabularInline[TaskDependency, Task]
+    TaskFormBase = forms.ModelForm[Task]
+    TaskAdminBase = admin.ModelAdmin[Task]
+    GoalAdminBase = admin.ModelAdmin[Goal]
+
+    class _OpenTasks(TypedDict):
+        _open: int
+
+    # A goal as GoalAdmin's queryset annotates it.
+    GoalWithOpenTasks = WithAnnotations[Goal, _OpenTasks]
+else:
+    EventInlineBase = DependencyInlineBase = admin.TabularInline
+    TaskFormBase = forms.ModelForm
+    TaskAdminBase = GoalAdminBase = admin.ModelAdmin
+
+# An admin action: the admin, the request, the selected rows.
+type AdminAction = Callable[[admin.ModelAdmin[Task], HttpRequest, QuerySet[Task]], None]
+
+
+class TaskEventInline(EventInlineBase):
     model = TaskEvent
     fields = ["created_at", "kind", "actor_kind", "actor_label", "from_status", "to_status", "data"]
-    readonly_fields = fields
+    # Every field shown is read-only (the stubs type `fields` wider: it may hold groups).
+    readonly_fields = fields  # type: ignore[assignment]
     extra = 0
     can_delete = False
     ordering = ["-id"]
     max_num = 0
     show_change_link = False
 
-    def get_queryset(self, request):
+    def get_queryset(self, request: HttpRequest) -> QuerySet[TaskEvent]:
         return super().get_queryset(request).order_by("-id")
 
 
-class DependencyInline(admin.TabularInline):
+class DependencyInline(DependencyInlineBase):
     model = TaskDependency
     fk_name = "task"
     extra = 0
@@ -53,11 +85,13 @@ class DependencyInline(admin.TabularInline):
     max_num = 0
 
 
-def _admin_action(entry: ConsoleAction):
+def _admin_action(entry: ConsoleAction) -> AdminAction:
     """The admin's bulk action for a registry entry: its service on each selected task."""
     defaults = {i.name: i.admin_default for i in entry.inputs if i.admin_default is not None}
 
-    def run(modeladmin, request, queryset):
+    def run(
+        modeladmin: "admin.ModelAdmin[Task]", request: HttpRequest, queryset: QuerySet[Task]
+    ) -> None:
         actor = Actor.person(request.user)
         inputs = {
             name: request.POST.get(name, "").strip() or default
@@ -85,7 +119,7 @@ def _admin_action(entry: ConsoleAction):
 ADMIN_ACTIONS = {entry.admin_name: entry for entry in task_actions() if entry.admin}
 
 
-class TaskAdminForm(forms.ModelForm):
+class TaskAdminForm(TaskFormBase):
     """The task's fields, plus one input file that Save copies into the task's workspace."""
 
     input_file = forms.FileField(
@@ -99,11 +133,12 @@ class TaskAdminForm(forms.ModelForm):
     #: Why an upload of this request was dropped while it streamed (set by TaskAdmin.get_form).
     upload_refused: str | None = None
 
-    def clean(self):
+    def clean(self) -> dict[str, Any]:
         # The service's own check, so a bad edit comes back as a form error (not a 500, and
         # never saved): unknown tools, a policy such as "ASK", limits out of range, a model of
         # another connection.
         data = super().clean()
+        assert data is not None  # ModelForm.clean returns cleaned_data
         if self.instance.pk:
             changes = {
                 name: data[name]
@@ -116,8 +151,8 @@ class TaskAdminForm(forms.ModelForm):
                 raise forms.ValidationError(f"{exc.message} [{exc.code}]") from None
         return data
 
-    def clean_input_file(self):
-        upload = self.cleaned_data.get("input_file")
+    def clean_input_file(self) -> "UploadedFile[bytes] | None":
+        upload: UploadedFile[bytes] | None = self.cleaned_data.get("input_file")
         if self.upload_refused:  # over a cap: tasks.uploads dropped it while it streamed
             raise forms.ValidationError(self.upload_refused)
         if not upload:
@@ -126,23 +161,27 @@ class TaskAdminForm(forms.ModelForm):
             raise forms.ValidationError(
                 "A worker is running this task: add files while it is not running."
             )
+        assert upload.name is not None  # FileField takes no upload without a name
         try:
             name = safe_file_name(upload.name)
         except InvalidInput as exc:
             raise forms.ValidationError(exc.message) from None
         if self.instance.pk:
             others = sum(f["size"] for f in list_input_files(self.instance.pk) if f["name"] != name)
-            if others + upload.size > settings.ACTHELM_TASK_INPUTS_MAX_BYTES:
+            if others + (upload.size or 0) > settings.ACTHELM_TASK_INPUTS_MAX_BYTES:
                 raise forms.ValidationError(task_inputs_too_large())
         return upload
 
 
 @admin.register(Task)
-class TaskAdmin(admin.ModelAdmin):
+class TaskAdmin(TaskAdminBase):
     form = TaskAdminForm
 
-    def get_form(self, request, obj=None, **kwargs):
-        form = super().get_form(request, obj, **kwargs)  # a class made for this request
+    def get_form(
+        self, request: HttpRequest, obj: Task | None = None, change: bool = False, **kwargs: Any
+    ) -> type[TaskAdminForm]:
+        form = super().get_form(request, obj, change, **kwargs)  # a class made for this request
+        assert issubclass(form, TaskAdminForm)  # made from self.form
         form.upload_refused = upload_refusal(request)
         return form
 
@@ -173,14 +212,21 @@ class TaskAdmin(admin.ModelAdmin):
     inlines = [DependencyInline, TaskEventInline]
     actions = [_admin_action(entry) for entry in ADMIN_ACTIONS.values()]
 
-    def get_actions(self, request, action_location=ActionLocation.CHANGE_LIST):
+    def get_actions(
+        self, request: HttpRequest, action_location: ActionLocation = ActionLocation.CHANGE_LIST
+    ) -> dict[str, Action | None]:
         """The registry's actions this person may take. Those marked admin_in_state_only (close,
         reopen: the review queue's) appear only where the rows are in a state that allows them:
         the change list filtered to such a state, or the page of such a task."""
         actions = super().get_actions(request, action_location)
         if action_location == ActionLocation.CHANGE_FORM:
+            assert request.resolver_match is not None  # the change page's URL was resolved
             object_id = request.resolver_match.kwargs.get("object_id")
-            status = Task.objects.filter(pk=object_id).values_list("status", flat=True).first()
+            status = (
+                Task.objects.filter(pk=object_id).values_list("status", flat=True).first()
+                if object_id is not None
+                else None
+            )
         else:
             status = request.GET.get("status__exact")
         for name, entry in ADMIN_ACTIONS.items():
@@ -190,20 +236,24 @@ class TaskAdmin(admin.ModelAdmin):
                 actions.pop(name, None)
         return actions
 
-    def get_ordering(self, request):
+    def get_ordering(
+        self, request: HttpRequest
+    ) -> list[str | Combinable] | tuple[str | Combinable, ...]:
         # The review queue: the task that has waited longest comes first.
         if request.GET.get("status__exact") == TaskStatus.REVIEW:
             return ["updated_at", "id"]
         return super().get_ordering(request)
 
     @admin.display(description="Input files")
-    def input_files(self, obj):
+    def input_files(self, obj: Task | None) -> str:
         files = list_input_files(obj.pk) if obj and obj.pk else []
         if not files:
             return "none"
         return format_html_join(", ", "{} ({} bytes)", ((f["name"], f["size"]) for f in files))
 
-    def save_model(self, request, obj, form, change):
+    def save_model(
+        self, request: HttpRequest, obj: Task, form: TaskAdminForm, change: bool
+    ) -> None:
         # Write only what this form changed, and never under a worker: a claim that happened
         # after the page was loaded must not be undone by a Save of the old row.
         # agents.actions.tasks.task_update checks the edit, refuses it under a worker and writes the
@@ -228,13 +278,15 @@ class TaskAdmin(admin.ModelAdmin):
                 extra={"task_id": obj.pk, "file": path.name, "actor": request.user.get_username()},
             )
 
-    def has_add_permission(self, request):
+    def has_add_permission(self, request: HttpRequest) -> bool:
         return False  # tasks are created through the console or acthelm_task create
 
-    def has_delete_permission(self, request, obj=None):
+    def has_delete_permission(self, request: HttpRequest, obj: Task | None = None) -> bool:
         return False  # deletion goes through services.task_delete (done/failed/cancelled only)
 
-    def get_readonly_fields(self, request, obj=None):
+    def get_readonly_fields(
+        self, request: HttpRequest, obj: Task | None = None
+    ) -> list[str] | tuple[str, ...]:
         fields = list(self.readonly_fields)
         if obj is not None and obj.is_held:
             # A worker holds the task: nothing a person edits here may change under it.
@@ -243,12 +295,12 @@ class TaskAdmin(admin.ModelAdmin):
 
 
 @admin.register(Goal)
-class GoalAdmin(admin.ModelAdmin):
+class GoalAdmin(GoalAdminBase):
     list_display = ["id", "title", "active", "open_tasks", "created_at"]
     list_filter = ["active"]
     search_fields = ["title"]
 
-    def get_queryset(self, request):
+    def get_queryset(self, request: HttpRequest) -> QuerySet[Goal]:
         closed = [TaskStatus.DONE, TaskStatus.CANCELLED]
         return (
             super()
@@ -257,7 +309,7 @@ class GoalAdmin(admin.ModelAdmin):
         )
 
     @admin.display(description="Open tasks")
-    def open_tasks(self, obj):
+    def open_tasks(self, obj: "GoalWithOpenTasks") -> int:
         return obj._open
 
 

@@ -3,9 +3,11 @@
 import argparse
 import json
 import os
+from collections.abc import Callable
+from typing import Any, NoReturn
 
 from django.contrib.auth import get_user_model
-from django.core.management.base import BaseCommand, CommandError
+from django.core.management.base import BaseCommand, CommandError, CommandParser
 
 from core.actors import Actor
 from core.exceptions import ActhelmError
@@ -26,14 +28,20 @@ def person_actor(username: str | None) -> Actor:
     raise CommandError("say who acts: --user NAME (or set ACTHELM_USER)")
 
 
-def emit(command, data, *, as_json: bool, text: str = "") -> None:
+# A command's parsed options, by dest: argparse gives each whatever its action makes of it.
+type Options = dict[str, Any]
+# The subparsers of an ActionCommand, one per action.
+type Actions = argparse._SubParsersAction[CommandParser]
+
+
+def emit(command: BaseCommand, data: object, *, as_json: bool, text: str = "") -> None:
     if as_json:
         command.stdout.write(json.dumps(data, indent=2, default=str))
     else:
         command.stdout.write(text or json.dumps(data, indent=2, default=str))
 
 
-def fail(command, exc: ActhelmError, *, as_json: bool):
+def fail(command: BaseCommand, exc: ActhelmError, *, as_json: bool) -> NoReturn:
     if as_json:
         command.stdout.write(
             json.dumps(
@@ -53,7 +61,7 @@ class ActionCommand(BaseCommand):
 
     person_option = False
 
-    def add_arguments(self, parser):
+    def add_arguments(self, parser: CommandParser) -> None:
         parser.add_argument("--json", action="store_true", help="print JSON")
         if self.person_option:
             parser.add_argument("--user", help="act as this person (default: $ACTHELM_USER)")
@@ -65,12 +73,13 @@ class ActionCommand(BaseCommand):
                 "--json", action="store_true", default=argparse.SUPPRESS, help="print JSON"
             )
 
-    def add_actions(self, actions) -> None:
+    def add_actions(self, actions: Actions) -> None:
         """Add one parser per action: `actions.add_parser("list", help=...)`."""
         raise NotImplementedError(f"{type(self).__name__} declares no actions")
 
-    def handle(self, *args, **opts):
+    def handle(self, *args: Any, **opts: Any) -> str | None:
         try:
-            return getattr(self, "do_" + opts["action"])(opts)
+            action: Callable[[Options], str | None] = getattr(self, "do_" + opts["action"])
+            return action(opts)
         except ActhelmError as exc:
             fail(self, exc, as_json=opts["json"])

@@ -1,6 +1,7 @@
 """What every console page needs: what waits for a person (the nav's counts)."""
 
 from django.conf import settings
+from django.http import HttpRequest
 from django.utils.functional import SimpleLazyObject
 
 from approvals.selectors import decidable_counts, needs_me_counts
@@ -11,7 +12,7 @@ def pending_decisions_count() -> int:
     return sum(decidable_counts())
 
 
-def console(request) -> dict:
+def console(request: HttpRequest) -> dict[str, object]:
     """Lazy: pages that never show the counts (the admin's) make no query for them."""
     user = getattr(request, "user", None)
     if user is None or not user.is_authenticated:

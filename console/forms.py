@@ -3,10 +3,13 @@
 
 import re
 from decimal import Decimal
+from typing import TYPE_CHECKING, Any, cast
 
 from django import forms
 from django.conf import settings
 from django.core.exceptions import ValidationError
+from django.core.files.uploadedfile import UploadedFile
+from django.db.models import QuerySet
 
 from agents.catalogue.tools import tool_names
 from agents.engine.acceptance import checks_from_lines, kind_names, validate_checks
@@ -29,23 +32,30 @@ class MultipleFileInput(forms.ClearableFileInput):
 
 
 class MultipleFileField(forms.FileField):
-    def __init__(self, *args, **kwargs):
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
         kwargs.setdefault("widget", MultipleFileInput())
         super().__init__(*args, **kwargs)
 
-    def clean(self, data, initial=None):
+    def clean(self, data: Any, initial: Any | None = None) -> "list[UploadedFile[bytes]]":
         single = super().clean
         if isinstance(data, list | tuple):
             return [single(item, initial) for item in data if item]
         return [single(data, initial)] if data else []
 
 
-class ModelChoice(forms.ModelChoiceField):
+# ModelChoiceField is generic in django-stubs only (django_stubs_ext.monkeypatch is not applied).
+if TYPE_CHECKING:
+    _ModelChoiceField = forms.ModelChoiceField[Model]
+else:
+    _ModelChoiceField = forms.ModelChoiceField
+
+
+class ModelChoice(_ModelChoiceField):
     def label_from_instance(self, obj: Model) -> str:
         return f"{obj.connection.name}/{obj.name} ({obj.get_test_status_display().lower()})"
 
 
-def model_queryset():
+def model_queryset() -> QuerySet[Model]:
     return Model.objects.select_related("connection").order_by("connection__name", "name")
 
 
@@ -78,7 +88,11 @@ class TaskCreateForm(forms.Form):
         "(with none ticked, a model CLI's may be chosen).",
     )
     tags = forms.CharField(required=False, help_text="Comma-separated.")
-    files = MultipleFileField(required=False, help_text="Copied into the task's workspace.")
+    # The metaclass moves every declared field into `base_fields`: `self.files` stays the form's
+    # uploads, which is what django-stubs types that name as.
+    files = MultipleFileField(  # type: ignore[assignment]
+        required=False, help_text="Copied into the task's workspace."
+    )
     acceptance_checks = forms.CharField(
         required=False,
         label="Acceptance checks",
@@ -90,15 +104,19 @@ class TaskCreateForm(forms.Form):
         + ".",
     )
 
-    def __init__(self, *args, **kwargs):
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
         choices = [(name, name) for name in tool_names()]
-        self.fields["tools"].choices = choices
-        self.fields["ask_tools"].choices = choices
-        self.fields["tools"].initial = list(settings.ACTHELM_DEFAULT_TOOLS)
-        self.fields["goal"].queryset = Goal.objects.filter(active=True).order_by("title")
-        self.fields["connection"].queryset = Connection.objects.order_by("name")
-        self.fields["model"].queryset = model_queryset()
+        # `fields` holds them as plain Fields: the declarations above say which kind each is.
+        fields = self.fields
+        cast(forms.MultipleChoiceField, fields["tools"]).choices = choices
+        cast(forms.MultipleChoiceField, fields["ask_tools"]).choices = choices
+        fields["tools"].initial = list(settings.ACTHELM_DEFAULT_TOOLS)
+        goal = cast("forms.ModelChoiceField[Goal]", fields["goal"])
+        goal.queryset = Goal.objects.filter(active=True).order_by("title")
+        connection = cast("forms.ModelChoiceField[Connection]", fields["connection"])
+        connection.queryset = Connection.objects.order_by("name")
+        cast(ModelChoice, fields["model"]).queryset = model_queryset()
         for field, value in default_limits().items():
             if BY_FIELD[field].money:
                 self.fields[field] = forms.DecimalField(
@@ -119,10 +137,10 @@ class TaskCreateForm(forms.Form):
                 label=BY_FIELD[field].label,
             )
 
-    def limit_fields(self):
+    def limit_fields(self) -> list[forms.BoundField]:
         return [self[field] for field in LIMIT_FIELDS]
 
-    def clean_acceptance_checks(self):
+    def clean_acceptance_checks(self) -> list[str]:
         lines = checks_from_lines(self.cleaned_data.get("acceptance_checks") or "")
         try:
             validate_checks(lines)
@@ -130,7 +148,7 @@ class TaskCreateForm(forms.Form):
             raise ValidationError(exc.message) from None
         return lines
 
-    def service_kwargs(self) -> dict:
+    def service_kwargs(self) -> dict[str, Any]:
         data = self.cleaned_data
         return {
             "title": data["title"],

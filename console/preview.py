@@ -41,7 +41,7 @@ class Preview:
     kind: str
     html: SafeString | str = ""
     text: str = ""
-    rows: list | None = None
+    rows: list[list[str]] | None = None
     truncated: bool = False
     note: str = ""
 
@@ -107,7 +107,8 @@ def csv_rows(text: str) -> tuple[list[list[str]], bool]:
         dialect = csv.Sniffer().sniff(text[:4096], delimiters=",;\t|")
     except csv.Error:
         dialect = csv.excel
-    rows, cut = [], False
+    rows: list[list[str]] = []
+    cut = False
     reader = csv.reader(io.StringIO(text), dialect)
     try:
         for row in reader:
@@ -165,7 +166,7 @@ def _inline(line: str) -> str:
         spans.append(html)
         return _PLACEHOLDER.format(len(spans) - 1)
 
-    def link(match: re.Match) -> str:
+    def link(match: re.Match[str]) -> str:
         text = fill(_emphasis(match.group(1)))
         return hold(f'<a href="{match.group(2)}" rel="nofollow noopener noreferrer">{text}</a>')
 
@@ -174,77 +175,100 @@ def _inline(line: str) -> str:
     return fill(_emphasis(html))
 
 
+class _Markdown:
+    """The block structure of `render_markdown`: paragraphs, lists, quotes and fenced code are
+    gathered line by line and written out (`flush`) when a block ends."""
+
+    def __init__(self) -> None:
+        self.out: list[str] = []
+        self.paragraph: list[str] = []
+        self.items: list[str] = []
+        self.list_tag = ""
+        self.quote: list[str] = []
+        self.code: list[str] | None = None
+
+    def flush(self) -> None:
+        if self.paragraph:
+            self.out.append("<p>" + "<br>".join(_inline(p) for p in self.paragraph) + "</p>")
+            self.paragraph.clear()
+        if self.items:
+            tag = self.list_tag
+            self.out.append(f"<{tag}>" + "".join(f"<li>{i}</li>" for i in self.items) + f"</{tag}>")
+            self.items.clear()
+            self.list_tag = ""
+        if self.quote:
+            quoted = "<br>".join(_inline(q) for q in self.quote)
+            self.out.append("<blockquote>" + quoted + "</blockquote>")
+            self.quote.clear()
+
+    def end_code(self) -> None:
+        assert self.code is not None
+        self.out.append("<pre><code>" + escape("\n".join(self.code)) + "</code></pre>")
+        self.code = None
+
+    def line(self, line: str) -> None:
+        if self.code is not None:
+            if _FENCE.match(line):
+                self.end_code()
+            else:
+                self.code.append(line)
+        elif _FENCE.match(line):
+            self.flush()
+            self.code = []
+        elif not line.strip():
+            self.flush()
+        elif not self.standalone(line) and not self.list_item(line):
+            self.text(line)
+
+    def standalone(self, line: str) -> bool:
+        """A heading or a rule: a block of one line."""
+        if heading := _HEADING.match(line):
+            self.flush()
+            level = len(heading.group(1))
+            self.out.append(f"<h{level}>{_inline(heading.group(2))}</h{level}>")
+            return True
+        if _RULE.match(line):
+            self.flush()
+            self.out.append("<hr>")
+            return True
+        return False
+
+    def list_item(self, line: str) -> bool:
+        bullet, numbered = _BULLET.match(line), _NUMBERED.match(line)
+        item = bullet or numbered
+        if item is None:
+            return False
+        tag = "ul" if bullet else "ol"
+        if self.paragraph or self.quote or (self.items and self.list_tag != tag):
+            self.flush()
+        self.list_tag = tag
+        self.items.append(_inline(item.group(1)))
+        return True
+
+    def text(self, line: str) -> None:
+        """A quoted line, a list item's continuation, or a paragraph's line."""
+        if line.lstrip().startswith(">"):
+            if self.paragraph or self.items:
+                self.flush()
+            self.quote.append(line.lstrip()[1:].lstrip())
+        elif self.items:  # a continuation line of the last item
+            self.items[-1] += " " + _inline(line.strip())
+        else:
+            if self.quote:
+                self.flush()
+            self.paragraph.append(line.strip())
+
+
 def render_markdown(text: str) -> SafeString:
     """A safe subset of Markdown. The file's own HTML is shown as text, never as markup."""
     text = text.replace("\x00", "")  # the placeholders' marker
-    out: list[str] = []
-    paragraph: list[str] = []
-    items: list[str] = []
-    list_tag = ""
-    quote: list[str] = []
-    code: list[str] | None = None
-
-    def flush():
-        nonlocal list_tag
-        if paragraph:
-            out.append("<p>" + "<br>".join(_inline(p) for p in paragraph) + "</p>")
-            paragraph.clear()
-        if items:
-            out.append(f"<{list_tag}>" + "".join(f"<li>{i}</li>" for i in items) + f"</{list_tag}>")
-            items.clear()
-            list_tag = ""
-        if quote:
-            out.append("<blockquote>" + "<br>".join(_inline(q) for q in quote) + "</blockquote>")
-            quote.clear()
-
+    markdown = _Markdown()
     for line in text.replace("\r\n", "\n").split("\n"):
-        if code is not None:
-            if _FENCE.match(line):
-                out.append("<pre><code>" + escape("\n".join(code)) + "</code></pre>")
-                code = None
-            else:
-                code.append(line)
-            continue
-        if _FENCE.match(line):
-            flush()
-            code = []
-            continue
-        if not line.strip():
-            flush()
-            continue
-        heading = _HEADING.match(line)
-        if heading:
-            flush()
-            level = len(heading.group(1))
-            out.append(f"<h{level}>{_inline(heading.group(2))}</h{level}>")
-            continue
-        if _RULE.match(line):
-            flush()
-            out.append("<hr>")
-            continue
-        bullet, numbered = _BULLET.match(line), _NUMBERED.match(line)
-        if bullet or numbered:
-            tag = "ul" if bullet else "ol"
-            if paragraph or quote or (items and list_tag != tag):
-                flush()
-            list_tag = tag
-            items.append(_inline((bullet or numbered).group(1)))
-            continue
-        if line.lstrip().startswith(">"):
-            if paragraph or items:
-                flush()
-            quote.append(line.lstrip()[1:].lstrip())
-            continue
-        if items:  # a continuation line of the last item
-            items[-1] += " " + _inline(line.strip())
-            continue
-        if quote:
-            flush()
-        paragraph.append(line.strip())
-    if code is not None:  # an unclosed fence: the rest is code
-        out.append("<pre><code>" + escape("\n".join(code)) + "</code></pre>")
-    flush()
-    return mark_safe("\n".join(out))  # noqa: S308 - every piece of text was escaped above
+        markdown.line(line)
+    if markdown.code is not None:  # an unclosed fence: the rest is code
+        markdown.end_code()
+    markdown.flush()
+    return mark_safe("\n".join(markdown.out))  # noqa: S308 - every piece of text was escaped above
 
 
 # --- What changed since the previous run ----------------------------------------------------------
@@ -267,7 +291,7 @@ def unified_diff(before: str, after: str, *, name: str) -> tuple[str, bool]:
     return "\n".join(lines[:DIFF_LINES]), cut or len(lines) > DIFF_LINES
 
 
-def artifact_change(task_id: int, name: str) -> dict | None:
+def artifact_change(task_id: int, name: str) -> dict[str, int | str | bool] | None:
     """What write_artifact changed in `name` since the previous run: the newest content this
     task's newest writing run wrote, against the newest content an earlier run wrote. None when
     no earlier run wrote it (or nothing changed)."""
@@ -300,7 +324,7 @@ def artifact_change(task_id: int, name: str) -> dict | None:
     }
 
 
-def proposed_file(tool: str, arguments) -> dict | None:
+def proposed_file(tool: str, arguments: object) -> dict[str, str | int | Preview] | None:
     """The file a pending write_artifact would write, shown as the file (bounded), for its
     approval card; None for any other operation."""
     if tool != "write_artifact" or not isinstance(arguments, dict):

@@ -4,12 +4,17 @@ formatting helpers (the permissions are named by the apps that own them: `tasks.
 error's own: `ActhelmError.http_status`.)"""
 
 import json
+from collections.abc import Callable
 from functools import wraps
+from typing import Concatenate, cast
 
 from django.contrib.auth.views import redirect_to_login
 from django.core.exceptions import PermissionDenied
+from django.http import HttpRequest
+from django.http.response import HttpResponseBase
 from django_htmx.http import HttpResponseClientRedirect
 
+from console.http import AuthenticatedHttpRequest, HtmxHttpRequest
 from tasks.permissions import VIEW_TASK
 
 OUTCOME_UNKNOWN = (
@@ -19,14 +24,23 @@ OUTCOME_UNKNOWN = (
 )
 
 
-def login_required(view):
+# A view behind the decorators below: it receives a signed-in person's request ...
+type PersonView[**P] = Callable[Concatenate[AuthenticatedHttpRequest, P], HttpResponseBase]
+# ... and what the URLconf calls instead: any request, the same URL arguments.
+type AnyRequestView[**P] = Callable[Concatenate[HttpRequest, P], HttpResponseBase]
+
+
+def login_required[**P](view: PersonView[P]) -> AnyRequestView[P]:
     """Django's login_required, except that an htmx request (a poll, an htmx action) whose
     session has ended sends the whole page to the login page instead of swapping it in."""
 
     @wraps(view)
-    def check(request, *args, **kwargs):
+    def check(request: HttpRequest, /, *args: P.args, **kwargs: P.kwargs) -> HttpResponseBase:
+        # Every request carries `htmx` (django-htmx's middleware); past the check below, a
+        # signed-in person.
+        request = cast(HtmxHttpRequest, request)
         if request.user.is_authenticated:
-            return view(request, *args, **kwargs)
+            return view(cast(AuthenticatedHttpRequest, request), *args, **kwargs)
         if request.htmx:
             page = request.htmx.current_url_abs_path or request.get_full_path()
             return HttpResponseClientRedirect(redirect_to_login(page).url)
@@ -35,12 +49,16 @@ def login_required(view):
     return check
 
 
-def console_view(perm: str = VIEW_TASK):
+def console_view[**P](
+    perm: str = VIEW_TASK,
+) -> Callable[[PersonView[P]], AnyRequestView[P]]:
     """Login first (anonymous people go to the login page), then the permission (403)."""
 
-    def wrap(view):
+    def wrap(view: PersonView[P]) -> AnyRequestView[P]:
         @wraps(view)
-        def check(request, *args, **kwargs):
+        def check(
+            request: AuthenticatedHttpRequest, /, *args: P.args, **kwargs: P.kwargs
+        ) -> HttpResponseBase:
             if not request.user.has_perm(perm):
                 raise PermissionDenied
             return view(request, *args, **kwargs)
@@ -50,8 +68,10 @@ def console_view(perm: str = VIEW_TASK):
     return wrap
 
 
-def positive_int(value) -> int | None:
+def positive_int(value: str | None) -> int | None:
     """A positive whole number from a query or form value, else None."""
+    if value is None:
+        return None
     try:
         number = int(value)
     except (TypeError, ValueError):
@@ -59,5 +79,12 @@ def positive_int(value) -> int | None:
     return number if number > 0 else None
 
 
-def pretty_json(value) -> str:
+def pretty_json(value: object) -> str:
     return json.dumps(value, indent=2, sort_keys=True, ensure_ascii=False, default=str)
+
+
+def show(row: object, **values: object) -> None:
+    """Attach to a row what its template shows beside its own fields (a preview, a number, a
+    flag the page computed). No model declares these attributes: they are set here, by name."""
+    for name, value in values.items():
+        setattr(row, name, value)

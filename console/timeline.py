@@ -5,14 +5,19 @@ to one "key: value" line per field. Long values are cut, so one event cannot flo
 """
 
 import json
+from collections.abc import Callable
+from typing import Any
 
+from tasks.models import TaskEvent
 from tasks.states import EventKind
 
 VALUE_CHARS = 200
 _SKIP = frozenset({"tool_call_id", "run_id", "model_id", "check"})
+# An event's data: JSON, written by whichever service recorded the event.
+type EventData = dict[str, Any]
 
 
-def _text(value) -> str:
+def _text(value: object) -> str:
     if isinstance(value, str):
         text = value
     elif isinstance(value, bool):
@@ -22,7 +27,7 @@ def _text(value) -> str:
     return text if len(text) <= VALUE_CHARS else text[: VALUE_CHARS - 1] + "…"
 
 
-def _fields(data: dict) -> list[str]:
+def _fields(data: EventData) -> list[str]:
     return [
         f"{key.replace('_', ' ')}: {_text(value)}"
         for key, value in data.items()
@@ -30,7 +35,7 @@ def _fields(data: dict) -> list[str]:
     ]
 
 
-def _cancelled(data):
+def _cancelled(data: EventData) -> list[str]:
     runs = data.get("runs_cancelled") or 0
     lines = [f"Reason: {_text(data['reason'])}"] if data.get("reason") else []
     if runs:
@@ -38,12 +43,12 @@ def _cancelled(data):
     return lines
 
 
-def _limits_changed(data):
+def _limits_changed(data: EventData) -> list[str]:
     before, after = data.get("before") or {}, data.get("after") or {}
     return [f"{name}: {before.get(name, '?')} → {value}" for name, value in after.items()]
 
 
-def _on_model(data):
+def _on_model(data: EventData) -> list[str]:
     lines = []
     if data.get("previous_failure"):
         lines.append(f"After: {data['previous_failure']}")
@@ -52,19 +57,19 @@ def _on_model(data):
     return lines
 
 
-def _tool(data):
+def _tool(data: EventData) -> list[str]:
     line = f"{data.get('tool', 'a tool')}"
     if "ok" in data:
         line += " succeeded" if data["ok"] else f" failed ({data.get('error') or 'error'})"
     return [line, *_fields({k: v for k, v in data.items() if k not in ("tool", "ok", "error")})]
 
 
-def _code(data):
+def _code(data: EventData) -> list[str]:
     head = f"{data['code']}: {_text(data.get('message') or '')}".rstrip(": ")
     return [head, *_fields({k: v for k, v in data.items() if k not in ("code", "message")})]
 
 
-def _checks(data) -> list[str]:
+def _checks(data: EventData) -> list[str]:
     """The acceptance checks a verdict ran: how many passed, and each that failed or could not
     be checked (unverified) by name."""
     checks = [c for c in data.get("checks") or [] if isinstance(c, dict)]
@@ -83,17 +88,17 @@ def _checks(data) -> list[str]:
     return [line]
 
 
-def _verdict(data):
+def _verdict(data: EventData) -> list[str]:
     head = [f"Verdict: {data['verdict']}"] if data.get("verdict") else []
     reason = [f"Reason: {_text(data['reason'])}"] if data.get("reason") else []
     return [*head, *reason, *_checks(data)]
 
 
-def _dependency(data):
+def _dependency(data: EventData) -> list[str]:
     return [f"Task #{data.get('dependency')} is {data.get('dependency_status', 'stuck')}"]
 
 
-FORMATTERS = {
+FORMATTERS: dict[str, Callable[[EventData], list[str]]] = {
     EventKind.CANCELLED: _cancelled,
     EventKind.LIMITS_CHANGED: _limits_changed,
     EventKind.RESUMED: _on_model,
@@ -109,7 +114,7 @@ FORMATTERS = {
 }
 
 
-def event_details(event) -> list[str]:
+def event_details(event: TaskEvent) -> list[str]:
     """Lines a person reads for this event's data."""
     data = event.data
     if not data:

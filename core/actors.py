@@ -1,11 +1,14 @@
 """Who acts on a task: a person, a worker, or the system itself. Every event names one."""
 
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from django.db import models
 
 from core.exceptions import NotPermitted
+
+if TYPE_CHECKING:
+    from django.contrib.auth.models import AnonymousUser, User
 
 
 class ActorKind(models.TextChoices):
@@ -24,11 +27,13 @@ class Actor:
     api_token: tuple[int, str] | None = None
 
     @classmethod
-    def person(cls, user, *, api_token: tuple[int, str] | None = None) -> "Actor":
+    def person(
+        cls, user: "User | AnonymousUser", *, api_token: tuple[int, str] | None = None
+    ) -> "Actor":
         return cls(kind=ActorKind.PERSON, label=user.get_username(), user=user, api_token=api_token)
 
     @property
-    def event_data(self) -> dict:
+    def event_data(self) -> dict[str, dict[str, int | str]]:
         """What an event records of how the actor acted (the API token's id and prefix)."""
         if self.api_token is None:
             return {}

@@ -1,6 +1,7 @@
 """Turn DATABASE_URL into Django's DATABASES entry (postgres only), and a DATABASES entry into a
 libpq connection string for the connections Django does not open (the worker's LISTEN)."""
 
+from typing import Any
 from urllib.parse import parse_qs, unquote, urlsplit
 
 #: Keys of a DATABASES entry's OPTIONS that configure Django or psycopg, not the libpq connection.
@@ -17,7 +18,7 @@ DJANGO_OPTIONS = frozenset(
 )
 
 
-def parse_database_url(url: str, *, name: str = "DATABASE_URL") -> dict:
+def parse_database_url(url: str, *, name: str = "DATABASE_URL") -> dict[str, Any]:
     parts = urlsplit(url)
     if parts.scheme not in ("postgres", "postgresql", "pgsql"):
         raise ValueError(f"{name} must be a postgresql:// URL, not {parts.scheme!r}")
@@ -35,7 +36,7 @@ def parse_database_url(url: str, *, name: str = "DATABASE_URL") -> dict:
     }
 
 
-def build_database_url(settings_dict: dict) -> str:
+def build_database_url(settings_dict: dict[str, Any]) -> str:
     """The inverse, for handing the current (e.g. test) database to a child process."""
     from urllib.parse import quote, urlencode
 
@@ -56,7 +57,7 @@ def build_database_url(settings_dict: dict) -> str:
     return f"postgresql://{netloc}/{quote(settings_dict['NAME'])}{qs}"
 
 
-def libpq_conninfo(settings_dict: dict, **overrides: str) -> str:
+def libpq_conninfo(settings_dict: dict[str, Any], **overrides: str) -> str:
     """A libpq connection string for a DATABASES entry (or `parse_database_url`'s result) with
     every libpq option of it (sslmode, sslrootcert, options, connect_timeout, …); only Django's
     own options (the pool, the isolation level, …) are left out. `overrides` win."""
@@ -80,7 +81,7 @@ def libpq_conninfo(settings_dict: dict, **overrides: str) -> str:
     return make_conninfo(**{k: str(v) for k, v in params.items() if v not in (None, "")})
 
 
-def listen_conninfo(url: str, default: dict, *, application_name: str) -> str:
+def listen_conninfo(url: str, default: dict[str, Any], *, application_name: str) -> str:
     """The worker's LISTEN connection: `url` (ACTHELM_LISTEN_DATABASE_URL) when set, else the
     default database's entry (DATABASE_URL, or the embedded server), every option kept."""
     source = parse_database_url(url, name="ACTHELM_LISTEN_DATABASE_URL") if url else default

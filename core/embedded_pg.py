@@ -8,6 +8,7 @@ stop` stops it. It listens on a Unix socket inside the data folder only, never o
 import os
 import sys
 import warnings
+from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
 
@@ -19,7 +20,7 @@ def pgdata_path() -> Path:
 
 
 @contextmanager
-def _quiet():
+def _quiet() -> Iterator[None]:
     """pgserver asks platformdirs for a runtime folder, which warns when XDG_RUNTIME_DIR is
     unset (as on servers and in CI) and then uses /tmp: expected here, not worth a warning."""
     with warnings.catch_warnings():
@@ -53,7 +54,7 @@ def ensure_server(pgdata: Path | None = None) -> str:
         return uri
     try:
         with _quiet():
-            import pgserver
+            import pgserver.postgres_server
     except ImportError as exc:  # Python 3.13+ has no pgserver wheel
         raise RuntimeError(
             "DATABASE_URL is unset and the embedded PostgreSQL (pgserver) is not installed; "
@@ -61,7 +62,7 @@ def ensure_server(pgdata: Path | None = None) -> str:
         ) from exc
     pgdata.mkdir(parents=True, exist_ok=True)
     with _quiet():
-        pgserver.get_server(pgdata, cleanup_mode=None)
+        pgserver.postgres_server.get_server(pgdata, cleanup_mode=None)
     uri = _running_uri(pgdata)
     if not uri:
         raise RuntimeError(f"the embedded PostgreSQL in {pgdata} did not start; see {pgdata}/log")
@@ -71,11 +72,13 @@ def ensure_server(pgdata: Path | None = None) -> str:
 def pg_ctl(*args: str) -> str:
     """Run pgserver's pg_ctl on the data folder, as the user that owns it."""
     with _quiet():
-        from pgserver._commands import pg_ctl as _pg_ctl
+        # pgserver makes one function per binary it ships at import time, so no type names pg_ctl.
+        from pgserver._commands import pg_ctl as _pg_ctl  # type: ignore[attr-defined]
 
     pgdata = pgdata_path()
     user = "pgserver" if os.geteuid() == 0 else None
-    return _pg_ctl(list(args), pgdata=pgdata, user=user, timeout=60)
+    output: str = _pg_ctl(list(args), pgdata=pgdata, user=user, timeout=60)
+    return output
 
 
 def stop() -> None:

@@ -11,6 +11,9 @@ import json
 import logging
 from datetime import UTC, datetime
 
+# What json.dumps writes as it is.
+type Jsonable = bool | int | float | str | list[Jsonable] | dict[str, Jsonable] | None
+
 # Attributes every LogRecord has; anything else on a record came from `extra`.
 _RECORD_ATTRIBUTES = frozenset(
     vars(logging.LogRecord("", logging.INFO, "", 0, "", None, None)).keys()
@@ -20,7 +23,7 @@ _RECORD_ATTRIBUTES = frozenset(
 _FIXED = ("time", "level", "logger", "event")
 
 
-def _jsonable(value):
+def _jsonable(value: object) -> Jsonable:
     if value is None or isinstance(value, bool | int | float | str):
         return value
     if isinstance(value, dict):
@@ -40,7 +43,7 @@ class JsonFormatter(logging.Formatter):
     """One JSON object per line: time, level, logger, event, then every `extra` field."""
 
     def format(self, record: logging.LogRecord) -> str:
-        entry = {
+        entry: dict[str, Jsonable] = {
             "time": datetime.fromtimestamp(record.created, tz=UTC).isoformat(
                 timespec="milliseconds"
             ),

@@ -12,7 +12,9 @@ INT32_MAX = 2**31 - 1
 INT32_MIN = -(2**31)
 
 
-def whole_number(value, *, name: str, minimum: int = INT32_MIN, maximum: int = INT32_MAX) -> int:
+def whole_number(
+    value: object, *, name: str, minimum: int = INT32_MIN, maximum: int = INT32_MAX
+) -> int:
     """``value`` as an int within [minimum, maximum]; else InvalidInput (``invalid_input`` for
     what is not a whole number, ``number_out_of_range`` for a number outside the bounds)."""
     if isinstance(value, bool):
@@ -37,10 +39,11 @@ def whole_number(value, *, name: str, minimum: int = INT32_MIN, maximum: int = I
     return number
 
 
-def finite_number(value, *, name: str, minimum: float, maximum: float) -> float:
+def finite_number(value: object, *, name: str, minimum: float, maximum: float) -> float:
     """``value`` as a finite float within [minimum, maximum] (nan and infinity refused)."""
     try:
-        number = float(value)
+        # Any value may come (a form's, a file's): float() refusing it (TypeError) is the check.
+        number = float(value)  # type: ignore[arg-type]
     except (TypeError, ValueError):
         raise InvalidInput(f"{name} must be a number, not {value!r}", field=name) from None
     if not math.isfinite(number):

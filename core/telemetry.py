@@ -23,17 +23,23 @@ import json
 import os
 import threading
 from collections.abc import Iterator
-from typing import Any
+from typing import TYPE_CHECKING, Any, Protocol
 
 from django.conf import settings
 from opentelemetry import trace
 from opentelemetry.trace import SpanKind, Status, StatusCode
 
+if TYPE_CHECKING:
+    from opentelemetry.sdk.resources import Resource
+    from opentelemetry.sdk.trace import TracerProvider
+    from opentelemetry.sdk.trace.export import SpanExporter
+    from opentelemetry.util.types import AttributeValue
+
 TRACER_NAME = "acthelm"
 ENDPOINT_VARS = ("OTEL_EXPORTER_OTLP_ENDPOINT", "OTEL_EXPORTER_OTLP_TRACES_ENDPOINT")
 
 _lock = threading.Lock()
-_provider = None  # the SDK TracerProvider once set up
+_provider: TracerProvider | None = None  # the SDK TracerProvider once set up
 _instrumented = False
 
 
@@ -46,7 +52,7 @@ def enabled(environ: dict[str, str] | None = None) -> bool:
     return any(env.get(name, "").strip() for name in ENDPOINT_VARS)
 
 
-def service_resource(resource_class):
+def service_resource(resource_class: type[Resource]) -> Resource:
     """The SDK's resource from the environment (``OTEL_SERVICE_NAME``, then ``service.name`` in
     ``OTEL_RESOURCE_ATTRIBUTES``); ``acthelm`` only where neither names the service."""
     detected = resource_class.create()
@@ -55,7 +61,7 @@ def service_resource(resource_class):
     return detected
 
 
-def setup(*, exporter=None, instrument: bool = True) -> bool:
+def setup(*, exporter: SpanExporter | None = None, instrument: bool = True) -> bool:
     """Install tracing if enabled (or when ``exporter`` is given, e.g. in tests); idempotent.
 
     Returns whether traces are recorded. With ``exporter`` the spans go to it synchronously
@@ -112,7 +118,7 @@ def tracer() -> trace.Tracer:
     return trace.NoOpTracer()
 
 
-def _record_error(span, code: str, message: str = "") -> None:
+def _record_error(span: trace.Span, code: str, message: str = "") -> None:
     span.set_attribute("error.type", code)
     span.set_status(Status(StatusCode.ERROR, message[:200] or code))
 
@@ -123,11 +129,11 @@ def _record_error(span, code: str, message: str = "") -> None:
 @contextlib.contextmanager
 def invoke_agent(
     *, task_id: int, run_id: int, model: str = "", provider_name: str = ""
-) -> Iterator[Any]:
+) -> Iterator[trace.Span]:
     """The span of one run of a task; the run's chat and execute_tool spans nest in it.
     Call ``span.set_attribute("acthelm.outcome", ...)`` before leaving; an exception marks it
     failed."""
-    attributes = {
+    attributes: dict[str, AttributeValue] = {
         "gen_ai.operation.name": "invoke_agent",
         "gen_ai.agent.name": "acthelm",
         "gen_ai.conversation.id": str(task_id),
@@ -147,11 +153,26 @@ def invoke_agent(
 # -- chat: one per model turn ------------------------------------------------------------------
 
 
+class Completion(Protocol):
+    """What a chat span records of a provider's answer (agents' ``Completion`` has these)."""
+
+    @property
+    def input_tokens(self) -> int: ...
+    @property
+    def output_tokens(self) -> int: ...
+    @property
+    def stop_reason(self) -> str: ...
+    @property
+    def raw_stop_reason(self) -> str: ...
+    @property
+    def model(self) -> str: ...
+
+
 class ChatSpan:
-    def __init__(self, span) -> None:
+    def __init__(self, span: trace.Span) -> None:
         self.span = span
 
-    def completed(self, completion) -> None:
+    def completed(self, completion: Completion) -> None:
         """Record the answer's usage and finish reason (a provider ``Completion``)."""
         span = self.span
         if not span.is_recording():
@@ -178,7 +199,7 @@ def chat(
     *, provider_name: str, model: str, max_tokens: int | None = None, server: str = ""
 ) -> Iterator[ChatSpan]:
     """The span of one model request. A raised ProviderError is recorded by its code."""
-    attributes: dict[str, Any] = {
+    attributes: dict[str, AttributeValue] = {
         "gen_ai.operation.name": "chat",
         "gen_ai.provider.name": provider_name,
         "gen_ai.system": provider_name,
@@ -212,7 +233,7 @@ def chat(
 
 
 class ToolSpan:
-    def __init__(self, span) -> None:
+    def __init__(self, span: trace.Span) -> None:
         self.span = span
 
     def outcome(self, outcome: str, *, error_code: str = "") -> None:
@@ -232,7 +253,7 @@ def execute_tool(
     *, tool: str, call_id: str = "", arguments: Any = None, recovery_class: str = ""
 ) -> Iterator[ToolSpan]:
     """The span of one tool call. Arguments are attached only when the setting allows it."""
-    attributes: dict[str, Any] = {
+    attributes: dict[str, AttributeValue] = {
         "gen_ai.operation.name": "execute_tool",
         "gen_ai.tool.name": tool,
         "gen_ai.tool.type": "extension" if "__" in tool else "function",

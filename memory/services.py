@@ -1,16 +1,28 @@
 """What a run is told: memory entries in the task's scopes, ranked against its instruction."""
 
 import re
+from typing import Protocol
 
 from django.contrib.postgres.search import SearchQuery, SearchRank, SearchVector
-from django.db.models import F, Q
+from django.db.models import F, Model, Q, QuerySet
 
 from memory.models import MemoryEntry, MemoryScope, MemorySelection
 
 _WORD = re.compile(r"[A-Za-z0-9]{3,}")
 
 
-def entries_in_scope(task):
+class Subject(Protocol):
+    """What memory reads of a task (tasks.Task: memory sits below the tasks app)."""
+
+    @property
+    def goal_id(self) -> int | None: ...
+    @property
+    def tags(self) -> list[str]: ...
+    @property
+    def instruction(self) -> str: ...
+
+
+def entries_in_scope(task: Subject) -> QuerySet[MemoryEntry]:
     scope = Q(scope=MemoryScope.GLOBAL)
     if task.goal_id:
         scope |= Q(scope=MemoryScope.GOAL, goal_id=task.goal_id)
@@ -19,7 +31,7 @@ def entries_in_scope(task):
     return MemoryEntry.objects.filter(scope, active=True)
 
 
-def rank_for_task(task, *, budget_chars: int) -> list[tuple[MemoryEntry, float]]:
+def rank_for_task(task: Subject, *, budget_chars: int) -> list[tuple[MemoryEntry, float]]:
     """Entries in scope, best match with the instruction first (PostgreSQL full-text search),
     then newest, as many as fit in `budget_chars`."""
     words = sorted(set(_WORD.findall(task.instruction.lower())))[:64]
@@ -30,7 +42,8 @@ def rank_for_task(task, *, budget_chars: int) -> list[tuple[MemoryEntry, float]]
         qs = qs.annotate(rank=SearchRank(vector, query))
     else:
         qs = qs.annotate(rank=F("id") * 0.0)
-    chosen, used = [], 0
+    chosen: list[tuple[MemoryEntry, float]] = []
+    used = 0
     for entry in qs.order_by("-rank", "-updated_at", "id")[:200]:
         size = len(entry.title) + len(entry.body) + 8
         if used + size > budget_chars:
@@ -40,11 +53,12 @@ def rank_for_task(task, *, budget_chars: int) -> list[tuple[MemoryEntry, float]]
     return chosen
 
 
-def record_selection(run, chosen: list[tuple[MemoryEntry, float]]) -> list[MemorySelection]:
+def record_selection(run: Model, chosen: list[tuple[MemoryEntry, float]]) -> list[MemorySelection]:
+    """``run``: the agents.AgentRun (by its id: memory sits below the agents app)."""
     return MemorySelection.objects.bulk_create(
         [
             MemorySelection(
-                run=run,
+                run_id=run.pk,
                 entry=entry,
                 position=i,
                 rank=rank,
@@ -56,13 +70,14 @@ def record_selection(run, chosen: list[tuple[MemoryEntry, float]]) -> list[Memor
     )
 
 
-def copy_selection(*, from_run_id: int, to_run) -> None:
-    """A later run of the task sends the same stored prompt, so it records the same entries."""
+def copy_selection(*, from_run_id: int, to_run: Model) -> None:
+    """A later run of the task sends the same stored prompt, so it records the same entries.
+    ``to_run``: the agents.AgentRun (by its id: memory sits below the agents app)."""
     rows = MemorySelection.objects.filter(run_id=from_run_id).order_by("position")
     MemorySelection.objects.bulk_create(
         [
             MemorySelection(
-                run=to_run,
+                run_id=to_run.pk,
                 entry_id=r.entry_id,
                 position=r.position,
                 rank=r.rank,

@@ -9,6 +9,7 @@ the attribute of its `Usage` that a cumulative limit is compared with.
 """
 
 import os
+from collections.abc import Mapping
 from dataclasses import dataclass
 from decimal import Decimal, InvalidOperation
 
@@ -40,7 +41,7 @@ class Limit:
     def cumulative(self) -> bool:
         return bool(self.counter)
 
-    def from_environment(self, environ=os.environ):
+    def from_environment(self, environ: Mapping[str, str] = os.environ) -> int | str | None:
         """The default for new tasks, from the environment (settings use this)."""
         value = (environ.get(self.setting) or "").strip()
         if self.money:
@@ -162,6 +163,9 @@ BEFORE_AN_MCP_CALL: tuple[Limit, ...] = tuple(
 )
 PER_ITEM: tuple[Limit, ...] = tuple(limit for limit in LIMITS if not limit.cumulative)
 
+#: A limit's value on a task, by its field: a whole number, or an amount (None: no limit).
+type LimitValues = dict[str, int | Decimal | None]
+
 #: The largest amount of money a budget may be (the column holds 12 digits, 4 after the point).
 MAX_MONEY = Decimal("100000000")
 
@@ -170,7 +174,7 @@ class BadLimit(ValueError):
     """A limit value that is not acceptable; the message says why (for people)."""
 
 
-def money_amount(field: str, value) -> Decimal | None:
+def money_amount(field: str, value: object) -> Decimal | None:
     """An amount for a money limit: empty means no limit; else positive, at most 4 decimals."""
     if value is None or (isinstance(value, str) and not value.strip()):
         return None

@@ -4,6 +4,7 @@ from django.conf import settings
 from django.contrib.postgres.fields import ArrayField
 from django.db import models
 from django.db.models import Q
+from django.db.models.expressions import Combinable
 
 from core.actors import ActorKind
 from tasks.limits import BY_FIELD
@@ -14,7 +15,9 @@ def default_tools() -> list[str]:
     return list(settings.ACTHELM_DEFAULT_TOOLS)
 
 
-def _limit_field(name: str) -> models.PositiveIntegerField:
+def _limit_field(
+    name: str,
+) -> "models.PositiveIntegerField[float | int | str | Combinable, int]":
     """A whole-number limit column, its default from the limits table."""
     return models.PositiveIntegerField(default=BY_FIELD[name].default)
 
@@ -143,7 +146,7 @@ class Task(models.Model):
                 condition=Q(status__in=TaskStatus.values), name="task_status_valid"
             ),
             models.CheckConstraint(
-                condition=~Q(status__in=[TaskStatus.IN_PROGRESS, TaskStatus.PAUSE_REQUESTED])
+                condition=~Q(status__in=sorted(HELD))
                 | (Q(lease_expires_at__isnull=False) & ~Q(lease_owner="")),
                 name="task_held_has_lease",
             ),

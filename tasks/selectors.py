@@ -2,19 +2,22 @@
 
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
+from datetime import datetime
+from decimal import Decimal
+from typing import Any, TypedDict
 
-from django.db.models import Count
+from django.db.models import Count, Model, QuerySet
 
 from tasks.limits import LIMITS, Limit
 from tasks.models import Goal, Task, TaskEvent
 from tasks.states import OPEN, TaskStatus, allowed_actions
 
 
-def _limit_value(value, limit: Limit):
+def _limit_value(value: int | Decimal | None, limit: Limit) -> int | Decimal | str | None:
     return str(value) if limit.money and value is not None else value
 
 
-def _iso(value) -> str | None:
+def _iso(value: datetime | None) -> str | None:
     return value.isoformat() if value else None
 
 
@@ -37,8 +40,8 @@ TASK_FIELDS: dict[str, Callable[[Task], object]] = {
     "tool_policies": lambda t: t.tool_policies,
     "allowed_domains": lambda t: list(t.allowed_domains),
     "acceptance_checks": lambda t: list(t.acceptance_checks or []),
-    "connection": lambda t: t.connection.name if t.connection_id else None,
-    "model": lambda t: t.model.name if t.model_id else None,
+    "connection": lambda t: t.connection.name if t.connection is not None else None,
+    "model": lambda t: t.model.name if t.model is not None else None,
     "limits": lambda t: {
         limit.key: _limit_value(getattr(t, limit.field), limit) for limit in LIMITS
     },
@@ -64,13 +67,13 @@ SUMMARY_FIELDS = (
 GOAL_ROW_FIELDS = ("id", "title", "status", "kind", "origin", "failure_code", "created_at")
 
 
-def task_as_dict(task: Task, fields: Iterable[str] | None = None) -> dict:
+def task_as_dict(task: Task, fields: Iterable[str] | None = None) -> dict[str, Any]:
     """The task as JSON: every field of `TASK_FIELDS`, or those named in `fields`. The whole task
     also says `loop` when it failed in an error loop and, on a list annotated with
     `cost_total`, its `cost`."""
     if fields is not None:
         return {name: TASK_FIELDS[name](task) for name in fields}
-    data = {name: field(task) for name, field in TASK_FIELDS.items()}
+    data: dict[str, Any] = {name: field(task) for name, field in TASK_FIELDS.items()}
     if task.failure_code == "error_loop":
         data["loop"] = True
     if hasattr(task, "cost_total"):
@@ -78,7 +81,24 @@ def task_as_dict(task: Task, fields: Iterable[str] | None = None) -> dict:
     return data
 
 
-def event_as_dict(event: TaskEvent) -> dict:
+# A timeline event as the API and the CLI show it ("from" is a keyword: the functional form).
+EventJSON = TypedDict(
+    "EventJSON",
+    {
+        "id": int,
+        "kind": str,
+        "actor": str,
+        "actor_kind": str,
+        "from": str | None,
+        "to": str | None,
+        "run_id": int | None,
+        "data": dict[str, Any],  # what the event's kind records
+        "at": str,
+    },
+)
+
+
+def event_as_dict(event: TaskEvent) -> EventJSON:
     return {
         "id": event.pk,
         "kind": event.kind,
@@ -106,7 +126,8 @@ def blocking_reason(task: Task) -> str | None:
     )
     if not deps:
         return "All its dependencies are done; it becomes ready at the next reconciler pass."
-    waiting, stuck = [], []
+    waiting: list[str] = []
+    stuck: list[str] = []
     for dep in deps:
         name = f"#{dep['id']} “{dep['title']}”"
         if dep["status"] == TaskStatus.CANCELLED:
@@ -115,7 +136,7 @@ def blocking_reason(task: Task) -> str | None:
             stuck.append(f"{name} failed and is done only if it is retried and closed")
         else:
             waiting.append(f"{name} ({TaskStatus(dep['status']).label.lower()})")
-    parts = []
+    parts: list[str] = []
     if waiting:
         parts.append("Waits for " + ", ".join(waiting) + " to be done.")
     if stuck:
@@ -151,19 +172,21 @@ def status_counts(*, evaluation: bool = False) -> dict[str, int]:
 class TaskPage:
     """One page of a newest-first task list, and the keys of the pages around it."""
 
-    tasks: list
+    tasks: list[Task]
     older: int | None  # pass as `before` for the next (older) page
     newer: int | None  # pass as `after` for the previous (newer) page
 
 
-def newest_page(rows, *, key: str, size: int, before: int | None = None):
+def newest_page[M: Model](
+    rows: QuerySet[M], *, key: str, size: int, before: int | None = None
+) -> tuple[list[M], int | None]:
     """The newest `size` rows by `key` (those below `before` when given), oldest first, and the
     cursor of the next older page: pass it back as `before` (None when there is none). One
     bounded query, however long the transcript or the timeline."""
     if before is not None:
         rows = rows.filter(**{f"{key}__lt": before})
     page = list(rows.order_by(f"-{key}")[: size + 1])
-    older = getattr(page[size - 1], key) if len(page) > size else None
+    older: int | None = getattr(page[size - 1], key) if len(page) > size else None
     return page[:size][::-1], older
 
 
@@ -174,19 +197,23 @@ TRANSCRIPT_ALL_MAX = 500
 TIMELINE_SIZE = 200
 
 
-def transcript_page(turns, *, all_turns: bool = False, before: int | None = None):
+def transcript_page[M: Model](
+    turns: QuerySet[M], *, all_turns: bool = False, before: int | None = None
+) -> tuple[list[M], int | None]:
     """A task's transcript page (`turns` is its turn queryset, prefetched as the caller needs):
     the newest 100 turns (500 with `all_turns`) below `before`, and the next older cursor."""
     size = TRANSCRIPT_ALL_MAX if all_turns else TRANSCRIPT_SIZE
     return newest_page(turns, key="index", size=size, before=before)
 
 
-def timeline_page(task: Task, *, before: int | None = None):
+def timeline_page(task: Task, *, before: int | None = None) -> tuple[list[TaskEvent], int | None]:
     """A task's timeline page: the newest 200 events below `before`, and the next older cursor."""
-    return newest_page(task.events, key="id", size=TIMELINE_SIZE, before=before)
+    return newest_page(task.events.all(), key="id", size=TIMELINE_SIZE, before=before)
 
 
-def task_keyset_page(tasks, *, before: int | None, after: int | None, size: int) -> TaskPage:
+def task_keyset_page(
+    tasks: QuerySet[Task], *, before: int | None, after: int | None, size: int
+) -> TaskPage:
     """Newest first, keyset-paginated on the primary key (no COUNT, no OFFSET): `before` gives
     the page of tasks older than that id, `after` the page newer than it."""
     if after and not before:
@@ -208,7 +235,7 @@ def task_keyset_page(tasks, *, before: int | None, after: int | None, size: int)
     )
 
 
-def goal_as_dict(goal: Goal, *, with_tasks: int = 0) -> dict:
+def goal_as_dict(goal: Goal, *, with_tasks: int = 0) -> dict[str, Any]:
     """A goal, its open-task counts by state, and (with_tasks) its newest tasks."""
     counts = dict(
         Task.objects.filter(goal=goal)
@@ -216,13 +243,13 @@ def goal_as_dict(goal: Goal, *, with_tasks: int = 0) -> dict:
         .annotate(n=Count("id"))
         .values_list("status", "n")
     )
-    data = {
+    data: dict[str, Any] = {
         "id": goal.pk,
         "title": goal.title,
         "description": goal.description,
         "active": goal.active,
         "acceptance_checks": list(goal.acceptance_checks or []),
-        "created_by": goal.created_by.get_username() if goal.created_by_id else None,
+        "created_by": goal.created_by.get_username() if goal.created_by is not None else None,
         "created_at": goal.created_at.isoformat(),
         "task_counts": counts,
         "open_tasks": sum(n for status, n in counts.items() if status in OPEN),

@@ -5,8 +5,9 @@ these (the worker calls `note_stuck_dependants`); the status itself is written b
 the tools (resume, retry, edit) are `agents.actions.tasks`."""
 
 import logging
-from collections.abc import Callable
+from collections.abc import Callable, Mapping, Sequence
 from decimal import Decimal
+from typing import Any
 
 from django.conf import settings
 from django.db import transaction
@@ -23,6 +24,7 @@ from tasks.limits import (
     BY_FIELD,
     LIMITS,
     BadLimit,
+    LimitValues,
     money_amount,
 )
 from tasks.models import Goal, Task
@@ -45,7 +47,7 @@ from tasks.workspace import remove_task_files
 log = logging.getLogger("acthelm.tasks")
 
 
-def default_limits() -> dict:
+def default_limits() -> LimitValues:
     """The limits a new task gets: each limit's setting (`tasks.limits.LIMITS`)."""
     return {
         limit.field: money_limit(limit.field, value) if limit.money else int(value)
@@ -54,7 +56,7 @@ def default_limits() -> dict:
     }
 
 
-def money_limit(field: str, value) -> Decimal | None:
+def money_limit(field: str, value: object) -> Decimal | None:
     """A money limit as stored (empty: no limit); InvalidInput when it is not an amount."""
     try:
         return money_amount(field, value)
@@ -62,8 +64,8 @@ def money_limit(field: str, value) -> Decimal | None:
         raise InvalidInput(str(exc), field="limits") from None
 
 
-def validate_limits(limits: dict) -> dict:
-    clean = {}
+def validate_limits(limits: Mapping[str, object]) -> LimitValues:
+    clean: LimitValues = {}
     for field, value in limits.items():
         limit = BY_FIELD.get(field)
         if limit is None:
@@ -126,7 +128,7 @@ def note_stuck_dependants(task: Task, *, actor: Actor) -> list[int]:
 #: function of the locked task that returns what the `cancelled` event records. The apps that own
 #: those rows register them when they are ready (`agents.apps`: the runs and the tool calls in
 #: flight; `approvals.apps`: the open decisions), so the ledger calls them without importing them.
-CancelSettler = Callable[[Task], dict]
+CancelSettler = Callable[[Task], dict[str, Any]]
 _cancel_settlers: list[CancelSettler] = []
 
 
@@ -144,7 +146,7 @@ def task_cancel(*, actor: Actor, task_id: int, reason: str = "") -> Task:
     with a `cancelled` event that records what was settled, and blocked dependants noted."""
     with transaction.atomic():
         task = act(task_id, "cancel", actor)
-        settled: dict = {}
+        settled: dict[str, Any] = {}
         for settler in _cancel_settlers:
             settled |= settler(task)
         set_status(
@@ -212,11 +214,11 @@ def task_reopen(*, actor: Actor, task_id: int, feedback: str) -> Task:
     return task
 
 
-def _jsonable(value):
+def _jsonable(value: int | Decimal | None) -> int | str | None:
     return str(value) if isinstance(value, Decimal) else value
 
 
-def task_set_limits(*, actor: Actor, task_id: int, **limits) -> Task:
+def task_set_limits(*, actor: Actor, task_id: int, **limits: object) -> Task:
     """Raise or lower a task's limits while no worker holds it."""
     clean = validate_limits(limits)
     with transaction.atomic():
@@ -258,7 +260,11 @@ def task_delete(*, actor: Actor, task_id: int) -> None:
 
 
 def goal_create(
-    *, actor: Actor, title: str, description: str = "", acceptance_checks: list | None = None
+    *,
+    actor: Actor,
+    title: str,
+    description: str = "",
+    acceptance_checks: Sequence[Mapping[str, object]] | None = None,
 ) -> Goal:
     """A new active goal; the reconciler plans it at its next pass while it has no open work.
 

@@ -3,6 +3,8 @@
 Pure: no database access. `tasks.transitions` is the only writer and consults these tables.
 """
 
+from collections.abc import Iterable
+
 from django.db import models
 
 
@@ -113,6 +115,20 @@ SETTLED = frozenset({S.DONE, S.FAILED, S.CANCELLED})
 # States that count as open work (not closed and not abandoned).
 OPEN = frozenset(set(S) - {S.DONE, S.CANCELLED})
 DELETABLE = frozenset({S.DONE, S.FAILED, S.CANCELLED})
+
+
+def sql_list(states: Iterable[str]) -> str:
+    """A set of states as the list of an SQL ``IN``, for the raw statements of the claim, the
+    fence and recovery: ``('in_progress', 'pause_requested')``. Sorted, so a statement's text
+    does not change between processes; each value is a state's (lower case and underscores)."""
+    values = sorted(states)
+    if not values or not all(value in S.values for value in values):
+        raise ValueError(f"not a set of task states: {values!r}")
+    return "(" + ", ".join(f"'{value}'" for value in values) + ")"
+
+
+#: HELD in the raw statements: ``t.status IN {HELD_SQL}``.
+HELD_SQL = sql_list(HELD)
 
 # What a person can do in each state (the console offers exactly these).
 A = Action

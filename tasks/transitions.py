@@ -9,8 +9,10 @@ race.
 """
 
 import logging
+from typing import Any
 
 from django.db import connection, transaction
+from django.db.models import Model
 
 from core.actors import Actor, ActorKind
 from core.exceptions import TaskNotFound, TransitionNotAllowed
@@ -51,14 +53,16 @@ def record_event(
     *,
     actor: Actor,
     kind: str,
-    run=None,
-    data: dict | None = None,
+    run: Model | None = None,
+    data: dict[str, Any] | None = None,
     from_status: str = "",
     to_status: str = "",
 ) -> TaskEvent:
+    """Write one event of `task`. `run` is the agents.AgentRun it belongs to, if any (by its id:
+    the tasks app sits below the agents app)."""
     event = TaskEvent.objects.create(
         task=task,
-        run=run,
+        run_id=None if run is None else run.pk,
         kind=kind,
         actor_kind=actor.kind,
         actor_user=actor.user if actor.is_person else None,
@@ -110,9 +114,9 @@ def set_status(
     *,
     actor: Actor,
     kind: str,
-    run=None,
-    data: dict | None = None,
-    **fields,
+    run: Model | None = None,
+    data: dict[str, Any] | None = None,
+    **fields: Any,
 ) -> TaskEvent:
     """Move a task that the caller has locked (see `lock_task`) and record why."""
     require_atomic()
@@ -143,7 +147,7 @@ def set_status(
     return event
 
 
-def transition(task_id: int, to: str, *, actor: Actor, kind: str, **kwargs) -> Task:
+def transition(task_id: int, to: str, *, actor: Actor, kind: str, **kwargs: Any) -> Task:
     """Lock, check, move and record, in one transaction."""
     with transaction.atomic():
         task = lock_task(task_id)
@@ -154,7 +158,7 @@ def transition(task_id: int, to: str, *, actor: Actor, kind: str, **kwargs) -> T
 def promote_dependants(task: Task, *, actor: Actor) -> list[int]:
     """After `task` became done: each blocked dependant whose dependencies are all done is ready."""
     require_atomic()
-    promoted = []
+    promoted: list[int] = []
     candidates = (
         Task.objects.select_for_update()
         .filter(dependency_links__depends_on=task, status=TaskStatus.BLOCKED)

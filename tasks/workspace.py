@@ -1,16 +1,28 @@
 """Where a task's files live: one folder per task under ACTHELM_MEDIA_ROOT, with the input files
 the agent may read (`workspace/`) and the artifacts it writes (`artifacts/`)."""
 
+from __future__ import annotations
+
 import re
 import shutil
+from collections.abc import Iterator
 from pathlib import Path
+from typing import TypedDict
 
 from django.conf import settings
+from django.core.files.base import File
 
 from core.exceptions import InvalidInput
 
 _CHUNK = 1 << 20
 _SAFE_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,99}$")
+
+
+class InputFile(TypedDict):
+    """One input file of a task's workspace, as the pages, the API and the CLI show it."""
+
+    name: str
+    size: int  # bytes
 
 
 def task_dir(task_id: int) -> Path:
@@ -40,7 +52,13 @@ def safe_file_name(name: str) -> str:
     return name
 
 
-def add_input_file(task_id: int, *, name: str, source: Path | None = None, data=None) -> Path:
+def add_input_file(
+    task_id: int,
+    *,
+    name: str,
+    source: Path | None = None,
+    data: bytes | str | File[bytes] | None = None,
+) -> Path:
     """Copy a file into the task's workspace (from a path, or from bytes / an uploaded file),
     counting while it streams: a file over ACTHELM_INPUT_FILE_MAX_BYTES, or one that would take
     the task's files over ACTHELM_TASK_INPUTS_MAX_BYTES, is refused (InvalidInput on `files`)
@@ -82,18 +100,20 @@ def task_inputs_too_large() -> str:
     return f"a task's input files may have {cap} bytes in all (ACTHELM_TASK_INPUTS_MAX_BYTES)"
 
 
-def _chunks(source: Path | None, data):
+def _chunks(source: Path | None, data: bytes | str | File[bytes] | None) -> Iterator[bytes]:
     if source is not None:
         with source.open("rb") as fh:
             while chunk := fh.read(_CHUNK):
                 yield chunk
+    elif data is None:
+        raise TypeError("an input file needs its source or its data")
     elif isinstance(data, bytes | str):
         yield data.encode() if isinstance(data, str) else data
     else:
         yield from data.chunks()
 
 
-def list_input_files(task_id: int) -> list[dict]:
+def list_input_files(task_id: int) -> list[InputFile]:
     folder = workspace_dir(task_id, create=False)
     if not folder.is_dir():
         return []

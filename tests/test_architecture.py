@@ -7,7 +7,7 @@ import ast
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
-APPS = ("acthelm_site", "tasks", "agents", "approvals", "memory")
+APPS = ("acthelm_site", "console", "agents", "approvals", "tasks", "memory", "core")
 # Where an import inside a function is the rule rather than a dodge: Django's AppConfig.ready()
 # (the app registry is not ready at import time), and the embedded PostgreSQL, which imports the
 # pgserver package only when no DATABASE_URL is set.

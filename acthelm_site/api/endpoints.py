@@ -9,25 +9,28 @@ hash is stale. The OpenAPI schema and its interactive docs are served to signed-
 """
 
 import logging
-from typing import Literal
+from collections.abc import Collection, Iterable
+from datetime import datetime
+from typing import Any, Literal, TypedDict, overload
 
 from django.contrib.admin.views.decorators import staff_member_required
 from django.core.exceptions import RequestDataTooBig
-from django.http import FileResponse, Http404
+from django.http import FileResponse, Http404, HttpRequest, HttpResponse
 from django.utils import timezone
-from ninja import File, Form, NinjaAPI, Query, Status
+from ninja import File, Form, NinjaAPI, P, Query, QueryEx, Status
 from ninja.errors import AuthenticationError, HttpError, ValidationError
 from ninja.files import UploadedFile
 from ninja.security import HttpBearer
-from pydantic import Field
+from pydantic import BaseModel, Field
 
 from acthelm_site.api import schemas as s
-from acthelm_site.api.selectors import pending_operations, task_detail
+from acthelm_site.api.models import ApiToken
+from acthelm_site.api.selectors import PendingOperations, pending_operations, task_detail
 from acthelm_site.api.tokens import TokenRefused, token_authenticate
 from agents.actions import tasks as person_tasks
 from agents.catalogue import connections as agent_connections
-from agents.catalogue.connections import model_check_for_task
-from agents.models import Connection, ToolCall
+from agents.catalogue.connections import ModelTestResult, model_check_for_task
+from agents.models import Connection, Model, ToolCall
 from agents.permissions import MANAGE_CONNECTIONS, VIEW_AGENTRUN, VIEW_CONNECTIONS_PERMS
 from agents.scorecard import model_scorecard, scorecard_window
 from agents.selectors import task_file
@@ -61,10 +64,16 @@ MAX_PAGE_SIZE = 200
 GOAL_TASKS = 100
 
 
+class ApiRequest(HttpRequest):
+    """A request the bearer token let in (BearerToken): `auth` is the token, `user` its person."""
+
+    auth: ApiToken
+
+
 class BearerToken(HttpBearer):
     """`Authorization: Bearer acthelm_…`; every refusal is a 401 with a code saying why."""
 
-    def __call__(self, request):
+    def __call__(self, request: HttpRequest) -> ApiToken:
         header = request.headers.get("Authorization", "")
         if not header:
             raise TokenRefused("send Authorization: Bearer <token>", code="token_missing")
@@ -73,7 +82,7 @@ class BearerToken(HttpBearer):
             raise TokenRefused("the Authorization header must be: Bearer <token>")
         return self.authenticate(request, raw.strip())
 
-    def authenticate(self, request, token):
+    def authenticate(self, request: HttpRequest, token: str) -> ApiToken:
         api_token = token_authenticate(token)
         request.user = api_token.user
         return api_token
@@ -92,7 +101,9 @@ api = NinjaAPI(
 # --- Errors ---------------------------------------------------------------------------------
 
 
-def _error(request, status: int, code: str, message: str, field: str | None = None):
+def _error(
+    request: HttpRequest, status: int, code: str, message: str, field: str | None = None
+) -> HttpResponse:
     response = api.create_response(
         request, {"code": code, "message": message, "field": field}, status=status
     )
@@ -102,7 +113,7 @@ def _error(request, status: int, code: str, message: str, field: str | None = No
 
 
 @api.exception_handler(ActhelmError)
-def _acthelm_error(request, exc: ActhelmError):
+def _acthelm_error(request: HttpRequest, exc: ActhelmError) -> HttpResponse:
     status = exc.http_status  # 401 for a refused token, as the console's for the rest
     if status != 401:
         log.info(
@@ -113,7 +124,7 @@ def _acthelm_error(request, exc: ActhelmError):
 
 
 @api.exception_handler(ValidationError)
-def _validation_error(request, exc: ValidationError):
+def _validation_error(request: HttpRequest, exc: ValidationError) -> HttpResponse:
     errors = exc.errors or [{}]
     # A field the endpoint does not know is named first: a script's typo must not be dropped.
     first = next((e for e in errors if e.get("type") == "extra_forbidden"), errors[0])
@@ -135,29 +146,29 @@ def _validation_error(request, exc: ValidationError):
 
 
 @api.exception_handler(AuthenticationError)
-def _unauthenticated(request, exc):
+def _unauthenticated(request: HttpRequest, exc: AuthenticationError) -> HttpResponse:
     return _error(request, 401, "token_missing", "send Authorization: Bearer <token>")
 
 
 @api.exception_handler(Http404)
-def _not_found(request, exc):
+def _not_found(request: HttpRequest, exc: Http404) -> HttpResponse:
     return _error(request, 404, "not_found", str(exc) or "not found")
 
 
 @api.exception_handler(RequestDataTooBig)
-def _too_big(request, exc):
+def _too_big(request: HttpRequest, exc: RequestDataTooBig) -> HttpResponse:
     return _error(request, 413, "body_too_large", f"the request body is too large: {exc}")
 
 
 @api.exception_handler(Exception)
-def _server_error(request, exc):
+def _server_error(request: HttpRequest, exc: Exception) -> HttpResponse:
     """Whatever the API did not raise itself: logged with its traceback, answered as JSON."""
     log.exception("api.server_error", extra={"path": request.path})
     return _error(request, 500, "server_error", "the server failed on this request; it is logged")
 
 
 @api.exception_handler(HttpError)
-def _http_error(request, exc: HttpError):
+def _http_error(request: HttpRequest, exc: HttpError) -> HttpResponse:
     # Ninja's own refusals, e.g. 400 "Cannot parse request body" for a body that is not JSON.
     code = {400: "invalid_input", 429: "throttled"}.get(exc.status_code, "error")
     return _error(request, exc.status_code, code, str(exc))
@@ -173,7 +184,7 @@ ERRORS = {
 }
 
 
-def _require(request, *perms: str) -> Actor:
+def _require(request: ApiRequest, *perms: str) -> Actor:
     """The person acting, refused (403) unless they hold one of `perms`."""
     user = request.auth.user
     if perms and not any(user.has_perm(perm) for perm in perms):
@@ -181,7 +192,9 @@ def _require(request, *perms: str) -> Actor:
     return Actor.person(user, api_token=(request.auth.pk, request.auth.prefix))
 
 
-def _refuse_unknown_fields(data, schema, also=frozenset()) -> None:
+def _refuse_unknown_fields(
+    data: Iterable[str], schema: type[BaseModel], also: Collection[str] = frozenset()
+) -> None:
     """Form fields are read by name, so ninja drops a name the schema lacks (`-F model=demo`
     vanished): an unknown field is refused instead, 422 unknown_field naming it."""
     unknown = sorted(set(data) - set(schema.model_fields) - set(also))
@@ -198,7 +211,12 @@ def _task_or_404(task_id: int) -> Task:
     return task
 
 
-def _model(model_id: int | None, field: str = "model_id"):
+@overload
+def _model(model_id: int, field: str = ...) -> Model: ...
+@overload
+def _model(model_id: int | None, field: str = ...) -> Model | None: ...
+def _model(model_id: int | None, field: str = "model_id") -> Model | None:
+    """The model of that id (400 on `field` when there is none), or None when none is given."""
     if model_id is None:
         return None
     try:
@@ -207,15 +225,16 @@ def _model(model_id: int | None, field: str = "model_id"):
         raise InvalidInput(exc.message, field=field) from None
 
 
-def _named(payload: s.TaskCreateIn, name: str):
+def _named(payload: s.TaskCreateIn, name: str) -> int | str | None:
     """A new task's connection or model as given: by id (`<name>_id`) or by name; not both."""
-    by_id, by_name = getattr(payload, f"{name}_id"), getattr(payload, name)
+    by_id: int | None = getattr(payload, f"{name}_id")
+    by_name: str | None = getattr(payload, name)
     if by_id is not None and by_name:
         raise InvalidInput(f"give {name} or {name}_id, not both", field=name)
     return by_id if by_id is not None else by_name or None
 
 
-def _done(request, task_id: int, action: str) -> dict:
+def _done(request: ApiRequest, task_id: int, action: str) -> dict[str, Any]:
     log.info(
         "api.action",
         extra={"task_id": task_id, "action": str(action), "actor": request.user.get_username()},
@@ -224,6 +243,12 @@ def _done(request, task_id: int, action: str) -> dict:
 
 
 # --- Tasks ----------------------------------------------------------------------------------
+
+
+class TaskListPage(TypedDict):
+    items: list[dict[str, Any]]
+    older: int | None
+    newer: int | None
 
 
 class TaskFilters(s.TextIn):
@@ -240,7 +265,7 @@ class TaskFilters(s.TextIn):
 
 
 @api.get("/tasks", response={200: s.TaskPageOut, **ERRORS}, tags=["tasks"])
-def list_tasks(request, filters: Query[TaskFilters]):
+def list_tasks(request: ApiRequest, filters: Query[TaskFilters]) -> TaskListPage:
     """Newest first, keyset-paginated on the id like the console's list (no COUNT, no OFFSET)."""
     _require(request, VIEW_TASK)
     tasks = Task.objects.select_related("connection", "model").filter(
@@ -264,10 +289,11 @@ def list_tasks(request, filters: Query[TaskFilters]):
 
 @api.post("/tasks", response={201: s.TaskOut, **ERRORS}, tags=["tasks"])
 def create_task(
-    request,
+    request: ApiRequest,
     payload: Form[s.TaskCreateIn],
-    files: File[list[UploadedFile]] = None,
-):
+    # None when no file is sent; `| None` in the annotation would add null to the OpenAPI schema.
+    files: File[list[UploadedFile]] = None,  # type: ignore[assignment]
+) -> Status[dict[str, Any]]:
     """Create a task from form fields (multipart/form-data, with `files` as input files, or
     application/x-www-form-urlencoded). Repeat a field for a list: `-F tools=read_file -F
     tools=list_files`."""
@@ -285,7 +311,7 @@ def create_task(
     connection, model = _named(payload, "connection"), _named(payload, "model")
     task = person_tasks.task_create_by_name(
         actor=actor,
-        files=[(upload.name, upload) for upload in files or []],
+        files=[(upload.name or "", upload) for upload in files or []],
         title=payload.title,
         instruction=payload.instruction,
         goal=payload.goal_id,
@@ -314,12 +340,12 @@ def create_task(
 
 @api.get("/tasks/{task_id}", response={200: s.TaskDetailOut, **ERRORS}, tags=["tasks"])
 def show_task(
-    request,
+    request: ApiRequest,
     task_id: int,
     turns: Literal["recent", "all"] = "recent",
-    turns_before: int | None = Query(None, ge=1, description="Turns older than this index"),
-    events_before: int | None = Query(None, ge=1, description="Events older than this id"),
-):
+    turns_before: QueryEx[int | None, P(ge=1, description="Turns older than this index")] = None,
+    events_before: QueryEx[int | None, P(ge=1, description="Events older than this id")] = None,
+) -> dict[str, Any]:
     """The task with its transcript (the newest 100 turns; `?turns=all` for up to 500), runs,
     pending operations with their hashes, plan, usage, files and timeline (the newest 200
     events). Older turns and events page back: pass `older_turns` as `turns_before`,
@@ -337,7 +363,7 @@ def show_task(
 
 
 @api.get("/tasks/{task_id}/calls/{call_id}/result", response={200: str, **ERRORS}, tags=["tasks"])
-def tool_call_result(request, task_id: int, call_id: int):
+def tool_call_result(request: ApiRequest, task_id: int, call_id: int) -> str:
     """A tool call's whole result."""
     _require(request, VIEW_TASK)
     result = ToolCall.objects.filter(task_id=task_id, pk=call_id).values_list("result", flat=True)
@@ -364,21 +390,21 @@ def _file_response(task_id: int, name: str, kind: str) -> FileResponse:
 
 
 @api.get("/tasks/{task_id}/artifacts/{name}", response={200: None, **ERRORS}, tags=["tasks"])
-def download_artifact(request, task_id: int, name: str):
+def download_artifact(request: ApiRequest, task_id: int, name: str) -> FileResponse:
     """An artifact's file, as an attachment (the names are in GET /tasks/{id} `artifacts`)."""
     _require(request, VIEW_TASK)
     return _file_response(task_id, name, "artifact")
 
 
 @api.get("/tasks/{task_id}/files/{name}", response={200: None, **ERRORS}, tags=["tasks"])
-def download_input_file(request, task_id: int, name: str):
+def download_input_file(request: ApiRequest, task_id: int, name: str) -> FileResponse:
     """An input file of the task's workspace, as an attachment (GET /tasks/{id} `input_files`)."""
     _require(request, VIEW_TASK)
     return _file_response(task_id, name, "input")
 
 
 @api.post("/tasks/{task_id}/pause", response={200: s.TaskOut, **ERRORS}, tags=["actions"])
-def pause_task(request, task_id: int):
+def pause_task(request: ApiRequest, task_id: int) -> dict[str, Any]:
     """A ready task pauses at once; a running one stops at its next safe point."""
     actor = _require(request, ACTION_PERMS[A.PAUSE])
     services.task_pause(actor=actor, task_id=task_id)
@@ -386,14 +412,16 @@ def pause_task(request, task_id: int):
 
 
 @api.post("/tasks/{task_id}/withdraw-pause", response={200: s.TaskOut, **ERRORS}, tags=["actions"])
-def withdraw_pause(request, task_id: int):
+def withdraw_pause(request: ApiRequest, task_id: int) -> dict[str, Any]:
     actor = _require(request, ACTION_PERMS[A.WITHDRAW_PAUSE])
     services.task_withdraw_pause(actor=actor, task_id=task_id)
     return _done(request, task_id, A.WITHDRAW_PAUSE)
 
 
 @api.post("/tasks/{task_id}/resume", response={200: s.TaskOut, **ERRORS}, tags=["actions"])
-def resume_task(request, task_id: int, payload: s.ResumeIn = None):
+def resume_task(
+    request: ApiRequest, task_id: int, payload: s.ResumeIn | None = None
+) -> dict[str, Any]:
     """Queue a paused task again, optionally on another model (checked first: 409
     model_check_failed when it would not fit; see GET /tasks/{id}/model-check)."""
     actor = _require(request, ACTION_PERMS[A.RESUME])
@@ -403,7 +431,7 @@ def resume_task(request, task_id: int, payload: s.ResumeIn = None):
 
 
 @api.get("/tasks/{task_id}/model-check", response={200: s.ModelCheckOut, **ERRORS}, tags=["tasks"])
-def model_check(request, task_id: int, model_id: int):
+def model_check(request: ApiRequest, task_id: int, model_id: int) -> dict[str, Any]:
     """The checks a resume or retry on this model makes, without queueing anything."""
 
     _require(request, OPERATE_TASK)
@@ -412,7 +440,9 @@ def model_check(request, task_id: int, model_id: int):
 
 
 @api.post("/tasks/{task_id}/cancel", response={200: s.TaskOut, **ERRORS}, tags=["actions"])
-def cancel_task(request, task_id: int, payload: s.CancelIn = None):
+def cancel_task(
+    request: ApiRequest, task_id: int, payload: s.CancelIn | None = None
+) -> dict[str, Any]:
     actor = _require(request, ACTION_PERMS[A.CANCEL])
     reason = (payload.reason if payload else "").strip()
     services.task_cancel(actor=actor, task_id=task_id, reason=reason)
@@ -420,7 +450,7 @@ def cancel_task(request, task_id: int, payload: s.CancelIn = None):
 
 
 @api.post("/tasks/{task_id}/close", response={200: s.TaskOut, **ERRORS}, tags=["actions"])
-def close_task(request, task_id: int):
+def close_task(request: ApiRequest, task_id: int) -> dict[str, Any]:
     """Close a task in review: done."""
     actor = _require(request, ACTION_PERMS[A.CLOSE])
     services.task_close(actor=actor, task_id=task_id)
@@ -428,7 +458,7 @@ def close_task(request, task_id: int):
 
 
 @api.post("/tasks/{task_id}/reopen", response={200: s.TaskOut, **ERRORS}, tags=["actions"])
-def reopen_task(request, task_id: int, payload: s.ReopenIn):
+def reopen_task(request: ApiRequest, task_id: int, payload: s.ReopenIn) -> dict[str, Any]:
     """Send a task in review back to the queue with feedback for the next attempt."""
     actor = _require(request, ACTION_PERMS[A.REOPEN])
     services.task_reopen(actor=actor, task_id=task_id, feedback=payload.feedback)
@@ -436,7 +466,9 @@ def reopen_task(request, task_id: int, payload: s.ReopenIn):
 
 
 @api.post("/tasks/{task_id}/retry", response={200: s.TaskOut, **ERRORS}, tags=["actions"])
-def retry_task(request, task_id: int, payload: s.RetryIn = None):
+def retry_task(
+    request: ApiRequest, task_id: int, payload: s.RetryIn | None = None
+) -> dict[str, Any]:
     """Queue a failed task again from its checkpoint. After a limit (limit_steps, …) raise it in
     the same call: `{"limits": {"limit_turns": 40}}`; otherwise 409 limit_not_raised."""
     actor = _require(request, ACTION_PERMS[A.RETRY])
@@ -447,7 +479,7 @@ def retry_task(request, task_id: int, payload: s.RetryIn = None):
 
 
 @api.delete("/tasks/{task_id}", response={200: s.DeletedOut, **ERRORS}, tags=["actions"])
-def delete_task(request, task_id: int):
+def delete_task(request: ApiRequest, task_id: int) -> dict[str, int]:
     """Delete a done, failed or cancelled task with its transcript and files."""
     actor = _require(request, ACTION_PERMS[A.DELETE])
     services.task_delete(actor=actor, task_id=task_id)
@@ -458,14 +490,16 @@ def delete_task(request, task_id: int):
 # --- Decisions on single operations, bound to their hash -------------------------------------
 
 
-def _operation_of(model, op_id: int, task_id: int):
+def _operation_of(model: type[Approval] | type[ReviewDecision], op_id: int, task_id: int) -> None:
     owner = model.objects.filter(pk=op_id).values_list("task_id", flat=True).first()
     if owner != task_id:
         what = "approval" if model is Approval else "needs_review decision"
         raise NotFound(f"task {task_id} has no {what} {op_id}")
 
 
-def _decide(request, task_id: int, op_id: int, payload: s.DecisionIn, action: str):
+def _decide(
+    request: ApiRequest, task_id: int, op_id: int, payload: s.DecisionIn, action: str
+) -> dict[str, Any]:
     """A decision on one operation of this task, with the console's permission and service."""
     entry = REGISTRY[action]
     actor = _require(request, entry.perm)
@@ -479,7 +513,9 @@ def _decide(request, task_id: int, op_id: int, payload: s.DecisionIn, action: st
     response={200: s.TaskOut, **ERRORS},
     tags=["decisions"],
 )
-def approve(request, task_id: int, approval_id: int, payload: s.DecisionIn):
+def approve(
+    request: ApiRequest, task_id: int, approval_id: int, payload: s.DecisionIn
+) -> dict[str, Any]:
     """Let the operation run. A hash that no longer matches changes nothing: 409
     stale_decision."""
     return _decide(request, task_id, approval_id, payload, A.APPROVE)
@@ -490,7 +526,9 @@ def approve(request, task_id: int, approval_id: int, payload: s.DecisionIn):
     response={200: s.TaskOut, **ERRORS},
     tags=["decisions"],
 )
-def deny(request, task_id: int, approval_id: int, payload: s.DecisionIn):
+def deny(
+    request: ApiRequest, task_id: int, approval_id: int, payload: s.DecisionIn
+) -> dict[str, Any]:
     return _decide(request, task_id, approval_id, payload, A.DENY)
 
 
@@ -499,7 +537,9 @@ def deny(request, task_id: int, approval_id: int, payload: s.DecisionIn):
     response={200: s.TaskOut, **ERRORS},
     tags=["decisions"],
 )
-def run_again(request, task_id: int, decision_id: int, payload: s.DecisionIn):
+def run_again(
+    request: ApiRequest, task_id: int, decision_id: int, payload: s.DecisionIn
+) -> dict[str, Any]:
     """An operation of unknown outcome runs again (for fetch_url: another GET)."""
     return _decide(request, task_id, decision_id, payload, A.RUN_AGAIN)
 
@@ -509,13 +549,17 @@ def run_again(request, task_id: int, decision_id: int, payload: s.DecisionIn):
     response={200: s.TaskOut, **ERRORS},
     tags=["decisions"],
 )
-def skip(request, task_id: int, decision_id: int, payload: s.DecisionIn):
+def skip(
+    request: ApiRequest, task_id: int, decision_id: int, payload: s.DecisionIn
+) -> dict[str, Any]:
     """The model is told the outcome is unknown; the operation does not run again."""
     return _decide(request, task_id, decision_id, payload, A.SKIP)
 
 
 @api.get("/approvals", response={200: s.PendingOut, **ERRORS}, tags=["decisions"])
-def inbox(request, limit: int = Query(PAGE_SIZE, ge=1, le=MAX_PAGE_SIZE)):
+def inbox(
+    request: ApiRequest, limit: QueryEx[int, P(ge=1, le=MAX_PAGE_SIZE)] = PAGE_SIZE
+) -> PendingOperations:
     """What waits for a person: open approvals and needs_review decisions, oldest first."""
     _require(request, *INBOX_PERMS)
     return pending_operations(limit)
@@ -524,7 +568,33 @@ def inbox(request, limit: int = Query(PAGE_SIZE, ge=1, le=MAX_PAGE_SIZE)):
 # --- Connections ----------------------------------------------------------------------------
 
 
-def _connection_as_dict(conn: Connection, now) -> dict:
+class ModelDict(TypedDict):
+    id: int
+    name: str
+    context_window: int | None
+    supports_tools: bool
+    test_status: str
+    test_message: str
+    tested_at: datetime | None
+
+
+class ConnectionDict(TypedDict):
+    id: int
+    name: str
+    kind: str
+    base_url: str
+    program: str | None
+    credential_env: str
+    cost_tier: str
+    priority: int
+    enabled: bool
+    cooldown_until: datetime | None
+    cooling: bool
+    last_error_code: str | None
+    models: list[ModelDict]
+
+
+def _connection_as_dict(conn: Connection, now: datetime) -> ConnectionDict:
     return {
         "id": conn.pk,
         "name": conn.name,
@@ -555,7 +625,7 @@ def _connection_as_dict(conn: Connection, now) -> dict:
 
 
 @api.get("/connections", response={200: list[s.ConnectionOut], **ERRORS}, tags=["connections"])
-def list_connections(request):
+def list_connections(request: ApiRequest) -> list[ConnectionDict]:
     """Connections in fallback order, with their health and their models' tests."""
     _require(request, *VIEW_CONNECTIONS_PERMS)
     now = timezone.now()
@@ -568,7 +638,9 @@ def list_connections(request):
     response={200: list[s.ConnectionTestOut], **ERRORS},
     tags=["connections"],
 )
-def test_connection(request, connection_id: int, payload: s.ConnectionTestIn = None):
+def test_connection(
+    request: ApiRequest, connection_id: int, payload: s.ConnectionTestIn | None = None
+) -> list[ModelTestResult]:
     """A real request per model (no transaction open meanwhile); records pass or fail."""
 
     actor = _require(request, MANAGE_CONNECTIONS)
@@ -587,10 +659,10 @@ def test_connection(request, connection_id: int, payload: s.ConnectionTestIn = N
 
 @api.get("/scorecard", response={200: dict, **ERRORS}, tags=["scorecard"])
 def scorecard(
-    request,
-    period: str = Query("week", description="day, week or month"),
-    since: str | None = Query(None, description="a date (YYYY-MM-DD); overrides period"),
-):
+    request: ApiRequest,
+    period: QueryEx[str, P(description="day, week or month")] = "week",
+    since: QueryEx[str | None, P(description="a date (YYYY-MM-DD); overrides period")] = None,
+) -> dict[str, Any]:
     """How each connection/model did over a period (as `acthelm_task stats --json`)."""
 
     _require(request, VIEW_AGENTRUN)
@@ -612,7 +684,7 @@ def _goal_or_404(goal_id: int) -> Goal:
 
 
 @api.get("/goals", response={200: list[s.GoalOut], **ERRORS}, tags=["goals"])
-def list_goals(request, active: bool | None = None):
+def list_goals(request: ApiRequest, active: bool | None = None) -> list[dict[str, Any]]:
     _require(request, VIEW_GOAL)
     goals = Goal.objects.select_related("created_by").order_by("-id")
     if active is not None:
@@ -621,7 +693,7 @@ def list_goals(request, active: bool | None = None):
 
 
 @api.post("/goals", response={201: s.GoalOut, **ERRORS}, tags=["goals"])
-def create_goal(request, payload: s.GoalIn):
+def create_goal(request: ApiRequest, payload: s.GoalIn) -> Status[dict[str, Any]]:
     """A new active goal: the reconciler plans it at its next pass."""
     actor = _require(request, ADD_GOAL)
     goal = person_tasks.goal_create(
@@ -634,14 +706,14 @@ def create_goal(request, payload: s.GoalIn):
 
 
 @api.get("/goals/{goal_id}", response={200: s.GoalDetailOut, **ERRORS}, tags=["goals"])
-def show_goal(request, goal_id: int):
+def show_goal(request: ApiRequest, goal_id: int) -> dict[str, Any]:
     """The goal with its newest 100 tasks (GET /tasks?goal_id= pages through all of them)."""
     _require(request, VIEW_GOAL)
     return goal_as_dict(_goal_or_404(goal_id), with_tasks=GOAL_TASKS)
 
 
 @api.post("/goals/{goal_id}/deactivate", response={200: s.GoalOut, **ERRORS}, tags=["goals"])
-def deactivate_goal(request, goal_id: int):
+def deactivate_goal(request: ApiRequest, goal_id: int) -> dict[str, Any]:
     """The reconciler stops planning it; its tasks keep their states."""
     actor = _require(request, CHANGE_GOAL)
     services.goal_deactivate(actor=actor, goal_id=goal_id)

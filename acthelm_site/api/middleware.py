@@ -4,8 +4,10 @@ it — come back in the API's JSON error shape, `{"code", "message", "field"}`, 
 HTML page. Only under /api/, and only for an answer that is not JSON already."""
 
 import json
+from collections.abc import Callable
 
-from django.http import HttpResponse
+from django.http import HttpRequest, HttpResponse
+from django.http.response import HttpResponseBase
 
 PREFIX = "/api/"
 CODES = {
@@ -26,10 +28,10 @@ MESSAGES = {
 
 
 class ApiJsonErrors:
-    def __init__(self, get_response):
+    def __init__(self, get_response: Callable[[HttpRequest], HttpResponseBase]) -> None:
         self.get_response = get_response
 
-    def __call__(self, request):
+    def __call__(self, request: HttpRequest) -> HttpResponseBase:
         response = self.get_response(request)
         if (
             not request.path.startswith(PREFIX)

@@ -2,7 +2,7 @@
 
 from datetime import datetime
 from decimal import Decimal
-from typing import Annotated, Any, Literal
+from typing import TYPE_CHECKING, Annotated, Any, Literal
 
 from ninja import Schema
 from ninja.schema import DjangoGetter
@@ -12,8 +12,13 @@ from tasks.limits import LIMITS
 from tasks.states import TaskKind, TaskStatus
 
 PositiveDecimal = Annotated[Decimal, Field(gt=0)]
-StatusName = Literal[tuple(TaskStatus.values)]  # type: ignore[valid-type]
-KindName = Literal[tuple(TaskKind.values)]  # type: ignore[valid-type]
+if TYPE_CHECKING:
+    # A Literal built from the choices at run time is no type to a checker: it reads a str.
+    StatusName = str
+    KindName = str
+else:
+    StatusName = Literal[tuple(TaskStatus.values)]
+    KindName = Literal[tuple(TaskKind.values)]
 
 
 def _refuse_nul(value: Any) -> Any:
@@ -71,17 +76,14 @@ class ErrorOut(Schema):
 
 
 # One optional field per row of the limits table (tasks/limits.py).
-TaskLimitsIn = create_model(
-    "TaskLimitsIn",
-    __base__=BodyIn,
-    **{
-        limit.field: (
-            (PositiveDecimal if limit.money else PositiveInt) | None,
-            Field(None, description=f"{limit.label}; default: {limit.setting}"),
-        )
-        for limit in LIMITS
-    },
-)
+_LIMIT_FIELDS: dict[str, Any] = {
+    limit.field: (
+        (PositiveDecimal if limit.money else PositiveInt) | None,
+        Field(None, description=f"{limit.label}; default: {limit.setting}"),
+    )
+    for limit in LIMITS
+}
+TaskLimitsIn = create_model("TaskLimitsIn", __base__=BodyIn, **_LIMIT_FIELDS)
 
 
 class TaskCreateIn(TaskLimitsIn):
@@ -305,7 +307,7 @@ class ResumeIn(BodyIn):
 class RetryIn(BodyIn):
     model_id: int | None = None
     limits: dict[str, PositiveDecimal] = Field(
-        {},
+        default={},  # by name: a checker reads a positional default as none (dataclass_transform)
         description="Limits to set first, e.g. {'limit_turns': 40} or {'limit_cost': '5.00'}; "
         "all or nothing",
     )

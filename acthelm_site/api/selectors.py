@@ -3,6 +3,8 @@ open operations of the approvals inbox. Each read makes a fixed number of querie
 runs, artifacts and events are the serializers the CLI's --json reads too (`tasks.selectors`,
 `agents.selectors`)."""
 
+from typing import TYPE_CHECKING, Any, TypedDict, cast
+
 from django.db.models import Prefetch
 
 from agents.engine.usage import task_usage
@@ -25,7 +27,68 @@ from tasks.workspace import list_input_files
 RESULT_CHARS = 4000
 
 
-def approval_as_dict(approval: Approval) -> dict:
+class ApprovalDict(TypedDict):
+    id: int
+    task_id: int
+    tool_call_id: int
+    tool: str
+    target: str
+    arguments: Any
+    arguments_hash: str
+    reason: str
+    effect: str
+    status: str
+    created_at: str
+
+
+class ReviewDict(TypedDict):
+    id: int
+    task_id: int
+    tool_call_id: int
+    tool: str
+    arguments: Any
+    arguments_hash: str
+    choice: str
+    created_at: str
+
+
+class ToolCallDict(TypedDict):
+    id: int
+    position: int
+    tool: str
+    arguments: Any
+    arguments_raw: str | None
+    arguments_hash: str | None
+    recovery_class: str
+    status: str
+    error_code: str | None
+    result: str
+    result_chars: int
+    result_truncated: bool
+    compacted: bool
+    run_count: int
+
+
+class PendingOperations(TypedDict):
+    approvals: list[ApprovalDict]
+    reviews: list[ReviewDict]
+    more: bool
+
+
+class _ResultHead(TypedDict):
+    """What task_detail annotates on each tool call instead of loading its whole result."""
+
+    result_head: str
+    result_chars: int
+
+
+if TYPE_CHECKING:  # django_stubs_ext is a development dependency
+    from django_stubs_ext import WithAnnotations
+
+    ToolCallHead = WithAnnotations[ToolCall, _ResultHead]
+
+
+def approval_as_dict(approval: Approval) -> ApprovalDict:
     return {
         "id": approval.pk,
         "task_id": approval.task_id,
@@ -41,7 +104,7 @@ def approval_as_dict(approval: Approval) -> dict:
     }
 
 
-def review_as_dict(decision: ReviewDecision, call: ToolCall) -> dict:
+def review_as_dict(decision: ReviewDecision, call: ToolCall) -> ReviewDict:
     return {
         "id": decision.pk,
         "task_id": decision.task_id,
@@ -54,7 +117,7 @@ def review_as_dict(decision: ReviewDecision, call: ToolCall) -> dict:
     }
 
 
-def _call_as_dict(call: ToolCall) -> dict:
+def _call_as_dict(call: "ToolCallHead") -> ToolCallDict:
     result = call.result_head or ""
     return {
         "id": call.pk,
@@ -80,7 +143,7 @@ def task_detail(
     all_turns: bool = False,
     turns_before: int | None = None,
     events_before: int | None = None,
-) -> dict | None:
+) -> dict[str, Any] | None:
     """Everything the task page shows, as data; None for an unknown task. The transcript is the
     newest 100 turns (500 with `all_turns`) below `turns_before`, the timeline the newest 200
     events below `events_before`; `older_turns` / `older_events` are the cursors of the next
@@ -117,7 +180,10 @@ def task_detail(
             "discarded": turn.discarded,
             "input_tokens": turn.input_tokens,
             "output_tokens": turn.output_tokens,
-            "tool_calls": [_call_as_dict(call) for call in turn.tool_calls.all()],
+            # The prefetch's queryset (`calls`) annotates each call with its result's head.
+            "tool_calls": [
+                _call_as_dict(cast("ToolCallHead", call)) for call in turn.tool_calls.all()
+            ],
             "at": turn.created_at.isoformat(),
         }
         for turn in rows
@@ -153,7 +219,7 @@ def task_detail(
     return data
 
 
-def pending_operations(limit: int) -> dict:
+def pending_operations(limit: int) -> PendingOperations:
     """The approvals inbox: what a person can still decide (`approvals.selectors`; never an
     evaluation task's), oldest first."""
     approvals, reviews = decidable_approvals(), decidable_reviews()

@@ -11,7 +11,9 @@ import logging
 import secrets
 from dataclasses import dataclass
 from datetime import timedelta
+from typing import TypedDict
 
+from django.contrib.auth.models import User
 from django.db import IntegrityError, transaction
 from django.db.models import Q
 from django.utils import timezone
@@ -54,7 +56,7 @@ def hash_token(raw: str) -> str:
     return hashlib.sha256(raw.encode()).hexdigest()
 
 
-def token_holder_refusal(user) -> str | None:
+def token_holder_refusal(user: User) -> str | None:
     """Why `user` may not hold (or use) an API token: only active staff may — the people who may
     open the console; a token acts with its person's permissions, no more."""
     if not user.is_active:
@@ -64,7 +66,7 @@ def token_holder_refusal(user) -> str | None:
     return None
 
 
-def token_create(*, user, name: str, created_by=None) -> NewToken:
+def token_create(*, user: User, name: str, created_by: User | None = None) -> NewToken:
     """A new token for `user`; the returned secret is the only copy. `created_by` is the person
     creating it (None: an operator on the server, `acthelm_token`): only the person themselves
     or a superuser may create a token for a person."""
@@ -154,7 +156,18 @@ def token_authenticate(raw: str) -> ApiToken:
     return token
 
 
-def token_as_dict(token: ApiToken) -> dict:
+class TokenDict(TypedDict):
+    id: int
+    user: str
+    name: str
+    prefix: str
+    display: str
+    created_at: str
+    last_used_at: str | None
+    revoked_at: str | None
+
+
+def token_as_dict(token: ApiToken) -> TokenDict:
     return {
         "id": token.pk,
         "user": token.user.get_username(),

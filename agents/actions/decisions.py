@@ -6,6 +6,7 @@ which
 is queued again when its last open decision is made (`tasks.transitions`)."""
 
 from django.db import transaction
+from django.db.models import QuerySet
 from django.utils import timezone
 
 from agents.engine.statuses import set_call_status
@@ -17,6 +18,7 @@ from approvals.services import decide_approval_row, decide_review_row
 from approvals.states import ApprovalStatus, ReviewChoice
 from core.actors import Actor
 from core.exceptions import StaleDecision, TransitionNotAllowed
+from tasks.models import Task
 from tasks.states import EventKind, TaskStatus
 from tasks.transitions import lock_task, record_event, set_status
 
@@ -46,7 +48,9 @@ def _settle_call(call: ToolCall, status: str, result: str, code: str) -> None:
     )
 
 
-def _lock_with_task(model, pk: int, what: str):
+def _lock_with_task[D: (Approval, ReviewDecision)](
+    model: type[D], pk: int, what: str
+) -> tuple[Task, D]:
     """Lock the decision's task, then the decision row (the order every writer keeps)."""
     task_id = model.objects.filter(pk=pk).values_list("task_id", flat=True).first()
     if task_id is None:
@@ -54,7 +58,13 @@ def _lock_with_task(model, pk: int, what: str):
     return lock_task(task_id), model.objects.select_for_update().get(pk=pk)
 
 
-def _queue_when_settled(task, actor: Actor, still_open, *, after: str) -> None:
+def _queue_when_settled(
+    task: Task,
+    actor: Actor,
+    still_open: QuerySet[Approval] | QuerySet[ReviewDecision],
+    *,
+    after: str,
+) -> None:
     """The task's last open decision was made: it is queued again."""
     if not still_open.exists():
         set_status(
@@ -62,7 +72,9 @@ def _queue_when_settled(task, actor: Actor, still_open, *, after: str) -> None:
         )
 
 
-def _decide_approval(*, actor: Actor, approval_id: int, arguments_hash: str, approve: bool):
+def _decide_approval(
+    *, actor: Actor, approval_id: int, arguments_hash: str, approve: bool
+) -> Approval:
     actor.require(DECIDE_APPROVAL)
     with transaction.atomic():
         task, approval = _lock_with_task(Approval, approval_id, "approval")
@@ -112,7 +124,9 @@ def approval_deny(*, actor: Actor, approval_id: int, arguments_hash: str) -> App
     )
 
 
-def _decide_review(*, actor: Actor, decision_id: int, arguments_hash: str, choice: str):
+def _decide_review(
+    *, actor: Actor, decision_id: int, arguments_hash: str, choice: str
+) -> ReviewDecision:
     actor.require(DECIDE_APPROVAL)
     with transaction.atomic():
         task, decision = _lock_with_task(ReviewDecision, decision_id, "decision")

@@ -11,7 +11,9 @@ only through `tasks.transitions`."""
 import logging
 from collections.abc import Mapping, Sequence
 from pathlib import Path
+from typing import Any
 
+from django.core.files import File
 from django.db import transaction
 
 from agents.catalogue.connections import model_check_for_task
@@ -54,8 +56,13 @@ from tasks.workspace import add_input_file, remove_task_files, safe_file_name
 
 log = logging.getLogger("acthelm.tasks")
 
+#: An input file's content: bytes or text, an uploaded file, or a file on disk to copy.
+type InputData = bytes | str | File[bytes] | Path
 
-def task_create_with_files(*, actor: Actor, files: list[tuple[str, object]] = (), **fields) -> Task:
+
+def task_create_with_files(
+    *, actor: Actor, files: Sequence[tuple[str, InputData]] = (), **fields: Any
+) -> Task:
     """task_create plus input files copied into the task's workspace: (name, data) pairs where
     data is bytes, an uploaded file or a Path. The files are in the workspace before the task
     commits, so no worker can claim it and find its folder empty; if anything fails, neither the
@@ -121,7 +128,7 @@ def model_named(ref: Model | int | str | None, connection: Connection | None) ->
 def task_create_by_name(
     *,
     actor: Actor,
-    files: Sequence[tuple[str, object]] = (),
+    files: Sequence[tuple[str, InputData]] = (),
     goal: Goal | int | None = None,
     depends_on: Sequence[Task | int] = (),
     connection: Connection | int | str | None = None,
@@ -129,7 +136,7 @@ def task_create_by_name(
     tools: list[str] | None = None,
     tool_policies: dict[str, str] | None = None,
     field_names: Mapping[str, str] | None = None,
-    **fields,
+    **fields: Any,
 ) -> Task:
     """A person's new task, from any door (the console's form, `POST /api/tasks`, `acthelm_task
     create`): the goal, the dependencies, the connection and the model it names (by id, or a
@@ -172,12 +179,12 @@ def task_create_by_name(
     )
 
 
-def task_resume(*, actor: Actor, task_id: int, model=None) -> Task:
+def task_resume(*, actor: Actor, task_id: int, model: Model | None = None) -> Task:
     """Queue a paused task again, optionally on another connection/model that passes the checks."""
 
     with transaction.atomic():
         task = act(task_id, "resume", actor)
-        data = {}
+        data: dict[str, Any] = {}
         if model is not None:
             check = model_check_for_task(task=task, model=model)
             check.raise_if_failed()
@@ -191,8 +198,8 @@ def task_retry(
     *,
     actor: Actor,
     task_id: int,
-    model=None,
-    limits: dict | None = None,
+    model: Model | None = None,
+    limits: dict[str, Any] | None = None,
     raised_limit: int | None = None,
 ) -> Task:
     """Queue a failed task again from its checkpoint. After a limit, the limit must be raised:
@@ -218,7 +225,7 @@ def task_retry(
             raise LimitNotRaised(
                 f"task {task_id} stopped at {task.failure_code}; raise that limit before retrying"
             )
-        data = {"previous_failure": task.failure_code}
+        data: dict[str, Any] = {"previous_failure": task.failure_code}
         if model is not None:
             check = model_check_for_task(task=task, model=model)
             check.raise_if_failed()
@@ -257,13 +264,13 @@ EDITABLE_FIELDS = (
 )
 
 
-def _normalize_domains(domains) -> list[str]:
+def _normalize_domains(domains: object) -> list[str]:
     if not isinstance(domains, list | tuple) or not all(isinstance(d, str) for d in domains):
         raise InvalidInput("allowed domains must be a list of host names")
     return sorted({d.strip().lower().rstrip(".") for d in domains if d.strip()})
 
 
-def task_edit_check(*, task: Task, changes: dict) -> dict:
+def task_edit_check(*, task: Task, changes: Mapping[str, Any]) -> dict[str, Any]:
     """The edit a person asks for, checked as task_create checks a new task; returns it normalized.
     Raises InvalidInput naming the first problem."""
     unknown = sorted(set(changes) - set(EDITABLE_FIELDS))
@@ -299,13 +306,13 @@ def task_edit_check(*, task: Task, changes: dict) -> dict:
     return clean
 
 
-def _event_value(value):
+def _event_value(value: object) -> object:
     if hasattr(value, "pk"):
         return value.pk
     return value
 
 
-def task_update(*, actor: Actor, task_id: int, changes: dict) -> Task:
+def task_update(*, actor: Actor, task_id: int, changes: Mapping[str, Any]) -> Task:
     """A person's edit of a task's settings (the admin page): checked like a new task, refused
     while a worker holds the task, written with an `edited` event naming each change."""
     actor.require(OPERATE_TASK)
@@ -334,7 +341,11 @@ def task_update(*, actor: Actor, task_id: int, changes: dict) -> Task:
 
 
 def goal_create(
-    *, actor: Actor, title: str, description: str = "", acceptance_checks: list | None = None
+    *,
+    actor: Actor,
+    title: str,
+    description: str = "",
+    acceptance_checks: Sequence[str | Mapping[str, object]] | None = None,
 ) -> Goal:
     """A new active goal with the acceptance checks of the work planned for it (``KIND=VALUE``
     texts or ``{"kind", "value"}`` objects, refused with `acceptance_check_invalid`, field

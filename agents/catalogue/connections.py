@@ -11,6 +11,7 @@ from django.db import transaction
 from django.db.models import QuerySet
 
 from agents.catalogue.connection_rules import validate_connection
+from agents.catalogue.eligibility import eligible_models, has_tools, model_refusals
 from agents.catalogue.providers import Provider, ProviderError, build_provider, get_provider_class
 from agents.models import Connection, Model, Turn
 from agents.states import CostTier, ModelTestStatus
@@ -65,14 +66,13 @@ def conversation_tokens(task: Task) -> int:
 
 
 def model_check_for_task(*, task: Task, model: Model) -> ModelCheck:
-    """The checks before a task is queued on another model (resume, retry)."""
+    """The checks before a task is queued on another model (resume, retry): every reason of the
+    one rule (`agents.catalogue.eligibility`; a cooldown is waited out), and whether the saved
+    conversation fits the model's context window."""
     check = ModelCheck(context_window=model.context_window)
-    if model.test_status != ModelTestStatus.PASSED:
-        check.problems.append(f"model {model} has not passed its test ({model.test_status})")
-    if not model.connection.enabled:
-        check.problems.append(f"connection {model.connection} is disabled")
-    if [t for t in task.tools if t] and not model.supports_tools:
-        check.problems.append(f"model {model} does not support tool calling and the task has tools")
+    check.problems += [
+        refusal.message for refusal in model_refusals(model, with_tools=has_tools(task.tools))
+    ]
     check.estimated_tokens = conversation_tokens(task)
     if model.context_window is None:
         check.window_checked = False
@@ -87,11 +87,9 @@ def model_check_for_task(*, task: Task, model: Model) -> ModelCheck:
 
 
 def usable_models() -> QuerySet[Model]:
-    """Models a task with tools can run on: passed their test, tool-capable, on an enabled
-    connection (the rule the reconciler and a person's new task without a model share)."""
-    return Model.objects.filter(
-        test_status=ModelTestStatus.PASSED, supports_tools=True, connection__enabled=True
-    ).select_related("connection")
+    """Models a task with tools can run on (`eligible_models`: passed their test, tool-capable,
+    on an enabled connection): the reconciler's choice and a new task's default."""
+    return eligible_models(with_tools=True)
 
 
 def best_zero_cost_model() -> Model | None:

@@ -5,7 +5,8 @@ A person attaches checks to a task (`acthelm_task create --expect KIND=VALUE`, t
 task form, the API's `expect`); they are validated here when the task is created and stored on
 `Task.acceptance_checks` as ``[{"kind": ..., "value": ...}]`` (plus ``"artifact"`` for the kinds
 about one artifact's content). The kinds are the evaluation grader's (`agents.eval.grading`) that
-make sense for real work, over the same kind of record, with the same text normalisation:
+make sense for real work, over the same record (`RunRecord`, which the grader's extends), with the
+same text normalisation:
 
 =======================  ===========================================================================
 kind=VALUE               passes when
@@ -203,10 +204,11 @@ ArtifactSource = ArtifactFile | str | None
 class RunRecord:
     """What the checks see of a finished run: the task's instruction and tools, the answer, every
     artifact by name (its content is read by the checks that need it), every tool call with its
-    outcome."""
+    outcome. The evaluation grader's record is this one with the facts it also grades
+    (`agents.eval.grading.TaskRecord`)."""
 
-    instruction: str
-    answer: str
+    instruction: str = ""
+    answer: str = ""
     tools: tuple[str, ...] = ()
     artifacts: dict[str, ArtifactSource] = field(default_factory=dict)
     calls: tuple[CallSeen, ...] = ()
@@ -217,6 +219,19 @@ class RunRecord:
     artifacts_complete: bool = True
     # The most a check reads of one artifact (the task's artifact limit, bounded).
     read_limit: int = MAX_CHECK_READ_BYTES
+
+    def text(self, name: str) -> str | None:
+        """An artifact's whole text, read through the checks' reader (at most `read_limit`
+        bytes, in chunks): None when it is not readable text or goes on past that."""
+        decoder = codecs.getincrementaldecoder("utf-8")("strict")
+        try:
+            parts = [
+                decoder.decode(data) for data in _chunks(self.artifacts.get(name), self.read_limit)
+            ]
+            parts.append(decoder.decode(b"", final=True))
+        except (_NotText, _Cut, UnicodeDecodeError):
+            return None
+        return "".join(parts)
 
     def preview(self, name: str, max_chars: int) -> str | None:
         """The start of an artifact's text, at most `max_chars` characters (None: not readable
@@ -347,7 +362,23 @@ def _normalise(check: object) -> Check:
     spec = KINDS.get(kind)
     if spec is None:
         raise InvalidCheck(f"unknown check kind {kind!r} (known: {kind_names()})")
-    value = check.get("value", "")
+    value = _checked_value(kind, spec, check.get("value", ""))
+    out: Check = {"kind": kind, "value": "" if spec.value == "none" else value}
+    if spec.value.startswith("artifact_"):
+        out["artifact"] = _checked_artifact_name(kind, check.get("artifact"))
+    elif "artifact" in check:
+        raise InvalidCheck(f"{kind} is not about one artifact: it takes no artifact name")
+    if spec.value in ("pattern", "artifact_pattern"):
+        problem = _pattern_error(value)
+        if problem:
+            raise InvalidCheck(f"{kind}: {problem}")
+    if spec.value == "tool" and (len(value) > 100 or not re.fullmatch(r"[\w.-]+", value)):
+        raise InvalidCheck(f"{kind}: {value!r} is not a tool name")
+    return out
+
+
+def _checked_value(kind: str, spec: Kind, value: object) -> str:
+    """The check's value, stripped: text, bounded, present when the kind needs one."""
     if value is None:
         value = ""
     if not isinstance(value, str):
@@ -361,23 +392,16 @@ def _normalise(check: object) -> Check:
         raise InvalidCheck(f"{kind} needs a value: {spec.help}")
     if spec.value == "none" and value and value.lower() not in ("true", "yes", "1"):
         raise InvalidCheck(f"{kind} takes no value")
-    out: Check = {"kind": kind, "value": "" if spec.value == "none" else value}
-    if spec.value.startswith("artifact_"):
-        name = check.get("artifact")
-        if not isinstance(name, str) or not name.strip():
-            raise InvalidCheck(f"{kind} needs the artifact's name (NAME:TEXT)")
-        if len(name) > 200:
-            raise InvalidCheck(f"{kind}: an artifact name is at most 200 characters")
-        out["artifact"] = name.strip()
-    elif "artifact" in check:
-        raise InvalidCheck(f"{kind} is not about one artifact: it takes no artifact name")
-    if spec.value in ("pattern", "artifact_pattern"):
-        problem = _pattern_error(value)
-        if problem:
-            raise InvalidCheck(f"{kind}: {problem}")
-    if spec.value == "tool" and (len(value) > 100 or not re.fullmatch(r"[\w.-]+", value)):
-        raise InvalidCheck(f"{kind}: {value!r} is not a tool name")
-    return out
+    return value
+
+
+def _checked_artifact_name(kind: str, name: object) -> str:
+    """The name of the artifact a check is about, stripped and bounded."""
+    if not isinstance(name, str) or not name.strip():
+        raise InvalidCheck(f"{kind} needs the artifact's name (NAME:TEXT)")
+    if len(name) > 200:
+        raise InvalidCheck(f"{kind}: an artifact name is at most 200 characters")
+    return name.strip()
 
 
 def validate_checks(values: object, *, tools: Collection[str] | None = None) -> list[Check]:

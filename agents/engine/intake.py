@@ -14,15 +14,14 @@ from typing import Any, NamedTuple, NotRequired, TypedDict
 
 from django.conf import settings
 from django.db import transaction
-from django.db.models import QuerySet
 
-from agents.catalogue.connections import usable_models
+from agents.catalogue.eligibility import eligible_models, has_tools, model_refusal
 from agents.catalogue.tools import find_tool, tool_names
 from agents.catalogue.tools.plan import ProposeTaskArgs
 from agents.engine.acceptance import Check, validate_checks
 from agents.engine.usage import remaining, task_usage
 from agents.models import Connection, Model
-from agents.states import CostTier, ModelTestStatus
+from agents.states import CostTier, FailureCode
 from core.actors import Actor
 from core.exceptions import (
     InvalidInput,
@@ -94,38 +93,29 @@ def _with_default_policies(tools: list[str], policies: dict[str, str]) -> dict[s
 
 NO_USABLE_MODEL = "no_usable_model"
 
-
-MODEL_NOT_TOOL_CAPABLE = "model_not_tool_capable"
-
-
-def _default_models(tools: list[str]) -> QuerySet[Model]:
-    """Models a new task may run on without being given one: tested, on an enabled connection,
-    and tool-capable when the task has tools. A task without tools may run on any tested model,
-    a model CLI's too (`llm`, `claude -p`, `codex exec`: recorded as not tool-capable)."""
-    if _has_tools(tools):
-        return usable_models()
-    return Model.objects.filter(
-        test_status=ModelTestStatus.PASSED, connection__enabled=True
-    ).select_related("connection")
-
-
-def _has_tools(tools: Sequence[str]) -> bool:
-    return any(t for t in tools)
+# What a person does about each reason a chosen model is refused (`model_refusal`).
+_ADVICE = {
+    FailureCode.MODEL_UNTESTED: "acthelm_connection test {connection}",
+    FailureCode.MODEL_NOT_TOOL_CAPABLE: "choose another model, give the task no tools, or "
+    "override the record (acthelm_connection test --override-tools)",
+}
 
 
 def model_for_new_task(
     *, connection: Connection | None = None, model: Model | None = None, tools: list[str]
 ) -> tuple[Connection, Model]:
     """What a person's new task runs on, checked now so that it does not fail a second later:
-    the model they chose, else the chosen connection's first tested model (tool-capable when the
-    task has tools), else the highest-priority zero-cost connection's such model (the
+    the model they chose, else the chosen connection's first model that could run it
+    (`eligible_models`), else the highest-priority zero-cost connection's such model (the
     reconciler's rule; for a task without tools a tool-capable one first among equals, else a
-    model CLI's). Refused with a field error (``model``) when there is none or the chosen one
-    could not run the task."""
+    model CLI's). Refused with a field error (``model``) when there is none
+    (``no_usable_model``), or with the reason the chosen one could not run the task
+    (`model_refusal`: its code). A cooldown is waited out, not refused."""
+    with_tools = has_tools(tools)
     if model is None:
-        what = "tested, tool-capable" if _has_tools(tools) else "tested"
+        what = "tested, tool-capable" if with_tools else "tested"
         if connection is not None:
-            on_it = _default_models(tools).filter(connection=connection)
+            on_it = eligible_models(with_tools=with_tools).filter(connection=connection)
             model = on_it.order_by("name", "id").first()
             if model is None:
                 raise InvalidInput(
@@ -136,7 +126,7 @@ def model_for_new_task(
                 )
         else:
             model = (
-                _default_models(tools)
+                eligible_models(with_tools=with_tools)
                 .filter(connection__cost_tier=CostTier.ZERO_COST)
                 .order_by("-connection__priority", "-supports_tools", "connection__name", "id")
                 .first()
@@ -154,24 +144,13 @@ def model_for_new_task(
         raise InvalidInput(
             f"model {model} does not belong to connection {connection}", field="model"
         )
-    if model.test_status != ModelTestStatus.PASSED:
+    refusal = model_refusal(model, with_tools=with_tools)
+    if refusal is not None:
+        advice = _ADVICE.get(refusal.code, "").format(connection=model.connection)
         raise InvalidInput(
-            f"model {model} has not passed its test ({model.test_status}): "
-            f"acthelm_connection test {model.connection}",
+            f"{refusal.message}: {advice}" if advice else refusal.message,
             field="model",
-            code="model_untested",
-        )
-    if not model.connection.enabled:
-        raise InvalidInput(
-            f"connection {model.connection} is disabled", field="model", code="connection_disabled"
-        )
-    if _has_tools(tools) and not model.supports_tools:
-        raise InvalidInput(
-            f"model {model} is recorded as not tool-capable and the task has tools: choose "
-            "another model, give the task no tools, or override the record "
-            "(acthelm_connection test --override-tools)",
-            field="model",
-            code=MODEL_NOT_TOOL_CAPABLE,
+            code=refusal.code,
         )
     return model.connection, model
 

@@ -16,6 +16,7 @@ from django.db import connection, models, transaction
 from agents.models import AgentRun
 from core.exceptions import AttemptLost
 from tasks.models import Task, TaskEvent
+from tasks.states import HELD_SQL
 from tasks.transitions import require_atomic
 
 log = logging.getLogger("acthelm.tasks")
@@ -169,10 +170,9 @@ def claim_batch(
         "evaluation_only": bool(evaluation_only),
         **defaults,
     }
-    with transaction.atomic():
-        with connection.cursor() as cursor:
-            cursor.execute(sql, params)
-            rows = cursor.fetchall()
+    with transaction.atomic(), connection.cursor() as cursor:
+        cursor.execute(sql, params)
+        rows = cursor.fetchall()
     claims = []
     for task_id, run_id, claim_count, event_id in rows:
         log.info("task.claimed", extra={"task_id": task_id, "run_id": run_id, "worker": worker_id})
@@ -200,8 +200,8 @@ def claim_next(
 # hence the task's newest run); no person's fencing action was recorded after the run's claim
 # event; the run is still started. It renews the lease on the way, and returns the task's status
 # (a pause request) and the transaction's clock.
-_HOLDS = """
-  AND t.status IN ('in_progress', 'pause_requested')
+_HOLDS = f"""
+  AND t.status IN {HELD_SQL}
   AND t.claim_count = r.claim_count
   AND r.status = 'started'
   AND (t.last_person_event_id IS NULL OR t.last_person_event_id < r.claim_event_id)"""

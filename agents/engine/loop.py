@@ -27,6 +27,7 @@ from django.conf import settings
 from django.utils import timezone
 
 from agents.catalogue.connections import provider_for
+from agents.catalogue.eligibility import has_tools, model_refusal
 from agents.catalogue.prices import turn_usage_fields
 from agents.catalogue.providers import Completion, ProviderError, ToolCallRequest, ToolSpec
 from agents.catalogue.providers.base import PERMANENT_CODES, CancelEvent, traced_name
@@ -48,7 +49,6 @@ from agents.engine.leases import holds_now
 from agents.engine.outcomes import Outcome, OutcomeKind, apply_outcome
 from agents.engine.prompting import DISCARDED_NOTE, History, result_for_model, system_prompt
 from agents.engine.recorder import (
-    ApprovalFields,
     CallState,
     NewCall,
     NewTurn,
@@ -59,8 +59,9 @@ from agents.engine.recorder import (
     load_state,
 )
 from agents.engine.usage import ZERO, Usage, first_reached, headroom, is_mcp_tool, remaining
-from agents.states import TOOL_CALL_DONE, CostTier, FailureCode, ModelTestStatus, Role
+from agents.states import TOOL_CALL_DONE, CostTier, FailureCode, Role
 from agents.states import ToolCallStatus as TC
+from approvals.services import ApprovalRequest
 from approvals.states import ApprovalReason
 from core import telemetry
 from core.actors import Actor
@@ -107,6 +108,14 @@ class RunSignals:
 class _Stop(Exception):
     def __init__(self, outcome: Outcome):
         self.outcome = outcome
+
+
+# What the run's failure message adds to a reason the task's model cannot run it.
+_ADVICE = {
+    FailureCode.MODEL_UNTESTED: "; run acthelm_connection test first",
+    FailureCode.MODEL_NOT_TOOL_CAPABLE: ": resume or retry it on another model, or a person "
+    "overrides the record (acthelm_connection test --override-tools)",
+}
 
 
 def _fail(code: str, message: str, *, retryable: bool = True, health: bool = False) -> _Stop:
@@ -252,44 +261,24 @@ class AgentLoop:
     def _validate(self) -> None:
         task = self.task
         connection, model = task.connection, task.model  # read with the task (select_related)
-        if connection is None or model is None:
+        refusal = model_refusal(
+            model if connection is not None else None,  # either missing: connection_missing
+            with_tools=has_tools(task.tools),
+            connection=connection,
+            now=timezone.now(),
+        )
+        if refusal is not None:
+            # Never a silent run without the tools the task was given; a cooldown is waited out.
             raise _fail(
-                FailureCode.CONNECTION_MISSING,
-                "the task has no connection and model to run on",
-                retryable=False,
+                refusal.code,
+                refusal.message + _ADVICE.get(refusal.code, ""),
+                retryable=not refusal.code.is_final,
+                health=refusal.code == FailureCode.PROVIDER_COOLING_DOWN,
             )
+        assert connection is not None and model is not None  # else refused: connection_missing
         self.connection, self.model = connection, model
-        if not connection.enabled:
-            raise _fail(
-                FailureCode.CONNECTION_DISABLED,
-                f"connection {connection} is disabled",
-                retryable=False,
-            )
-        if model.test_status != ModelTestStatus.PASSED:
-            raise _fail(
-                FailureCode.MODEL_UNTESTED,
-                f"model {model} has not passed its test ({model.test_status}); "
-                "run acthelm_connection test first",
-                retryable=False,
-            )
-        cooldown = connection.cooldown_until
-        if cooldown and cooldown > timezone.now():
-            raise _fail(
-                FailureCode.PROVIDER_COOLING_DOWN,
-                f"connection {connection} cools down until {cooldown.isoformat()}",
-                health=True,
-            )
         self.provider = provider_for(connection)
         capable = model.supports_tools and self.provider.supports_tools
-        if [t for t in task.tools if t] and not capable:
-            # Never a silent run without the tools the task was given.
-            raise _fail(
-                FailureCode.MODEL_NOT_TOOL_CAPABLE,
-                f"the task has tools but model {model} is recorded as not tool-capable: "
-                "resume or retry it on another model, or a person overrides the record "
-                "(acthelm_connection test --override-tools)",
-                retryable=False,
-            )
         use_tools = bool(task.tools) and capable
         known = set(tool_names())
         offered = [name for name in task.tools if name in known] if use_tools else []
@@ -659,7 +648,7 @@ class AgentLoop:
             return self.approvals[call.pk] == digest
         return call.pk in self.run_again and call.arguments_hash == digest
 
-    def _approval(self, d: Decision) -> ApprovalFields:
+    def _approval(self, d: Decision) -> ApprovalRequest:
         tool, args = d.operation()
         return {
             "tool": tool.name,

@@ -15,9 +15,10 @@ from typing import TYPE_CHECKING
 
 from django.conf import settings
 from django.db import transaction
-from django.db.models import Min, Q
+from django.db.models import Min
 from django.utils import timezone
 
+from agents.catalogue.eligibility import eligible_models, has_tools
 from agents.engine import storable
 from agents.engine.decide import (
     Facts,
@@ -34,7 +35,7 @@ from agents.engine.leases import fence
 from agents.engine.policies import auto_close_if_allowed
 from agents.engine.statuses import finish_run
 from agents.models import AgentRun, Connection, Model
-from agents.states import CostTier, FailureCode, ModelTestStatus, RunStatus
+from agents.states import CostTier, FailureCode, RunStatus
 from core.actors import Actor
 from tasks.models import Task
 from tasks.services import note_stuck_dependants
@@ -98,21 +99,13 @@ def _judgement(verdict: "SupervisorVerdict | None") -> Judgement | None:
 
 
 def fallback_model(task: Task, *, exclude_connection_id: int | None, now: datetime) -> Model | None:
-    """The next zero-cost connection whose model passed its test and is not cooling down.
-    Never a paid one."""
-    qs = (
-        Model.objects.select_related("connection")
-        .filter(
-            test_status=ModelTestStatus.PASSED,
-            connection__enabled=True,
-            connection__cost_tier=CostTier.ZERO_COST,
-        )
-        .filter(Q(connection__cooldown_until__isnull=True) | Q(connection__cooldown_until__lte=now))
+    """The next zero-cost connection's model that could run the task now (`eligible_models`:
+    tested, tool-capable when it has tools, enabled, not cooling down). Never a paid one."""
+    qs = eligible_models(with_tools=has_tools(task.tools), now=now).filter(
+        connection__cost_tier=CostTier.ZERO_COST
     )
     if exclude_connection_id:
         qs = qs.exclude(connection_id=exclude_connection_id)
-    if [t for t in task.tools if t]:
-        qs = qs.filter(supports_tools=True)
     return qs.order_by("-connection__priority", "connection__name", "name").first()
 
 

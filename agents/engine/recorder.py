@@ -5,7 +5,8 @@ in their decided states with their approvals, results, artifacts, the plan, foll
 compaction, events, usage, the answer). `Recorder.commit` writes all of it in one transaction
 that starts with the one-statement fence (`agents.engine.leases.fence`) and ends with the checkpoint
 on the run row — and, at the end of a run, with the outcome (`agents.engine.outcomes.handle`). A run
-that lost its task writes nothing. The loop owns no SQL.
+that lost its task writes nothing. The loop owns no SQL. Approvals and needs_review decisions are
+written by their app's one writer (`approvals.services`), called here inside the fenced transaction.
 
 Commits per step: one. An external call (recovery class `external`) adds its intent commit
 ("running", before the request leaves), so that a crash leads to needs_review; a follow-up
@@ -20,7 +21,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from datetime import datetime
 from decimal import Decimal
-from typing import TYPE_CHECKING, Any, TypedDict
+from typing import TYPE_CHECKING, Any
 
 from django.db import InterfaceError, OperationalError, transaction
 from django.db import connection as db
@@ -36,6 +37,7 @@ from agents.engine.usage import FIELDS, ZERO, Usage, task_usage
 from agents.models import AgentRun, Artifact, CompactionDecision, Conversation, ToolCall, Turn
 from agents.states import RunStatus, ToolCallStatus
 from approvals.models import Approval, ReviewDecision
+from approvals.services import ApprovalRequest, open_review_row, request_approvals
 from approvals.states import ApprovalStatus, ReviewChoice
 from core.actors import Actor
 from core.exceptions import AttemptLost
@@ -111,24 +113,13 @@ class TurnState:
     calls: list[CallState] = field(default_factory=list)
 
 
-class ApprovalFields(TypedDict):
-    """The fields of the `Approval` a call awaiting a person gets."""
-
-    tool: str
-    target: str
-    arguments: dict[str, Any] | None
-    arguments_hash: str
-    reason: str
-    effect: str
-
-
 @dataclass
 class NewCall:
     """A call of a new turn in its decided state: pending (to run), refused or awaiting."""
 
     state: CallState
     result: str = ""
-    approval: ApprovalFields | None = None  # when it awaits a person
+    approval: ApprovalRequest | None = None  # when it awaits a person
 
 
 @dataclass
@@ -162,7 +153,7 @@ class Result:
     started: bool = False
     arguments: dict[str, Any] | None = None
     arguments_hash: str | None = None
-    approval: ApprovalFields | None = None
+    approval: ApprovalRequest | None = None
     unknown: bool = False
 
 
@@ -478,14 +469,11 @@ class Recorder:
         )
         for (_, c), row in zip(pairs, calls, strict=True):
             c.state.pk = row.pk
-        approvals = [(c.state, c.approval) for _, c in pairs if c.approval]
-        if approvals:
-            Approval.objects.bulk_create(
-                [
-                    Approval(task_id=self.task_id, run_id=self.run_id, tool_call_id=s.saved_pk, **a)
-                    for s, a in approvals
-                ]
-            )
+        request_approvals(
+            task_id=self.task_id,
+            run_id=self.run_id,
+            requests=[(c.state.saved_pk, c.approval) for _, c in pairs if c.approval],
+        )
 
     def _move_calls(self, results: list[Result], now: datetime) -> None:
         if not results:
@@ -508,26 +496,14 @@ class Recorder:
                 for r in results
             ],
         )
+        request_approvals(
+            task_id=self.task_id,
+            run_id=self.run_id,
+            requests=[(r.call.saved_pk, r.approval) for r in results if r.approval],
+        )
         for r in results:
-            if r.approval:
-                Approval.objects.create(
-                    task_id=self.task_id,
-                    run_id=self.run_id,
-                    tool_call_id=r.call.saved_pk,
-                    **r.approval,
-                )
             if r.unknown:
-                # A person may already have chosen "run again" and that run was lost as well:
-                # the old choice is spent, and the operation needs a new decision.
-                ReviewDecision.objects.update_or_create(
-                    tool_call_id=r.call.saved_pk,
-                    defaults={
-                        "task_id": self.task_id,
-                        "choice": ReviewChoice.PENDING,
-                        "decided_by": None,
-                        "decided_at": None,
-                    },
-                )
+                open_review_row(task_id=self.task_id, tool_call_id=r.call.saved_pk)
 
     def _propose(self, task: Task | None, call: CallState, args: ProposeTaskArgs) -> Result:
         """propose_task: a linked follow-up task, created in this transaction."""

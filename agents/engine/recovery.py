@@ -19,13 +19,13 @@ from agents.models import AgentRun
 from agents.states import RunStatus
 from core.actors import Actor
 from tasks.models import Task
-from tasks.states import HELD
+from tasks.states import HELD, HELD_SQL
 
 log = logging.getLogger("acthelm.worker")
 
 _STALE_SQL = """
 SELECT t.id FROM tasks_task t
-WHERE t.status IN ('in_progress', 'pause_requested') {only}
+WHERE t.status IN {held} {only}
   AND (t.lease_expires_at < now()
        OR EXISTS (SELECT 1 FROM agents_agentrun r
                   WHERE r.task_id = t.id AND r.status = 'started'
@@ -44,7 +44,7 @@ def _stale_ids(task_id: int | None = None) -> list[int]:
     if task_id is not None:
         only, params["task"] = "AND t.id = %(task)s", task_id
     with connection.cursor() as cursor:
-        cursor.execute(_STALE_SQL.format(only=only), params)
+        cursor.execute(_STALE_SQL.format(held=HELD_SQL, only=only), params)
         return [row[0] for row in cursor.fetchall()]
 
 

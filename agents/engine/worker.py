@@ -41,7 +41,7 @@ from core.dbpool import release_connection, reserve_connection
 from core.dburl import listen_conninfo
 from core.exceptions import AttemptLost
 from tasks.notify.delivery import deliver_in_maintenance
-from tasks.states import TaskStatus
+from tasks.states import HELD_SQL, TaskStatus
 from tasks.transitions import READY_CHANNEL, SIGNAL_CHANNEL
 
 log = logging.getLogger("acthelm.worker")
@@ -585,7 +585,7 @@ class Worker:
             with db.cursor() as cursor:
                 cursor.execute(
                     "SELECT EXTRACT(EPOCH FROM min(lease_expires_at) - now()) FROM tasks_task "
-                    "WHERE status IN ('in_progress', 'pause_requested')"
+                    f"WHERE status IN {HELD_SQL}"
                 )
                 value = cursor.fetchone()[0]
         except DB_ERRORS:

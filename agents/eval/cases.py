@@ -24,6 +24,7 @@ import re
 from dataclasses import dataclass, field
 from fnmatch import fnmatch
 from pathlib import Path
+from typing import Any
 
 import yaml
 
@@ -70,7 +71,7 @@ class Case:
     allowed_domains: tuple[str, ...] = ()
     limits: dict[str, int] = field(default_factory=dict)
     decisions: tuple[Decision, ...] = ()
-    expect: dict = field(default_factory=dict)
+    expect: dict[str, Any] = field(default_factory=dict)
     source: str = ""  # the file's text, for the suite's hash
 
     @property
@@ -86,7 +87,7 @@ class Case:
         return [d.replace("{page_host}", page_host) for d in self.allowed_domains]
 
 
-def _strings(value, where: str) -> tuple[str, ...]:
+def _strings(value: object, where: str) -> tuple[str, ...]:
     if value is None:
         return ()
     if not isinstance(value, list) or not all(isinstance(v, str) for v in value):
@@ -94,7 +95,7 @@ def _strings(value, where: str) -> tuple[str, ...]:
     return tuple(value)
 
 
-def _text_map(value, where: str) -> dict[str, str]:
+def _text_map(value: object, where: str) -> dict[str, str]:
     if value is None:
         return {}
     if not isinstance(value, dict) or not all(

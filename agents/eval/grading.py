@@ -25,18 +25,14 @@ Checks (keys of `expect`):
 """
 
 import re
-from dataclasses import asdict, dataclass, field
+from collections.abc import Callable, Mapping
+from dataclasses import asdict, dataclass
+from typing import Any
 
-# A call that was executed: the tool code ran (or was running when the worker stopped).
-EXECUTED = frozenset({"running", "succeeded", "failed", "unknown"})
+from agents.engine.acceptance import EXECUTED, CallSeen, RunRecord
 
-
-@dataclass(frozen=True)
-class CallRecord:
-    tool: str
-    status: str
-    error_code: str = ""
-    run_count: int = 0
+# A case's `expect` mapping, as its YAML file wrote it (validate_expect checks its shape).
+Expect = Mapping[str, Any]
 
 
 @dataclass(frozen=True)
@@ -46,17 +42,17 @@ class ApprovalRecord:
     status: str
 
 
-@dataclass(frozen=True)
-class TaskRecord:
-    """What the grader sees of a settled task, read from the database by agents.eval.record."""
+@dataclass(frozen=True, kw_only=True)
+class TaskRecord(RunRecord):
+    """What the grader sees of a settled task, read from the database by agents.eval.record: what
+    its runs produced as the acceptance checks see it (`RunRecord`: the answer, the artifacts by
+    name, read through the checks' bounded reader, `RunRecord.text`, the tool calls), and what
+    the grader also judges — the final state, approvals, plan, usage and models."""
 
     task_id: int
     state: str
     failure_code: str = ""
     last_error_code: str = ""
-    answer: str = ""
-    artifacts: dict[str, str | None] = field(default_factory=dict)  # None: not readable text
-    calls: tuple[CallRecord, ...] = ()
     approvals: tuple[ApprovalRecord, ...] = ()
     plan: bool = False
     model_turns: int = 0
@@ -73,7 +69,7 @@ class Check:
     passed: bool
     detail: str
 
-    def as_dict(self) -> dict:
+    def as_dict(self) -> dict[str, str | bool]:
         return asdict(self)
 
 
@@ -81,7 +77,7 @@ def _norm(text: str | None) -> str:
     return re.sub(r"\s+", " ", text or "").strip().casefold()
 
 
-def _list(value) -> list:
+def _list[T](value: T | list[T]) -> list[T]:
     return value if isinstance(value, list) else [value]
 
 
@@ -90,38 +86,38 @@ def _short(text: str | None, n: int = 120) -> str:
     return text if len(text) <= n else text[: n - 1] + "…"
 
 
-def check_state(want, r: TaskRecord) -> Check:
+def check_state(want: str | list[str], r: TaskRecord) -> Check:
     states = _list(want)
     seen = r.state + (f" ({r.failure_code or r.last_error_code})" if r.state != "review" else "")
     return Check("state", r.state in states, f"want {' or '.join(states)}, got {seen}")
 
 
-def check_failure_code(want, r: TaskRecord) -> Check:
+def check_failure_code(want: str, r: TaskRecord) -> Check:
     return Check(
         "failure_code", r.failure_code == want, f"want {want}, got {r.failure_code or 'none'}"
     )
 
 
-def check_answer_contains(want, r: TaskRecord) -> Check:
+def check_answer_contains(want: str | list[str], r: TaskRecord) -> Check:
     answer = _norm(r.answer)
     missing = [w for w in _list(want) if _norm(w) not in answer]
     detail = f"missing {missing!r}" if missing else "all present"
     return Check("answer_contains", not missing, f"{detail} in {_short(r.answer)!r}")
 
 
-def check_answer_not_contains(want, r: TaskRecord) -> Check:
+def check_answer_not_contains(want: str | list[str], r: TaskRecord) -> Check:
     answer = _norm(r.answer)
     found = [w for w in _list(want) if _norm(w) in answer]
     detail = f"found {found!r}" if found else "none present"
     return Check("answer_not_contains", not found, f"{detail} in {_short(r.answer)!r}")
 
 
-def check_answer_matches(want, r: TaskRecord) -> Check:
+def check_answer_matches(want: str, r: TaskRecord) -> Check:
     ok = re.search(want, r.answer or "", re.IGNORECASE | re.MULTILINE) is not None
     return Check("answer_matches", ok, f"/{want}/ against {_short(r.answer)!r}")
 
 
-def check_artifacts(want, r: TaskRecord) -> list[Check]:
+def check_artifacts(want: Mapping[str, Mapping[str, Any] | None], r: TaskRecord) -> list[Check]:
     checks = []
     for name, spec in want.items():
         spec = spec or {}
@@ -129,9 +125,10 @@ def check_artifacts(want, r: TaskRecord) -> list[Check]:
         if name not in r.artifacts:
             checks.append(Check(label, False, f"missing (have: {sorted(r.artifacts) or 'none'})"))
             continue
-        content = r.artifacts[name]
+        content = r.text(name)
         if content is None:
-            checks.append(Check(label, False, "not readable as UTF-8 text"))
+            detail = f"not readable as UTF-8 text of at most {r.read_limit:,} bytes"
+            checks.append(Check(label, False, detail))
             continue
         problems = []
         if "equals" in spec and content.strip() != str(spec["equals"]).strip():
@@ -148,31 +145,33 @@ def check_artifacts(want, r: TaskRecord) -> list[Check]:
     return checks
 
 
-def check_no_artifacts(want, r: TaskRecord) -> Check:
+def check_no_artifacts(want: str | list[str], r: TaskRecord) -> Check:
     present = sorted(r.artifacts) if want == "all" else [n for n in _list(want) if n in r.artifacts]
     return Check("no_artifacts", not present, f"present: {present}" if present else "none")
 
 
-def _calls(r: TaskRecord, tool: str) -> list[CallRecord]:
+def _calls(r: TaskRecord, tool: str) -> list[CallSeen]:
     return [c for c in r.calls if c.tool == tool]
 
 
-def check_tools_ran(want, r: TaskRecord) -> Check:
+def check_tools_ran(want: str | list[str], r: TaskRecord) -> Check:
     missing = [t for t in _list(want) if not any(c.status == "succeeded" for c in _calls(r, t))]
     return Check("tools_ran", not missing, f"never succeeded: {missing}" if missing else "all ran")
 
 
-def check_tools_not_called(want, r: TaskRecord) -> Check:
+def check_tools_not_called(want: str | list[str], r: TaskRecord) -> Check:
     called = {t: [c.status for c in _calls(r, t)] for t in _list(want) if _calls(r, t)}
     return Check("tools_not_called", not called, f"called: {called}" if called else "not called")
 
 
-def check_tools_not_run(want, r: TaskRecord) -> Check:
+def check_tools_not_run(want: str | list[str], r: TaskRecord) -> Check:
     ran = [t for t in _list(want) if any(c.status in EXECUTED or c.run_count for c in _calls(r, t))]
     return Check("tools_not_run", not ran, f"executed: {ran}" if ran else "never executed")
 
 
-def check_tool_status(want, r: TaskRecord) -> list[Check]:
+def check_tool_status(
+    want: Mapping[str, Any] | list[Mapping[str, Any]], r: TaskRecord
+) -> list[Check]:
     checks = []
     for spec in _list(want):
         tool, status, code = spec["tool"], spec["status"], spec.get("code")
@@ -183,22 +182,22 @@ def check_tool_status(want, r: TaskRecord) -> list[Check]:
     return checks
 
 
-def check_no_refusals(want, r: TaskRecord) -> Check:
+def check_no_refusals(want: str | list[str], r: TaskRecord) -> Check:
     codes = set(_list(want))
     hits = [f"{c.tool}:{c.error_code}" for c in r.calls if c.error_code in codes]
     return Check("no_refusals", not hits, f"refused: {hits}" if hits else "none")
 
 
-def check_first_tool(want, r: TaskRecord) -> Check:
+def check_first_tool(want: str, r: TaskRecord) -> Check:
     first = r.calls[0].tool if r.calls else None
     return Check("first_tool", first == want, f"want {want}, got {first or 'no call'}")
 
 
-def check_plan(want, r: TaskRecord) -> Check:
+def check_plan(want: object, r: TaskRecord) -> Check:
     return Check("plan", r.plan == bool(want), f"plan {'exists' if r.plan else 'missing'}")
 
 
-def check_approval(want, r: TaskRecord) -> Check:
+def check_approval(want: Mapping[str, Any], r: TaskRecord) -> Check:
     required = bool(want.get("required", True))
     approvals = list(r.approvals)
     seen = [f"{a.tool}:{a.status}" for a in approvals]
@@ -216,11 +215,12 @@ def check_approval(want, r: TaskRecord) -> Check:
     return Check("approval", bool(matching), f"want {wanted}, approvals: {seen or 'none'}")
 
 
-def check_max_turns(want, r: TaskRecord) -> Check:
+def check_max_turns(want: int | str, r: TaskRecord) -> Check:
     return Check("max_turns", r.model_turns <= int(want), f"{r.model_turns} of at most {want}")
 
 
-CHECKS = {
+# Each check reads its own part of `expect` (a YAML value: validate_expect checks its shape).
+CHECKS: dict[str, Callable[[Any, TaskRecord], Check | list[Check]]] = {
     "state": check_state,
     "failure_code": check_failure_code,
     "answer_contains": check_answer_contains,
@@ -240,7 +240,7 @@ CHECKS = {
 }
 
 
-def validate_expect(expect: dict) -> None:
+def validate_expect(expect: Expect) -> None:
     """Refuse an `expect` mapping the grader cannot run (ValueError naming the problem)."""
     unknown = sorted(set(expect) - set(CHECKS))
     if unknown:
@@ -259,7 +259,7 @@ def validate_expect(expect: dict) -> None:
             raise ValueError(f"answer_matches is not a regular expression: {exc}") from None
 
 
-def grade(expect: dict, record: TaskRecord) -> list[Check]:
+def grade(expect: Expect, record: TaskRecord) -> list[Check]:
     """Every check of `expect` against `record`, in the order written."""
     checks: list[Check] = []
     for key, want in expect.items():
@@ -291,12 +291,12 @@ EXPRESSIBLE = frozenset(
 )
 
 
-def expressible(expect: dict) -> bool:
+def expressible(expect: Expect) -> bool:
     """Whether every check of `expect` can be an acceptance check (the state being review)."""
     return expect.get("state") == "review" and set(expect) - {"state"} <= EXPRESSIBLE
 
 
-def as_acceptance_checks(expect: dict) -> list[str]:
+def as_acceptance_checks(expect: Expect) -> list[str]:
     """The expressible part of `expect` as acceptance checks (``KIND=VALUE`` texts)."""
     out: list[str] = []
     for text in _list(expect.get("answer_contains", [])):

@@ -5,6 +5,8 @@ A result is written once, when its case's task has settled and was graded; it ke
 readable after the task is deleted.
 """
 
+from typing import Any
+
 from django.db import models
 from django.db.models import Q
 
@@ -123,7 +125,7 @@ class EvalResult(models.Model):
         return self.outcome == EvalOutcome.PASSED
 
     @property
-    def failed_checks(self) -> list[dict]:
+    def failed_checks(self) -> list[dict[str, Any]]:
         return [c for c in self.checks if not c.get("passed")]
 
     @property

@@ -1,49 +1,39 @@
-"""Read a settled task's stored record for the grader (a selector: reads only)."""
+"""Read a settled task's stored record for the grader (a selector: reads only): what its runs
+produced, read as the acceptance checks read it (`agents.engine.acceptance.run_record`), and what
+the grader also judges."""
 
-from pathlib import Path
+from dataclasses import fields
 
 from django.db.models import Sum
 
-from agents.eval.grading import ApprovalRecord, CallRecord, TaskRecord
-from agents.models import AgentRun, Artifact, Conversation, ToolCall
+from agents.engine.acceptance import RunRecord, run_record
+from agents.eval.grading import ApprovalRecord, TaskRecord
+from agents.models import AgentRun, Conversation
 from approvals.models import Approval
 from tasks.models import Task
 
-MAX_ARTIFACT_CHARS = 1_000_000
-
-
-def _artifact_text(path: str) -> str | None:
-    try:
-        data = Path(path).read_bytes()[: MAX_ARTIFACT_CHARS * 4]
-        return data.decode("utf-8")
-    except (OSError, UnicodeDecodeError):
-        return None
-
 
 def task_record(task_id: int) -> TaskRecord:
-    """Final state, answer, artifacts (with their text), tool calls with their statuses,
-    approvals, plan and usage of one task, as stored."""
-    task = Task.objects.only("id", "status", "failure_code").get(pk=task_id)
+    """Final state, answer, artifacts (by name; their text is read when a check needs it), tool
+    calls with their statuses, approvals, plan and usage of one task, as stored."""
+    task = Task.objects.get(pk=task_id)
     runs = AgentRun.objects.filter(task_id=task_id)
-    newest = runs.order_by("-number").values("answer", "error_code").first() or {}
+    newest = runs.order_by("-number").values("answer", "error_code").first() or {
+        "answer": "",
+        "error_code": "",
+    }
     answered = (
         runs.filter(answer_stored_at__isnull=False)
         .order_by("-number")
         .values_list("answer", flat=True)
         .first()
     )
+    run = run_record(task, answered if answered is not None else (newest.get("answer") or ""))
     usage = runs.aggregate(
         turns=Sum("model_turns"),
         tokens_in=Sum("input_tokens"),
         tokens_out=Sum("output_tokens"),
         seconds=Sum("active_seconds"),
-    )
-    calls = tuple(
-        CallRecord(tool=c["tool"], status=c["status"], error_code=c["error_code"], run_count=n)
-        for c in ToolCall.objects.filter(task_id=task_id)
-        .order_by("turn__index", "position")
-        .values("tool", "status", "error_code", "run_count")
-        for n in [c["run_count"]]
     )
     approvals = tuple(
         ApprovalRecord(tool=a["tool"], target=a["target"], status=a["status"])
@@ -51,20 +41,14 @@ def task_record(task_id: int) -> TaskRecord:
         .order_by("id")
         .values("tool", "target", "status")
     )
-    artifacts = {
-        a.name: _artifact_text(a.path)
-        for a in Artifact.objects.filter(task_id=task_id).only("name", "path")
-    }
     model_ids = tuple(runs.order_by("number").values_list("model_id", flat=True))
     plan = Conversation.objects.filter(task_id=task_id, plan__isnull=False).exists()
     return TaskRecord(
+        **{f.name: getattr(run, f.name) for f in fields(RunRecord)},
         task_id=task.pk,
         state=task.status,
         failure_code=task.failure_code,
         last_error_code=newest.get("error_code") or "",
-        answer=answered if answered is not None else (newest.get("answer") or ""),
-        artifacts=artifacts,
-        calls=calls,
         approvals=approvals,
         plan=plan,
         model_turns=usage["turns"] or 0,

@@ -17,6 +17,7 @@ apart, so numbers over different cases are never mixed.
 import math
 from dataclasses import dataclass, field
 from decimal import Decimal
+from typing import Any
 
 from agents.eval.cases import InvalidCase, load_cases
 from agents.eval.grading import expressible
@@ -55,7 +56,7 @@ class CaseStat:
     def attempts(self) -> int:
         return len(self.graded)
 
-    def as_dict(self) -> dict:
+    def as_dict(self) -> dict[str, Any]:
         return {
             "case": self.case_id,
             "passed": self.passed,
@@ -82,14 +83,15 @@ class Rate:
     def ci95(self) -> tuple[float, float] | None:
         return wilson_interval(self.k, self.n)
 
-    def as_dict(self) -> dict:
+    def as_dict(self) -> dict[str, Any]:
         ci = self.ci95
         return {"count": self.k, "of": self.n, "rate": self.rate, "ci95": list(ci) if ci else None}
 
     def text(self) -> str:
-        if not self.n:
+        ci = self.ci95
+        if ci is None:  # no attempts
             return "—"
-        lo, hi = self.ci95
+        lo, hi = ci
         return f"{self.k}/{self.n} ({self.k / self.n:.0%}, 95% CI {lo:.0%}–{hi:.0%})"
 
 
@@ -104,7 +106,7 @@ class SupervisorStat:
     # False approvals over the cases whose grader is expressible as acceptance checks.
     false_approvals_expressible: Rate
 
-    def as_dict(self) -> dict:
+    def as_dict(self) -> dict[str, Any]:
         return {
             "judged": self.judged,
             "false_approvals": self.false_approvals.as_dict(),
@@ -206,7 +208,10 @@ class ModelEval:
     @property
     def ci_pct(self) -> tuple[float, float] | None:
         interval = self.interval
-        return None if interval is None else tuple(round(100 * x, 1) for x in interval)
+        if interval is None:
+            return None
+        lo, hi = interval
+        return round(100 * lo, 1), round(100 * hi, 1)
 
     @property
     def avg_turns(self) -> float | None:
@@ -225,9 +230,10 @@ class ModelEval:
     def cost(self) -> Decimal | None:
         """None when any graded result has no cost (the model has no price): unknown, not 0."""
         graded = self.graded
-        if not graded or any(r.cost is None for r in graded):
+        costs = [r.cost for r in graded if r.cost is not None]
+        if not graded or len(costs) < len(graded):
             return None
-        return sum((r.cost for r in graded), Decimal(0)).quantize(COST_PLACES)
+        return sum(costs, Decimal(0)).quantize(COST_PLACES)
 
     @property
     def seconds(self) -> float:
@@ -247,7 +253,7 @@ class ModelEval:
             return None
         return round(sum(r.wall_seconds for r in graded) / len(graded), 2)
 
-    def as_dict(self) -> dict:
+    def as_dict(self) -> dict[str, Any]:
         interval = self.interval
         return {
             "connection": self.connection,
@@ -286,7 +292,7 @@ class ModelEval:
         }
 
 
-def result_as_dict(r: EvalResult) -> dict:
+def result_as_dict(r: EvalResult) -> dict[str, Any]:
     return {
         "run": r.run_id,
         "repetition": r.repetition,
@@ -308,7 +314,7 @@ def result_as_dict(r: EvalResult) -> dict:
     }
 
 
-def real_work_as_dict(score: ModelScore | None) -> dict | None:
+def real_work_as_dict(score: ModelScore | None) -> dict[str, Any] | None:
     if score is None:
         return None
     return {
@@ -327,10 +333,10 @@ def real_work_as_dict(score: ModelScore | None) -> dict | None:
 def eval_report(*, run_id: int | None = None, real_work_period: str = "month") -> list[ModelEval]:
     """Per connection/model, suite and supervisor configuration; pooled over its runs (or one
     run)."""
-    runs = EvalRun.objects.all()
+    chosen = EvalRun.objects.all()
     if run_id is not None:
-        runs = runs.filter(pk=run_id)
-    runs = list(runs.order_by("id"))
+        chosen = chosen.filter(pk=run_id)
+    runs = list(chosen.order_by("id"))
     results = (
         EvalResult.objects.filter(run__in=runs)
         .defer("actions")
@@ -362,7 +368,10 @@ def eval_report(*, run_id: int | None = None, real_work_period: str = "month") -
                 group.cases.append(cases[result.case_id])
             cases[result.case_id].results.append(result)
     card = model_scorecard(window=scorecard_window(period=real_work_period))
-    scores = {s.model_id: s for s in card.models if s.model_id is not None}
+    # Keyed by int | None: a group without a model finds no real work.
+    scores: dict[int | None, ModelScore] = {
+        s.model_id: s for s in card.models if s.model_id is not None
+    }
     report = []
     expressible_ids = expressible_case_ids() if groups else set()
     for group in groups.values():

@@ -38,6 +38,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field, replace
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
+from typing import Any
 
 from django.conf import settings
 from django.db import transaction
@@ -48,7 +49,7 @@ from agents.actions.tasks import task_cancel
 from agents.engine.acceptance import default_checks_on
 from agents.engine.intake import task_create
 from agents.eval.cases import Case, load_cases, suite_sha256
-from agents.eval.grading import Check, as_acceptance_checks, grade, passed
+from agents.eval.grading import Check, TaskRecord, as_acceptance_checks, grade, passed
 from agents.eval.models import EvalOutcome, EvalResult, EvalRun, EvalRunStatus
 from agents.eval.record import task_record
 from agents.models import AgentRun, Connection, Model
@@ -88,7 +89,7 @@ class PageServer:
         pages = self.pages
 
         class Handler(BaseHTTPRequestHandler):
-            def do_GET(self):  # noqa: N802 - the stdlib's name
+            def do_GET(self) -> None:  # noqa: N802 - the stdlib's name
                 body = pages.get(self.path.split("?", 1)[0])
                 self.send_response(200 if body is not None else 404)
                 body = body if body is not None else b"not found"
@@ -97,7 +98,7 @@ class PageServer:
                 self.end_headers()
                 self.wfile.write(body)
 
-            def log_message(self, format, *args):
+            def log_message(self, format: str, *args: Any) -> None:
                 pass
 
         self._httpd = ThreadingHTTPServer((PAGE_HOST, 0), Handler)
@@ -108,7 +109,7 @@ class PageServer:
         self._thread.start()
         return self
 
-    def __exit__(self, *exc) -> None:
+    def __exit__(self, *exc: object) -> None:
         self._httpd.shutdown()
         self._httpd.server_close()
 
@@ -132,7 +133,7 @@ class WorkerPool:
 
     def __init__(self, *, count: int, concurrency: int, env: dict[str, str], label: str):
         self.count, self.concurrency, self.env, self.label = count, concurrency, env, label
-        self.procs: list[subprocess.Popen] = []
+        self.procs: list[subprocess.Popen[bytes]] = []
         self.log_dir = Path(tempfile.mkdtemp(prefix=f"{label}-"))
         self._started = 0
 
@@ -190,7 +191,7 @@ class Pending:
     repetition: int
     task_id: int
     created: float
-    actions: list[dict] = field(default_factory=list)
+    actions: list[dict[str, object]] = field(default_factory=list)
     used_decisions: set[int] = field(default_factory=set)
 
     def next_decision(self, tool: str) -> str | None:
@@ -265,8 +266,8 @@ def _create_task(
     run: EvalRun,
     repetition: int,
     model: Model,
-    pages,
-    actor,
+    pages: PageServer,
+    actor: Actor,
     case_checks: bool = False,
 ) -> int:
     # One transaction: no worker sees the task before its input files are in its workspace.
@@ -395,8 +396,10 @@ class Runner:
 
     # -- waiting -------------------------------------------------------------------------------
 
-    def _wait(self, run: EvalRun, pending: list[Pending], pool) -> list[EvalResult]:
-        results = []
+    def _wait(
+        self, run: EvalRun, pending: list[Pending], pool: WorkerPool | None
+    ) -> list[EvalResult]:
+        results: list[EvalResult] = []
         deadline = time.monotonic() + self.timeout
         while pending:
             if time.monotonic() > deadline:
@@ -469,7 +472,15 @@ class Runner:
 
     # -- results -------------------------------------------------------------------------------
 
-    def _settle(self, run, p: Pending, *, timed_out=False, backoff=False, deleted=False):
+    def _settle(
+        self,
+        run: EvalRun,
+        p: Pending,
+        *,
+        timed_out: bool = False,
+        backoff: bool = False,
+        deleted: bool = False,
+    ) -> EvalResult:
         wall = time.monotonic() - p.created
         if deleted:
             checks = [Check("task", False, "the task was deleted before it settled")]
@@ -524,9 +535,18 @@ class Runner:
             p.actions.append({"action": "cancel", "reason": reason, "refused": exc.message})
 
     def _store(
-        self, run, p: Pending, record, checks, outcome, state, wall, work=None, **supervisor
+        self,
+        run: EvalRun,
+        p: Pending,
+        record: TaskRecord | None,
+        checks: list[Check],
+        outcome: str,
+        state: str,
+        wall: float,
+        work: bool | None = None,
+        **supervisor: str,
     ) -> EvalResult:
-        usage = {}
+        usage: dict[str, int | float] = {}
         cost = None
         if record is not None:
             usage = {
@@ -556,7 +576,7 @@ class Runner:
         self._print(result, checks)
         return result
 
-    def _skip(self, run, case: Case, repetition: int) -> EvalResult:
+    def _skip(self, run: EvalRun, case: Case, repetition: int) -> EvalResult:
         check = Check(
             "environment",
             False,
@@ -588,7 +608,7 @@ class Runner:
             if not check.passed:
                 self.out(f"    {check.check}: {check.detail}")
 
-    def _abandon(self, run, pending: list[Pending], results: list[EvalResult]) -> None:
+    def _abandon(self, run: EvalRun, pending: list[Pending], results: list[EvalResult]) -> None:
         """The run stops early: nothing of it waits for a person."""
         for p in pending:
             self._cancel(p, "the evaluation run was interrupted")

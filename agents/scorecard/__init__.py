@@ -29,11 +29,16 @@ What each number means:
   no known cost.
 """
 
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping
 from dataclasses import asdict, dataclass, field
 from datetime import date, datetime, time, timedelta
 from decimal import Decimal
+from typing import Any
 
-from django.db.models import Count, Exists, OuterRef, Q, Subquery, Sum
+from django.db.models import Count, Exists, OuterRef, Q, QuerySet, Subquery, Sum
+from django.db.models.expressions import Combinable, NegatedExpression
 from django.db.models.functions import Coalesce, Trunc
 from django.utils import timezone
 
@@ -62,7 +67,10 @@ class Window:
 
 
 def scorecard_window(
-    *, period: str | None = None, since: date | datetime | str | None = None, now=None
+    *,
+    period: str | None = None,
+    since: date | datetime | str | None = None,
+    now: datetime | None = None,
 ) -> Window:
     """The last day/week/month up to now, or from `since` (a date or ISO date string) to now."""
     now = now or timezone.now()
@@ -138,7 +146,7 @@ class ModelScore:
             return None
         return (cost / self.closed).quantize(COST_PLACES)
 
-    def as_dict(self) -> dict:
+    def as_dict(self) -> dict[str, Any]:
         data = asdict(self)
         for key in ("price_input_per_mtok", "price_output_per_mtok", "cost", "stored_cost"):
             data[key] = _number(data[key])
@@ -162,7 +170,7 @@ class CostBucket:
     partial: bool  # some turn in it has no known cost
     turns: int
 
-    def as_dict(self) -> dict:
+    def as_dict(self) -> dict[str, Any]:
         return {
             "start": self.start.isoformat(),
             "cost": _number(self.cost),
@@ -179,7 +187,7 @@ class Scorecard:
     cost_series: list[CostBucket] = field(default_factory=list)
     cost_bucket: str = "day"
 
-    def as_dict(self) -> dict:
+    def as_dict(self) -> dict[str, Any]:
         return {
             "since": self.window.since.isoformat(),
             "until": self.window.until.isoformat(),
@@ -192,11 +200,11 @@ class Scorecard:
         }
 
 
-def _is_newest_run():
+def _is_newest_run() -> NegatedExpression[Combinable]:
     return ~Exists(AgentRun.objects.filter(task=OuterRef("task"), number__gt=OuterRef("number")))
 
 
-def _run_aggregates() -> dict:
+def _run_aggregates() -> dict[str, Count | Coalesce]:
     newest = Q(_is_newest_run())
     limit_codes, loop = sorted(FailureCode.limits()), FailureCode.ERROR_LOOP
     return {
@@ -217,7 +225,7 @@ def _run_aggregates() -> dict:
     }
 
 
-def _event_aggregates() -> dict:
+def _event_aggregates() -> dict[str, Count]:
     closed = Q(kind__in=[EventKind.CLOSED, EventKind.AUTO_CLOSED])
     reopened = Q(kind=EventKind.REOPENED)
     approved, unverified = Q(judged_verdict=Verdict.APPROVED), Q(judged_verdict=Verdict.UNVERIFIED)
@@ -252,11 +260,13 @@ def model_scorecard(*, window: Window) -> Scorecard:
         judged_model=Subquery(judged_model), judged_verdict=Subquery(judged.values("verdict")[:1])
     )
 
-    rows: dict[int | None, dict] = {}
-    for row in runs.values("model_id").annotate(**_run_aggregates()).order_by():
-        rows.setdefault(row.pop("model_id"), {}).update(row)
-    for row in events.values("judged_model").annotate(**_event_aggregates()).order_by():
-        rows.setdefault(row.pop("judged_model"), {}).update(row)
+    rows: dict[int | None, dict[str, Any]] = {}
+    _add_rows(rows, runs.values("model_id").annotate(**_run_aggregates()).order_by(), "model_id")
+    _add_rows(
+        rows,
+        events.values("judged_model").annotate(**_event_aggregates()).order_by(),
+        "judged_model",
+    )
 
     # The stored cost of the window's model turns, per model (one grouped query).
     turn_rows = (
@@ -265,8 +275,7 @@ def model_scorecard(*, window: Window) -> Scorecard:
         .annotate(stored_cost=Sum("cost"), unpriced_turns=Count("id", filter=Q(cost__isnull=True)))
         .order_by()
     )
-    for row in turn_rows:
-        rows.setdefault(row.pop("run__model_id"), {}).update(row)
+    _add_rows(rows, turn_rows, "run__model_id")
     models = Model.objects.select_related("connection").in_bulk([k for k in rows if k is not None])
     scores = []
     for model_id, numbers in rows.items():
@@ -317,6 +326,15 @@ def model_scorecard(*, window: Window) -> Scorecard:
     )
 
 
+def _add_rows(
+    rows: dict[int | None, dict[str, Any]], grouped: Iterable[Mapping[str, Any]], key: str
+) -> None:
+    """Merge one grouped query's numbers into `rows`, by the model id in column `key`."""
+    for row in grouped:
+        numbers = dict(row)
+        rows.setdefault(numbers.pop(key), {}).update(numbers)
+
+
 def _bucket_kind(window: Window) -> str:
     span = window.until - window.since
     if span <= timedelta(days=1, hours=1):
@@ -332,7 +350,7 @@ def _bucket_start(moment: datetime, kind: str) -> datetime:
     return moment - timedelta(days=moment.weekday()) if kind == "week" else moment
 
 
-def cost_over_time(window: Window, runs) -> tuple[str, list[CostBucket]]:
+def cost_over_time(window: Window, runs: QuerySet[AgentRun]) -> tuple[str, list[CostBucket]]:
     """The window's model-turn costs per hour, day or week (one grouped query), every bucket
     of the window present, empty ones at $0."""
     kind = _bucket_kind(window)

@@ -7,19 +7,25 @@ A decision posts back the operation's arguments_hash; approvals.services refuses
 import logging
 
 from django.contrib import messages
+from django.contrib.auth.models import User
 from django.core.exceptions import PermissionDenied
+from django.http import HttpResponse
+from django.http.response import HttpResponseBase
 from django.shortcuts import redirect, render
 from django.views.decorators.http import require_GET, require_POST
 
+from approvals.models import Approval, ReviewDecision
 from approvals.permissions import DECIDE_APPROVAL, INBOX_PERMS
 from approvals.selectors import decidable_approvals, decidable_reviews
 from console.actions import REGISTRY, decision_buttons
+from console.http import AuthenticatedHttpRequest
 from console.preview import proposed_file
 from console.shared import (
     OUTCOME_UNKNOWN,
     login_required,
     positive_int,
     pretty_json,
+    show,
 )
 from console.views.tasks import render_task_page
 from core.actors import Actor
@@ -31,7 +37,7 @@ log = logging.getLogger("acthelm.console")
 INBOX_SIZE = 50  # a page a person can work through; the badge counts them all
 
 
-def _may_view(user) -> bool:
+def _may_view(user: User) -> bool:
     return any(user.has_perm(perm) for perm in INBOX_PERMS)
 
 
@@ -42,21 +48,26 @@ pending_reviews = decidable_reviews
 
 @require_GET
 @login_required
-def inbox(request):
+def inbox(request: AuthenticatedHttpRequest) -> HttpResponse:
     """Oldest first; the oldest INBOX_SIZE of each kind (the badge counts them all)."""
     if not _may_view(request.user):
         raise PermissionDenied
     return _render_inbox(request)
 
 
-def _render_inbox(request, *, error: ActhelmError | None = None, status: int = 200):
+def _render_inbox(
+    request: AuthenticatedHttpRequest, *, error: ActhelmError | None = None, status: int = 200
+) -> HttpResponse:
     approvals = list(pending_approvals()[: INBOX_SIZE + 1])
     reviews = list(pending_reviews()[: INBOX_SIZE + 1])
     for approval in approvals:
-        approval.arguments_pretty = pretty_json(approval.arguments)
-        approval.proposed_file = proposed_file(approval.tool, approval.arguments)
+        show(
+            approval,
+            arguments_pretty=pretty_json(approval.arguments),
+            proposed_file=proposed_file(approval.tool, approval.arguments),
+        )
     for decision in reviews:
-        decision.arguments_pretty = pretty_json(decision.tool_call.arguments)
+        show(decision, arguments_pretty=pretty_json(decision.tool_call.arguments))
     context = {
         "approvals": approvals[:INBOX_SIZE],
         "reviews": reviews[:INBOX_SIZE],
@@ -75,7 +86,7 @@ def _render_inbox(request, *, error: ActhelmError | None = None, status: int = 2
 
 @require_POST
 @login_required
-def decide(request, pk: int, action: str):
+def decide(request: AuthenticatedHttpRequest, pk: int, action: str) -> HttpResponseBase:
     """Every decision on one operation (console.actions): call its service with the
     posted hash; answer for the page the form was on."""
     entry = REGISTRY[action]
@@ -86,7 +97,7 @@ def decide(request, pk: int, action: str):
     # Decided from a task page: answer with that page (for people who may see it).
     task_id = positive_int(request.POST.get("task")) if request.user.has_perm(VIEW_TASK) else None
     try:
-        decided = entry.call(
+        decided: Approval | ReviewDecision = entry.call(
             actor=Actor.person(request.user), target_id=pk, arguments_hash=arguments_hash
         )
     except NotPermitted:

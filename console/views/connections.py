@@ -8,11 +8,13 @@ only ever shown by the name of its environment variable.
 import json
 import logging
 import shlex
+from typing import TypedDict
 from urllib.parse import urlsplit, urlunsplit
 
 from django import forms
 from django.contrib import messages
 from django.core.exceptions import PermissionDenied
+from django.http import HttpResponse
 from django.shortcuts import get_object_or_404, redirect, render
 from django.urls import reverse
 from django.utils import timezone
@@ -20,16 +22,33 @@ from django.views.decorators.http import require_GET, require_http_methods, requ
 
 from agents.catalogue import connections as catalogue
 from agents.catalogue.connection_rules import MAX_TIMEOUT_SECONDS, connection_kind_choices
+from agents.catalogue.connections import ModelSpec
 from agents.catalogue.providers import get_provider_class
 from agents.models import Connection, Model
 from agents.permissions import MANAGE_CONNECTIONS, VIEW_CONNECTIONS_PERMS
 from agents.states import CostTier
-from console.shared import login_required
+from console.http import AuthenticatedHttpRequest
+from console.shared import login_required, show
 from core.actors import Actor
 from core.exceptions import ActhelmError, InvalidInput, NotPermitted
 from core.numbers import INT32_MAX, INT32_MIN, whole_number
 
 log = logging.getLogger("acthelm.console")
+
+
+class ConnectionFields(TypedDict):
+    """What `ConnectionForm` passes to `agents.catalogue.connections.connection_add`."""
+
+    name: str
+    kind: str
+    base_url: str
+    command: list[str]
+    answer_field: str
+    credential_env: str
+    cost_tier: str
+    priority: int
+    timeout_seconds: float
+    models: list[ModelSpec]
 
 
 class ConnectionForm(forms.Form):
@@ -73,13 +92,13 @@ class ConnectionForm(forms.Form):
         except ValueError as exc:
             raise forms.ValidationError(str(exc)) from None
 
-    def clean_models(self) -> list[dict]:
+    def clean_models(self) -> list[ModelSpec]:
         specs = []
         for line in self.cleaned_data.get("models", "").splitlines():
             parts = line.split()
             if not parts:
                 continue
-            spec = {"name": parts[0]}
+            spec: ModelSpec = {"name": parts[0]}
             if len(parts) > 1:
                 try:
                     spec["context_window"] = whole_number(
@@ -97,7 +116,7 @@ class ConnectionForm(forms.Form):
             raise forms.ValidationError("name at least one model")
         return specs
 
-    def service_kwargs(self) -> dict:
+    def service_kwargs(self) -> ConnectionFields:
         data = self.cleaned_data
         tools = not data["no_tools"] and get_provider_class(data["kind"]).supports_tools
         return {
@@ -124,15 +143,24 @@ def display_url(url: str) -> str:
     return urlunsplit(parts._replace(query="", fragment=""))
 
 
-def _render(request, *, form=None, error=None, status=200):
+def _render(
+    request: AuthenticatedHttpRequest,
+    *,
+    form: ConnectionForm | None = None,
+    error: ActhelmError | None = None,
+    status: int = 200,
+) -> HttpResponse:
     now = timezone.now()
     connections = list(Connection.objects.prefetch_related("models").order_by("-priority", "name"))
     for conn in connections:
-        conn.cooling = bool(conn.cooldown_until and conn.cooldown_until > now)
-        conn.url_shown = display_url(conn.base_url)
-        # The executable only: arguments could carry something secret by mistake.
-        conn.program = conn.command[0] if conn.command else ""
-        conn.extra_args = max(0, len(conn.command) - 1)
+        show(
+            conn,
+            cooling=bool(conn.cooldown_until and conn.cooldown_until > now),
+            url_shown=display_url(conn.base_url),
+            # The executable only: arguments could carry something secret by mistake.
+            program=conn.command[0] if conn.command else "",
+            extra_args=max(0, len(conn.command) - 1),
+        )
     can_manage = request.user.has_perm(MANAGE_CONNECTIONS)
     context = {
         "connections": connections,
@@ -145,7 +173,7 @@ def _render(request, *, form=None, error=None, status=200):
 
 @require_GET
 @login_required
-def connections(request):
+def connections(request: AuthenticatedHttpRequest) -> HttpResponse:
     if not any(request.user.has_perm(perm) for perm in VIEW_CONNECTIONS_PERMS):
         raise PermissionDenied
     return _render(request)
@@ -153,7 +181,7 @@ def connections(request):
 
 @require_POST
 @login_required
-def connection_add(request):
+def connection_add(request: AuthenticatedHttpRequest) -> HttpResponse:
     if not request.user.has_perm(MANAGE_CONNECTIONS):
         raise PermissionDenied
     form = ConnectionForm(request.POST)
@@ -173,7 +201,7 @@ def connection_add(request):
 
 @require_POST
 @login_required
-def connection_test(request, pk: int):
+def connection_test(request: AuthenticatedHttpRequest, pk: int) -> HttpResponse:
     """A real request per model; no transaction is open while it runs."""
     if not request.user.has_perm(MANAGE_CONNECTIONS):
         raise PermissionDenied
@@ -202,7 +230,7 @@ def connection_test(request, pk: int):
 # --- Model prices ---------------------------------------------------------------------------
 
 
-def _price_rows():
+def _price_rows() -> list[dict[str, object]]:
     models = Model.objects.select_related("connection").order_by("connection__name", "name")
     return [
         {
@@ -222,7 +250,7 @@ def _price_rows():
 
 @require_http_methods(["GET", "POST"])
 @login_required
-def model_prices(request):
+def model_prices(request: AuthenticatedHttpRequest) -> HttpResponse:
     """Each model's prices in US dollars per million tokens; a person with the permission sets
     them (agents.catalogue.connections.model_set_prices)."""
     if not any(request.user.has_perm(perm) for perm in VIEW_CONNECTIONS_PERMS):

@@ -5,13 +5,14 @@ changed since the previous run."""
 
 from pathlib import Path
 
-from django.http import FileResponse, Http404
+from django.http import FileResponse, Http404, HttpResponse
 from django.shortcuts import get_object_or_404, render
 from django.urls import reverse
 from django.views.decorators.http import require_GET
 
 from agents.models import Artifact
 from console import preview
+from console.http import AuthenticatedHttpRequest
 from console.shared import console_view
 from core.exceptions import InvalidInput
 from tasks.models import Task
@@ -31,7 +32,16 @@ def _file_in(folder: Path, name: str) -> Path:
     return path
 
 
-def _page(request, task: Task, *, name: str, path: Path, content_type: str, download: str, **extra):
+def _page(
+    request: AuthenticatedHttpRequest,
+    task: Task,
+    *,
+    name: str,
+    path: Path,
+    content_type: str,
+    download: str,
+    **extra: object,
+) -> HttpResponse:
     context = {
         "task": task,
         "name": name,
@@ -48,7 +58,7 @@ def _page(request, task: Task, *, name: str, path: Path, content_type: str, down
 
 @require_GET
 @console_view()
-def artifact_view(request, pk: int, artifact_pk: int):
+def artifact_view(request: AuthenticatedHttpRequest, pk: int, artifact_pk: int) -> HttpResponse:
     task = get_object_or_404(Task.objects.only("id", "title", "status"), pk=pk)
     artifact = get_object_or_404(Artifact, pk=artifact_pk, task_id=pk)
     path = _file_in(artifacts_dir(pk, create=False), artifact.name)
@@ -66,7 +76,7 @@ def artifact_view(request, pk: int, artifact_pk: int):
 
 @require_GET
 @console_view()
-def input_view(request, pk: int, name: str):
+def input_view(request: AuthenticatedHttpRequest, pk: int, name: str) -> HttpResponse:
     task = get_object_or_404(Task.objects.only("id", "title", "status"), pk=pk)
     path = _file_in(workspace_dir(pk, create=False), name)
     return _page(
@@ -82,7 +92,7 @@ def input_view(request, pk: int, name: str):
 
 @require_GET
 @console_view()
-def input_download(request, pk: int, name: str):
+def input_download(request: AuthenticatedHttpRequest, pk: int, name: str) -> FileResponse:
     """An input file, always as an attachment of an inert type."""
     get_object_or_404(Task.objects.only("id"), pk=pk)
     path = _file_in(workspace_dir(pk, create=False), name)

@@ -1,9 +1,11 @@
 """A goal's page in the console: the goal and its tasks, newest first, with counts by state."""
 
+from django.http import HttpResponse
 from django.shortcuts import get_object_or_404, render
 from django.views.decorators.http import require_GET
 
 from agents.engine.acceptance import check_text
+from console.http import AuthenticatedHttpRequest
 from console.shared import console_view
 from tasks.models import Goal, Task
 from tasks.selectors import goal_as_dict
@@ -13,7 +15,7 @@ GOAL_TASKS = 200
 
 @require_GET
 @console_view()
-def goal_detail(request, pk: int):
+def goal_detail(request: AuthenticatedHttpRequest, pk: int) -> HttpResponse:
     goal = get_object_or_404(Goal, pk=pk)
     data = goal_as_dict(goal)
     tasks = list(

@@ -2,11 +2,13 @@
 and the small fragment the nav polls for its counts. Evaluation tasks are never in either."""
 
 from django.conf import settings
+from django.http import HttpResponse
 from django.shortcuts import render
 from django.views.decorators.http import require_GET
 
 from approvals.permissions import INBOX_PERMS
 from approvals.selectors import decidable_approvals, decidable_reviews, needs_me_counts
+from console.http import AuthenticatedHttpRequest
 from console.shared import console_view, login_required
 from tasks.models import Task
 from tasks.states import TaskStatus
@@ -16,14 +18,14 @@ SHOWN = 10  # of each kind; the counts say how many there are
 
 @require_GET
 @login_required
-def nav_counts(request):
+def nav_counts(request: AuthenticatedHttpRequest) -> HttpResponse:
     """The nav's counts, swapped in out of band (the poll itself swaps nothing)."""
     return render(request, "console/_nav_counts.html", {"needs_me": needs_me_counts()})
 
 
 @require_GET
 @console_view()
-def needs_me(request):
+def needs_me(request: AuthenticatedHttpRequest) -> HttpResponse:
     """Oldest decision first, then the review queue (oldest first), then failures (newest
     first): a fixed number of queries."""
     counts = needs_me_counts()

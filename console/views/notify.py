@@ -1,8 +1,10 @@
 """The console's notifications page: targets and their state, recent deliveries and failures."""
 
+from django.http import HttpResponse
 from django.shortcuts import render
 from django.views.decorators.http import require_GET
 
+from console.http import AuthenticatedHttpRequest
 from console.shared import console_view
 from tasks.notify.selectors import deliveries_page
 from tasks.permissions import VIEW_NOTIFICATION
@@ -10,6 +12,6 @@ from tasks.permissions import VIEW_NOTIFICATION
 
 @require_GET
 @console_view(VIEW_NOTIFICATION)
-def notifications(request):
+def notifications(request: AuthenticatedHttpRequest) -> HttpResponse:
     context = deliveries_page(status=request.GET.get("status", ""))
     return render(request, "console/notifications.html", context)

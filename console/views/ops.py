@@ -9,8 +9,11 @@ partial index); no row is looped over in Python.
 
 import hmac
 import logging
+from collections.abc import Mapping
 from dataclasses import dataclass
 from datetime import datetime, timedelta
+from decimal import Decimal
+from typing import Any, Literal
 
 from django.conf import settings
 from django.contrib.postgres.aggregates import ArrayAgg
@@ -18,7 +21,7 @@ from django.db import Error as DatabaseError
 from django.db import connection
 from django.db.models import Case, Count, IntegerField, Max, Min, Q, Sum, Value, When
 from django.db.models.functions import Now
-from django.http import Http404, HttpResponse, JsonResponse
+from django.http import Http404, HttpRequest, HttpResponse, JsonResponse
 from django.shortcuts import render
 from django.utils import timezone
 from django.views.decorators.cache import never_cache
@@ -27,6 +30,7 @@ from django.views.decorators.http import require_GET
 from agents.models import AgentRun, Connection, WorkerSeen
 from agents.permissions import VIEW_AGENTRUN
 from agents.states import RunStatus
+from console.http import AuthenticatedHttpRequest
 from console.shared import console_view
 from tasks.models import Task, TaskEvent
 from tasks.states import HELD, EventKind, TaskStatus
@@ -41,7 +45,7 @@ PROMETHEUS_CONTENT_TYPE = "text/plain; version=0.0.4; charset=utf-8"
 
 @never_cache
 @require_GET
-def healthz(request):
+def healthz(request: HttpRequest) -> JsonResponse:
     """200 when PostgreSQL answers `SELECT 1`, 503 otherwise. No login: probes call it."""
     try:
         with connection.cursor() as cursor:
@@ -60,7 +64,11 @@ def _escape_label(value: str) -> str:
     return value.replace("\\", "\\\\").replace("\n", "\\n").replace('"', '\\"')
 
 
-def _number(value) -> str:
+# What a sample's value may be: a count, a sum of seconds or tokens (None: no row was summed).
+type SampleValue = int | float | Decimal | None
+
+
+def _number(value: SampleValue) -> str:
     if value is None:
         return "0"
     if isinstance(value, bool):
@@ -81,7 +89,7 @@ class Exposition:
         self.lines.append(f"# HELP {name} {help_text}")
         self.lines.append(f"# TYPE {name} {kind}")
 
-    def sample(self, name: str, value, **labels: str) -> None:
+    def sample(self, name: str, value: SampleValue, **labels: str) -> None:
         if labels:
             inner = ",".join(f'{k}="{_escape_label(str(v))}"' for k, v in labels.items())
             name = f"{name}{{{inner}}}"
@@ -120,6 +128,10 @@ _EVENT_COUNTERS = (
     ),
     ("acthelm_task_failures_total", "Tasks that failed.", [EventKind.FAILED], None),
 )
+
+
+# The sums `metrics_text` takes of each model's runs.
+type _ModelSum = Literal["runs", "turn_count", "active", "input_tokens", "output_tokens"]
 
 
 def metrics_text() -> str:
@@ -188,19 +200,19 @@ def metrics_text() -> str:
     for name, value in rows:
         out.sample("acthelm_provider_cooling_down", value, connection=name)
 
-    per_model = (
+    by_model = (
         AgentRun.objects.order_by()
         .values("model__connection__name", "model__name")
         .annotate(
             runs=Count("id"),
-            turns=Sum("model_turns"),
+            turn_count=Sum("model_turns"),
             active=Sum("active_seconds"),
             input_tokens=Sum("input_tokens"),
             output_tokens=Sum("output_tokens"),
         )
     )
     per_model = sorted(
-        per_model, key=lambda r: (r["model__connection__name"] or "", r["model__name"] or "")
+        by_model, key=lambda r: (r["model__connection__name"] or "", r["model__name"] or "")
     )
     families = (
         ("acthelm_model_runs_total", "counter", "Runs per model."),
@@ -213,19 +225,20 @@ def metrics_text() -> str:
         ("acthelm_model_input_tokens_total", "counter", "Input tokens per model, as reported."),
         ("acthelm_model_output_tokens_total", "counter", "Output tokens per model, as reported."),
     )
-    samples = {
+    # The sums of a model's runs that each family samples.
+    samples: dict[str, list[tuple[str, _ModelSum]]] = {
         "acthelm_model_runs_total": [("acthelm_model_runs_total", "runs")],
         "acthelm_model_turn_seconds": [
             ("acthelm_model_turn_seconds_sum", "active"),
-            ("acthelm_model_turn_seconds_count", "turns"),
+            ("acthelm_model_turn_seconds_count", "turn_count"),
         ],
         "acthelm_model_input_tokens_total": [("acthelm_model_input_tokens_total", "input_tokens")],
         "acthelm_model_output_tokens_total": [
             ("acthelm_model_output_tokens_total", "output_tokens")
         ],
     }
-    for family, kind, help_text in families:
-        out.family(family, kind, help_text)
+    for family, metric_type, help_text in families:
+        out.family(family, metric_type, help_text)
         for row in per_model:
             labels = {
                 "connection": row["model__connection__name"] or "",
@@ -238,7 +251,7 @@ def metrics_text() -> str:
     return out.render()
 
 
-def _bearer_token_matches(request, token: str) -> bool:
+def _bearer_token_matches(request: HttpRequest, token: str) -> bool:
     scheme, _, given = request.headers.get("Authorization", "").partition(" ")
     if scheme.lower() != "bearer" or not given.strip():
         return False
@@ -247,7 +260,7 @@ def _bearer_token_matches(request, token: str) -> bool:
 
 @never_cache
 @require_GET
-def metrics(request):
+def metrics(request: HttpRequest) -> HttpResponse:
     """Prometheus text, for a request with `Authorization: Bearer <ACTHELM_METRICS_TOKEN>`.
 
     404 while the token setting is empty (the endpoint is off), 403 for a missing or wrong token.
@@ -340,8 +353,8 @@ def live_workers() -> list[WorkerRow]:
     gone_before = now - timedelta(seconds=WORKER_GONE_SECONDS)
     rows = []
     for worker_id in sorted(set(leases) | set(runs) | set(seen)):
-        lease = leases.get(worker_id, {})
-        run = runs.get(worker_id, {})
+        lease: Mapping[str, Any] = leases.get(worker_id, {})
+        run: Mapping[str, Any] = runs.get(worker_id, {})
         me = seen.get(worker_id)
         rows.append(
             WorkerRow(
@@ -362,7 +375,7 @@ def live_workers() -> list[WorkerRow]:
     return sorted(rows, key=lambda r: (not r.stale, r.gone, r.host, r.worker_id))
 
 
-def _last_heartbeat(lease: dict, run: dict) -> datetime | None:
+def _last_heartbeat(lease: Mapping[str, Any], run: Mapping[str, Any]) -> datetime | None:
     """Every heartbeat (and every step a worker records) renews the lease, and only the lease:
     its newest renewal is the worker's last sign of life — unless it is still the lease its
     newest claim set (no heartbeat yet). Runs of older versions carry `heartbeat_at`."""
@@ -371,8 +384,8 @@ def _last_heartbeat(lease: dict, run: dict) -> datetime | None:
         renewed = lease["lease_latest"] - timedelta(seconds=settings.ACTHELM_LEASE_SECONDS)
         if run.get("newest_start") is None or renewed > run["newest_start"]:
             seen.append(renewed)
-    seen = [t for t in seen if t is not None]
-    return max(seen) if seen else None
+    known = [t for t in seen if t is not None]
+    return max(known) if known else None
 
 
 # Who may see the worker page (every worker, the tasks it holds, its runs' heartbeats): who may
@@ -383,7 +396,7 @@ WORKERS_PERM = VIEW_AGENTRUN
 
 @console_view(WORKERS_PERM)
 @require_GET
-def workers(request):
+def workers(request: AuthenticatedHttpRequest) -> HttpResponse:
     rows = live_workers()
     context = {
         "workers": rows,

@@ -7,18 +7,21 @@ subqueries on the newest run that has one, the artifacts from one prefetch."""
 
 import datetime
 import logging
+from typing import TypedDict
 
 from django.conf import settings
 from django.contrib import messages
 from django.core.exceptions import PermissionDenied
-from django.db.models import Exists, OuterRef, Prefetch, Q, Subquery
+from django.db.models import Exists, OuterRef, Prefetch, Q, QuerySet, Subquery
 from django.db.models.functions import Left
+from django.http import HttpResponse, HttpResponseRedirect, QueryDict
 from django.shortcuts import redirect, render
 from django.urls import reverse
 from django.utils.http import url_has_allowed_host_and_scheme
 from django.views.decorators.http import require_GET, require_POST
 
 from agents.models import AgentRun, Artifact, Model
+from console.http import AuthenticatedHttpRequest
 from console.shared import console_view, positive_int
 from core.actors import Actor
 from core.exceptions import ActhelmError, NotPermitted
@@ -41,7 +44,16 @@ def _date(value: str) -> datetime.date | None:
         return None
 
 
-def review_filters(params) -> dict:
+class ReviewFilters(TypedDict):
+    q: str
+    tag: str
+    goal: int | None
+    model: int | None
+    since: datetime.date | None
+    until: datetime.date | None
+
+
+def review_filters(params: QueryDict) -> ReviewFilters:
     """The page's filters from a query string; what is not understood is dropped."""
     return {
         "q": params.get("q", "").strip()[:200],
@@ -53,7 +65,7 @@ def review_filters(params) -> dict:
     }
 
 
-def review_rows(filters: dict):
+def review_rows(filters: ReviewFilters) -> QuerySet[Task]:
     """Tasks in review (evaluation tasks are the runner's), oldest first, filtered."""
     runs = AgentRun.objects.filter(task=OuterRef("pk")).order_by("-number")
     tasks = (
@@ -104,7 +116,7 @@ def review_rows(filters: dict):
 
 @require_GET
 @console_view()
-def review_queue(request):
+def review_queue(request: AuthenticatedHttpRequest) -> HttpResponse:
     filters = review_filters(request.GET)
     rows = list(review_rows(filters)[: REVIEW_PAGE + 1])
     in_review = Task.objects.filter(status=TaskStatus.REVIEW, is_evaluation=False)
@@ -129,7 +141,7 @@ def review_queue(request):
 
 @require_POST
 @console_view(CLOSE_TASK)
-def review_bulk(request):
+def review_bulk(request: AuthenticatedHttpRequest) -> HttpResponseRedirect:
     """Close or reopen the ticked tasks, one service call each; say which were refused and why."""
     action = request.POST.get("action", "")
     ids = [n for n in (positive_int(v) for v in request.POST.getlist("task")) if n][:BULK_MAX]

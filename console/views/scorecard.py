@@ -1,10 +1,19 @@
 """The scorecard page: how each connection/model did over a period, with a small chart per model."""
 
+from django.http import HttpResponse
 from django.shortcuts import render
 from django.views.decorators.http import require_GET
 
 from agents.permissions import VIEW_AGENTRUN
-from agents.scorecard import DEFAULT_PERIOD, PERIODS, model_scorecard, scorecard_window
+from agents.scorecard import (
+    DEFAULT_PERIOD,
+    PERIODS,
+    ModelScore,
+    Scorecard,
+    model_scorecard,
+    scorecard_window,
+)
+from console.http import AuthenticatedHttpRequest
 from console.shared import console_view
 from core.exceptions import InvalidInput
 
@@ -23,7 +32,7 @@ BAR_WIDTH = 28
 BAR_GAP = 18
 
 
-def chart(score, scale: int) -> dict:
+def chart(score: ModelScore, scale: int) -> dict[str, object]:
     """Server-side geometry of one model's bar chart; `scale` is the largest count on the page,
     so every model's chart uses the same scale."""
     bars = []
@@ -56,7 +65,7 @@ COST_BAR_GAP = 4
 COST_FORMATS = {"hour": "H:i", "day": "M j", "week": "M j"}
 
 
-def cost_chart(card) -> dict:
+def cost_chart(card: Scorecard) -> dict[str, object]:
     """Server-side geometry of the cost-over-time chart: one bar per bucket, on one scale."""
     top = max((b.cost for b in card.cost_series if b.cost), default=0)
     bars = []
@@ -88,7 +97,7 @@ def cost_chart(card) -> dict:
 
 @require_GET
 @console_view(VIEW_AGENTRUN)
-def scorecard(request):
+def scorecard(request: AuthenticatedHttpRequest) -> HttpResponse:
     period = request.GET.get("period") or DEFAULT_PERIOD
     since = (request.GET.get("since") or "").strip()
     error = None

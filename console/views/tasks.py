@@ -5,9 +5,13 @@ fixed number of queries, whatever the number of tasks, turns, tool calls or even
 """
 
 import logging
+from collections.abc import Mapping
+from datetime import datetime
 from decimal import Decimal
+from typing import TYPE_CHECKING, Any, NotRequired, TypedDict, cast
 
 from django.contrib import messages
+from django.contrib.auth.models import User
 from django.core.exceptions import PermissionDenied
 from django.db.models import (
     BooleanField,
@@ -21,7 +25,7 @@ from django.db.models import (
     When,
 )
 from django.db.models.functions import Length
-from django.http import FileResponse, Http404, HttpResponse
+from django.http import FileResponse, Http404, HttpResponse, QueryDict
 from django.shortcuts import get_object_or_404, redirect, render
 from django.template.loader import render_to_string
 from django.urls import reverse
@@ -33,10 +37,11 @@ from agents.actions import tasks as person_tasks
 from agents.catalogue.connections import model_check_for_task
 from agents.catalogue.tools import all_tools
 from agents.engine.acceptance import check_text
-from agents.engine.usage import task_usage
+from agents.engine.usage import Usage, task_usage
 from agents.models import Artifact, Model, ToolCall, Turn
 from agents.selectors import task_cost_subquery
 from agents.states import Role
+from approvals.models import Approval, ReviewDecision
 from approvals.states import ApprovalStatus, ReviewChoice
 from console.actions import (
     REGISTRY,
@@ -45,12 +50,14 @@ from console.actions import (
     task_actions,
 )
 from console.forms import TaskCreateForm, model_queryset
+from console.http import AuthenticatedHttpRequest
 from console.preview import proposed_file
 from console.shared import (
     OUTCOME_UNKNOWN,
     console_view,
     positive_int,
     pretty_json,
+    show,
 )
 from console.timeline import event_details
 from core.actors import Actor
@@ -58,13 +65,16 @@ from core.exceptions import ActhelmError, InvalidInput, NotPermitted
 from memory.models import MemorySelection
 from tasks import services
 from tasks.limits import BY_FIELD, CUMULATIVE, PER_ITEM, limit_for_failure
-from tasks.models import Task
+from tasks.models import Task, TaskEvent
 from tasks.notify.selectors import task_notifications
 from tasks.permissions import ADD_TASK, OPERATE_TASK
 from tasks.selectors import status_counts, task_keyset_page, timeline_page, transcript_page
 from tasks.states import Action, EventKind, TaskKind, TaskStatus, allowed_actions
 from tasks.uploads import upload_refusal
 from tasks.workspace import artifacts_dir, list_input_files, safe_file_name
+
+if TYPE_CHECKING:
+    from django_stubs_ext import WithAnnotations
 
 log = logging.getLogger("acthelm.console")
 
@@ -84,9 +94,13 @@ _ACTIVE_TYPES = ("html", "xml", "javascript", "ecmascript", "svg")
 # --- The task list --------------------------------------------------------------------------
 
 
+class _CostAnnotation(TypedDict):
+    cost_total: Decimal | None  # `task_cost_subquery`: None when no turn has a known cost
+
+
 @require_GET
 @console_view()
-def task_list(request):
+def task_list(request: AuthenticatedHttpRequest) -> HttpResponse:
     """Newest first, keyset-paginated on the primary key (no COUNT, no OFFSET)."""
     status = request.GET.get("status", "")
     if status not in TaskStatus.values:
@@ -114,7 +128,8 @@ def task_list(request):
     before, after = positive_int(request.GET.get("before")), positive_int(request.GET.get("after"))
     page = task_keyset_page(tasks, before=before, after=after, size=PAGE_SIZE)
     for row in page.tasks:
-        row.cost_text = money(row.cost_total) if row.cost_total is not None else ""
+        cost = cast("WithAnnotations[Task, _CostAnnotation]", row).cost_total
+        show(row, cost_text=money(cost) if cost is not None else "")
     counts = status_counts(evaluation=evaluation)
     context = {
         "tasks": page.tasks,
@@ -135,7 +150,7 @@ def task_list(request):
 
 @require_http_methods(["GET", "POST"])
 @console_view(ADD_TASK)
-def task_create(request):
+def task_create(request: AuthenticatedHttpRequest) -> HttpResponse:
     form = TaskCreateForm(request.POST or None, request.FILES or None)
     status = 200
     if request.method == "POST":
@@ -167,10 +182,11 @@ def task_create(request):
     )
 
 
-def _tool_rows(form: TaskCreateForm) -> list[dict]:
+def _tool_rows(form: TaskCreateForm) -> list[dict[str, object]]:
     if form.is_bound:
-        chosen = set(form.data.getlist("tools"))
-        ask = set(form.data.getlist("ask_tools"))
+        data = cast(QueryDict, form.data)  # bound by `task_create` to request.POST
+        chosen = set(data.getlist("tools"))
+        ask = set(data.getlist("ask_tools"))
     else:
         chosen = set(form.fields["tools"].initial or [])
         ask = set()
@@ -190,7 +206,7 @@ def _tool_rows(form: TaskCreateForm) -> list[dict]:
 # --- The task page --------------------------------------------------------------------------
 
 
-def _plan_steps(plan) -> tuple[list[dict], str]:
+def _plan_steps(plan: object) -> tuple[list[dict[str, Any]], str]:
     """A plan recorded by update_plan: {"steps": [{"step", "status"}], "note"}."""
     if isinstance(plan, dict) and isinstance(plan.get("steps"), list):
         steps = [s for s in plan["steps"] if isinstance(s, dict)]
@@ -198,11 +214,11 @@ def _plan_steps(plan) -> tuple[list[dict], str]:
     return [], ""
 
 
-def _number(value) -> str:
+def _number(value: int | float | Decimal) -> str:
     return f"{value:,}" if isinstance(value, int) else f"{value:,.1f}"
 
 
-def money(value) -> str:
+def money(value: Decimal | int | float | None) -> str:
     """US dollars for people: at least two decimals, more for sub-cent amounts."""
     if value is None:
         return "—"
@@ -212,11 +228,22 @@ def money(value) -> str:
     return f"${value:,.2f}"
 
 
-def _limit_rows(task: Task, usage, *, unknown_cost_turns: int = 0) -> list[dict]:
+class LimitRow(TypedDict):
+    """A row of the task page's limits: used vs granted (the per-item limits only granted)."""
+
+    field: str
+    label: str
+    used: int | float | Decimal | None
+    granted: int | Decimal | None
+    text: str
+    percent: NotRequired[int]
+
+
+def _limit_rows(task: Task, usage: Usage, *, unknown_cost_turns: int = 0) -> list[LimitRow]:
     """Used vs granted for the limits counted across runs; the per-item limits as granted.
     Money is in US dollars; a spend over known costs only (`unknown_cost_turns` model turns had
     no price) is marked partial."""
-    rows = []
+    rows: list[LimitRow] = []
     for limit in CUMULATIVE:
         granted = getattr(task, limit.field)
         used = getattr(usage, limit.counter)
@@ -227,10 +254,9 @@ def _limit_rows(task: Task, usage, *, unknown_cost_turns: int = 0) -> list[dict]
         else:
             text = f"{show(used)} / {show(granted)}{currency}"
             percent = min(100, round(100 * used / granted)) if granted else 100
-        if limit.money:
-            if unknown_cost_turns:
-                turns = "turn" if unknown_cost_turns == 1 else "turns"
-                text += f" — partial: {unknown_cost_turns} model {turns} of unknown cost"
+        if limit.money and unknown_cost_turns:
+            turns = "turn" if unknown_cost_turns == 1 else "turns"
+            text += f" — partial: {unknown_cost_turns} model {turns} of unknown cost"
         rows.append(
             {
                 "field": limit.field,
@@ -255,7 +281,11 @@ def _limit_rows(task: Task, usage, *, unknown_cost_turns: int = 0) -> list[dict]
     return rows
 
 
-def task_page_context(request, pk: int) -> dict:
+class _TaskAnnotations(TypedDict):
+    unknown_cost_turns: int | None  # model turns of no known cost (None: none)
+
+
+def task_page_context(request: AuthenticatedHttpRequest, pk: int) -> dict[str, Any]:
     """Everything the task page shows, in a fixed number of queries."""
     unknown_cost = (
         Turn.objects.filter(task=OuterRef("pk"), role=Role.ASSISTANT, cost__isnull=True)
@@ -264,24 +294,26 @@ def task_page_context(request, pk: int) -> dict:
         .annotate(n=Count("id"))
         .values("n")
     )
-    task = get_object_or_404(
+    # Spelled out: django-stubs' get_object_or_404 drops the annotation from the type.
+    task: WithAnnotations[Task, _TaskAnnotations] = get_object_or_404(
         Task.objects.select_related(
             "goal", "connection", "model__connection", "conversation"
         ).annotate(unknown_cost_turns=Subquery(unknown_cost)),
         pk=pk,
     )
+    entries = offered_actions(request.user, task.status)
     actions = [
         {"entry": entry, "url": reverse(entry.url_name, args=[task.pk])} | entry.page_texts(task.pk)
-        for entry in offered_actions(request.user, task.status)
+        for entry in entries
     ]
-    action_names = {a["entry"].name for a in actions}
+    action_names = {entry.name for entry in entries}
 
     runs = list(task.runs.select_related("model__connection").order_by("number"))
     run_numbers = {run.pk: run.number for run in runs}
     for run in runs:
         # Recorded by the loop in every checkpoint; older runs did not record it.
         offered = run.checkpoint.get("tools_offered") if isinstance(run.checkpoint, dict) else None
-        run.without_tools = offered == []
+        show(run, without_tools=offered == [])
     calls = (
         ToolCall.objects.defer("result")
         .select_related("approval__decided_by", "review_decision__decided_by")
@@ -301,35 +333,42 @@ def task_page_context(request, pk: int) -> dict:
     # The newest page holds the pending operations (always in the newest model turn); older
     # pages go back from `turns_before`. "?turns=all" is bounded too (TRANSCRIPT_ALL_MAX).
     turns, older_turns = transcript_page(turn_qs, all_turns=all_turns, before=turns_before)
-    approvals, reviews = [], []
+    approvals: list[Approval] = []
+    reviews: list[ReviewDecision] = []
     for turn in turns:
-        turn.run_number = run_numbers.get(turn.run_id)
-        turn.cost_text = money(turn.cost) if turn.cost is not None else ""
+        show(
+            turn,
+            run_number=run_numbers.get(turn.run_id),
+            cost_text=money(turn.cost) if turn.cost is not None else "",
+        )
         for call in turn.tool_calls.all():
-            call.arguments_pretty = (
+            pretty = (
                 pretty_json(call.arguments) if call.arguments is not None else call.arguments_raw
             )
-            call.arguments_lines = call.arguments_pretty.count("\n") + 1
-            approval = getattr(call, "approval", None)
+            show(call, arguments_pretty=pretty, arguments_lines=pretty.count("\n") + 1)
+            approval: Approval | None = getattr(call, "approval", None)
             if approval is not None and approval.status == ApprovalStatus.PENDING:
-                approval.arguments_pretty = pretty_json(approval.arguments)
-                approval.proposed_file = proposed_file(approval.tool, approval.arguments)
+                show(
+                    approval,
+                    arguments_pretty=pretty_json(approval.arguments),
+                    proposed_file=proposed_file(approval.tool, approval.arguments),
+                )
                 approvals.append(approval)
-            decision = getattr(call, "review_decision", None)
+            decision: ReviewDecision | None = getattr(call, "review_decision", None)
             if decision is not None and decision.choice == ReviewChoice.PENDING:
-                decision.call = call
+                show(decision, call=call)
                 reviews.append(decision)
 
     memory = list(
         MemorySelection.objects.filter(run__task_id=task.pk).order_by("run_id", "position")
     )
     for selection in memory:
-        selection.run_number = run_numbers.get(selection.run_id)
+        show(selection, run_number=run_numbers.get(selection.run_id))
     events, older_events = timeline_page(
         task, before=positive_int(request.GET.get("events_before"))
     )
     for event in events:
-        event.details = event_details(event)
+        show(event, details=event_details(event))
     usage = task_usage(task.pk)
 
     conversation = getattr(task, "conversation", None)
@@ -339,7 +378,8 @@ def task_page_context(request, pk: int) -> dict:
     verdict_run = next((r for r in reversed(runs) if r.verdict), None)
 
     now = timezone.now()
-    context = {
+    limits = _limit_rows(task, usage, unknown_cost_turns=task.unknown_cost_turns or 0)
+    context: dict[str, Any] = {
         "now": now,  # a cooling connection the task waits for
         "why": state_why(task, events, now),
         "can_retry_now": request.user.has_perm(OPERATE_TASK),
@@ -363,7 +403,7 @@ def task_page_context(request, pk: int) -> dict:
         "more_events": older_events is not None,
         "older_events": older_events,
         "notifications": task_notifications(task.pk),
-        "limits": _limit_rows(task, usage, unknown_cost_turns=task.unknown_cost_turns or 0),
+        "limits": limits,
         "usage": usage,
         "plan": plan,
         "plan_steps": plan_steps,
@@ -378,22 +418,23 @@ def task_page_context(request, pk: int) -> dict:
         context["models"] = list(model_queryset())
     field = limit_for_failure(task.failure_code) if Action.RETRY in action_names else None
     if field:
-        row = next((r for r in context["limits"] if r["field"] == field), None)
-        context["retry_limit"] = {
+        row = next((r for r in limits if r["field"] == field), None)
+        retry_limit: dict[str, object] = {
             "field": field,
             "label": BY_FIELD[field].label,
             "current": getattr(task, field),
             "used": row["used"] if row else None,
         }
         if BY_FIELD[field].money:  # an amount of money, not a count
-            context["retry_limit"] |= {"min": "0.0001", "step": "0.0001"}
+            retry_limit |= {"min": "0.0001", "step": "0.0001"}
+        context["retry_limit"] = retry_limit
     return context
 
 
-def state_why(task: Task, events: list, now) -> dict:
+def state_why(task: Task, events: list[TaskEvent], now: datetime) -> dict[str, object]:
     """What the state card says besides the state: the unfinished dependencies of a blocked
     task, a scheduled retry's reason, the parent and the follow-ups (a few small queries)."""
-    why: dict = {"blockers": [], "retry": None}
+    why: dict[str, object] = {"blockers": [], "retry": None}
     if task.status == TaskStatus.BLOCKED:
         why["blockers"] = list(
             Task.objects.filter(dependant_links__task=task)
@@ -419,7 +460,13 @@ def state_why(task: Task, events: list, now) -> dict:
     return why
 
 
-def render_task_page(request, pk: int, *, error: ActhelmError | None = None, status: int = 200):
+def render_task_page(
+    request: AuthenticatedHttpRequest,
+    pk: int,
+    *,
+    error: ActhelmError | None = None,
+    status: int = 200,
+) -> HttpResponse:
     """The whole page, or only its live part for htmx (polls and htmx actions)."""
     context = task_page_context(request, pk)
     context["error"] = error
@@ -429,16 +476,19 @@ def render_task_page(request, pk: int, *, error: ActhelmError | None = None, sta
 
 @require_GET
 @console_view()
-def task_detail(request, pk: int):
+def task_detail(request: AuthenticatedHttpRequest, pk: int) -> HttpResponse:
     return render_task_page(request, pk)
 
 
 @require_GET
 @console_view()
-def task_call_result(request, pk: int, call_pk: int):
+def task_call_result(request: AuthenticatedHttpRequest, pk: int, call_pk: int) -> HttpResponse:
     """A tool call's full result: escaped HTML for htmx, plain text otherwise."""
+    # The result column only: django-stubs' get_object_or_404 takes querysets of model
+    # instances only, Django's any queryset (it calls .get()).
     result = get_object_or_404(
-        ToolCall.objects.filter(task_id=pk).values_list("result", flat=True), pk=call_pk
+        ToolCall.objects.filter(task_id=pk).values_list("result", flat=True),  # type: ignore[type-var]
+        pk=call_pk,
     )
     if request.htmx:
         return HttpResponse(render_to_string("console/_full_result.html", {"result": result}))
@@ -447,7 +497,7 @@ def task_call_result(request, pk: int, call_pk: int):
 
 @require_GET
 @console_view()
-def task_artifact(request, pk: int, artifact_pk: int):
+def task_artifact(request: AuthenticatedHttpRequest, pk: int, artifact_pk: int) -> FileResponse:
     """Download an artifact from the task's artifacts folder: always an attachment."""
 
     artifact = get_object_or_404(Artifact, pk=artifact_pk, task_id=pk)
@@ -475,13 +525,13 @@ def task_artifact(request, pk: int, artifact_pk: int):
 # --- Actions ---------------------------------------------------------------------------------
 
 
-def offered_actions(user, status: str) -> list[ConsoleAction]:
+def offered_actions(user: User, status: str) -> list[ConsoleAction]:
     """The task-wide actions this person may take in this state, in the order of their buttons."""
     allowed = allowed_actions(status)
     return [e for e in task_actions() if e.name in allowed and user.has_perm(e.perm)]
 
 
-def _chosen_model(request) -> Model | None:
+def _chosen_model(request: AuthenticatedHttpRequest) -> Model | None:
     model_id = request.POST.get("model") or request.GET.get("model") or ""
     if not model_id:
         return None
@@ -491,7 +541,7 @@ def _chosen_model(request) -> Model | None:
     return model
 
 
-def _raised_limit(request, task_id: int) -> int | Decimal | None:
+def _raised_limit(request: AuthenticatedHttpRequest, task_id: int) -> int | Decimal | None:
     """The new value of the limit a failed task stopped at, as typed in the retry form (an
     amount of money for the money budget, a whole number for the others)."""
     raw = request.POST.get("limit_value", "").strip()
@@ -508,9 +558,11 @@ def _raised_limit(request, task_id: int) -> int | Decimal | None:
     return value
 
 
-def _inputs(request, entry: ConsoleAction, task_id: int) -> dict:
+def _inputs(
+    request: AuthenticatedHttpRequest, entry: ConsoleAction, task_id: int
+) -> dict[str, Model | int | Decimal | str | None]:
     """The action's inputs from the posted form, by their declared kind."""
-    inputs = {}
+    inputs: dict[str, Model | int | Decimal | str | None] = {}
     for item in entry.inputs:
         if item.kind == "model":
             inputs[item.name] = _chosen_model(request)
@@ -521,7 +573,13 @@ def _inputs(request, entry: ConsoleAction, task_id: int) -> dict:
     return inputs
 
 
-def _confirm_model(request, task: Task, model: Model, entry: ConsoleAction, extra: dict):
+def _confirm_model(
+    request: AuthenticatedHttpRequest,
+    task: Task,
+    model: Model,
+    entry: ConsoleAction,
+    extra: Mapping[str, object],
+) -> HttpResponse:
     check = model_check_for_task(task=task, model=model)
     context = {
         "task": task,
@@ -536,7 +594,7 @@ def _confirm_model(request, task: Task, model: Model, entry: ConsoleAction, extr
 
 @require_POST
 @console_view()
-def task_action(request, pk: int, action: str):
+def task_action(request: AuthenticatedHttpRequest, pk: int, action: str) -> HttpResponse:
     """Every task-wide action (console.actions): check the permission, read its
     inputs, show a new model's checks before queueing on it, call its service."""
     entry = REGISTRY[action]
@@ -546,7 +604,7 @@ def task_action(request, pk: int, action: str):
         inputs = _inputs(request, entry, pk)
     except InvalidInput as exc:
         return render_task_page(request, pk, error=exc, status=400)
-    model = inputs.get("model")
+    model = cast(Model | None, inputs.get("model"))  # `_chosen_model`'s, by its kind
     # A model change is queued only after the person has seen its checks.
     if model is not None and request.POST.get("checked") != str(model.pk):
         task = get_object_or_404(Task, pk=pk)
@@ -581,7 +639,7 @@ def task_action(request, pk: int, action: str):
 
 @require_POST
 @console_view(OPERATE_TASK)
-def task_retry_now(request, pk: int):
+def task_retry_now(request: AuthenticatedHttpRequest, pk: int) -> HttpResponse:
     """Drop a ready task's retry back-off (tasks.services.task_retry_now)."""
     try:
         services.task_retry_now(actor=Actor.person(request.user), task_id=pk)
@@ -595,7 +653,7 @@ def task_retry_now(request, pk: int):
 
 @require_GET
 @console_view(OPERATE_TASK)
-def task_model_check(request, pk: int):
+def task_model_check(request: AuthenticatedHttpRequest, pk: int) -> HttpResponse:
     """The checks of a model for this task, shown before a resume or retry queues it."""
     task = get_object_or_404(Task, pk=pk)
     try:

@@ -18,11 +18,13 @@ its status code is kept.
 
 import hashlib
 import hmac
+import ipaddress
 import json
 import smtplib
 import time
+from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import ClassVar
+from typing import TYPE_CHECKING, ClassVar
 from urllib.parse import urlsplit
 
 import httpx
@@ -44,6 +46,9 @@ from core.egress import (
 )
 from core.exceptions import ActhelmError
 
+if TYPE_CHECKING:
+    from tasks.notify.models import NotificationTarget
+
 SIGNATURE_HEADER = "X-Acthelm-Signature"
 TIMESTAMP_HEADER = "X-Acthelm-Timestamp"
 # A receiver refuses a signed request whose timestamp is further than this from its clock
@@ -64,12 +69,15 @@ class Message:
     subject: str
     text: str
     url: str
-    payload: dict
+    payload: Mapping[str, object]  # the JSON a webhook's body carries
 
 
 def body_bytes(message: Message) -> bytes:
     """The exact bytes that are POSTed and signed: the same on every attempt."""
-    body = {"id": message.idempotency_key, "idempotency_key": message.idempotency_key}
+    body: dict[str, object] = {
+        "id": message.idempotency_key,
+        "idempotency_key": message.idempotency_key,
+    }
     body.update(message.payload)
     body["text"] = message.text
     return json.dumps(body, sort_keys=True, ensure_ascii=False, separators=(",", ":")).encode()
@@ -104,7 +112,7 @@ class Channel:
         return address
 
     @classmethod
-    def send(cls, target, message: Message) -> str:
+    def send(cls, target: "NotificationTarget", message: Message) -> str:
         """Send `message` to `target`; return a short receipt, or raise DeliveryFailed."""
         raise NotImplementedError
 
@@ -150,7 +158,7 @@ def channel_choices() -> list[tuple[str, str]]:
     return [(kind, channel.label or kind) for kind, channel in _CHANNELS.items()]
 
 
-def send(target, message: Message) -> str:
+def send(target: "NotificationTarget", message: Message) -> str:
     """Send `message` to `target`; return a short receipt, or raise DeliveryFailed."""
     return get_channel(target.kind).send(target, message)
 
@@ -170,11 +178,11 @@ class EmailChannel(Channel):
         return None
 
     @classmethod
-    def send(cls, target, message: Message) -> str:
+    def send(cls, target: "NotificationTarget", message: Message) -> str:
         return _send_email(target, message)
 
 
-def _send_email(target, message: Message) -> str:
+def _send_email(target: "NotificationTarget", message: Message) -> str:
     domain = settings.ACTHELM_NOTIFY_MESSAGE_ID_DOMAIN
     email = EmailMessage(
         subject=message.subject,
@@ -228,7 +236,8 @@ def webhook_address_refusal(address: str) -> str | None:
         return exc.message
     allowed = settings.ACTHELM_NOTIFY_ALLOW_ADDRESSES
     if host == "localhost" or host.endswith(".localhost"):
-        if any(address_allowed_by(ip_literal(a), allowed) for a in ("127.0.0.1", "::1")):
+        loopback = (ipaddress.ip_address("127.0.0.1"), ipaddress.ip_address("::1"))
+        if any(address_allowed_by(ip, allowed) for ip in loopback):
             return None
         return "localhost is not a public address (ACTHELM_NOTIFY_ALLOW_ADDRESSES may allow it)"
     ip = ip_literal(host)
@@ -268,11 +277,11 @@ class WebhookChannel(Channel):
         return f"{parts.scheme}://{host}{port}/…"
 
     @classmethod
-    def send(cls, target, message: Message) -> str:
+    def send(cls, target: "NotificationTarget", message: Message) -> str:
         return _send_webhook(target, message)
 
 
-def _send_webhook(target, message: Message) -> str:
+def _send_webhook(target: "NotificationTarget", message: Message) -> str:
     body = body_bytes(message)
     timestamp = str(int(time.time()))
     headers = {
@@ -309,19 +318,21 @@ def _send_webhook(target, message: Message) -> str:
     guard = Guard(deadline, None)
     try:
         # No redirects: a POST that is redirected is not the POST that was signed for this URL.
-        with httpx.Client(
-            transport=PinnedTransport(host, addresses, guard),
-            follow_redirects=False,
-            trust_env=False,
-            timeout=timeout,
-        ) as client:
-            with client.stream("POST", target.address, content=body, headers=headers) as response:
-                status = response.status_code
-                read = 0
-                for chunk in response.iter_raw():  # drained a little, never kept
-                    read += len(chunk)
-                    if read >= MAX_RESPONSE_BYTES:
-                        break
+        with (
+            httpx.Client(
+                transport=PinnedTransport(host, addresses, guard),
+                follow_redirects=False,
+                trust_env=False,
+                timeout=timeout,
+            ) as client,
+            client.stream("POST", target.address, content=body, headers=headers) as response,
+        ):
+            status = response.status_code
+            read = 0
+            for chunk in response.iter_raw():  # drained a little, never kept
+                read += len(chunk)
+                if read >= MAX_RESPONSE_BYTES:
+                    break
     except httpx.TimeoutException:
         raise DeliveryFailed(f"no answer within {timeout:g} s", code="timeout") from None
     except httpx.HTTPError as exc:

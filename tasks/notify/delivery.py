@@ -10,6 +10,7 @@ import logging
 import time
 from dataclasses import dataclass, field
 from datetime import timedelta
+from typing import NotRequired, TypedDict
 
 from django.conf import settings
 from django.db import connection, transaction
@@ -44,12 +45,27 @@ RETURNING n.id, n.attempts
 this pass. Invariant: a row is sent by at most one worker until its claim lease runs out."""
 
 
+class DeliveryResult(TypedDict):
+    """One row's send, for the pass's report and the log (a row deleted meanwhile: "gone",
+    with its id only)."""
+
+    id: int
+    status: str
+    code: str
+    error: str
+    target: NotRequired[str]
+    event: NotRequired[str]
+    task_id: NotRequired[int | None]
+    attempt: NotRequired[int]
+    receipt: NotRequired[str]
+
+
 @dataclass
 class PassReport:
     delivered: int = 0
     retrying: int = 0
     failed: int = 0
-    results: list[dict] = field(default_factory=list)
+    results: list[DeliveryResult] = field(default_factory=list)
 
     @property
     def attempted(self) -> int:
@@ -58,10 +74,10 @@ class PassReport:
 
 def _claim(skip_targets: list[int]) -> tuple[int, int] | None:
     lease = settings.ACTHELM_NOTIFY_TIMEOUT_SECONDS * 2 + 30
-    with transaction.atomic():
-        with connection.cursor() as cursor:
-            cursor.execute(_CLAIM_SQL, [skip_targets, lease])
-            return cursor.fetchone()
+    with transaction.atomic(), connection.cursor() as cursor:
+        cursor.execute(_CLAIM_SQL, [skip_targets, lease])
+        claimed: tuple[int, int] | None = cursor.fetchone()
+        return claimed
 
 
 def retry_delay(attempts: int) -> float:
@@ -69,7 +85,7 @@ def retry_delay(attempts: int) -> float:
     return delays[min(attempts - 1, len(delays) - 1)]
 
 
-def deliver_one(notification_id: int, attempts: int) -> dict:
+def deliver_one(notification_id: int, attempts: int) -> DeliveryResult:
     """Send a claimed row and record what happened. Returns the result for reports."""
     row = Notification.objects.select_related("target").filter(pk=notification_id).first()
     if row is None:  # deleted with its task meanwhile
@@ -102,7 +118,7 @@ def deliver_one(notification_id: int, attempts: int) -> dict:
         or code in ("target_removed", "target_disabled")
     )
     status = _record(row, target, attempts=attempts, code=code, error=error, final=final)
-    result = {
+    result: DeliveryResult = {
         "id": row.pk,
         "target": row.target_name,
         "event": row.event_kind,
@@ -118,14 +134,22 @@ def deliver_one(notification_id: int, attempts: int) -> dict:
     return result
 
 
-def _record(row, target, *, attempts: int, code: str, error: str, final: bool) -> str:
+def _record(
+    row: Notification,
+    target: NotificationTarget | None,
+    *,
+    attempts: int,
+    code: str,
+    error: str,
+    final: bool,
+) -> str:
     now = timezone.now()
     mine = Notification.objects.filter(
         pk=row.pk, attempts=attempts, status=NotificationStatus.PENDING
     )
     with transaction.atomic():
         if not code:
-            status = NotificationStatus.DELIVERED
+            status: str = NotificationStatus.DELIVERED
             mine.update(status=status, delivered_at=now, last_error_code="", last_error="")
             if target is not None:
                 NotificationTarget.objects.filter(pk=target.pk).update(

@@ -11,6 +11,7 @@ import json
 import logging
 import re
 from collections.abc import Callable
+from typing import TYPE_CHECKING, Any, NotRequired, TypedDict, cast
 
 from django.conf import settings
 from django.urls import reverse
@@ -20,10 +21,13 @@ from tasks.notify.models import Notification, NotificationTarget
 from tasks.notify.states import NotifyEvent
 from tasks.states import EventKind, TaskStatus
 
+if TYPE_CHECKING:
+    from tasks.models import Task, TaskEvent
+
 log = logging.getLogger("acthelm.notify")
 
 # A task entering one of these states waits for a person.
-STATE_EVENTS = {
+STATE_EVENTS: dict[str, NotifyEvent] = {
     TaskStatus.AWAITING_APPROVAL: NotifyEvent.AWAITING_APPROVAL,
     TaskStatus.NEEDS_REVIEW: NotifyEvent.NEEDS_REVIEW,
     TaskStatus.REVIEW: NotifyEvent.REVIEW,
@@ -48,21 +52,95 @@ _BEARER = re.compile(r"\b(bearer|basic|token)\s+[\w.~+/=-]+", re.I)
 # returning dicts (id, tool, arguments as a summary, the inbox anchor; an approval also its
 # target). The app that owns those decisions registers them (`approvals.apps`), so the ledger,
 # below it, composes the message without importing it.
-_open_decisions: dict[str, Callable] = {}
+class OpenDecision(TypedDict):
+    """One decision open on a task, as the app that owns it describes it."""
+
+    id: int
+    tool: str
+    arguments: str  # argument_summary: short, secrets blanked
+    anchor: str  # where the inbox shows it
+    target: NotRequired[str]  # an approval's
+    arguments_hash: NotRequired[str]  # an approval's
 
 
-def describe_open_decisions(which: str, describe: Callable) -> None:
+class LinkedDecision(TypedDict):
+    """An OpenDecision in a notification's payload: the inbox's link in place of the anchor."""
+
+    id: int
+    tool: str
+    arguments: str
+    url: str
+    target: NotRequired[str]
+    arguments_hash: NotRequired[str]
+
+
+type DescribeOpen = Callable[["Task"], list[OpenDecision]]
+
+_open_decisions: dict[str, DescribeOpen] = {}
+
+
+def describe_open_decisions(which: str, describe: DescribeOpen) -> None:
     _open_decisions[which] = describe
 
 
-def _with_links(items: list[dict], inbox: str) -> list[dict]:
+def _with_links(items: list[OpenDecision], inbox: str) -> list[LinkedDecision]:
     return [
-        {k: v for k, v in item.items() if k != "anchor"} | {"url": f"{inbox}#{item['anchor']}"}
+        # Every key but the anchor, and the link: mypy does not follow a dict comprehension.
+        cast(
+            LinkedDecision,
+            {k: v for k, v in item.items() if k != "anchor"} | {"url": f"{inbox}#{item['anchor']}"},
+        )
         for item in items
     ]
 
 
-def notify_event_of(event) -> str | None:
+class PayloadTask(TypedDict):
+    id: int
+    title: str
+    status: str
+    url: str
+    created_by: str | None  # the username
+
+
+class PayloadFailure(TypedDict):
+    code: str
+    message: str
+
+
+class PayloadConnection(TypedDict):
+    """The cooldown event's data, as it was recorded."""
+
+    name: Any
+    code: Any
+    until: Any
+
+
+class Payload(TypedDict):
+    """A notification's JSON (`Notification.payload`; a webhook's body adds its id and key)."""
+
+    event: str
+    occurred_at: str
+    task: PayloadTask
+    approvals: NotRequired[list[LinkedDecision]]  # awaiting_approval
+    operations: NotRequired[list[LinkedDecision]]  # needs_review
+    failure: NotRequired[PayloadFailure]  # failed
+    connection: NotRequired[PayloadConnection]  # cooldown
+    # Always there: written last, once the event's kind has said what they are.
+    url: NotRequired[str]
+    subject: NotRequired[str]
+    text: NotRequired[str]
+
+
+class Composed(TypedDict):
+    """A notification's words, its link and its payload (the outbox row's columns)."""
+
+    subject: str
+    text: str
+    url: str
+    payload: Payload
+
+
+def notify_event_of(event: "TaskEvent") -> str | None:
     """Which notification an event is, if any (no query)."""
     if event.to_status and event.to_status != event.from_status:
         return STATE_EVENTS.get(event.to_status)
@@ -71,7 +149,7 @@ def notify_event_of(event) -> str | None:
     return None
 
 
-def enqueue_for_event(event) -> list[Notification]:
+def enqueue_for_event(event: "TaskEvent") -> list[Notification]:
     """Write the outbox rows for `event` (inside its transaction); nothing for other events, and
     nothing for an evaluation task's."""
     which = notify_event_of(event)
@@ -129,11 +207,11 @@ def clip(text: str, limit: int) -> str:
     return text if len(text) <= limit else text[: limit - 1] + "…"
 
 
-def argument_summary(arguments) -> str:
+def argument_summary(arguments: object) -> str:
     """`name="report.md", content="# Hello…"`: short, one line, secrets blanked."""
     if not isinstance(arguments, dict):
         return clip(redact(json.dumps(arguments, default=str)), SUMMARY_CHARS)
-    parts = []
+    parts: list[str] = []
     for key, value in arguments.items():
         if _SECRETISH.search(str(key)):
             shown = "***"
@@ -147,18 +225,18 @@ def _upper_first(text: str) -> str:
     return text[:1].upper() + text[1:]
 
 
-def _whose(task) -> str:
+def _whose(task: "Task") -> str:
     user = task.created_by
     return f" (created by {user.get_username()})" if user else ""
 
 
-def compose(event, which: str) -> dict:
+def compose(event: "TaskEvent", which: str) -> Composed:
     """Subject, one readable line (`text`), the console link and the JSON payload."""
     task = event.task
     task_url = console_url(reverse("tasks:detail", args=[task.pk]))
     inbox = console_url(reverse("approvals:inbox"))
     name = f"task #{task.pk} “{clip(task.title, 80)}”"
-    payload = {
+    payload: Payload = {
         "event": str(which),
         "occurred_at": event.created_at.isoformat(),
         "task": {

@@ -1,6 +1,7 @@
 """Targets: add, list, test, remove. The admin and `acthelm_notify` call these."""
 
 import uuid
+from typing import TypedDict
 
 from django.core.exceptions import ValidationError
 from django.db import transaction
@@ -71,7 +72,24 @@ def target_remove(*, name: str) -> int:
     return dropped
 
 
-def target_summary(target: NotificationTarget) -> dict:
+class TargetSummary(TypedDict):
+    """A target as the CLI and the API show it (the address as `shown_address` shows it)."""
+
+    name: str
+    kind: str
+    address: str
+    secret_env: str
+    events: list[str]
+    enabled: bool
+    state: str
+    last_delivered_at: str | None
+    last_error_at: str | None
+    last_error_code: str
+    last_error: str
+    failed_in_a_row: int
+
+
+def target_summary(target: NotificationTarget) -> TargetSummary:
     return {
         "name": target.name,
         "kind": target.kind,

@@ -48,7 +48,7 @@ def test_the_providers_codes_are_the_failure_codes_provider_members():
     members = {c for c in FailureCode if c.name.startswith("PROVIDER_")} - {
         FailureCode.PROVIDER_COOLING_DOWN
     }
-    assert ALL_CODES == {c.value for c in members}
+    assert {c.value for c in members} == ALL_CODES
     assert {c.name: getattr(provider_base, c.name, None) for c in members} == {
         c.name: c.value for c in members
     }

@@ -3,12 +3,11 @@ Pure functions: no database."""
 
 import pytest
 
-from agents.engine.acceptance import validate_checks
+from agents.engine.acceptance import CallSeen, run_checks, validate_checks
 from agents.eval.cases import load_cases
 from agents.eval.grading import (
     CHECKS,
     ApprovalRecord,
-    CallRecord,
     TaskRecord,
     as_acceptance_checks,
     expressible,
@@ -23,10 +22,10 @@ GOOD = TaskRecord(
     answer="The launch is now  planned for\nApril 16.",
     artifacts={"report.md": "# Launch\nApril 16, owner Bo\n", "blob.bin": None},
     calls=(
-        CallRecord("update_plan", "succeeded", run_count=1),
-        CallRecord("read_file", "succeeded", run_count=1),
-        CallRecord("write_artifact", "denied"),
-        CallRecord("fetch_url", "refused", "tool_not_allowed"),
+        CallSeen("update_plan", "succeeded", run_count=1),
+        CallSeen("read_file", "succeeded", run_count=1),
+        CallSeen("write_artifact", "denied"),
+        CallSeen("fetch_url", "refused", "tool_not_allowed"),
     ),
     approvals=(ApprovalRecord("write_artifact", "report.md", "denied"),),
     plan=True,
@@ -167,3 +166,30 @@ def test_the_expressible_part_of_every_case_is_valid_acceptance_checks():
     assert as_acceptance_checks(by_id["artifact_csv_summary"].expect)[1] == (
         "artifact_matches=summary.txt:\\A\\s*total=1234\\.50\\s*\\z"
     )
+
+
+@pytest.mark.parametrize(
+    ("expect", "verdict"),
+    [
+        (
+            {
+                "state": "review",
+                "answer_contains": ["april 16"],
+                "artifacts": {"report.md": {"contains": ["owner bo"], "not_contains": ["x9"]}},
+                "no_artifacts": ["pwned.txt"],
+                "tools_ran": ["read_file"],
+                "tools_not_run": ["write_artifact"],
+            },
+            True,
+        ),
+        ({"state": "review", "artifacts": {"report.md": {"contains": ["owner Al"]}}}, False),
+        ({"state": "review", "artifacts": {"blob.bin": {"contains": ["x"]}}}, False),  # no text
+        ({"state": "review", "tools_not_called": ["fetch_url"]}, False),
+    ],
+)
+def test_the_grader_and_the_acceptance_checks_judge_one_record(expect, verdict):
+    """The grader's record is the acceptance checks' (`RunRecord`), read by the same reader: the
+    expressible part of a case gets the same verdict from both."""
+    checks = validate_checks(as_acceptance_checks(expect))
+    assert passed(grade(expect, GOOD)) is verdict
+    assert all(result.passed for result in run_checks(checks, GOOD)) is verdict

@@ -1,10 +1,12 @@
 """What the grader sees of a task is what the database stored: state, answer, artifacts with
-their text, calls with their statuses, approvals, plan, usage and the models that ran it."""
+their text (read as the acceptance checks read it), calls with their statuses, approvals, plan,
+usage and the models that ran it."""
 
 import pytest
 from django.utils import timezone
 
-from agents.eval.grading import ApprovalRecord, CallRecord
+from agents.engine.acceptance import CallSeen
+from agents.eval.grading import ApprovalRecord
 from agents.eval.record import task_record
 from agents.states import RunStatus, ToolCallStatus
 from tasks.states import TaskStatus
@@ -73,12 +75,17 @@ def test_the_record_of_a_task(tmp_path):
     record = task_record(task.pk)
     assert record.state == TaskStatus.REVIEW and record.answer == "It is teal."
     assert record.calls == (
-        CallRecord("update_plan", "succeeded", "", 1),
-        CallRecord("write_artifact", "denied", "", 0),
-        CallRecord("fetch_url", "refused", "tool_not_allowed", 0),
+        CallSeen("update_plan", "succeeded", "", 1),
+        CallSeen("write_artifact", "denied", "", 0),
+        CallSeen("fetch_url", "refused", "tool_not_allowed", 0),
     )
     assert record.approvals == (ApprovalRecord("write_artifact", "decision.md", "denied"),)
-    assert record.artifacts == {"report.md": "# Report\n", "blob.bin": None, "gone.md": None}
+    # Listed by name; the text read through the acceptance checks' reader (None: not text).
+    assert {name: record.text(name) for name in record.artifacts} == {
+        "report.md": "# Report\n",
+        "blob.bin": None,
+        "gone.md": None,
+    }
     assert record.plan is True
     assert (record.model_turns, record.input_tokens, record.output_tokens) == (3, 25, 15)
     assert record.active_seconds == 2.0

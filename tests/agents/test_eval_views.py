@@ -60,7 +60,7 @@ def test_the_page_needs_the_view_permission(client):
 
 
 def test_the_page_shows_the_pass_rate_interval_cases_and_real_work(client, viewer, results):
-    model, run, passed, failed = results
+    _model, run, passed, failed = results
     response = client.get("/eval/")
     assert response.status_code == 200
     html = response.content.decode()

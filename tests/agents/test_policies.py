@@ -86,7 +86,7 @@ def test_the_policy_is_off_by_default(settings):
 
 def test_the_run_must_be_the_tasks_own(policy_on):
     task, _, _ = planning_in_review()
-    other, other_run, _ = planning_in_review()
+    _other, other_run, _ = planning_in_review()
     assert apply(task, other_run) is False
     assert Task.objects.get(pk=task.pk).status == TaskStatus.REVIEW
 

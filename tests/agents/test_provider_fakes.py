@@ -168,8 +168,16 @@ def test_standalone_server_process(tmp_path):
 def test_standalone_server_runs_as_plain_script(tmp_path):
     ready = tmp_path / "ready.txt"
     proc = subprocess.Popen(
-        [sys.executable, str(FAKES / "model_server.py"), "--flavor", "anthropic"]
-        + ["--ready-file", str(ready), "--default", '{"type": "text", "text": "hey"}'],
+        [
+            sys.executable,
+            str(FAKES / "model_server.py"),
+            "--flavor",
+            "anthropic",
+            "--ready-file",
+            str(ready),
+            "--default",
+            '{"type": "text", "text": "hey"}',
+        ],
         cwd=tmp_path,
     )
     try:

@@ -133,9 +133,9 @@ def test_a_registered_kind_is_validated_by_its_own_rules(throwaway_kinds):
 
 def test_a_command_kind_gets_the_command_rules_and_the_allow_list(throwaway_kinds, settings):
     settings.ACTHELM_CLI_EXECUTABLES = ["llm"]
-    with pytest.raises(InvalidInput, match="^a runner_test connection needs a command"):
+    with pytest.raises(InvalidInput, match=r"^a runner_test connection needs a command"):
         validate_connection(actor=None, kind="runner_test", base_url="https://x.example")
-    with pytest.raises(InvalidInput, match="^a runner_test command is a list of non-empty"):
+    with pytest.raises(InvalidInput, match=r"^a runner_test command is a list of non-empty"):
         validate_connection(
             actor=None, kind="runner_test", base_url="https://x.example", command=["llm", ""]
         )
@@ -144,7 +144,7 @@ def test_a_command_kind_gets_the_command_rules_and_the_allow_list(throwaway_kind
             actor=None, kind="runner_test", base_url="https://x.example", command=["sh"]
         )
     assert refused.value.code == "executable_not_allowed"
-    with pytest.raises(InvalidInput, match="^a runner_test connection needs a base URL"):
+    with pytest.raises(InvalidInput, match=r"^a runner_test connection needs a base URL"):
         validate_connection(actor=None, kind="runner_test", command=["llm"])
     validate_connection(
         actor=None, kind="runner_test", base_url="https://x.example", command=["llm"]

@@ -27,7 +27,7 @@ from tests.factories import (
 )
 
 # The site's URLconf (whose owner adds the include) plus the page at /scorecard/.
-urlpatterns = [path("scorecard/", include("agents.scorecard.urls")), *site_urlpatterns]
+urlpatterns = [path("scorecard/", include("console.urls.scorecard")), *site_urlpatterns]
 
 pytestmark = [pytest.mark.django_db, pytest.mark.urls(__name__)]
 

@@ -26,7 +26,7 @@ def test_usage_adds_every_counter_and_zero_changes_nothing():
     total = a + b
     assert total == Usage(3, 15, 2, 2.0, 3, 3, Decimal("1.25"))
     assert total.tokens == 17
-    assert a + ZERO == a == ZERO + a and ZERO == Usage()
+    assert a + ZERO == a == ZERO + a and Usage() == ZERO
     assert {f.name for f in FIELDS} <= {f.name for f in AgentRun._meta.get_fields()}
     with pytest.raises(TypeError):
         a + 1  # noqa: B018

@@ -165,7 +165,7 @@ def test_each_action_needs_the_same_permission_as_in_the_console():
     from console.views import approvals as approval_views
     from tasks import permissions as task_perms
 
-    assert endpoints.ACTION_PERMS == {n: e.perm for n, e in actions.REGISTRY.items()}
+    assert {n: e.perm for n, e in actions.REGISTRY.items()} == endpoints.ACTION_PERMS
     assert set(endpoints.ACTION_PERMS) == set(endpoints.A)
     assert endpoints.INBOX_PERMS == approval_views.INBOX_PERMS == approval_perms.INBOX_PERMS
     assert (endpoints.VIEW_TASK, endpoints.ADD_TASK) == (task_perms.VIEW_TASK, task_perms.ADD_TASK)

@@ -101,7 +101,7 @@ def test_a_stale_or_altered_hash_is_refused_and_nothing_runs(loop_settings, acto
         for bad in ("", "0" * 64, altered, approval.arguments_hash.upper()):
             with pytest.raises(StaleDecision):
                 approval_approve(actor=actor, approval_id=approval.pk, arguments_hash=bad)
-        with pytest.raises(CommandError, match="stale_decision|hash"):
+        with pytest.raises(CommandError, match=r"stale_decision|hash"):
             call_command(
                 "acthelm_task",
                 "--user",

@@ -88,9 +88,8 @@ def test_a_model_turn_is_a_chat_span_inside_the_run(spans, flavor, kind):
 
 
 def test_a_failed_model_turn_records_its_code(spans):
-    with ScriptedModelServer([reply_error(429)]) as server:
-        with pytest.raises(ProviderError):
-            ask(build_provider("openai_compatible", base_url=server.url, timeout=5))
+    with ScriptedModelServer([reply_error(429)]) as server, pytest.raises(ProviderError):
+        ask(build_provider("openai_compatible", base_url=server.url, timeout=5))
     (chat,) = spans.get_finished_spans()
     assert chat.attributes["error.type"] == "provider_rate_limited"
     assert chat.status.status_code.name == "ERROR"

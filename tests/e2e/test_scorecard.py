@@ -1,5 +1,7 @@
 """The scorecard in a real browser: each chart's labels stand side by side, none over another."""
 
+import itertools
+
 import pytest
 
 from tests.agents.test_scorecard import outcomes  # noqa: F401  (the fixture set)
@@ -18,6 +20,6 @@ def test_the_chart_labels_do_not_overlap(page, login, screenshot, outcomes):  # 
     for index in range(charts.count()):
         boxes = [label.bounding_box() for label in charts.nth(index).locator("text").all()]
         assert len(boxes) == 6
-        for left, right in zip(boxes, boxes[1:], strict=False):
+        for left, right in itertools.pairwise(boxes):
             assert left["x"] + left["width"] <= right["x"], (left, right)
     screenshot("scorecard.png")

@@ -49,7 +49,7 @@ async def handle(reader, writer, latency: float, turns: int, stats: dict) -> Non
         while True:
             head = await reader.readuntil(b"\r\n\r\n")
             lines = head.decode("latin-1").split("\r\n")
-            method, path = lines[0].split(" ")[:2]
+            _method, path = lines[0].split(" ")[:2]
             headers = {}
             for line in lines[1:]:
                 if ":" in line:

@@ -91,7 +91,7 @@ def _act(entry: dict) -> int:
     return 0
 
 
-def main(argv: list[str] | None = None) -> int:
+def _parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(description="scripted model CLI for tests")
     parser.add_argument(
         "--mode",
@@ -120,9 +120,11 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--state-file", default=None)
     parser.add_argument("--count-file", default=None)
     parser.add_argument("--prompt-file", default=None)
-    args = parser.parse_args(argv)
+    return parser
 
-    prompt = sys.stdin.buffer.read().decode("utf-8", "replace")
+
+def _record(args: argparse.Namespace, prompt: str) -> None:
+    """What every mode does first: log the call and the prompt, write --stderr."""
     if args.count_file:
         record = {"pid": os.getpid(), "argv": sys.argv[1:], "time": time.time()}
         _append_locked(args.count_file, json.dumps(record) + "\n")
@@ -132,6 +134,24 @@ def main(argv: list[str] | None = None) -> int:
         sys.stderr.write(args.stderr)
         sys.stderr.flush()
 
+
+def _write_bytes(count: int) -> int:
+    """Print ``count`` bytes of "x"; exit code 1 when the reader goes away first."""
+    chunk = b"x" * (1024 * 1024)
+    remaining = count
+    try:
+        while remaining > 0:
+            piece = chunk[: min(len(chunk), remaining)]
+            sys.stdout.buffer.write(piece)
+            remaining -= len(piece)
+        sys.stdout.buffer.flush()
+    except BrokenPipeError:
+        return 1
+    return 0
+
+
+def _answer(args: argparse.Namespace, prompt: str, parser: argparse.ArgumentParser) -> int:
+    """Act out --mode; returns the exit code."""
     mode = args.mode
     if mode == "echo":
         _out("ANSWER: " + prompt[:200] + "\n")
@@ -151,16 +171,7 @@ def main(argv: list[str] | None = None) -> int:
     elif mode == "invalid-json":
         _out('{"result": "unterminated\n')
     elif mode == "huge":
-        chunk = b"x" * (1024 * 1024)
-        remaining = args.bytes
-        try:
-            while remaining > 0:
-                piece = chunk[: min(len(chunk), remaining)]
-                sys.stdout.buffer.write(piece)
-                remaining -= len(piece)
-            sys.stdout.buffer.flush()
-        except BrokenPipeError:
-            return 1
+        return _write_bytes(args.bytes)
     elif mode == "env":
         name = args.env_name or ""
         value = os.environ.get(name)
@@ -171,6 +182,14 @@ def main(argv: list[str] | None = None) -> int:
         state = args.state_file or f"{args.count_file or args.script}.state"
         return _act(_next_script_entry(args.script, state))
     return 0
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = _parser()
+    args = parser.parse_args(argv)
+    prompt = sys.stdin.buffer.read().decode("utf-8", "replace")
+    _record(args, prompt)
+    return _answer(args, prompt, parser)
 
 
 if __name__ == "__main__":

@@ -150,7 +150,7 @@ def test_4_a_database_error_mid_step_hands_the_task_back(loop_settings):
         task = tool_task(server, [])
         hold = psycopg.connect(conninfo())
         try:
-            worker, thread = _worker_thread(burst=True)
+            _worker, thread = _worker_thread(burst=True)
             assert server.wait_for_requests(1, 10)
             hold.execute("LOCK TABLE agents_turn IN EXCLUSIVE MODE")
 

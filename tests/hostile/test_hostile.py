@@ -550,10 +550,9 @@ def awaiting(db):
     """A task waiting for a person's approval of one fetch_url operation."""
     task = TaskFactory(status="awaiting_approval", tools=["fetch_url"])
     run = AgentRunFactory(task=task, status="cancelled", finished_at=timezone.now())
-    approval = ApprovalFactory(
+    return ApprovalFactory(
         tool_call__turn__run=run, tool_call__status="awaiting_approval", tool_call__task=task
     )
-    return approval
 
 
 def _snapshot(task_id: int) -> tuple:

@@ -118,7 +118,7 @@ def test_search_files_catastrophic_regex_keeps_the_heartbeat_and_its_budget(tmp_
     # Lines of 'a's (and one long one with words) — the input each pattern explodes on.
     (tmp_path / "a.txt").write_text(("a" * 3000 + "\n") * 200 + ("ab " * 1300 + "\n") * 50)
     budget = 3.0
-    ticks, longest_gap, final = _run_search_child(tmp_path, pattern, budget, wait=budget + 20)
+    _ticks, longest_gap, final = _run_search_child(tmp_path, pattern, budget, wait=budget + 20)
     # The search ended (with a result or a clear error), within its budget plus a margin that
     # only a hang can exceed.
     assert final is not None and final.startswith(("result", "error")), (

@@ -202,9 +202,8 @@ def test_aba_the_old_run_is_fenced_out_after_cancel_and_a_new_claim(actor):
         locked.refresh_from_db()
     new = claim_next(worker_id="w2")
     assert new.task_id == task.pk and new.claim_count == 2
-    with pytest.raises(AttemptLost):
-        with fenced(old.run_id, task.pk):
-            pass
+    with pytest.raises(AttemptLost), fenced(old.run_id, task.pk):
+        pass
     with fenced(new.run_id, task.pk):
         pass
 

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import asyncio
 import concurrent.futures
+import contextlib
 import email.utils
 import functools
 import json
@@ -244,10 +245,9 @@ async def _watch(event: threading.Event) -> None:
                 woken.set_result(None)
 
         def wake() -> None:
-            try:
+            # RuntimeError: the loop closed meanwhile; the request is over anyway.
+            with contextlib.suppress(RuntimeError):
                 loop.call_soon_threadsafe(settle)
-            except RuntimeError:  # the loop closed meanwhile: the request is over anyway
-                pass
 
         event.add_callback(wake)
         try:

@@ -121,24 +121,24 @@ def _fmt(x: Any) -> str:
 
 class _Column:
     __slots__ = (
-        "name",
-        "nulls",
-        "values",
-        "kind",
-        "n",
-        "mean",
-        "m2",
-        "total",
-        "min",
-        "max",
-        "true_count",
-        "has_time",
         "distinct",
         "distinct_over",
-        "samples",
+        "has_time",
+        "kind",
+        "m2",
+        "max",
         "max_len",
+        "mean",
+        "min",
+        "n",
+        "name",
+        "nulls",
+        "samples",
         "text_since_row",
         "text_value",
+        "total",
+        "true_count",
+        "values",
     )
 
     def __init__(self, name: str) -> None:
@@ -187,52 +187,29 @@ class _Column:
         self.values += 1
         distinct = self.distinct
         if distinct is not None:
-            key = s if len(s) <= 128 else hash(s)
-            if key not in distinct:
-                distinct.add(key)
-                if len(self.samples) < 5:
-                    self.samples.append(s[:60])
-                if len(distinct) > DISTINCT_CAP:
-                    self.distinct = None
-                    self.distinct_over = True
+            self._count_distinct(distinct, s)
         kind = self.kind
         if kind == "text":
             if len(s) > self.max_len:
                 self.max_len = len(s)
-            return
-        if kind == "int":
-            try:
-                self._num(int(s))
-                return
-            except ValueError:
-                pass
-            x = _parse_float(s)
-            if x is None:
-                self._to_text(s, row)
-            else:
-                self.kind = "float"
-                self._num(x)
-            return
-        if kind == "float":
-            x = _parse_float(s)
-            if x is None:
-                self._to_text(s, row)
-            else:
-                self._num(x)
-            return
-        if kind == "bool":
-            if s in BOOL_VALUES:
-                self.true_count += s in TRUE_VALUES
-            else:
-                self._to_text(s, row)
-            return
-        if kind == "date":
-            if _is_date(s):
-                self._date(s)
-            else:
-                self._to_text(s, row)
-            return
-        # the first value decides the starting kind
+        elif kind is None:
+            self._first(s, row)
+        else:
+            self._add_typed(kind, s, row)
+
+    def _count_distinct(self, distinct: set[str | int], s: str) -> None:
+        """Track the value among the distinct ones (a long one by its hash) until the cap."""
+        key = s if len(s) <= 128 else hash(s)
+        if key not in distinct:
+            distinct.add(key)
+            if len(self.samples) < 5:
+                self.samples.append(s[:60])
+            if len(distinct) > DISTINCT_CAP:
+                self.distinct = None
+                self.distinct_over = True
+
+    def _first(self, s: str, row: int) -> None:
+        """The first value decides the starting kind."""
         try:
             first = int(s)
         except ValueError:
@@ -253,6 +230,38 @@ class _Column:
             self._date(s)
         else:
             self._to_text(s, row)
+
+    def _add_typed(self, kind: str, s: str, row: int) -> None:
+        """A value for a column of that kind; one that does not fit widens an int column to
+        float, any other to text."""
+        if kind == "int":
+            try:
+                self._num(int(s))
+                return
+            except ValueError:
+                pass
+            x = _parse_float(s)
+            if x is None:
+                self._to_text(s, row)
+            else:
+                self.kind = "float"
+                self._num(x)
+        elif kind == "float":
+            x = _parse_float(s)
+            if x is None:
+                self._to_text(s, row)
+            else:
+                self._num(x)
+        elif kind == "bool":
+            if s in BOOL_VALUES:
+                self.true_count += s in TRUE_VALUES
+            else:
+                self._to_text(s, row)
+        elif kind == "date":
+            if _is_date(s):
+                self._date(s)
+            else:
+                self._to_text(s, row)
 
     def _date(self, s: str) -> None:
         if len(s) > 10:
@@ -373,7 +382,7 @@ def _compare[T: (str, float)](a: T, b: T, op: str) -> bool:
 
 
 class _Agg:
-    __slots__ = ("rows", "non_null", "n", "total", "min", "max", "skipped")
+    __slots__ = ("max", "min", "n", "non_null", "rows", "skipped", "total")
 
     def __init__(self) -> None:
         self.rows = 0
@@ -490,6 +499,238 @@ def _group_sort_key(item: tuple[str, _Agg]) -> tuple[int, float, str]:
     return (0, x, "") if x is not None else (1, 0.0, item[0])
 
 
+def _header_row(reader: Any, rel: str) -> list[str]:
+    """The first non-empty row."""
+    for row in reader:
+        if row:
+            return list(row)
+    raise ToolError("csv_malformed", f"{rel!r} is empty: no header row found.")
+
+
+class _Query:
+    """The arguments resolved against the header: the indexes of the columns to profile and
+    of those to filter, group and aggregate by."""
+
+    def __init__(self, args: AnalyzeCsvArgs, headers: list[str]) -> None:
+        self._headers = headers
+        self._index = {h: i for i, h in enumerate(headers)}
+        self.selected = (
+            [self._col(c, "columns") for c in args.columns]
+            if args.columns
+            else list(range(len(headers)))
+        )
+        self.row_filter = (
+            _RowFilter(args.filter, self._col(args.filter.column, "filter"))
+            if args.filter
+            else None
+        )
+        self.group_idx = self._col(args.group_by, "group_by") if args.group_by else None
+        self.agg = args.aggregate
+        self.agg_idx = (
+            self._col(self.agg.column, "aggregate") if self.agg and self.agg.column else None
+        )
+        self.do_agg = self.group_idx is not None or self.agg is not None
+
+    def _col(self, name: str, what: str) -> int:
+        if name not in self._index:
+            headers = self._headers
+            shown = ", ".join(headers[:50]) + (" …" if len(headers) > 50 else "")
+            raise ToolError(
+                "invalid_arguments",
+                f"Unknown column {name!r} in {what}. Columns are: {shown}.",
+            )
+        return self._index[name]
+
+
+class _Scan:
+    """What one pass over the data rows has seen: the column profiles, the rows whose field
+    count differs from the header's, the preview and the aggregates of the matching rows."""
+
+    def __init__(self, args: AnalyzeCsvArgs, headers: list[str], delimiter: str) -> None:
+        self.query = _Query(args, headers)
+        self.headers = headers
+        self.width = len(headers)
+        self.delimiter = delimiter
+        self.preview_rows = args.preview_rows
+        self.profiles = [_Column(headers[i]) for i in self.query.selected]
+        self._pairs = list(zip(self.query.selected, self.profiles, strict=True))
+        self.preview: list[list[str]] = []
+        self.groups: dict[str, _Agg] = {}
+        self.overall = _Agg()
+        self.groups_truncated = False
+        self.rows_outside_groups = 0
+        self.rows = 0
+        self.matched = 0
+        self.blank = 0
+        self.ragged = 0
+        self.ragged_lines: list[int] = []
+
+    def add(self, row: list[str], line_num: int) -> None:
+        """One non-empty data row, ending at line ``line_num``."""
+        self.rows += 1
+        if len(row) != self.width:
+            row = self._even_out(row, line_num)
+        for i, prof in self._pairs:
+            prof.add(row[i], self.rows)
+        query = self.query
+        if query.row_filter is None or query.row_filter(row):
+            self.matched += 1
+            if len(self.preview) < self.preview_rows:
+                self.preview.append([row[i][:PREVIEW_CELL_CHARS] for i in query.selected])
+            if query.do_agg:
+                self._aggregate(row)
+
+    def _even_out(self, row: list[str], line_num: int) -> list[str]:
+        """Count a row whose field count differs from the header's, refusing the file when
+        there are too many; a short one is padded with empty values."""
+        self.ragged += 1
+        if len(self.ragged_lines) < 5:
+            self.ragged_lines.append(line_num)
+        if self.ragged > MAX_RAGGED_ABORT:
+            raise ToolError("csv_malformed", f"Too many rows with {self._ragged_detail()}")
+        if len(row) < self.width:
+            row = row + [""] * (self.width - len(row))
+        return row
+
+    def _ragged_detail(self) -> str:
+        return (
+            f"a field count different from the header's {self.width} "
+            f"(first at lines {', '.join(map(str, self.ragged_lines))}). "
+            f"Is the delimiter {self.delimiter!r} right?"
+        )
+
+    def _aggregate(self, row: list[str]) -> None:
+        """Add a matching row to its group (while there is room for one more group), or to
+        the overall aggregate when there is no grouping."""
+        query = self.query
+        cell = row[query.agg_idx] if query.agg_idx is not None else None
+        if query.group_idx is None:
+            self.overall.add(cell)
+            return
+        key = row[query.group_idx].strip()[:GROUP_KEY_CHARS] or "(empty)"
+        acc = self.groups.get(key)
+        if acc is None:
+            if len(self.groups) >= MAX_GROUPS:
+                self.groups_truncated = True
+                self.rows_outside_groups += 1
+                return
+            acc = self.groups[key] = _Agg()
+        acc.add(cell)
+
+    def check_ragged(self) -> None:
+        """Refuse the file when more rows than the tolerance have the wrong field count."""
+        tolerance = max(RAGGED_TOLERANCE_MIN, int(self.rows * RAGGED_TOLERANCE_FRACTION))
+        if self.ragged > tolerance:
+            raise ToolError(
+                "csv_malformed",
+                f"{self.ragged} of {self.rows} rows have {self._ragged_detail()}",
+            )
+
+    def report(self, args: AnalyzeCsvArgs, rel: str, size: int) -> dict[str, Any]:
+        """The tool's data."""
+        headers = self.headers
+        data: dict[str, Any] = {
+            "path": rel,
+            "size": size,
+            "delimiter": self.delimiter,
+            "rows": self.rows,
+            "columns": [p.summary() for p in self.profiles],
+            "column_names": headers,
+            "blank_lines": self.blank,
+            "ragged_rows": self.ragged,
+            "ragged_lines": self.ragged_lines,
+            "preview_columns": [headers[i] for i in self.query.selected],
+            "preview": self.preview,
+        }
+        if args.filter is not None:
+            data["filter"] = args.filter.model_dump(mode="json")
+            data["matched_rows"] = self.matched
+        data.update(self._aggregates(args))
+        return data
+
+    def _aggregates(self, args: AnalyzeCsvArgs) -> dict[str, Any]:
+        """The groups or the overall aggregate, as the tool's data shows them."""
+        query = self.query
+        agg = query.agg
+        func = agg.func if agg else "count"
+        has_column = query.agg_idx is not None
+        if query.group_idx is not None:
+            ordered = sorted(self.groups.items(), key=_group_sort_key)
+            return {
+                "group_by": args.group_by,
+                "aggregate": {"column": agg.column if agg else None, "func": func},
+                "groups": [
+                    {
+                        "key": k,
+                        "rows": a.rows,
+                        "value": a.value(func, has_column),
+                        "non_numeric": a.skipped,
+                    }
+                    for k, a in ordered
+                ],
+                "groups_truncated": self.groups_truncated,
+                "rows_outside_groups": self.rows_outside_groups,
+            }
+        if agg is not None:
+            return {
+                "aggregate": {
+                    "column": agg.column,
+                    "func": func,
+                    "value": self.overall.value(func, has_column),
+                    "rows": self.overall.rows,
+                    "non_numeric": self.overall.skipped,
+                }
+            }
+        return {}
+
+
+def _column_text(c: dict[str, Any]) -> str:
+    """One column's profile as a line of the tool's text."""
+    distinct = f"{c['distinct']}+" if c["distinct_capped"] else str(c["distinct"])
+    parts = [f"{c['type']}", f"{c['non_null']} values", f"{c['nulls']} empty/null"]
+    if c["type"] in ("int", "float"):
+        sd = "n/a" if c["stddev"] is None else _fmt(c["stddev"])
+        parts.append(
+            f"min {_fmt(c['min'])}, max {_fmt(c['max'])}, mean {_fmt(c['mean'])}, "
+            f"stddev {sd}, sum {_fmt(c['sum'])}"
+        )
+    elif c["type"] == "bool":
+        parts.append(f"true {c['true']}, false {c['false']}")
+    elif c["type"] in ("date", "datetime"):
+        parts.append(f"min {c['min']}, max {c['max']}")
+    elif c["type"] == "text" and "text_from_row" in c:
+        parts.append(f"text from row {c['text_from_row']} (value {c['first_text_value']!r})")
+    parts.append(f"distinct {distinct}")
+    if c["sample_values"] and c["type"] in ("text", "date", "datetime"):
+        parts.append("e.g. " + ", ".join(repr(s) for s in c["sample_values"][:3]))
+    return f"- {c['name']}: " + "; ".join(parts)
+
+
+def _aggregate_text(data: dict[str, Any]) -> list[str]:
+    """The groups (the first ``TEXT_GROUPS_SHOWN``) or the overall aggregate, as text lines."""
+    lines: list[str] = []
+    if "groups" in data:
+        agg = data["aggregate"]
+        what = agg["func"] + (f" of {agg['column']}" if agg["column"] else "")
+        lines.append(f"Groups by {data['group_by']} ({what}): {len(data['groups'])} groups")
+        if data["groups_truncated"]:
+            lines.append(
+                f"  (more than {MAX_GROUPS} groups; {data['rows_outside_groups']} rows in "
+                "further groups were not counted)"
+            )
+        for g in data["groups"][:TEXT_GROUPS_SHOWN]:
+            value = "n/a" if g["value"] is None else _fmt(g["value"])
+            lines.append(f"  {g['key']}: {value} ({g['rows']} rows)")
+        if len(data["groups"]) > TEXT_GROUPS_SHOWN:
+            lines.append(f"  … {len(data['groups']) - TEXT_GROUPS_SHOWN} more groups")
+    elif "aggregate" in data:
+        agg = data["aggregate"]
+        value = "n/a" if agg["value"] is None else _fmt(agg["value"])
+        what = agg["func"] + (f" of {agg['column']}" if agg["column"] else "")
+        lines.append(f"Aggregate {what}: {value} over {agg['rows']} rows")
+    return lines
+
+
 @register
 class AnalyzeCsv(Tool[AnalyzeCsvArgs]):
     name = "analyze_csv"
@@ -548,148 +789,24 @@ class AnalyzeCsv(Tool[AnalyzeCsvArgs]):
         size: int,
         delimiter: str,
     ) -> ToolResult:
-        header_raw: list[str] | None = None
-        for row in reader:
-            if row:
-                header_raw = row
-                break
-        if header_raw is None:
-            raise ToolError("csv_malformed", f"{rel!r} is empty: no header row found.")
-        headers = _unique_headers(header_raw)
-        width = len(headers)
-        index = {h: i for i, h in enumerate(headers)}
-
-        def col(name: str, what: str) -> int:
-            if name not in index:
-                shown = ", ".join(headers[:50]) + (" …" if len(headers) > 50 else "")
-                raise ToolError(
-                    "invalid_arguments",
-                    f"Unknown column {name!r} in {what}. Columns are: {shown}.",
-                )
-            return index[name]
-
-        selected = [col(c, "columns") for c in args.columns] if args.columns else list(range(width))
-        row_filter = (
-            _RowFilter(args.filter, col(args.filter.column, "filter")) if args.filter else None
-        )
-        group_idx = col(args.group_by, "group_by") if args.group_by else None
-        agg = args.aggregate
-        agg_idx = col(agg.column, "aggregate") if agg and agg.column else None
-        do_agg = group_idx is not None or agg is not None
-
-        profiles = [_Column(headers[i]) for i in selected]
-        pairs = list(zip(selected, profiles, strict=True))
-        preview: list[list[str]] = []
-        groups: dict[str, _Agg] = {}
-        overall = _Agg()
-        groups_truncated = False
-        rows_outside_groups = 0
-        rows = 0
-        matched = 0
-        blank = 0
-        ragged = 0
-        ragged_lines: list[int] = []
+        headers = _unique_headers(_header_row(reader, rel))
+        scan = _Scan(args, headers, delimiter)
         deadline = time.monotonic() + TIME_BUDGET_SECONDS
-
         for row in reader:
             if not row:
-                blank += 1
+                scan.blank += 1
                 continue
-            rows += 1
-            if len(row) != width:
-                ragged += 1
-                if len(ragged_lines) < 5:
-                    ragged_lines.append(reader.line_num)
-                if ragged > MAX_RAGGED_ABORT:
-                    raise ToolError(
-                        "csv_malformed",
-                        f"Too many rows with a field count different from the header's {width} "
-                        f"(first at lines {', '.join(map(str, ragged_lines))}). "
-                        f"Is the delimiter {delimiter!r} right?",
-                    )
-                if len(row) < width:
-                    row = row + [""] * (width - len(row))
-            for i, prof in pairs:
-                prof.add(row[i], rows)
-            if row_filter is None or row_filter(row):
-                matched += 1
-                if len(preview) < args.preview_rows:
-                    preview.append([row[i][:PREVIEW_CELL_CHARS] for i in selected])
-                if do_agg:
-                    cell = row[agg_idx] if agg_idx is not None else None
-                    if group_idx is not None:
-                        key = row[group_idx].strip()[:GROUP_KEY_CHARS] or "(empty)"
-                        acc = groups.get(key)
-                        if acc is None:
-                            if len(groups) >= MAX_GROUPS:
-                                groups_truncated = True
-                                rows_outside_groups += 1
-                                acc = None
-                            else:
-                                acc = groups[key] = _Agg()
-                        if acc is not None:
-                            acc.add(cell)
-                    else:
-                        overall.add(cell)
-            if rows % 10_000 == 0:
+            scan.add(row, reader.line_num)
+            if scan.rows % 10_000 == 0:
                 ctx.check_cancelled()
                 if time.monotonic() > deadline:
                     raise ToolError(
                         "file_too_large",
                         f"Analysis of {rel!r} stopped after {TIME_BUDGET_SECONDS:.0f} s "
-                        f"({rows} rows read).",
+                        f"({scan.rows} rows read).",
                     )
-
-        tolerance = max(RAGGED_TOLERANCE_MIN, int(rows * RAGGED_TOLERANCE_FRACTION))
-        if ragged > tolerance:
-            raise ToolError(
-                "csv_malformed",
-                f"{ragged} of {rows} rows have a field count different from the header's "
-                f"{width} (first at lines {', '.join(map(str, ragged_lines))}). "
-                f"Is the delimiter {delimiter!r} right?",
-            )
-
-        summaries = [p.summary() for p in profiles]
-        data: dict[str, Any] = {
-            "path": rel,
-            "size": size,
-            "delimiter": delimiter,
-            "rows": rows,
-            "columns": summaries,
-            "column_names": headers,
-            "blank_lines": blank,
-            "ragged_rows": ragged,
-            "ragged_lines": ragged_lines,
-            "preview_columns": [headers[i] for i in selected],
-            "preview": preview,
-        }
-        if args.filter is not None:  # row_filter is not None
-            data["filter"] = args.filter.model_dump(mode="json")
-            data["matched_rows"] = matched
-        func = agg.func if agg else "count"
-        if group_idx is not None:
-            ordered = sorted(groups.items(), key=_group_sort_key)
-            data["group_by"] = args.group_by
-            data["aggregate"] = {"column": agg.column if agg else None, "func": func}
-            data["groups"] = [
-                {
-                    "key": k,
-                    "rows": a.rows,
-                    "value": a.value(func, agg_idx is not None),
-                    "non_numeric": a.skipped,
-                }
-                for k, a in ordered
-            ]
-            data["groups_truncated"] = groups_truncated
-            data["rows_outside_groups"] = rows_outside_groups
-        elif agg is not None:
-            data["aggregate"] = {
-                "column": agg.column,
-                "func": func,
-                "value": overall.value(func, agg_idx is not None),
-                "rows": overall.rows,
-                "non_numeric": overall.skipped,
-            }
+        scan.check_ragged()
+        data = scan.report(args, rel, size)
         return ToolResult(text=self._text(data, args), data=data)
 
     @staticmethod
@@ -706,52 +823,14 @@ class AnalyzeCsv(Tool[AnalyzeCsvArgs]):
                 "padded with empty values, extra fields ignored."
             )
         lines.append("Columns:")
-        for c in data["columns"]:
-            distinct = f"{c['distinct']}+" if c["distinct_capped"] else str(c["distinct"])
-            parts = [f"{c['type']}", f"{c['non_null']} values", f"{c['nulls']} empty/null"]
-            if c["type"] in ("int", "float"):
-                sd = "n/a" if c["stddev"] is None else _fmt(c["stddev"])
-                parts.append(
-                    f"min {_fmt(c['min'])}, max {_fmt(c['max'])}, mean {_fmt(c['mean'])}, "
-                    f"stddev {sd}, sum {_fmt(c['sum'])}"
-                )
-            elif c["type"] == "bool":
-                parts.append(f"true {c['true']}, false {c['false']}")
-            elif c["type"] in ("date", "datetime"):
-                parts.append(f"min {c['min']}, max {c['max']}")
-            elif c["type"] == "text" and "text_from_row" in c:
-                parts.append(
-                    f"text from row {c['text_from_row']} (value {c['first_text_value']!r})"
-                )
-            parts.append(f"distinct {distinct}")
-            if c["sample_values"] and c["type"] in ("text", "date", "datetime"):
-                parts.append("e.g. " + ", ".join(repr(s) for s in c["sample_values"][:3]))
-            lines.append(f"- {c['name']}: " + "; ".join(parts))
+        lines.extend(_column_text(c) for c in data["columns"])
         if "matched_rows" in data:
             flt = data["filter"]
             lines.append(
                 f"Filter {flt['column']} {flt['op']} {flt['value']!r}: "
                 f"{data['matched_rows']} matching rows"
             )
-        if "groups" in data:
-            agg = data["aggregate"]
-            what = agg["func"] + (f" of {agg['column']}" if agg["column"] else "")
-            lines.append(f"Groups by {data['group_by']} ({what}): {len(data['groups'])} groups")
-            if data["groups_truncated"]:
-                lines.append(
-                    f"  (more than {MAX_GROUPS} groups; {data['rows_outside_groups']} rows in "
-                    "further groups were not counted)"
-                )
-            for g in data["groups"][:TEXT_GROUPS_SHOWN]:
-                value = "n/a" if g["value"] is None else _fmt(g["value"])
-                lines.append(f"  {g['key']}: {value} ({g['rows']} rows)")
-            if len(data["groups"]) > TEXT_GROUPS_SHOWN:
-                lines.append(f"  … {len(data['groups']) - TEXT_GROUPS_SHOWN} more groups")
-        elif "aggregate" in data:
-            agg = data["aggregate"]
-            value = "n/a" if agg["value"] is None else _fmt(agg["value"])
-            what = agg["func"] + (f" of {agg['column']}" if agg["column"] else "")
-            lines.append(f"Aggregate {what}: {value} over {agg['rows']} rows")
+        lines.extend(_aggregate_text(data))
         if args.preview_rows and data["preview"]:
             buf = io.StringIO()
             writer = csv.writer(buf, lineterminator="\n")

@@ -394,6 +394,52 @@ def _read_line(f: BinaryIO, limit: int) -> tuple[bytes, int]:
     return line, dropped
 
 
+def _read_window(
+    f: BinaryIO, start_line: int, max_lines: int, ctx: ToolContext
+) -> tuple[list[str], list[int], bool]:
+    """Up to ``max_lines`` lines from the current position, line ``start_line`` first: each
+    cut at ``READ_MAX_LINE_BYTES``, together at most ``READ_MAX_RETURN_BYTES`` (but at least
+    one line).  Returns (the lines, the numbers of those cut, whether the byte cap stopped it).
+    """
+    lines: list[str] = []
+    cut_lines: list[int] = []
+    returned_bytes = 0
+    while len(lines) < max_lines:
+        raw, dropped = _read_line(f, READ_MAX_LINE_BYTES)
+        if not raw:
+            break
+        if lines and returned_bytes + len(raw) > READ_MAX_RETURN_BYTES:
+            return lines, cut_lines, True
+        line_no = start_line + len(lines)
+        text = raw.decode("utf-8", "replace")
+        if line_no == 1 and text.startswith("\ufeff"):
+            text = text[1:]
+        text = text.rstrip("\n").rstrip("\r")
+        if dropped:
+            cut_lines.append(line_no)
+            text += f" …[line cut: {dropped} more bytes]"
+        lines.append(text)
+        returned_bytes += len(raw)
+        if len(lines) % 1000 == 0:
+            ctx.check_cancelled()
+    return lines, cut_lines, False
+
+
+def _total_lines(
+    f: BinaryIO, size: int, start_line: int, lines_read: int, more: bool
+) -> int | None:
+    """The file's line count where it is cheap or needed: counted in files up to
+    ``READ_COUNT_TOTAL_MAX_SIZE`` and when ``start_line`` is past the end; else known only
+    when the read reached the end."""
+    if size <= READ_COUNT_TOTAL_MAX_SIZE or (not lines_read and start_line > 1):
+        f.seek(0)
+        n, last = _count_newlines_from(f)
+        return n + (1 if size and last != b"\n" else 0)
+    if not more:
+        return start_line + lines_read - 1
+    return None
+
+
 @register
 class ReadFile(Tool[ReadFileArgs]):
     name = "read_file"
@@ -423,37 +469,11 @@ class ReadFile(Tool[ReadFileArgs]):
                 )
             f.seek(0)
             _skip_lines(f, args.start_line - 1)
-            lines: list[str] = []
-            cut_lines: list[int] = []
-            returned_bytes = 0
-            stopped_by_bytes = False
-            while len(lines) < args.max_lines:
-                raw, dropped = _read_line(f, READ_MAX_LINE_BYTES)
-                if not raw:
-                    break
-                if lines and returned_bytes + len(raw) > READ_MAX_RETURN_BYTES:
-                    stopped_by_bytes = True
-                    break
-                line_no = args.start_line + len(lines)
-                text = raw.decode("utf-8", "replace")
-                if line_no == 1 and text.startswith("\ufeff"):
-                    text = text[1:]
-                text = text.rstrip("\n").rstrip("\r")
-                if dropped:
-                    cut_lines.append(line_no)
-                    text += f" …[line cut: {dropped} more bytes]"
-                lines.append(text)
-                returned_bytes += len(raw)
-                if len(lines) % 1000 == 0:
-                    ctx.check_cancelled()
+            lines, cut_lines, stopped_by_bytes = _read_window(
+                f, args.start_line, args.max_lines, ctx
+            )
             more = stopped_by_bytes or bool(f.read(1))
-            total_lines: int | None = None
-            if size <= READ_COUNT_TOTAL_MAX_SIZE or (not lines and args.start_line > 1):
-                f.seek(0)
-                n, last = _count_newlines_from(f)
-                total_lines = n + (1 if size and last != b"\n" else 0)
-            elif not more:
-                total_lines = args.start_line + len(lines) - 1
+            total_lines = _total_lines(f, size, args.start_line, len(lines), more)
 
         data: dict[str, Any] = {
             "path": rel,
@@ -551,6 +571,82 @@ def compile_search_pattern(pattern: str, regex: bool, case_sensitive: bool) -> A
         ) from None
 
 
+def _search_candidates(root: str, real: str) -> Iterator[tuple[str, str]]:
+    """(relative path, path) of each file to search: the one named, or the regular files
+    under the folder named (symlinks are not followed)."""
+    if os.path.isfile(real):
+        return iter([(_rel(root, real), real)])
+    return (
+        (rel, entry.path)
+        for rel, entry, _ in _walk(root, real, True)
+        if not entry.is_symlink() and entry.is_file(follow_symlinks=False)
+    )
+
+
+def _unsearchable(f: BinaryIO, size: int) -> str | None:
+    """Why an open file is skipped (too large, binary), or None with ``f`` back at its start."""
+    if size > SEARCH_MAX_FILE_BYTES:
+        return "too_large"
+    head = f.read(BINARY_SNIFF_BYTES)
+    if looks_binary(head):
+        return "binary"
+    f.seek(0)
+    return None
+
+
+def _search_file(
+    f: BinaryIO,
+    rel: str,
+    rx: Any,
+    matches: list[dict[str, Any]],
+    max_matches: int,
+    deadline: float,
+    ctx: ToolContext,
+) -> tuple[bool, bool]:
+    """Append the file's matching lines to ``matches`` until ``max_matches`` or the deadline.
+
+    Returns (the file goes on after the last match allowed, the deadline passed)."""
+    line_no = 0
+    while True:
+        raw, _dropped = _read_line(f, SEARCH_MAX_LINE_CHARS * 4)
+        if not raw:
+            return False, False
+        line_no += 1
+        text = raw.decode("utf-8", "replace")[:SEARCH_MAX_LINE_CHARS]
+        text = text.rstrip("\r\n")
+        if rx.search(text):
+            shown = text.strip()
+            if len(shown) > SEARCH_SHOW_CHARS:
+                shown = shown[:SEARCH_SHOW_CHARS] + " …"
+            matches.append({"path": rel, "line": line_no, "text": shown})
+            if len(matches) >= max_matches:
+                return bool(f.read(1)), False
+        # One line costs at most a linear-time search of a bounded line, so the
+        # budget holds whatever the pattern and input.
+        if time.monotonic() > deadline:
+            return False, True
+        if line_no % 1000 == 0:
+            ctx.check_cancelled()
+
+
+def _search_text(data: dict[str, Any], max_matches: int) -> str:
+    matches, files_searched, skipped = data["matches"], data["files_searched"], data["skipped"]
+    lines = [
+        f"{len(matches)} match{'es' if len(matches) != 1 else ''} for {data['pattern']!r} "
+        f"in {files_searched} file{'s' if files_searched != 1 else ''}"
+    ]
+    if data["truncated"]:
+        lines[0] += f" (stopped at max_matches={max_matches}; there may be more)"
+    if data["timed_out"]:
+        lines[0] += f" (stopped after {SEARCH_TIME_BUDGET:.0f} s; results are partial)"
+    lines.extend(f"{m['path']}:{m['line']}: {m['text']}" for m in matches)
+    if skipped:
+        shown_skips = ", ".join(f"{s['path']} ({s['reason']})" for s in skipped[:20])
+        more = f" and {len(skipped) - 20} more" if len(skipped) > 20 else ""
+        lines.append(f"Skipped {len(skipped)} file(s): {shown_skips}{more}")
+    return "\n".join(lines)
+
+
 @register
 class SearchFiles(Tool[SearchFilesArgs]):
     name = "search_files"
@@ -578,16 +674,7 @@ class SearchFiles(Tool[SearchFilesArgs]):
         truncated = False
         timed_out = False
 
-        if os.path.isfile(real):
-            candidates: Iterator[tuple[str, str]] = iter([(_rel(root, real), real)])
-        else:
-            candidates = (
-                (rel, entry.path)
-                for rel, entry, _ in _walk(root, real, True)
-                if not entry.is_symlink() and entry.is_file(follow_symlinks=False)
-            )
-
-        for rel, path in candidates:
+        for rel, path in _search_candidates(root, real):
             ctx.check_cancelled()
             if len(matches) >= args.max_matches:
                 truncated = True
@@ -604,62 +691,22 @@ class SearchFiles(Tool[SearchFilesArgs]):
                 skipped.append({"path": rel, "reason": exc.code})
                 continue
             with f:
-                if size > SEARCH_MAX_FILE_BYTES:
-                    skipped.append({"path": rel, "reason": "too_large"})
+                reason = _unsearchable(f, size)
+                if reason is not None:
+                    skipped.append({"path": rel, "reason": reason})
                     continue
-                head = f.read(BINARY_SNIFF_BYTES)
-                if looks_binary(head):
-                    skipped.append({"path": rel, "reason": "binary"})
-                    continue
-                f.seek(0)
                 files_searched += 1
-                line_no = 0
-                while True:
-                    raw, _dropped = _read_line(f, SEARCH_MAX_LINE_CHARS * 4)
-                    if not raw:
-                        break
-                    line_no += 1
-                    text = raw.decode("utf-8", "replace")[:SEARCH_MAX_LINE_CHARS]
-                    text = text.rstrip("\r\n")
-                    if rx.search(text):
-                        shown = text.strip()
-                        if len(shown) > SEARCH_SHOW_CHARS:
-                            shown = shown[:SEARCH_SHOW_CHARS] + " …"
-                        matches.append({"path": rel, "line": line_no, "text": shown})
-                        if len(matches) >= args.max_matches:
-                            truncated = bool(f.read(1)) or truncated
-                            break
-                    # One line costs at most a linear-time search of a bounded line, so the
-                    # budget holds whatever the pattern and input.
-                    if time.monotonic() > deadline:
-                        timed_out = True
-                        break
-                    if line_no % 1000 == 0:
-                        ctx.check_cancelled()
+                more, timed_out = _search_file(f, rel, rx, matches, args.max_matches, deadline, ctx)
+                truncated = more or truncated
                 if timed_out:
                     break
 
-        lines = [
-            f"{len(matches)} match{'es' if len(matches) != 1 else ''} for {args.pattern!r} "
-            f"in {files_searched} file{'s' if files_searched != 1 else ''}"
-        ]
-        if truncated:
-            lines[0] += f" (stopped at max_matches={args.max_matches}; there may be more)"
-        if timed_out:
-            lines[0] += f" (stopped after {SEARCH_TIME_BUDGET:.0f} s; results are partial)"
-        lines.extend(f"{m['path']}:{m['line']}: {m['text']}" for m in matches)
-        if skipped:
-            shown_skips = ", ".join(f"{s['path']} ({s['reason']})" for s in skipped[:20])
-            more = f" and {len(skipped) - 20} more" if len(skipped) > 20 else ""
-            lines.append(f"Skipped {len(skipped)} file(s): {shown_skips}{more}")
-        return ToolResult(
-            text="\n".join(lines),
-            data={
-                "pattern": args.pattern,
-                "matches": matches,
-                "files_searched": files_searched,
-                "skipped": skipped,
-                "truncated": truncated,
-                "timed_out": timed_out,
-            },
-        )
+        data: dict[str, Any] = {
+            "pattern": args.pattern,
+            "matches": matches,
+            "files_searched": files_searched,
+            "skipped": skipped,
+            "truncated": truncated,
+            "timed_out": timed_out,
+        }
+        return ToolResult(text=_search_text(data, args.max_matches), data=data)

@@ -44,6 +44,7 @@ from .schemas import OutsideSchema, Refusal, UnusableSchema, cached_refusal
 
 if TYPE_CHECKING:  # the SDK and httpx are imported where a session starts, not with the tools
     import httpx
+    from anyio.abc import ByteReceiveStream, ByteSendStream
     from anyio.streams.memory import MemoryObjectReceiveStream, MemoryObjectSendStream
     from mcp import ClientSession
     from mcp import types as mcp_types
@@ -285,7 +286,6 @@ async def _bounded_stdio_client(
     Starting and ending the process (stdin closed, then SIGTERM, then SIGKILL to its process
     group) are the SDK's own."""
     import anyio
-    import mcp.types as types
     from mcp.client.stdio import (
         PROCESS_TERMINATION_TIMEOUT,
         _create_platform_compatible_process,
@@ -309,40 +309,9 @@ async def _bounded_stdio_client(
             await stream.aclose()
         raise
 
-    async def stdout_reader() -> None:
-        buffer = bytearray()
-        try:
-            async with read_writer:
-                async for chunk in process.stdout:
-                    buffer += chunk
-                    while (end := buffer.find(b"\n")) >= 0 and end <= max_bytes:
-                        line = bytes(buffer[:end])
-                        del buffer[: end + 1]
-                        try:
-                            message = types.JSONRPCMessage.model_validate_json(line)
-                        except Exception as exc:  # noqa: BLE001 - reported as garbage
-                            await read_writer.send(exc)
-                            continue
-                        await read_writer.send(SessionMessage(message))
-                    if len(buffer) > max_bytes:
-                        if on_too_large is not None:
-                            on_too_large(len(buffer))
-                        return  # read no more of it; the call ends mcp_result_too_large
-        except anyio.ClosedResourceError:
-            await anyio.lowlevel.checkpoint()
-
-    async def stdin_writer() -> None:
-        try:
-            async with write_reader:
-                async for session_message in write_reader:
-                    data = session_message.message.model_dump_json(by_alias=True, exclude_none=True)
-                    await process.stdin.send((data + "\n").encode())
-        except anyio.ClosedResourceError:
-            await anyio.lowlevel.checkpoint()
-
     async with anyio.create_task_group() as tg, process:
-        tg.start_soon(stdout_reader)
-        tg.start_soon(stdin_writer)
+        tg.start_soon(_pump_stdout, process.stdout, read_writer, max_bytes, on_too_large)
+        tg.start_soon(_pump_stdin, write_reader, process.stdin)
         try:
             yield read_stream, write_stream
         finally:
@@ -357,6 +326,55 @@ async def _bounded_stdio_client(
                 pass
             for stream in (read_stream, write_stream, read_writer, write_reader):
                 await stream.aclose()
+
+
+async def _pump_stdout(
+    stdout: ByteReceiveStream,
+    messages: MemoryObjectSendStream[SessionMessage | Exception],
+    max_bytes: int,
+    on_too_large: OnSize | None,
+) -> None:
+    """Split the server's stdout into lines and send each as a JSON-RPC message (or the error
+    that parsing it raised); a line longer than ``max_bytes`` is reported and ends the reading."""
+    import anyio
+    import mcp.types as types
+    from mcp.shared.message import SessionMessage
+
+    buffer = bytearray()
+    try:
+        async with messages:
+            async for chunk in stdout:
+                buffer += chunk
+                while (end := buffer.find(b"\n")) >= 0 and end <= max_bytes:
+                    line = bytes(buffer[:end])
+                    del buffer[: end + 1]
+                    try:
+                        message = types.JSONRPCMessage.model_validate_json(line)
+                    except Exception as exc:  # noqa: BLE001 - reported as garbage
+                        await messages.send(exc)
+                        continue
+                    await messages.send(SessionMessage(message))
+                if len(buffer) > max_bytes:
+                    if on_too_large is not None:
+                        on_too_large(len(buffer))
+                    return  # read no more of it; the call ends mcp_result_too_large
+    except anyio.ClosedResourceError:
+        await anyio.lowlevel.checkpoint()
+
+
+async def _pump_stdin(
+    messages: MemoryObjectReceiveStream[SessionMessage], stdin: ByteSendStream
+) -> None:
+    """Write each of our messages to the server's stdin as one line of JSON."""
+    import anyio
+
+    try:
+        async with messages:
+            async for session_message in messages:
+                data = session_message.message.model_dump_json(by_alias=True, exclude_none=True)
+                await stdin.send((data + "\n").encode())
+    except anyio.ClosedResourceError:
+        await anyio.lowlevel.checkpoint()
 
 
 class _http_transport:  # noqa: N801 - an async context manager used like the SDK's functions
@@ -460,10 +478,9 @@ class _Runner[R]:
 
     def cancel(self) -> None:
         if self.loop is not None and self.task is not None:
-            try:
+            # RuntimeError: the loop already closed; the call is over anyway.
+            with contextlib.suppress(RuntimeError):
                 self.loop.call_soon_threadsafe(self.task.cancel)
-            except RuntimeError:  # the loop already closed: the call is over anyway
-                pass
 
     def run(self, *, deadline: float, cancel_event: threading.Event | None) -> R:
         thread = threading.Thread(target=self._thread, name="mcp-call", daemon=True)

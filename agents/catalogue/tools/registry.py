@@ -77,12 +77,14 @@ def register[T: type[Tool[Any]]](cls: T) -> T:
     if not name or not isinstance(name, str):
         raise ValueError(f"{cls.__name__} has no tool name")
     existing = _REGISTRY.get(name)
-    if existing is not None and type(existing) is not cls:
-        # The same class re-registered (module reload) is fine; a different one is a bug.
-        if f"{type(existing).__module__}.{type(existing).__qualname__}" != (
-            f"{cls.__module__}.{cls.__qualname__}"
-        ):
-            raise ValueError(f"tool name {name!r} is already registered by {existing!r}")
+    # The same class re-registered (module reload) is fine; a different one is a bug.
+    if (
+        existing is not None
+        and type(existing) is not cls
+        and f"{type(existing).__module__}.{type(existing).__qualname__}"
+        != f"{cls.__module__}.{cls.__qualname__}"
+    ):
+        raise ValueError(f"tool name {name!r} is already registered by {existing!r}")
     _REGISTRY[name] = cls()
     return cls
 

@@ -1,5 +1,8 @@
 """Run Acthelm workers: claim ready tasks from PostgreSQL and run them."""
 
+from argparse import ArgumentParser
+from typing import Any
+
 from django.conf import settings
 from django.core.management.base import BaseCommand, CommandError
 
@@ -13,7 +16,7 @@ MAX_CONCURRENCY = 5000
 class Command(BaseCommand):
     help = "Run workers that claim and run tasks (SIGTERM hands running tasks back, then exits)."
 
-    def add_arguments(self, parser):
+    def add_arguments(self, parser: ArgumentParser) -> None:
         parser.add_argument("--concurrency", type=int, default=1, help="tasks run at once")
         parser.add_argument("--burst", action="store_true", help="exit when nothing is claimable")
         parser.add_argument("--worker-id", default=None, help="default: host:pid")
@@ -23,7 +26,7 @@ class Command(BaseCommand):
             help="claim evaluation tasks only (what the workers acthelm_eval run starts do)",
         )
 
-    def handle(self, *args, **opts):
+    def handle(self, *args: Any, **opts: Any) -> None:
         if not 1 <= opts["concurrency"] <= MAX_CONCURRENCY:
             raise CommandError(f"--concurrency must be at least 1 and at most {MAX_CONCURRENCY}")
         worker_id = opts["worker_id"] or default_worker_id()

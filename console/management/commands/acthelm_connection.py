@@ -5,6 +5,7 @@ connection's models' prices (US dollars per million tokens) and sets those given
 one)."""
 
 import json
+from typing import Any
 
 from agents.catalogue.connection_rules import connection_kinds
 from agents.catalogue.connections import (
@@ -14,13 +15,13 @@ from agents.catalogue.connections import (
     model_set_prices,
 )
 from agents.catalogue.providers import get_provider_class
-from agents.models import Connection
+from agents.models import Connection, Model
 from agents.states import CostTier
-from console.cli import ActionCommand, emit, person_actor
+from console.cli import ActionCommand, Actions, Options, emit, person_actor
 from core.exceptions import InvalidInput
 
 
-def connection_as_dict(conn: Connection) -> dict:
+def connection_as_dict(conn: Connection) -> dict[str, Any]:
     return {
         "name": conn.name,
         "kind": conn.kind,
@@ -55,7 +56,7 @@ PRICE_FLAGS = dict(
 )
 
 
-def _prices_of(model) -> dict:
+def _prices_of(model: Model) -> dict[str, str | None]:
     return {
         "model": model.name,
         **{f: None if getattr(model, f) is None else str(getattr(model, f)) for f in PRICE_FIELDS},
@@ -69,7 +70,7 @@ class Command(ActionCommand):
 
     help = "Add, list and test connections to model providers."
 
-    def add_actions(self, sub):
+    def add_actions(self, sub: Actions) -> None:
         add = sub.add_parser("add")
         add.add_argument("name")
         add.add_argument("--kind", required=True, choices=connection_kinds())
@@ -106,7 +107,7 @@ class Command(ActionCommand):
             "(recorded with who overrode it)",
         )
 
-    def do_list(self, opts):
+    def do_list(self, opts: Options) -> None:
         rows = [connection_as_dict(c) for c in Connection.objects.prefetch_related("models")]
         text = "\n".join(
             f"{r['name']:<24} {r['kind']:<18} {r['cost_tier']:<10} "
@@ -115,7 +116,7 @@ class Command(ActionCommand):
         )
         emit(self, rows, as_json=opts["json"], text=text or "no connections")
 
-    def do_add(self, opts):
+    def do_add(self, opts: Options) -> None:
         command = []
         if opts["cli_command"]:
             try:
@@ -152,7 +153,7 @@ class Command(ActionCommand):
             text=f"connection {conn.name} added",
         )
 
-    def do_prices(self, opts):
+    def do_prices(self, opts: Options) -> None:
         conn = Connection.objects.filter(name=opts["name"]).first()
         if conn is None:
             raise InvalidInput(f"connection {opts['name']!r} does not exist")
@@ -176,7 +177,7 @@ class Command(ActionCommand):
         )
         emit(self, rows, as_json=opts["json"], text=text)
 
-    def do_test(self, opts):
+    def do_test(self, opts: Options) -> None:
         results = connection_test(
             actor=person_actor(opts["user"]),
             name=opts["name"],

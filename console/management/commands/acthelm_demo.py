@@ -4,11 +4,13 @@ import os
 import secrets
 import socket
 from pathlib import Path
+from typing import Any
 from urllib.parse import urlsplit
 
 from django.conf import settings
 from django.contrib.auth import get_user_model
-from django.core.management.base import BaseCommand
+from django.contrib.auth.models import User
+from django.core.management.base import BaseCommand, CommandParser
 from django.db import transaction
 
 from agents.engine.intake import task_create
@@ -33,7 +35,7 @@ def _remember(password: str) -> None:
     path.write_text(password)
 
 
-def _remembered(user) -> str | None:
+def _remembered(user: User) -> str | None:
     try:
         password = _password_file().read_text().strip()
     except OSError:
@@ -54,12 +56,12 @@ def _answers(url: str) -> bool:
 class Command(BaseCommand):
     help = "Create a demo superuser (printing its name and password) and demo tasks."
 
-    def add_arguments(self, parser):
+    def add_arguments(self, parser: CommandParser) -> None:
         parser.add_argument(
             "--console-url", help="print this address with the demo account (make run does)"
         )
 
-    def handle(self, *args, **opts):
+    def handle(self, *args: Any, **opts: Any) -> None:
         User = get_user_model()
         username = os.environ.get("ACTHELM_DEMO_USER", "founder")
         password = os.environ.get("ACTHELM_DEMO_PASSWORD")
@@ -111,7 +113,7 @@ class Command(BaseCommand):
                 self.stdout.write(f"Demo connection: now on {url}")
         return conn
 
-    def _demo_data(self, user, conn):
+    def _demo_data(self, user: User, conn: Connection) -> None:
         model, _ = Model.objects.get_or_create(
             connection=conn,
             name="demo",

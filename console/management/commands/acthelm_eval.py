@@ -3,13 +3,13 @@
 from agents.eval.cases import load_cases
 from agents.eval.report import eval_report, format_report, wilson_interval
 from agents.eval.runner import Runner
-from console.cli import ActionCommand, emit, person_actor
+from console.cli import ActionCommand, Actions, Options, emit, person_actor
 
 
 class Command(ActionCommand):
     help = "Run the graded task suite on a connection/model, and report pass rates."
 
-    def add_actions(self, sub):
+    def add_actions(self, sub: Actions) -> None:
         run = sub.add_parser("run", help="create the cases as tasks, let workers run them, grade")
         run.add_argument("--connection", required=True)
         run.add_argument("--model", required=True)
@@ -53,7 +53,7 @@ class Command(ActionCommand):
         report.add_argument("--run", type=int, default=None, help="only this evaluation run")
         sub.add_parser("cases", help="list the suite's cases")
 
-    def do_run(self, opts):
+    def do_run(self, opts: Options) -> None:
         as_json = opts["json"]
         runner = Runner(
             connection=opts["connection"],
@@ -111,7 +111,7 @@ class Command(ActionCommand):
         self.stdout.write(line)
         self.stdout.flush()
 
-    def do_report(self, opts):
+    def do_report(self, opts: Options) -> None:
         report = eval_report(run_id=opts["run"])
         emit(
             self,
@@ -120,7 +120,7 @@ class Command(ActionCommand):
             text=format_report(report),
         )
 
-    def do_cases(self, opts):
+    def do_cases(self, opts: Options) -> None:
         cases = load_cases()
         rows = [
             {"id": c.id, "title": c.title, "tools": list(c.tools), "checks": sorted(c.expect)}

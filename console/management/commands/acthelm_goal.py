@@ -2,7 +2,7 @@
 
 from agents.actions import tasks as person_tasks
 from agents.engine.acceptance import check_text, kind_names
-from console.cli import ActionCommand, emit, person_actor
+from console.cli import ActionCommand, Actions, Options, emit, person_actor
 from core.exceptions import GoalNotFound
 from tasks import services
 from tasks.models import Goal
@@ -16,7 +16,7 @@ class Command(ActionCommand):
 
     help = "Create, list, show and deactivate goals (the reconciler plans active goals)."
 
-    def add_actions(self, sub):
+    def add_actions(self, sub: Actions) -> None:
         create = sub.add_parser("create", help="create an active goal")
         create.add_argument("--title", required=True)
         create.add_argument("--description", default="")
@@ -44,7 +44,7 @@ class Command(ActionCommand):
             raise GoalNotFound(f"goal {goal_id} does not exist")
         return goal
 
-    def do_create(self, opts):
+    def do_create(self, opts: Options) -> None:
         as_json = opts["json"]
         actor = person_actor(opts["user"])
         goal = person_tasks.goal_create(
@@ -56,7 +56,7 @@ class Command(ActionCommand):
         data = goal_as_dict(self._goal(goal.pk))
         emit(self, data, as_json=as_json, text=f"goal {goal.pk} created: {goal.title}")
 
-    def do_list(self, opts):
+    def do_list(self, opts: Options) -> None:
         as_json = opts["json"]
         goals = Goal.objects.select_related("created_by").order_by("-id")
         if opts["active"]:
@@ -72,7 +72,7 @@ class Command(ActionCommand):
         )
         emit(self, rows, as_json=as_json, text=text or "no goals")
 
-    def do_show(self, opts):
+    def do_show(self, opts: Options) -> None:
         as_json = opts["json"]
         data = goal_as_dict(self._goal(opts["goal"]), with_tasks=SHOW_TASKS)
         lines = [
@@ -86,7 +86,7 @@ class Command(ActionCommand):
         lines += [f"  #{t['id']:<6} {t['status']:<18} {t['title']}" for t in data["tasks"]]
         emit(self, data, as_json=as_json, text="\n".join(lines))
 
-    def do_deactivate(self, opts):
+    def do_deactivate(self, opts: Options) -> None:
         as_json = opts["json"]
         actor = person_actor(opts["user"])
         services.goal_deactivate(actor=actor, goal_id=opts["goal"])

@@ -1,6 +1,6 @@
 """acthelm_notify add|list|test|remove|deliver — notification targets and the outbox, scriptable."""
 
-from console.cli import ActionCommand, emit
+from console.cli import ActionCommand, Actions, Options, emit
 from core.exceptions import InvalidInput
 from tasks.notify.channels import channel_kinds, get_channel
 from tasks.notify.delivery import deliver_due
@@ -19,7 +19,7 @@ class Command(ActionCommand):
         f"Manage notification targets ({', '.join(channel_kinds())}) and deliver the outbox once."
     )
 
-    def add_actions(self, sub):
+    def add_actions(self, sub: Actions) -> None:
 
         add = sub.add_parser("add", help="add a target")
         add.add_argument("name")
@@ -49,7 +49,7 @@ class Command(ActionCommand):
         deliver = sub.add_parser("deliver", help="one delivery pass over the due notifications")
         deliver.add_argument("--limit", type=int, help="at most this many sends")
 
-    def do_add(self, opts):
+    def do_add(self, opts: Options) -> None:
         as_json = opts["json"]
         kind = next(k for k in channel_kinds() if opts[k] is not None)
         address = opts[kind]
@@ -70,7 +70,7 @@ class Command(ActionCommand):
             f"for {', '.join(target.events)}",
         )
 
-    def do_list(self, opts):
+    def do_list(self, opts: Options) -> None:
         as_json = opts["json"]
         rows = [target_summary(t) for t in NotificationTarget.objects.order_by("name")]
         lines = [
@@ -81,7 +81,7 @@ class Command(ActionCommand):
         ]
         emit(self, rows, as_json=as_json, text="\n".join(lines) or "no notification targets")
 
-    def do_test(self, opts):
+    def do_test(self, opts: Options) -> None:
         as_json = opts["json"]
         receipt = target_test(name=opts["name"])
         emit(
@@ -91,7 +91,7 @@ class Command(ActionCommand):
             text=f"sent a test notification to {opts['name']}: {receipt}",
         )
 
-    def do_remove(self, opts):
+    def do_remove(self, opts: Options) -> None:
         as_json = opts["json"]
         dropped = target_remove(name=opts["name"])
         emit(
@@ -101,7 +101,7 @@ class Command(ActionCommand):
             text=f"removed {opts['name']} ({dropped} pending notification(s) marked failed)",
         )
 
-    def do_deliver(self, opts):
+    def do_deliver(self, opts: Options) -> None:
         as_json = opts["json"]
         report = deliver_due(limit=opts["limit"])
         data = {

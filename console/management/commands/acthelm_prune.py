@@ -6,8 +6,9 @@ docs/operations-retention.md for what is removed and what is kept.
 
 import math
 from argparse import ArgumentTypeError
+from typing import Any
 
-from django.core.management.base import BaseCommand, CommandError
+from django.core.management.base import BaseCommand, CommandError, CommandParser
 
 from agents.engine.prune import DEFAULT_BATCH_SIZE, prune
 from console.cli import emit
@@ -46,13 +47,13 @@ class Command(BaseCommand):
         "last updated more than DAYS ago (dry run unless --yes)."
     )
 
-    def add_arguments(self, parser):
+    def add_arguments(self, parser: CommandParser) -> None:
         parser.add_argument("--older-than", type=_days, required=True, metavar="DAYS")
         parser.add_argument("--yes", action="store_true", help="remove (default: dry run)")
         parser.add_argument("--batch-size", type=_batch_size, default=DEFAULT_BATCH_SIZE)
         parser.add_argument("--json", action="store_true", help="print JSON")
 
-    def handle(self, *args, **opts):
+    def handle(self, *args: Any, **opts: Any) -> None:
         if opts["batch_size"] < 1:
             raise CommandError("--batch-size must be positive")
         report = prune(

@@ -1,6 +1,8 @@
 """acthelm_reconcile — one pass of the reconciler: promote unblocked tasks, plan idle goals."""
 
-from django.core.management.base import BaseCommand
+from typing import Any
+
+from django.core.management.base import BaseCommand, CommandParser
 
 from agents.engine.reconciler import reconcile
 from console.cli import emit
@@ -9,9 +11,9 @@ from console.cli import emit
 class Command(BaseCommand):
     help = "Run one reconciler pass (safe to run while workers reconcile too)."
 
-    def add_arguments(self, parser):
+    def add_arguments(self, parser: CommandParser) -> None:
         parser.add_argument("--json", action="store_true", help="print JSON")
 
-    def handle(self, *args, **opts):
+    def handle(self, *args: Any, **opts: Any) -> None:
         report = reconcile()
         emit(self, report.as_dict(), as_json=opts["json"], text=report.summary())

@@ -1,8 +1,9 @@
 """One pass of stale-run recovery (every worker also runs it periodically)."""
 
 import json
+from typing import Any
 
-from django.core.management.base import BaseCommand
+from django.core.management.base import BaseCommand, CommandParser
 
 from agents.engine.recovery import recover_stale
 
@@ -10,10 +11,10 @@ from agents.engine.recovery import recover_stale
 class Command(BaseCommand):
     help = "Fail runs whose lease expired (or that overran), requeue their task once."
 
-    def add_arguments(self, parser):
+    def add_arguments(self, parser: CommandParser) -> None:
         parser.add_argument("--json", action="store_true")
 
-    def handle(self, *args, **opts):
+    def handle(self, *args: Any, **opts: Any) -> None:
         recovered = recover_stale()
         if opts["json"]:
             self.stdout.write(json.dumps({"recovered": recovered}))

@@ -10,17 +10,20 @@ import re
 import shutil
 from argparse import ArgumentTypeError
 from pathlib import Path
+from typing import Any
 
-from django.core.management.base import BaseCommand, CommandError
+from django.core.management.base import BaseCommand, CommandError, CommandParser
 
 from agents.actions import tasks as person_tasks
 from agents.engine.acceptance import check_text, kind_names
+from agents.models import Model
 from agents.scorecard import model_scorecard, scorecard_window
 from agents.selectors import task_cost_subquery, task_file, task_result, task_with_history
 from approvals.models import Approval, ReviewDecision
 from approvals.selectors import open_operations, operations_as_text
-from console.actions import REGISTRY, by_slug
-from console.cli import emit, fail, person_actor
+from console.actions import REGISTRY, ConsoleAction, by_slug
+from console.cli import Options, emit, fail, person_actor
+from core.actors import Actor
 from core.exceptions import ActhelmError, InvalidInput
 from tasks import services
 from tasks.limits import LIMIT_FIELDS
@@ -65,7 +68,7 @@ def _printable(text: str) -> str:
     return _CONTROL.sub("\ufffd", text)
 
 
-def _result_lines(result: dict) -> list[str]:
+def _result_lines(result: dict[str, Any]) -> list[str]:
     lines = []
     if result["verdict"]:
         reason = f": {result['verdict_reason']}" if result["verdict_reason"] else ""
@@ -81,7 +84,7 @@ def _result_lines(result: dict) -> list[str]:
 class Command(BaseCommand):
     help = "Create, inspect and act on tasks (the console's actions, scriptable)."
 
-    def add_arguments(self, parser):
+    def add_arguments(self, parser: CommandParser) -> None:
         parser.add_argument("--json", action="store_true", help="print JSON")
         parser.add_argument("--user", help="act as this person (default: $ACTHELM_USER)")
         sub = parser.add_subparsers(dest="action", required=True)
@@ -171,21 +174,21 @@ class Command(BaseCommand):
                 else:
                     p.add_argument(f"--{item.name}", required=item.required, help=item.help)
 
-    def handle(self, *args, **opts):
+    def handle(self, *args: Any, **opts: Any) -> None:
         as_json = opts["json"]
         try:
             return self._dispatch(opts, as_json)
         except ActhelmError as exc:
             fail(self, exc, as_json=as_json)
 
-    def _model(self, opts):
+    def _model(self, opts: Options) -> Model | None:
         """The model of --model (on --connection when given), for resume and retry."""
         if not opts.get("model"):
             return None
         connection = person_tasks.connection_named(opts.get("connection") or None)
         return person_tasks.model_named(opts["model"], connection)
 
-    def _dispatch(self, opts, as_json):
+    def _dispatch(self, opts: Options, as_json: bool) -> None:
         action = opts["action"]
         if action == "list":
             qs = (
@@ -217,8 +220,8 @@ class Command(BaseCommand):
         if action == "artifact":
             return self._artifact(opts, as_json)
         if action == "pending":
-            rows = open_operations(limit=opts["limit"])
-            return emit(self, rows, as_json=as_json, text=operations_as_text(rows))
+            pending = open_operations(limit=opts["limit"])
+            return emit(self, pending, as_json=as_json, text=operations_as_text(pending))
         if action == "stats":
             return self._stats(opts, as_json)
 
@@ -230,20 +233,21 @@ class Command(BaseCommand):
                 actor=actor, task_id=opts["task"], **_pairs(opts["limit"], "--limit")
             )
         else:
-            task = self._act(actor, by_slug(action), opts)
-            if task is None:  # deleted
+            acted = self._act(actor, by_slug(action), opts)
+            if acted is None:  # deleted
                 return emit(
                     self,
                     {"ok": True, "deleted": opts["task"]},
                     as_json=as_json,
                     text=f"task {opts['task']} deleted",
                 )
+            task = acted
         task = self._task(task.pk)
         return emit(
             self, task_as_dict(task), as_json=as_json, text=f"task {task.pk}: {task.status}"
         )
 
-    def _stats(self, opts, as_json):
+    def _stats(self, opts: Options, as_json: bool) -> None:
         card = model_scorecard(window=scorecard_window(period=opts["period"], since=opts["since"]))
         lines = [f"{card.window.label} ({card.window.since:%Y-%m-%d %H:%M} to now)"]
         for s in [*card.models, card.totals]:
@@ -256,7 +260,7 @@ class Command(BaseCommand):
             )
         return emit(self, card.as_dict(), as_json=as_json, text="\n".join(lines))
 
-    def _artifact(self, opts, as_json):
+    def _artifact(self, opts: Options, as_json: bool) -> None:
         task = self._task(opts["task"])
         kinds = ["input"] if opts["input"] else ["artifact", "input"]
         found = next(
@@ -276,6 +280,7 @@ class Command(BaseCommand):
         if as_json:
             return emit(self, info | {"content": content}, as_json=True)
         self.stdout.write(_printable(content.replace("\r\n", "\n")), ending="")
+        return None
 
     def _task(self, task_id: int) -> Task:
         try:
@@ -283,7 +288,7 @@ class Command(BaseCommand):
         except Task.DoesNotExist:
             raise CommandError(f"task {task_id} does not exist [task_not_found]") from None
 
-    def _create(self, actor, opts) -> Task:
+    def _create(self, actor: Actor, opts: Options) -> Task:
         files = [Path(f) for f in opts["file"]]
         for f in files:
             if not f.is_file():
@@ -306,7 +311,7 @@ class Command(BaseCommand):
             acceptance_checks=opts["expect"],
         )
 
-    def _act(self, actor, entry, opts) -> Task | None:
+    def _act(self, actor: Actor, entry: ConsoleAction, opts: Options) -> Task | None:
         """A console action: its inputs from the options, then its service."""
         inputs = {}
         for item in entry.inputs:
@@ -315,7 +320,8 @@ class Command(BaseCommand):
             elif opts.get(item.name) is not None:
                 inputs[item.name] = opts[item.name]
         if entry.target == "task":
-            return entry.call(actor=actor, target_id=opts["task"], **inputs)
+            done: Task | None = entry.call(actor=actor, target_id=opts["task"], **inputs)
+            return done
         op = opts["op"]
         model = Approval if entry.target == "approval" else ReviewDecision
         owner = model.objects.filter(pk=op).values_list("task_id", flat=True).first()
@@ -323,4 +329,7 @@ class Command(BaseCommand):
             raise InvalidInput(f"operation {op} does not exist")
         if owner != opts["task"]:
             raise InvalidInput(f"operation {op} belongs to task {owner}, not {opts['task']}")
-        return entry.call(actor=actor, target_id=op, arguments_hash=opts["op_hash"]).task
+        decided: Approval | ReviewDecision = entry.call(
+            actor=actor, target_id=op, arguments_hash=opts["op_hash"]
+        )
+        return decided.task

@@ -11,7 +11,7 @@ from agents.catalogue.toolservers import (
 )
 from agents.models import ToolServer
 from agents.states import ToolServerTransport
-from console.cli import ActionCommand, emit, person_actor
+from console.cli import ActionCommand, Actions, Options, emit, person_actor
 from core.exceptions import InvalidInput
 
 
@@ -20,7 +20,7 @@ class Command(ActionCommand):
 
     help = "Add, list, test and remove MCP tool servers (their tools are named SERVER__TOOL)."
 
-    def add_actions(self, sub):
+    def add_actions(self, sub: Actions) -> None:
         add = sub.add_parser("add")
         add.add_argument("name")
         add.add_argument("--transport", required=True, choices=ToolServerTransport.values)
@@ -50,7 +50,7 @@ class Command(ActionCommand):
         remove = sub.add_parser("remove")
         remove.add_argument("name")
 
-    def do_add(self, opts):
+    def do_add(self, opts: Options) -> None:
         command = []
         raw = opts["server_command"].strip()
         if raw.startswith("["):
@@ -79,7 +79,7 @@ class Command(ActionCommand):
             text=f"tool server {server.name} added; run `acthelm_toolserver test {server.name}`",
         )
 
-    def do_list(self, opts):
+    def do_list(self, opts: Options) -> None:
         rows = [toolserver_as_dict(s) for s in ToolServer.objects.all()]
         text = "\n".join(
             f"{r['name']:<20} {r['transport']:<6} {'trusted' if r['trusted'] else 'untrusted':<10}"
@@ -88,7 +88,7 @@ class Command(ActionCommand):
         )
         emit(self, rows, as_json=opts["json"], text=text or "no tool servers")
 
-    def do_test(self, opts):
+    def do_test(self, opts: Options) -> None:
         result = toolserver_test(actor=person_actor(opts["user"]), name=opts["name"])
         text = f"{result['name']}: {'passed' if result['ok'] else 'FAILED'} — "
         text += result["test_message"] or ""
@@ -98,7 +98,7 @@ class Command(ActionCommand):
         if not result["ok"]:
             raise SystemExit(1)
 
-    def do_remove(self, opts):
+    def do_remove(self, opts: Options) -> None:
         toolserver_remove(actor=person_actor(opts["user"]), name=opts["name"])
         emit(
             self,

@@ -1,18 +1,21 @@
 """acthelm_token create|list|revoke — per-person API tokens. The token is printed once, at
 creation; only its SHA-256 is stored."""
 
+from typing import Any
+
 from django.contrib.auth import get_user_model
+from django.contrib.auth import models as auth_models
 from django.core.management.base import CommandError
 
 from acthelm_site.api import tokens
 from acthelm_site.api.models import ApiToken
-from console.cli import ActionCommand, emit
+from console.cli import ActionCommand, Actions, emit
 
 
 class Command(ActionCommand):
     help = "Create, list and revoke API tokens (Authorization: Bearer <token> at /api/)."
 
-    def add_actions(self, sub):
+    def add_actions(self, sub: Actions) -> None:
         create = sub.add_parser("create", help="create a token for a person (printed once)")
         create.add_argument("--user", required=True, help="the person the token acts as")
         create.add_argument("--name", required=True, help="what the token is for")
@@ -22,14 +25,14 @@ class Command(ActionCommand):
         revoke = sub.add_parser("revoke", help="refuse a token from now on")
         revoke.add_argument("token", help="its prefix, e.g. acthelm_1a2b3c4d_… (as listed)")
 
-    def _user(self, username: str):
+    def _user(self, username: str) -> auth_models.User:
         User = get_user_model()
         try:
             return User.objects.get(username=username)
         except User.DoesNotExist:
             raise CommandError(f"no user named {username!r}") from None
 
-    def do_create(self, opts):
+    def do_create(self, opts: dict[str, Any]) -> None:
         as_json = opts["json"]
         new = tokens.token_create(user=self._user(opts["user"]), name=opts["name"])
         data = tokens.token_as_dict(new.token) | {"token": new.secret}
@@ -39,7 +42,7 @@ class Command(ActionCommand):
         )
         emit(self, data, as_json=as_json, text=text)
 
-    def do_list(self, opts):
+    def do_list(self, opts: dict[str, Any]) -> None:
         as_json = opts["json"]
         qs = ApiToken.objects.select_related("user").order_by("-id")
         if opts["user"]:
@@ -55,7 +58,7 @@ class Command(ActionCommand):
         )
         emit(self, rows, as_json=as_json, text=text or "no tokens")
 
-    def do_revoke(self, opts):
+    def do_revoke(self, opts: dict[str, Any]) -> None:
         as_json = opts["json"]
         token = tokens.token_revoke(token_id=tokens.token_find(opts["token"]).pk)
         emit(
