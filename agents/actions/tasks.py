@@ -41,7 +41,6 @@ from tasks.services import (
     validate_limits,
 )
 from tasks.services import goal_create as ledger_goal_create
-from tasks.services import task_cancel as task_cancel  # the evaluation runner's import
 from tasks.states import (
     EventKind,
     TaskKind,
