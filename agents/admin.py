@@ -33,6 +33,7 @@ from agents.models import (
     ToolServer,
     Turn,
 )
+from agents.permissions import MANAGE_CONNECTIONS, MANAGE_TOOLSERVERS
 from core.actors import Actor
 from core.exceptions import ActhelmError, NotPermitted
 
@@ -147,7 +148,7 @@ class ConnectionAdmin(ConnectionAdminBase):
         if not change:
             # A new connection: Connection.clean ran the services' validator; its models start
             # untested.
-            if not request.user.has_perm("agents.manage_connections"):
+            if not request.user.has_perm(MANAGE_CONNECTIONS):
                 raise PermissionDenied
             obj.save()
             return
@@ -263,7 +264,7 @@ class ToolServerAdmin(ToolServerAdminBase):
     actions = ["test_servers"]
 
     def _manages(self, request: HttpRequest) -> bool:
-        return request.user.has_perm("agents.manage_toolservers")
+        return request.user.has_perm(MANAGE_TOOLSERVERS)
 
     def has_add_permission(self, request: HttpRequest) -> bool:
         return self._manages(request)

@@ -2,13 +2,14 @@
 
 import mimetypes
 from dataclasses import dataclass
+from datetime import datetime
 from pathlib import Path
-from typing import Any
+from typing import Any, TypedDict
 
 from django.db.models import DecimalField, OuterRef, Subquery, Sum
 
 from agents.engine.usage import task_usage
-from agents.models import Artifact, Turn
+from agents.models import AgentRun, Artifact, Turn
 from core.exceptions import InvalidInput
 from tasks.models import Task
 from tasks.selectors import event_as_dict, task_as_dict
@@ -67,6 +68,76 @@ def task_file(task_id: int, name: str, *, kind: str) -> TaskFile | None:
     return TaskFile(name=name, path=path, content_type=_safe_type(content_type), kind=kind)
 
 
+def _iso(value: datetime | None) -> str | None:
+    return value.isoformat() if value else None
+
+
+class RunDict(TypedDict):
+    """A run as the API's task document and `acthelm_task show` publish it."""
+
+    id: int
+    number: int
+    status: str
+    worker_id: str
+    connection: str | None
+    model: str | None
+    started_at: str | None
+    finished_at: str | None
+    model_turns: int
+    input_tokens: int
+    output_tokens: int
+    network_requests: int
+    active_seconds: float
+    verdict: str | None
+    verdict_reason: str | None
+    error_code: str | None
+    error_message: str | None
+    answer: str | None
+
+
+class ArtifactDict(TypedDict):
+    id: int
+    name: str
+    size: int
+    sha256: str
+    content_type: str
+
+
+def run_as_dict(run: AgentRun) -> RunDict:
+    """A run as JSON, for the API's task and `acthelm_task show` (select its model's
+    connection with it)."""
+    return {
+        "id": run.pk,
+        "number": run.number,
+        "status": run.status,
+        "worker_id": run.worker_id,
+        "connection": run.model.connection.name if run.model is not None else None,
+        "model": run.model.name if run.model is not None else None,
+        "started_at": _iso(run.started_at),
+        "finished_at": _iso(run.finished_at),
+        "model_turns": run.model_turns,
+        "input_tokens": run.input_tokens,
+        "output_tokens": run.output_tokens,
+        "network_requests": run.network_requests,
+        "active_seconds": run.active_seconds,
+        "verdict": run.verdict or None,
+        "verdict_reason": run.verdict_reason or None,
+        "error_code": run.error_code or None,
+        "error_message": run.error_message or None,
+        "answer": run.answer or None,
+    }
+
+
+def artifact_as_dict(artifact: Artifact) -> ArtifactDict:
+    return {
+        "id": artifact.pk,
+        "name": artifact.name,
+        "size": artifact.size,
+        "sha256": artifact.sha256,
+        "content_type": artifact.content_type,
+    }
+
+
 def task_result(task: Task) -> dict[str, Any]:
     """What a task produced: the newest answer and verdict, its artifacts and input files."""
     answer_run = task.runs.exclude(answer="").order_by("-number").first()
@@ -75,10 +146,7 @@ def task_result(task: Task) -> dict[str, Any]:
         "answer": answer_run.answer if answer_run else None,
         "verdict": verdict_run.verdict if verdict_run else None,
         "verdict_reason": verdict_run.verdict_reason or None if verdict_run else None,
-        "artifacts": [
-            {"name": a.name, "size": a.size, "content_type": a.content_type, "sha256": a.sha256}
-            for a in task.artifacts.order_by("name")
-        ],
+        "artifacts": [artifact_as_dict(a) for a in task.artifacts.order_by("name")],
         "input_files": list_input_files(task.pk),
     }
 
@@ -98,23 +166,16 @@ def task_cost_subquery() -> Subquery:
 
 
 def task_with_history(task: Task) -> dict[str, Any]:
-    """`task_as_dict` with what the task used, its timeline and its runs (`acthelm_task show`)."""
+    """`task_as_dict` with what the task used, its timeline and its runs (`acthelm_task show`):
+    the task and its runs as the API shows them; `usage` is `Usage.as_dict` with the cost, where
+    the API's task document publishes four counters, and `events` is the whole timeline, where
+    the API pages it."""
     data = task_as_dict(task)
     usage = task_usage(task.pk)
     data["cost"] = str(usage.cost)
     data["usage"] = usage.as_dict()
     data["events"] = [event_as_dict(e) for e in task.events.order_by("id")]
     data["runs"] = [
-        {
-            "id": r.pk,
-            "number": r.number,
-            "status": r.status,
-            "worker_id": r.worker_id,
-            "verdict": r.verdict or None,
-            "verdict_reason": r.verdict_reason or None,
-            "error_code": r.error_code or None,
-            "answer": r.answer or None,
-        }
-        for r in task.runs.order_by("number")
+        run_as_dict(r) for r in task.runs.select_related("model__connection").order_by("number")
     ]
     return data

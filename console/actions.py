@@ -18,10 +18,11 @@ from typing import Any
 from agents.actions import decisions
 from agents.actions import tasks as person_tasks
 from approvals.models import Approval, ReviewDecision
-from console.shared import CLOSE_PERM, DECIDE_PERM, OPERATE_PERM
+from approvals.permissions import DECIDE_APPROVAL
 from core.actors import Actor
 from tasks import services
 from tasks.models import Task
+from tasks.permissions import CLOSE_TASK, OPERATE_TASK
 from tasks.states import ACTIONS, Action
 
 
@@ -109,7 +110,7 @@ REGISTRY: dict[str, ConsoleAction] = {
         # The task-wide actions, in the order of their buttons.
         ConsoleAction(
             A.PAUSE,
-            OPERATE_PERM,
+            OPERATE_TASK,
             services.task_pause,
             success="Pause requested.",
             admin="Pause",
@@ -118,14 +119,14 @@ REGISTRY: dict[str, ConsoleAction] = {
         ),
         ConsoleAction(
             A.WITHDRAW_PAUSE,
-            OPERATE_PERM,
+            OPERATE_TASK,
             services.task_withdraw_pause,
             success="Pause withdrawn: the worker carries on.",
             cli_help="withdraw a pause request the worker has not reached yet",
         ),
         ConsoleAction(
             A.RESUME,
-            OPERATE_PERM,
+            OPERATE_TASK,
             person_tasks.task_resume,
             inputs=(MODEL,),
             success="Task resumed: it is queued.",
@@ -137,7 +138,7 @@ REGISTRY: dict[str, ConsoleAction] = {
         ),
         ConsoleAction(
             A.RETRY,
-            OPERATE_PERM,
+            OPERATE_TASK,
             person_tasks.task_retry,
             inputs=(MODEL, Input("raised_limit", kind="raised_limit")),
             success="Task queued again from its last checkpoint.",
@@ -149,7 +150,7 @@ REGISTRY: dict[str, ConsoleAction] = {
         ),
         ConsoleAction(
             A.CLOSE,
-            CLOSE_PERM,
+            CLOSE_TASK,
             services.task_close,
             success="Task closed: done.",
             style="primary",
@@ -160,7 +161,7 @@ REGISTRY: dict[str, ConsoleAction] = {
         ),
         ConsoleAction(
             A.REOPEN,
-            CLOSE_PERM,
+            CLOSE_TASK,
             services.task_reopen,
             inputs=(
                 Input(
@@ -179,8 +180,8 @@ REGISTRY: dict[str, ConsoleAction] = {
         ),
         ConsoleAction(
             A.CANCEL,
-            OPERATE_PERM,
-            person_tasks.task_cancel,
+            OPERATE_TASK,
+            services.task_cancel,
             inputs=(Input("reason", help="why (shown on the timeline)"),),
             success="Task cancelled: no further step starts.",
             confirm="Cancel task #{pk}? No further step starts and it cannot be resumed.",
@@ -191,7 +192,7 @@ REGISTRY: dict[str, ConsoleAction] = {
         ),
         ConsoleAction(
             A.DELETE,
-            OPERATE_PERM,
+            OPERATE_TASK,
             services.task_delete,
             success="Task #{pk} deleted.",
             confirm="Delete task #{pk} with its transcript, events and files?",
@@ -201,7 +202,7 @@ REGISTRY: dict[str, ConsoleAction] = {
         # Decisions on one operation, bound to its arguments' hash.
         ConsoleAction(
             A.APPROVE,
-            DECIDE_PERM,
+            DECIDE_APPROVAL,
             decisions.approval_approve,
             target="approval",
             success="Approved",
@@ -210,7 +211,7 @@ REGISTRY: dict[str, ConsoleAction] = {
         ),
         ConsoleAction(
             A.DENY,
-            DECIDE_PERM,
+            DECIDE_APPROVAL,
             decisions.approval_deny,
             target="approval",
             success="Denied",
@@ -219,7 +220,7 @@ REGISTRY: dict[str, ConsoleAction] = {
         ),
         ConsoleAction(
             A.RUN_AGAIN,
-            DECIDE_PERM,
+            DECIDE_APPROVAL,
             decisions.review_run_again,
             target="review",
             success="Run again",
@@ -227,7 +228,7 @@ REGISTRY: dict[str, ConsoleAction] = {
         ),
         ConsoleAction(
             A.SKIP,
-            DECIDE_PERM,
+            DECIDE_APPROVAL,
             decisions.review_skip,
             target="review",
             success="Skipped",

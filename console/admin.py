@@ -168,7 +168,7 @@ class TaskAdminForm(TaskFormBase):
             raise forms.ValidationError(exc.message) from None
         if self.instance.pk:
             others = sum(f["size"] for f in list_input_files(self.instance.pk) if f["name"] != name)
-            if others + upload.size > settings.ACTHELM_TASK_INPUTS_MAX_BYTES:
+            if others + (upload.size or 0) > settings.ACTHELM_TASK_INPUTS_MAX_BYTES:
                 raise forms.ValidationError(task_inputs_too_large())
         return upload
 

@@ -1,4 +1,5 @@
-"""Forms of the console's task pages. They only parse input; tasks.services decides."""
+"""Forms of the console's task pages. They only parse input; the services decide (a new task:
+`agents.actions.tasks.task_create_by_name`, as for the API and the CLI)."""
 
 import re
 from decimal import Decimal
@@ -18,7 +19,6 @@ from core.numbers import INT32_MAX, INT32_MIN
 from tasks.limits import BY_FIELD, LIMIT_FIELDS
 from tasks.models import Goal
 from tasks.services import default_limits
-from tasks.workspace import safe_file_name
 
 _SPLIT = re.compile(r"[\s,]+")
 
@@ -140,19 +140,6 @@ class TaskCreateForm(forms.Form):
     def limit_fields(self) -> list[forms.BoundField]:
         return [self[field] for field in LIMIT_FIELDS]
 
-    def clean_files(self) -> "list[UploadedFile[bytes]]":
-        files = self.cleaned_data.get("files") or []
-        names = set()
-        for upload in files:
-            try:
-                name = safe_file_name(upload.name)
-            except InvalidInput as exc:
-                raise ValidationError(exc.message) from None
-            if name in names:
-                raise ValidationError(f"two files are named {name}")
-            names.add(name)
-        return files
-
     def clean_acceptance_checks(self) -> list[str]:
         lines = checks_from_lines(self.cleaned_data.get("acceptance_checks") or "")
         try:
@@ -160,15 +147,6 @@ class TaskCreateForm(forms.Form):
         except InvalidInput as exc:
             raise ValidationError(exc.message) from None
         return lines
-
-    def clean(self) -> dict[str, Any]:
-        super().clean()  # returns `cleaned_data`, which django-stubs types as optional
-        data = self.cleaned_data
-        tools = set(data.get("tools") or [])
-        stray = sorted(set(data.get("ask_tools") or []) - tools)
-        if stray:
-            self.add_error("ask_tools", f"ask is set for tools the task does not use: {stray}")
-        return data
 
     def service_kwargs(self) -> dict[str, Any]:
         data = self.cleaned_data

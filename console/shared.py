@@ -1,5 +1,6 @@
-"""What the console's pages share: the permissions they check, the login and permission
-decorators, and small parsing and formatting helpers. (A refused action's HTTP status is the
+"""What the console's pages share: the login and permission decorators, and small parsing and
+formatting helpers (the permissions are named by the apps that own them: `tasks.permissions`,
+`approvals.permissions`, `agents.permissions`). (A refused action's HTTP status is the
 error's own: `ActhelmError.http_status`.)"""
 
 import json
@@ -14,19 +15,7 @@ from django.http.response import HttpResponseBase
 from django_htmx.http import HttpResponseClientRedirect
 
 from console.http import AuthenticatedHttpRequest, HtmxHttpRequest
-
-VIEW_PERM = "tasks.view_task"
-ADD_PERM = "tasks.add_task"
-OPERATE_PERM = "tasks.operate_task"
-CLOSE_PERM = "tasks.close_task"
-DECIDE_PERM = "approvals.decide_approval"
-MANAGE_CONNECTIONS_PERM = "agents.manage_connections"
-# Who may see the connections: who manages them, and who only looks.
-VIEW_CONNECTIONS_PERMS = (MANAGE_CONNECTIONS_PERM, "agents.view_connection")
-# Who may see the scorecard and the evaluation page (how the models did).
-SCORECARD_PERM = "agents.view_agentrun"
-# Who may see the approvals inbox: who decides, and who only looks.
-INBOX_PERMS = (DECIDE_PERM, "approvals.view_approval")
+from tasks.permissions import VIEW_TASK
 
 OUTCOME_UNKNOWN = (
     "The worker stopped while this operation was in flight; its outcome is unknown. "
@@ -61,7 +50,7 @@ def login_required[**P](view: PersonView[P]) -> AnyRequestView[P]:
 
 
 def console_view[**P](
-    perm: str = VIEW_PERM,
+    perm: str = VIEW_TASK,
 ) -> Callable[[PersonView[P]], AnyRequestView[P]]:
     """Login first (anonymous people go to the login page), then the permission (403)."""
 

@@ -1,6 +1,8 @@
 """Reads of tasks for the console, the CLI and the API."""
 
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass
+from datetime import datetime
 from decimal import Decimal
 from typing import Any, TypedDict
 
@@ -15,38 +17,63 @@ def _limit_value(value: int | Decimal | None, limit: Limit) -> int | Decimal | s
     return str(value) if limit.money and value is not None else value
 
 
-def task_as_dict(task: Task) -> dict[str, Any]:
-    data: dict[str, Any] = {
-        "id": task.pk,
-        "title": task.title,
-        "instruction": task.instruction,
-        "status": task.status,
-        "kind": task.kind,
-        "origin": task.origin,
-        "is_evaluation": task.is_evaluation,
-        "goal_id": task.goal_id,
-        "priority": task.priority,
-        # .all(): a list that prefetched the links (acthelm_task list) asks nothing more.
-        "depends_on": [link.depends_on_id for link in task.dependency_links.all()],
-        "tools": list(task.tools),
-        "tool_policies": task.tool_policies,
-        "allowed_domains": list(task.allowed_domains),
-        "acceptance_checks": list(task.acceptance_checks or []),
-        "connection": task.connection.name if task.connection is not None else None,
-        "model": task.model.name if task.model is not None else None,
-        "limits": {limit.key: _limit_value(getattr(task, limit.field), limit) for limit in LIMITS},
-        "claim_count": task.claim_count,
-        "lease_owner": task.lease_owner or None,
-        "lease_expires_at": task.lease_expires_at.isoformat() if task.lease_expires_at else None,
-        "not_before": task.not_before.isoformat() if task.not_before else None,
-        "failed_attempts": task.failed_attempts,
-        "failure_code": task.failure_code or None,
-        "failure_message": task.failure_message or None,
-        "feedback": task.feedback or None,
-        "actions": sorted(allowed_actions(task.status)),
-        "created_at": task.created_at.isoformat(),
-        "updated_at": task.updated_at.isoformat(),
-    }
+def _iso(value: datetime | None) -> str | None:
+    return value.isoformat() if value else None
+
+
+#: A task's fields as JSON, each written once: the CLI's --json, the API (its schemas pick the
+#: fields they publish) and the goal page read them through `task_as_dict`.
+TASK_FIELDS: dict[str, Callable[[Task], object]] = {
+    "id": lambda t: t.pk,
+    "title": lambda t: t.title,
+    "instruction": lambda t: t.instruction,
+    "status": lambda t: t.status,
+    "kind": lambda t: t.kind,
+    "origin": lambda t: t.origin,
+    "is_evaluation": lambda t: t.is_evaluation,
+    "goal_id": lambda t: t.goal_id,
+    "priority": lambda t: t.priority,
+    "tags": lambda t: list(t.tags),
+    # .all(): a list that prefetched the links (acthelm_task list) asks nothing more.
+    "depends_on": lambda t: [link.depends_on_id for link in t.dependency_links.all()],
+    "tools": lambda t: list(t.tools),
+    "tool_policies": lambda t: t.tool_policies,
+    "allowed_domains": lambda t: list(t.allowed_domains),
+    "acceptance_checks": lambda t: list(t.acceptance_checks or []),
+    "connection": lambda t: t.connection.name if t.connection is not None else None,
+    "model": lambda t: t.model.name if t.model is not None else None,
+    "limits": lambda t: {
+        limit.key: _limit_value(getattr(t, limit.field), limit) for limit in LIMITS
+    },
+    "claim_count": lambda t: t.claim_count,
+    "lease_owner": lambda t: t.lease_owner or None,
+    "lease_expires_at": lambda t: _iso(t.lease_expires_at),
+    "not_before": lambda t: _iso(t.not_before),
+    "failed_attempts": lambda t: t.failed_attempts,
+    "failure_code": lambda t: t.failure_code or None,
+    "failure_message": lambda t: t.failure_message or None,
+    "feedback": lambda t: t.feedback or None,
+    "actions": lambda t: sorted(allowed_actions(t.status)),
+    "created_at": lambda t: t.created_at.isoformat(),
+    "updated_at": lambda t: t.updated_at.isoformat(),
+}
+#: A row of a task list (the API's list): no field that asks a query of its own; connection
+#: and model are selected with the rows.
+SUMMARY_FIELDS = (
+    "id", "title", "status", "kind", "origin", "is_evaluation", "goal_id", "priority", "tags",
+    "connection", "model", "failure_code", "actions", "created_at", "updated_at",
+)  # fmt: skip
+#: A row of a goal's newest tasks: model columns only (read with `.only(*GOAL_ROW_FIELDS)`).
+GOAL_ROW_FIELDS = ("id", "title", "status", "kind", "origin", "failure_code", "created_at")
+
+
+def task_as_dict(task: Task, fields: Iterable[str] | None = None) -> dict[str, Any]:
+    """The task as JSON: every field of `TASK_FIELDS`, or those named in `fields`. The whole task
+    also says `loop` when it failed in an error loop and, on a list annotated with
+    `cost_total`, its `cost`."""
+    if fields is not None:
+        return {name: TASK_FIELDS[name](task) for name in fields}
+    data: dict[str, Any] = {name: field(task) for name, field in TASK_FIELDS.items()}
     if task.failure_code == "error_loop":
         data["loop"] = True
     if hasattr(task, "cost_total"):
@@ -229,18 +256,5 @@ def goal_as_dict(goal: Goal, *, with_tasks: int = 0) -> dict[str, Any]:
     }
     if with_tasks:
         tasks = Task.objects.filter(goal=goal).order_by("-id")[:with_tasks]
-        data["tasks"] = [
-            {
-                "id": t.pk,
-                "title": t.title,
-                "status": t.status,
-                "kind": t.kind,
-                "origin": t.origin,
-                "failure_code": t.failure_code or None,
-                "created_at": t.created_at.isoformat(),
-            }
-            for t in tasks.only(
-                "id", "title", "status", "kind", "origin", "failure_code", "created_at"
-            )
-        ]
+        data["tasks"] = [task_as_dict(t, GOAL_ROW_FIELDS) for t in tasks.only(*GOAL_ROW_FIELDS)]
     return data

@@ -1,8 +1,11 @@
-"""Every person's action on a task, plus task creation. Views, admin actions, management commands
-and the worker call these; the state changes themselves happen in tasks.transitions."""
+"""A person's actions on a task that the ledger owns: pause, withdraw a pause, cancel, close,
+reopen, retry now, limits, delete; and goals. The console, the admin, the CLI and the API call
+these (the worker calls `note_stuck_dependants`); the status itself is written by
+`tasks.transitions`. A task is created by `agents.engine.intake`; the actions that check a model or
+the tools (resume, retry, edit) are `agents.actions.tasks`."""
 
 import logging
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping, Sequence
 from decimal import Decimal
 from typing import Any
 
@@ -25,6 +28,7 @@ from tasks.limits import (
     money_amount,
 )
 from tasks.models import Goal, Task
+from tasks.permissions import ADD_GOAL, CHANGE_GOAL, CLOSE_TASK, OPERATE_TASK
 from tasks.states import (
     DELETABLE,
     EventKind,
@@ -73,7 +77,7 @@ def validate_limits(limits: Mapping[str, object]) -> LimitValues:
     return clean
 
 
-def act(task_id: int, action: str, actor: Actor, perm: str = "tasks.operate_task") -> Task:
+def act(task_id: int, action: str, actor: Actor, perm: str = OPERATE_TASK) -> Task:
     actor.require(perm)
     task = lock_task(task_id)
 
@@ -104,7 +108,7 @@ def task_withdraw_pause(*, actor: Actor, task_id: int) -> Task:
 
 def note_stuck_dependants(task: Task, *, actor: Actor) -> list[int]:
     """`task` was cancelled or failed: each blocked dependant stays blocked, and its timeline says
-    why. Called in the transaction that moved `task` (task_cancel here; the worker when it fails a
+    why. Called in the transaction that moved `task` (`task_cancel`; the worker when it fails a
     task). Returns the dependants noted."""
     noted = []
     for dependant in Task.objects.filter(
@@ -120,12 +124,48 @@ def note_stuck_dependants(task: Task, *, actor: Actor) -> list[int]:
     return noted
 
 
+#: What a cancel settles in the apps above the ledger, each in the cancel's transaction: a
+#: function of the locked task that returns what the `cancelled` event records. The apps that own
+#: those rows register them when they are ready (`agents.apps`: the runs and the tool calls in
+#: flight; `approvals.apps`: the open decisions), so the ledger calls them without importing them.
+CancelSettler = Callable[[Task], dict[str, Any]]
+_cancel_settlers: list[CancelSettler] = []
+
+
+def settle_on_cancel(settler: CancelSettler) -> None:
+    """Register what a cancel settles in another app (called from an `AppConfig.ready`)."""
+    if settler not in _cancel_settlers:
+        _cancel_settlers.append(settler)
+
+
+def task_cancel(*, actor: Actor, task_id: int, reason: str = "") -> Task:
+    """A person's cancel, whichever door it comes through (console, admin, CLI, API): no further
+    step starts. In one transaction that holds the task's lock: each registered settler (a
+    running attempt ends now, its worker notices at its next safe point; a tool call in flight
+    becomes `unknown`; open approvals and needs_review decisions are cancelled), then the status
+    with a `cancelled` event that records what was settled, and blocked dependants noted."""
+    with transaction.atomic():
+        task = act(task_id, "cancel", actor)
+        settled: dict[str, Any] = {}
+        for settler in _cancel_settlers:
+            settled |= settler(task)
+        set_status(
+            task,
+            TaskStatus.CANCELLED,
+            actor=actor,
+            kind=EventKind.CANCELLED,
+            data={"reason": reason, **settled},
+        )
+        note_stuck_dependants(task, actor=actor)
+    return task
+
+
 def task_close(*, actor: Actor, task_id: int) -> Task:
     """A person closes a task in review: done. Dependants whose dependencies are done get ready."""
     if not actor.is_person:
         raise TransitionNotAllowed("only a person closes a task")
     with transaction.atomic():
-        task = act(task_id, "close", actor, perm="tasks.close_task")
+        task = act(task_id, "close", actor, perm=CLOSE_TASK)
         set_status(task, TaskStatus.DONE, actor=actor, kind=EventKind.CLOSED)
         promote_dependants(task, actor=actor)
     return task
@@ -135,7 +175,7 @@ def task_retry_now(*, actor: Actor, task_id: int) -> Task:
     """A ready task waiting for its retry back-off (or a cooldown) becomes claimable now: the
     wait is dropped and the workers are woken. Only a ready task with a wait; its attempts
     still count."""
-    actor.require("tasks.operate_task")
+    actor.require(OPERATE_TASK)
     with transaction.atomic():
         task = lock_task(task_id)
         if task.status != TaskStatus.READY or task.not_before is None:
@@ -160,7 +200,7 @@ def task_reopen(*, actor: Actor, task_id: int, feedback: str) -> Task:
     if not feedback:
         raise InvalidInput("reopening needs feedback for the next attempt", field="feedback")
     with transaction.atomic():
-        task = act(task_id, "reopen", actor, perm="tasks.close_task")
+        task = act(task_id, "reopen", actor, perm=CLOSE_TASK)
         set_status(
             task,
             TaskStatus.READY,
@@ -182,7 +222,7 @@ def task_set_limits(*, actor: Actor, task_id: int, **limits: object) -> Task:
     """Raise or lower a task's limits while no worker holds it."""
     clean = validate_limits(limits)
     with transaction.atomic():
-        actor.require("tasks.operate_task")
+        actor.require(OPERATE_TASK)
         task = lock_task(task_id)
         if task.is_held:
             raise TransitionNotAllowed(f"task {task_id} is running; pause it to change its limits")
@@ -224,13 +264,13 @@ def goal_create(
     actor: Actor,
     title: str,
     description: str = "",
-    acceptance_checks: list[dict[str, Any]] | None = None,
+    acceptance_checks: Sequence[Mapping[str, object]] | None = None,
 ) -> Goal:
     """A new active goal; the reconciler plans it at its next pass while it has no open work.
 
     `acceptance_checks` are stored as given: the interfaces call
     `agents.actions.tasks.goal_create`, which validates them (the kinds live in the engine)."""
-    actor.require("tasks.add_goal")
+    actor.require(ADD_GOAL)
     title, description = (title or "").strip(), (description or "").strip()
     if not title:
         raise InvalidInput("a goal needs a title", field="title")
@@ -249,7 +289,7 @@ def goal_create(
 def goal_deactivate(*, actor: Actor, goal_id: int) -> Goal:
     """The reconciler stops planning the goal. Its tasks keep their states: a person cancels
     or closes them one by one."""
-    actor.require("tasks.change_goal")
+    actor.require(CHANGE_GOAL)
     with transaction.atomic():
         goal = Goal.objects.select_for_update().filter(pk=goal_id).first()
         if goal is None:

@@ -25,31 +25,18 @@ from pydantic import BaseModel, Field
 
 from acthelm_site.api import schemas as s
 from acthelm_site.api.models import ApiToken
-from acthelm_site.api.selectors import (
-    PendingOperations,
-    pending_operations,
-    task_detail,
-    task_summary,
-)
+from acthelm_site.api.selectors import PendingOperations, pending_operations, task_detail
 from acthelm_site.api.tokens import TokenRefused, token_authenticate
 from agents.actions import tasks as person_tasks
 from agents.catalogue import connections as agent_connections
 from agents.catalogue.connections import ModelTestResult, model_check_for_task
 from agents.models import Connection, Model, ToolCall
+from agents.permissions import MANAGE_CONNECTIONS, VIEW_AGENTRUN, VIEW_CONNECTIONS_PERMS
 from agents.scorecard import model_scorecard, scorecard_window
 from agents.selectors import task_file
 from approvals.models import Approval, ReviewDecision
+from approvals.permissions import INBOX_PERMS
 from console.actions import ACTION_PERMS, REGISTRY
-from console.forms import model_queryset
-from console.shared import (
-    ADD_PERM,
-    INBOX_PERMS,
-    MANAGE_CONNECTIONS_PERM,
-    OPERATE_PERM,
-    SCORECARD_PERM,
-    VIEW_CONNECTIONS_PERMS,
-    VIEW_PERM,
-)
 from console.views.connections import display_url
 from core.actors import Actor
 from core.exceptions import (
@@ -63,15 +50,12 @@ from core.exceptions import (
 from tasks import services
 from tasks.limits import BY_FIELD, LIMIT_FIELDS
 from tasks.models import Goal, Task
-from tasks.selectors import goal_as_dict, task_as_dict, task_keyset_page
+from tasks.permissions import ADD_GOAL, ADD_TASK, CHANGE_GOAL, OPERATE_TASK, VIEW_GOAL, VIEW_TASK
+from tasks.selectors import SUMMARY_FIELDS, goal_as_dict, task_as_dict, task_keyset_page
 from tasks.states import Action
 from tasks.uploads import upload_refusal
 
 log = logging.getLogger("acthelm.api")
-
-VIEW_GOAL_PERM = "tasks.view_goal"
-ADD_GOAL_PERM = "tasks.add_goal"
-CHANGE_GOAL_PERM = "tasks.change_goal"
 
 A = Action
 # Each action's permission is the console's (console.actions.ACTION_PERMS).
@@ -235,46 +219,19 @@ def _model(model_id: int | None, field: str = "model_id") -> Model | None:
     """The model of that id (400 on `field` when there is none), or None when none is given."""
     if model_id is None:
         return None
+    try:
+        return person_tasks.model_named(model_id, None)
+    except InvalidInput as exc:
+        raise InvalidInput(exc.message, field=field) from None
 
-    model = model_queryset().filter(pk=model_id).first()
-    if model is None:
-        raise InvalidInput(f"model {model_id} does not exist", field=field)
-    return model
 
-
-def _connection_and_model(payload: s.TaskCreateIn) -> tuple[Connection | None, Model | None]:
-    """A new task's connection and model, by id or by name (a model as NAME or CONNECTION/NAME);
-    None when not given (the service chooses the default model)."""
-    if payload.connection_id is not None and payload.connection:
-        raise InvalidInput("give connection or connection_id, not both", field="connection")
-    if payload.model_id is not None and payload.model:
-        raise InvalidInput("give model or model_id, not both", field="model")
-    connection = None
-    if payload.connection_id is not None:
-        connection = Connection.objects.filter(pk=payload.connection_id).first()
-        if connection is None:
-            raise InvalidInput(
-                f"connection {payload.connection_id} does not exist", field="connection_id"
-            )
-    elif payload.connection:
-        connection = Connection.objects.filter(name=payload.connection).first()
-        if connection is None:
-            raise InvalidInput(
-                f"connection {payload.connection!r} does not exist", field="connection"
-            )
-    if not payload.model:
-        return connection, _model(payload.model_id)
-    models = model_queryset().filter(name=payload.model)
-    if connection is None and not models.exists() and "/" in payload.model:
-        conn_name, _, name = payload.model.partition("/")
-        models = model_queryset().filter(connection__name=conn_name, name=name)
-    if connection is not None:
-        models = models.filter(connection=connection)
-    found = list(models[:2])
-    if len(found) != 1:
-        problem = "is ambiguous: name the connection" if found else "does not exist"
-        raise InvalidInput(f"model {payload.model!r} {problem}", field="model")
-    return connection, found[0]
+def _named(payload: s.TaskCreateIn, name: str) -> int | str | None:
+    """A new task's connection or model as given: by id (`<name>_id`) or by name; not both."""
+    by_id: int | None = getattr(payload, f"{name}_id")
+    by_name: str | None = getattr(payload, name)
+    if by_id is not None and by_name:
+        raise InvalidInput(f"give {name} or {name}_id, not both", field=name)
+    return by_id if by_id is not None else by_name or None
 
 
 def _done(request: ApiRequest, task_id: int, action: str) -> dict[str, Any]:
@@ -310,7 +267,7 @@ class TaskFilters(s.TextIn):
 @api.get("/tasks", response={200: s.TaskPageOut, **ERRORS}, tags=["tasks"])
 def list_tasks(request: ApiRequest, filters: Query[TaskFilters]) -> TaskListPage:
     """Newest first, keyset-paginated on the id like the console's list (no COUNT, no OFFSET)."""
-    _require(request, VIEW_PERM)
+    _require(request, VIEW_TASK)
     tasks = Task.objects.select_related("connection", "model").filter(
         is_evaluation=filters.evaluation
     )
@@ -324,7 +281,7 @@ def list_tasks(request: ApiRequest, filters: Query[TaskFilters]) -> TaskListPage
         tasks = tasks.filter(tags__contains=[filters.tag])
     page = task_keyset_page(tasks, before=filters.before, after=filters.after, size=filters.limit)
     return {
-        "items": [task_summary(t) for t in page.tasks],
+        "items": [task_as_dict(t, SUMMARY_FIELDS) for t in page.tasks],
         "older": page.older,
         "newer": page.newer,
     }
@@ -340,27 +297,10 @@ def create_task(
     """Create a task from form fields (multipart/form-data, with `files` as input files, or
     application/x-www-form-urlencoded). Repeat a field for a list: `-F tools=read_file -F
     tools=list_files`."""
-    actor = _require(request, ADD_PERM)
+    actor = _require(request, ADD_TASK)
     _refuse_unknown_fields(request.POST, s.TaskCreateIn, also={"files"})
     if refused := upload_refusal(request):  # a file over a cap, dropped while it streamed
         raise InvalidInput(refused, field="files")
-    goal = None
-    if payload.goal_id is not None:
-        goal = Goal.objects.filter(pk=payload.goal_id).first()
-        if goal is None:
-            raise InvalidInput(f"goal {payload.goal_id} does not exist", field="goal_id")
-    connection, model = _connection_and_model(payload)
-    deps = list(Task.objects.filter(pk__in=payload.depends_on))
-    if len(deps) != len(set(payload.depends_on)):
-        raise InvalidInput("a task in depends_on does not exist", field="depends_on")
-    tools = None
-    if payload.tools is not None:
-        tools = [t for t in payload.tools if t.strip()]
-    stray = sorted(set(payload.ask_tools) - set(tools if tools is not None else []))
-    if tools is not None and stray:
-        raise InvalidInput(
-            f"ask is set for tools the task does not use: {stray}", field="ask_tools"
-        )
     limits = {
         field: getattr(payload, field)
         for field in LIMIT_FIELDS
@@ -368,24 +308,31 @@ def create_task(
         # An empty money field, sent, is "no budget" (as the field says), not the default.
         or (BY_FIELD[field].money and field in payload.model_fields_set)
     }
-    task = person_tasks.task_create_with_files(
+    connection, model = _named(payload, "connection"), _named(payload, "model")
+    task = person_tasks.task_create_by_name(
         actor=actor,
         files=[(upload.name or "", upload) for upload in files or []],
         title=payload.title,
         instruction=payload.instruction,
-        goal=goal,
+        goal=payload.goal_id,
         kind=payload.kind,
         priority=payload.priority,
-        tools=tools,
+        tools=None if payload.tools is None else [t for t in payload.tools if t.strip()],
         tool_policies={tool: "ask" for tool in payload.ask_tools if tool.strip()},
         allowed_domains=payload.allowed_domains,
         connection=connection,
         model=model,
-        depends_on=deps,
+        depends_on=payload.depends_on,
         tags=[t.strip() for t in payload.tags if t.strip()],
         limits=limits,
         acceptance_checks=[c for c in payload.expect if c.strip()],
-        check_model=True,
+        # The refusals name this endpoint's fields.
+        field_names={
+            "goal": "goal_id",
+            "tool_policies": "ask_tools",
+            "connection": "connection_id" if payload.connection_id is not None else "connection",
+            "model": "model_id" if payload.model_id is not None else "model",
+        },
     )
     log.info("api.task_created", extra={"task_id": task.pk, "actor": actor.label})
     return Status(201, task_as_dict(_task_or_404(task.pk)))
@@ -403,7 +350,7 @@ def show_task(
     pending operations with their hashes, plan, usage, files and timeline (the newest 200
     events). Older turns and events page back: pass `older_turns` as `turns_before`,
     `older_events` as `events_before`."""
-    _require(request, VIEW_PERM)
+    _require(request, VIEW_TASK)
     data = task_detail(
         task_id,
         all_turns=turns == "all",
@@ -418,7 +365,7 @@ def show_task(
 @api.get("/tasks/{task_id}/calls/{call_id}/result", response={200: str, **ERRORS}, tags=["tasks"])
 def tool_call_result(request: ApiRequest, task_id: int, call_id: int) -> str:
     """A tool call's whole result."""
-    _require(request, VIEW_PERM)
+    _require(request, VIEW_TASK)
     result = ToolCall.objects.filter(task_id=task_id, pk=call_id).values_list("result", flat=True)
     for text in result:
         return text
@@ -445,14 +392,14 @@ def _file_response(task_id: int, name: str, kind: str) -> FileResponse:
 @api.get("/tasks/{task_id}/artifacts/{name}", response={200: None, **ERRORS}, tags=["tasks"])
 def download_artifact(request: ApiRequest, task_id: int, name: str) -> FileResponse:
     """An artifact's file, as an attachment (the names are in GET /tasks/{id} `artifacts`)."""
-    _require(request, VIEW_PERM)
+    _require(request, VIEW_TASK)
     return _file_response(task_id, name, "artifact")
 
 
 @api.get("/tasks/{task_id}/files/{name}", response={200: None, **ERRORS}, tags=["tasks"])
 def download_input_file(request: ApiRequest, task_id: int, name: str) -> FileResponse:
     """An input file of the task's workspace, as an attachment (GET /tasks/{id} `input_files`)."""
-    _require(request, VIEW_PERM)
+    _require(request, VIEW_TASK)
     return _file_response(task_id, name, "input")
 
 
@@ -487,7 +434,7 @@ def resume_task(
 def model_check(request: ApiRequest, task_id: int, model_id: int) -> dict[str, Any]:
     """The checks a resume or retry on this model makes, without queueing anything."""
 
-    _require(request, OPERATE_PERM)
+    _require(request, OPERATE_TASK)
     task = _task_or_404(task_id)
     return model_check_for_task(task=task, model=_model(model_id)).as_dict()
 
@@ -498,7 +445,7 @@ def cancel_task(
 ) -> dict[str, Any]:
     actor = _require(request, ACTION_PERMS[A.CANCEL])
     reason = (payload.reason if payload else "").strip()
-    person_tasks.task_cancel(actor=actor, task_id=task_id, reason=reason)
+    services.task_cancel(actor=actor, task_id=task_id, reason=reason)
     return _done(request, task_id, A.CANCEL)
 
 
@@ -696,7 +643,7 @@ def test_connection(
 ) -> list[ModelTestResult]:
     """A real request per model (no transaction open meanwhile); records pass or fail."""
 
-    actor = _require(request, MANAGE_CONNECTIONS_PERM)
+    actor = _require(request, MANAGE_CONNECTIONS)
     conn = Connection.objects.filter(pk=connection_id).first()
     if conn is None:
         raise NotFound(f"connection {connection_id} does not exist", code="connection_not_found")
@@ -718,7 +665,7 @@ def scorecard(
 ) -> dict[str, Any]:
     """How each connection/model did over a period (as `acthelm_task stats --json`)."""
 
-    _require(request, SCORECARD_PERM)
+    _require(request, VIEW_AGENTRUN)
     try:
         window = scorecard_window(period=period, since=since)
     except InvalidInput as exc:
@@ -738,7 +685,7 @@ def _goal_or_404(goal_id: int) -> Goal:
 
 @api.get("/goals", response={200: list[s.GoalOut], **ERRORS}, tags=["goals"])
 def list_goals(request: ApiRequest, active: bool | None = None) -> list[dict[str, Any]]:
-    _require(request, VIEW_GOAL_PERM)
+    _require(request, VIEW_GOAL)
     goals = Goal.objects.select_related("created_by").order_by("-id")
     if active is not None:
         goals = goals.filter(active=active)
@@ -748,7 +695,7 @@ def list_goals(request: ApiRequest, active: bool | None = None) -> list[dict[str
 @api.post("/goals", response={201: s.GoalOut, **ERRORS}, tags=["goals"])
 def create_goal(request: ApiRequest, payload: s.GoalIn) -> Status[dict[str, Any]]:
     """A new active goal: the reconciler plans it at its next pass."""
-    actor = _require(request, ADD_GOAL_PERM)
+    actor = _require(request, ADD_GOAL)
     goal = person_tasks.goal_create(
         actor=actor,
         title=payload.title,
@@ -761,13 +708,13 @@ def create_goal(request: ApiRequest, payload: s.GoalIn) -> Status[dict[str, Any]
 @api.get("/goals/{goal_id}", response={200: s.GoalDetailOut, **ERRORS}, tags=["goals"])
 def show_goal(request: ApiRequest, goal_id: int) -> dict[str, Any]:
     """The goal with its newest 100 tasks (GET /tasks?goal_id= pages through all of them)."""
-    _require(request, VIEW_GOAL_PERM)
+    _require(request, VIEW_GOAL)
     return goal_as_dict(_goal_or_404(goal_id), with_tasks=GOAL_TASKS)
 
 
 @api.post("/goals/{goal_id}/deactivate", response={200: s.GoalOut, **ERRORS}, tags=["goals"])
 def deactivate_goal(request: ApiRequest, goal_id: int) -> dict[str, Any]:
     """The reconciler stops planning it; its tasks keep their states."""
-    actor = _require(request, CHANGE_GOAL_PERM)
+    actor = _require(request, CHANGE_GOAL)
     services.goal_deactivate(actor=actor, goal_id=goal_id)
     return goal_as_dict(_goal_or_404(goal_id))

@@ -1,13 +1,15 @@
 """Reads for the API: a task with its transcript, runs, pending operations and timeline; the
-open operations of the approvals inbox. Each read makes a fixed number of queries."""
+open operations of the approvals inbox. Each read makes a fixed number of queries. The task, its
+runs, artifacts and events are the serializers the CLI's --json reads too (`tasks.selectors`,
+`agents.selectors`)."""
 
-from datetime import datetime
 from typing import TYPE_CHECKING, Any, TypedDict, cast
 
 from django.db.models import Prefetch
 
 from agents.engine.usage import task_usage
 from agents.models import ToolCall
+from agents.selectors import artifact_as_dict, run_as_dict
 from approvals.models import Approval, ReviewDecision
 from approvals.selectors import decidable_approvals, decidable_reviews
 from approvals.states import ApprovalStatus, ReviewChoice
@@ -19,7 +21,6 @@ from tasks.selectors import (
     timeline_page,
     transcript_page,
 )
-from tasks.states import allowed_actions
 from tasks.workspace import list_input_files
 
 # A tool call's result in the task document; the whole result has its own endpoint.
@@ -85,31 +86,6 @@ if TYPE_CHECKING:  # django_stubs_ext is a development dependency
     from django_stubs_ext import WithAnnotations
 
     ToolCallHead = WithAnnotations[ToolCall, _ResultHead]
-
-
-def _iso(value: datetime | None) -> str | None:
-    return value.isoformat() if value else None
-
-
-def task_summary(task: Task) -> dict[str, Any]:
-    """A row of the task list (no per-row queries: connection and model are selected)."""
-    return {
-        "id": task.pk,
-        "title": task.title,
-        "status": task.status,
-        "kind": task.kind,
-        "origin": task.origin,
-        "is_evaluation": task.is_evaluation,
-        "goal_id": task.goal_id,
-        "priority": task.priority,
-        "tags": list(task.tags),
-        "connection": task.connection.name if task.connection else None,
-        "model": task.model.name if task.model else None,
-        "failure_code": task.failure_code or None,
-        "actions": sorted(allowed_actions(task.status)),
-        "created_at": task.created_at.isoformat(),
-        "updated_at": task.updated_at.isoformat(),
-    }
 
 
 def approval_as_dict(approval: Approval) -> ApprovalDict:
@@ -182,34 +158,11 @@ def task_detail(
     if task is None:
         return None
     data = task_as_dict(task)
-    data["tags"] = list(task.tags)
     data["blocking_reason"] = blocking_reason(task)
 
     runs = list(task.runs.select_related("model__connection").order_by("number"))
     numbers = {run.pk: run.number for run in runs}
-    data["runs"] = [
-        {
-            "id": r.pk,
-            "number": r.number,
-            "status": r.status,
-            "worker_id": r.worker_id,
-            "connection": r.model.connection.name if r.model else None,
-            "model": r.model.name if r.model else None,
-            "started_at": _iso(r.started_at),
-            "finished_at": _iso(r.finished_at),
-            "model_turns": r.model_turns,
-            "input_tokens": r.input_tokens,
-            "output_tokens": r.output_tokens,
-            "network_requests": r.network_requests,
-            "active_seconds": r.active_seconds,
-            "verdict": r.verdict or None,
-            "verdict_reason": r.verdict_reason or None,
-            "error_code": r.error_code or None,
-            "error_message": r.error_message or None,
-            "answer": r.answer or None,
-        }
-        for r in runs
-    ]
+    data["runs"] = [run_as_dict(r) for r in runs]
     calls = (
         ToolCall.objects.defer("result", "result_for_model")
         .annotate(result_head=Left("result", RESULT_CHARS), result_chars=Length("result"))
@@ -258,16 +211,7 @@ def task_detail(
         "network_requests": usage.network_requests,
     }
     data["input_files"] = list_input_files(task.pk)
-    data["artifacts"] = [
-        {
-            "id": a.pk,
-            "name": a.name,
-            "size": a.size,
-            "sha256": a.sha256,
-            "content_type": a.content_type,
-        }
-        for a in task.artifacts.order_by("name")
-    ]
+    data["artifacts"] = [artifact_as_dict(a) for a in task.artifacts.order_by("name")]
     events, older_events = timeline_page(task, before=events_before)
     data["earlier_events"] = older_events is not None
     data["older_events"] = older_events

@@ -1,7 +1,7 @@
 """A person's decisions on single operations: approve or deny an operation that waits for
 approval, run again or skip one whose outcome is unknown. Each decision carries the operation's
 hash; a stale or altered hash changes nothing. A decision touches three apps in one transaction:
-the approval row (`approvals.services`), the tool call (`agents.engine.transitions`) and the task,
+the approval row (`approvals.services`), the tool call (`agents.engine.statuses`) and the task,
 which
 is queued again when its last open decision is made (`tasks.transitions`)."""
 
@@ -9,10 +9,11 @@ from django.db import transaction
 from django.db.models import QuerySet
 from django.utils import timezone
 
-from agents.engine.transitions import set_call_status
+from agents.engine.statuses import set_call_status
 from agents.models import ToolCall
 from agents.states import ToolCallStatus
 from approvals.models import Approval, ReviewDecision
+from approvals.permissions import DECIDE_APPROVAL
 from approvals.services import decide_approval_row, decide_review_row
 from approvals.states import ApprovalStatus, ReviewChoice
 from core.actors import Actor
@@ -74,7 +75,7 @@ def _queue_when_settled(
 def _decide_approval(
     *, actor: Actor, approval_id: int, arguments_hash: str, approve: bool
 ) -> Approval:
-    actor.require("approvals.decide_approval")
+    actor.require(DECIDE_APPROVAL)
     with transaction.atomic():
         task, approval = _lock_with_task(Approval, approval_id, "approval")
         if task.status != TaskStatus.AWAITING_APPROVAL:
@@ -126,7 +127,7 @@ def approval_deny(*, actor: Actor, approval_id: int, arguments_hash: str) -> App
 def _decide_review(
     *, actor: Actor, decision_id: int, arguments_hash: str, choice: str
 ) -> ReviewDecision:
-    actor.require("approvals.decide_approval")
+    actor.require(DECIDE_APPROVAL)
     with transaction.atomic():
         task, decision = _lock_with_task(ReviewDecision, decision_id, "decision")
         if task.status != TaskStatus.NEEDS_REVIEW:

@@ -1,10 +1,11 @@
 """A person's actions on tasks that reach past the ledger: a task created with its input files,
-resumed on another model, cancelled (its runs ended and its open decisions settled), retried
-with what remains of its limits, edited; a goal created with its acceptance checks.
+resumed on another model, retried with what remains of its limits, edited; a goal created with
+its acceptance checks.
 
 A task itself is created by `agents.engine.intake.task_create`, the one path by which a task
-enters, whoever creates it. `tasks.services` holds the actions that touch the ledger alone
-(pause, close, reopen, limits, delete, goals, dependencies). Each still moves the task's status
+enters, whoever creates it. `tasks.services` holds the actions the ledger owns (pause, cancel,
+close, reopen, limits, delete, goals); a cancel reaches the runs and the open decisions through
+what `agents.apps` and `approvals.apps` register with it. Each action moves the task's status
 only through `tasks.transitions`."""
 
 import logging
@@ -12,17 +13,15 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
+from django.core.files import File
 from django.db import transaction
-from django.utils import timezone
 
 from agents.catalogue.connections import model_check_for_task
 from agents.engine.acceptance import validate_checks
 from agents.engine.intake import _validate_tools, task_create
-from agents.engine.transitions import end_started_runs, set_call_status
 from agents.engine.usage import exhausted_limits
-from agents.models import Model, ToolCall
-from agents.states import FailureCode, RunStatus, ToolCallStatus
-from approvals.services import settle_for_cancelled_task
+from agents.models import Connection, Model
+from agents.states import FailureCode
 from core.actors import Actor
 from core.exceptions import (
     InvalidInput,
@@ -35,9 +34,9 @@ from tasks.limits import (
     limit_for_failure,
 )
 from tasks.models import Goal, Task
+from tasks.permissions import OPERATE_TASK
 from tasks.services import (
     act,
-    note_stuck_dependants,
     task_set_limits,
     validate_limits,
 )
@@ -56,9 +55,12 @@ from tasks.workspace import add_input_file, remove_task_files, safe_file_name
 
 log = logging.getLogger("acthelm.tasks")
 
+#: An input file's content: bytes or text, an uploaded file, or a file on disk to copy.
+type InputData = bytes | str | File[bytes] | Path
+
 
 def task_create_with_files(
-    *, actor: Actor, files: Sequence[tuple[str, object]] = (), **fields: Any
+    *, actor: Actor, files: Sequence[tuple[str, InputData]] = (), **fields: Any
 ) -> Task:
     """task_create plus input files copied into the task's workspace: (name, data) pairs where
     data is bytes, an uploaded file or a Path. The files are in the workspace before the task
@@ -89,6 +91,93 @@ def task_create_with_files(
     return task
 
 
+def connection_named(ref: Connection | int | str | None) -> Connection | None:
+    if ref is None or isinstance(ref, Connection):
+        return ref
+    found = Connection.objects.filter(**{"pk" if isinstance(ref, int) else "name": ref}).first()
+    if found is None:
+        raise InvalidInput(f"connection {ref!r} does not exist", field="connection")
+    return found
+
+
+def model_named(ref: Model | int | str | None, connection: Connection | None) -> Model | None:
+    """A model by id, or by name (on `connection` when given; else NAME, or CONNECTION/NAME when no
+    model is called NAME); exactly one, else refused."""
+    if ref is None or isinstance(ref, Model):
+        return ref
+    models = Model.objects.select_related("connection")
+    if isinstance(ref, int):
+        found = models.filter(pk=ref).first()
+        if found is None:
+            raise InvalidInput(f"model {ref} does not exist", field="model")
+        return found
+    named = models.filter(name=ref)
+    if connection is None and "/" in ref and not named.exists():
+        connection_name, _, name = ref.partition("/")
+        named = models.filter(connection__name=connection_name, name=name)
+    if connection is not None:
+        named = named.filter(connection=connection)
+    matches = list(named[:2])
+    if len(matches) != 1:
+        problem = "is ambiguous: name the connection" if matches else "does not exist"
+        raise InvalidInput(f"model {ref!r} {problem}", field="model")
+    return matches[0]
+
+
+def task_create_by_name(
+    *,
+    actor: Actor,
+    files: Sequence[tuple[str, InputData]] = (),
+    goal: Goal | int | None = None,
+    depends_on: Sequence[Task | int] = (),
+    connection: Connection | int | str | None = None,
+    model: Model | int | str | None = None,
+    tools: list[str] | None = None,
+    tool_policies: dict[str, str] | None = None,
+    field_names: Mapping[str, str] | None = None,
+    **fields: Any,
+) -> Task:
+    """A person's new task, from any door (the console's form, `POST /api/tasks`, `acthelm_task
+    create`): the goal, the dependencies, the connection and the model it names (by id, or a
+    connection and a model by name) are found here, each failure refused once, with one code
+    (`invalid_input`) and one message; then `task_create_with_files` creates the task with its
+    input files, its model checked (`check_model`). A door whose input calls a field otherwise
+    (the API's `goal_id`, `ask_tools`) passes `field_names` so that the refusal names its field.
+    """
+    renamed = dict(field_names or {})
+    try:
+        if isinstance(goal, int):
+            goal_id, goal = goal, Goal.objects.filter(pk=goal).first()
+            if goal is None:
+                raise InvalidInput(f"goal {goal_id} does not exist", field="goal")
+        connection = connection_named(connection)
+        model = model_named(model, connection)
+        wanted = {dep if isinstance(dep, int) else dep.pk for dep in depends_on}
+        deps = list(Task.objects.filter(pk__in=wanted))
+        if len(deps) != len(wanted):
+            raise InvalidInput("a dependency does not exist", field="depends_on")
+        policies = dict(tool_policies or {})
+        if tools is not None and (stray := sorted(set(policies) - set(tools))):
+            raise InvalidInput(
+                f"a policy names tools the task does not use: {', '.join(stray)}",
+                field="tool_policies",
+            )
+    except InvalidInput as exc:
+        raise InvalidInput(exc.message, field=renamed.get(exc.field or "", exc.field)) from None
+    return task_create_with_files(
+        actor=actor,
+        files=list(files),
+        goal=goal,
+        depends_on=deps,
+        connection=connection,
+        model=model,
+        tools=tools,
+        tool_policies=policies,
+        check_model=True,
+        **fields,
+    )
+
+
 def task_resume(*, actor: Actor, task_id: int, model: Model | None = None) -> Task:
     """Queue a paused task again, optionally on another connection/model that passes the checks."""
 
@@ -101,40 +190,6 @@ def task_resume(*, actor: Actor, task_id: int, model: Model | None = None) -> Ta
             data = {"model_id": model.pk, "model": str(model), "check": check.as_dict()}
             task.connection, task.model = model.connection, model
         set_status(task, TaskStatus.READY, actor=actor, kind=EventKind.RESUMED, data=data)
-    return task
-
-
-def task_cancel(*, actor: Actor, task_id: int, reason: str = "") -> Task:
-    """No further step starts. A running attempt ends now; its worker notices at its heartbeat."""
-    with transaction.atomic():
-        task = act(task_id, "cancel", actor)
-        runs = end_started_runs(task.pk, RunStatus.CANCELLED, error_code=FailureCode.CANCELLED)
-        # An external call in flight may have taken effect: its outcome is unknown, never left
-        # "running" (the run that made it is over and writes nothing more).
-        in_flight = [
-            call.pk for call in ToolCall.objects.filter(task=task, status=ToolCallStatus.RUNNING)
-        ]
-        for call_id in in_flight:
-            set_call_status(
-                call_id,
-                ToolCallStatus.UNKNOWN,
-                error_code="cancelled_in_flight",
-                finished_at=timezone.now(),
-            )
-        settled = settle_for_cancelled_task(task)
-        set_status(
-            task,
-            TaskStatus.CANCELLED,
-            actor=actor,
-            kind=EventKind.CANCELLED,
-            data={
-                "reason": reason,
-                "runs_cancelled": runs,
-                "calls_in_flight": in_flight,
-                **settled,
-            },
-        )
-        note_stuck_dependants(task, actor=actor)
     return task
 
 
@@ -259,7 +314,7 @@ def _event_value(value: object) -> object:
 def task_update(*, actor: Actor, task_id: int, changes: Mapping[str, Any]) -> Task:
     """A person's edit of a task's settings (the admin page): checked like a new task, refused
     while a worker holds the task, written with an `edited` event naming each change."""
-    actor.require("tasks.operate_task")
+    actor.require(OPERATE_TASK)
     with transaction.atomic():
         task = lock_task(task_id)
         if task.is_held:

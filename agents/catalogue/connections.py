@@ -14,6 +14,7 @@ from agents.catalogue.connection_rules import validate_connection
 from agents.catalogue.eligibility import eligible_models, has_tools, model_refusals
 from agents.catalogue.providers import Provider, ProviderError, build_provider, get_provider_class
 from agents.models import Connection, Model, Turn
+from agents.permissions import MANAGE_CONNECTIONS
 from agents.states import CostTier, ModelTestStatus
 from core.actors import Actor
 from core.credentials import CredentialRefused, credential_for
@@ -140,7 +141,7 @@ def connection_add(
     models: list[ModelSpec] | None = None,
 ) -> Connection:
     """Add a connection and its models. The credential is an environment variable's name."""
-    actor.require("agents.manage_connections")
+    actor.require(MANAGE_CONNECTIONS)
     numbers = validate_connection(
         actor=actor,
         kind=kind,
@@ -222,7 +223,7 @@ def connection_update(*, actor: Actor, connection_id: int, changes: dict[str, An
     against who edits it; when what its models were tested against changes (kind, URL, command,
     answer field, credential), they are untested again and tasks will not run on them until a new
     test passes."""
-    actor.require("agents.manage_connections")
+    actor.require(MANAGE_CONNECTIONS)
     unknown = sorted(set(changes) - set(CONNECTION_EDITABLE))
     if unknown:
         raise InvalidInput(f"these fields cannot be edited: {', '.join(unknown)}")
@@ -279,7 +280,7 @@ def connection_update(*, actor: Actor, connection_id: int, changes: dict[str, An
 def model_update(*, actor: Actor, model_id: int, changes: dict[str, Any]) -> Model:
     """A person's edit of a model (the admin). A new name or a change of tool support makes the
     old test say nothing: the model is untested again (and a tool override is dropped)."""
-    actor.require("agents.manage_connections")
+    actor.require(MANAGE_CONNECTIONS)
     unknown = sorted(set(changes) - set(MODEL_EDITABLE))
     if unknown:
         raise InvalidInput(f"these fields cannot be edited: {', '.join(unknown)}")
@@ -382,7 +383,7 @@ def model_override_tools(*, actor: Actor, model_id: int) -> Model:
     tool call. Recorded on the model row (who, when) and in the log."""
     from django.utils import timezone
 
-    actor.require("agents.manage_connections")
+    actor.require(MANAGE_CONNECTIONS)
     if not actor.is_person:
         raise InvalidInput("only a person can override the tool-calling probe")
     with transaction.atomic():
@@ -422,7 +423,7 @@ def connection_test(
     for the models tested; the admin has the same action)."""
     from django.utils import timezone
 
-    actor.require("agents.manage_connections")
+    actor.require(MANAGE_CONNECTIONS)
     conn = Connection.objects.filter(name=name).first()
     if conn is None:
         raise InvalidInput(f"connection {name!r} does not exist")

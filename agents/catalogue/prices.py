@@ -22,6 +22,7 @@ from django.db import transaction
 
 from agents.catalogue.providers import get_provider_class
 from agents.models import Model
+from agents.permissions import MANAGE_CONNECTIONS
 from core.actors import Actor
 
 log = logging.getLogger("acthelm.costs")
@@ -143,7 +144,7 @@ def table_prices(model: Model) -> dict[str, Decimal]:
 
 def model_fill_prices(*, actor: Actor, model_id: int) -> PriceFill:
     """Fill the model's empty prices from the table; never overwrite a price a person set."""
-    actor.require("agents.manage_connections")
+    actor.require(MANAGE_CONNECTIONS)
     model = Model.objects.select_related("connection").get(pk=model_id)
     found = table_prices(model)  # outside the transaction: it may read a file
     with transaction.atomic():

@@ -35,6 +35,7 @@ from agents.catalogue.tools.mcp import (
 )
 from agents.catalogue.tools.registry import all_tools
 from agents.models import ToolServer
+from agents.permissions import MANAGE_TOOLSERVERS
 from agents.states import ModelTestStatus, ToolServerTransport
 from core.actors import Actor
 from core.credentials import (
@@ -234,7 +235,7 @@ def toolserver_add(
     trusted: bool = False,
     timeout_seconds: float = 60,
 ) -> ToolServer:
-    actor.require("agents.manage_toolservers")
+    actor.require(MANAGE_TOOLSERVERS)
     name = validate_server_name(name)
     values = toolserver_check(
         actor=actor,
@@ -265,7 +266,7 @@ def toolserver_update(*, actor: Actor, name: str, changes: dict[str, Any]) -> To
     stdio server's command or credential, or making a server stdio, is a registration: for a
     superuser or an allowed executable. An edit of RESETS_TEST makes the server untested and
     forgets its tools (a task's call of them fails ``mcp_server_missing`` until a new test)."""
-    actor.require("agents.manage_toolservers")
+    actor.require(MANAGE_TOOLSERVERS)
     unknown = set(changes) - set(EDITABLE)
     if unknown:
         raise InvalidInput(f"cannot change {', '.join(sorted(unknown))} of a tool server")
@@ -312,7 +313,7 @@ def toolserver_test(*, actor: Actor, name: str, in_web_process: bool = False) ->
     it runs (``acthelm_toolserver test`` on a worker host): ``in_web_process`` refuses it
     (``test_on_worker``), so the web server never starts a registered command.
     """
-    actor.require("agents.manage_toolservers")
+    actor.require(MANAGE_TOOLSERVERS)
     server = ToolServer.objects.filter(name=name).first()
     if server is None:
         raise InvalidInput(f"tool server {name!r} does not exist")
@@ -362,7 +363,7 @@ def toolserver_test(*, actor: Actor, name: str, in_web_process: bool = False) ->
 def toolserver_remove(*, actor: Actor, name: str) -> None:
     """Remove a server. Tasks naming its tools keep their list; such calls fail
     ``mcp_server_missing`` (a tool not on the registry is refused before it runs)."""
-    actor.require("agents.manage_toolservers")
+    actor.require(MANAGE_TOOLSERVERS)
     deleted, _ = ToolServer.objects.filter(name=name).delete()
     if not deleted:
         raise InvalidInput(f"tool server {name!r} does not exist")

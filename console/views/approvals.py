@@ -15,15 +15,13 @@ from django.shortcuts import redirect, render
 from django.views.decorators.http import require_GET, require_POST
 
 from approvals.models import Approval, ReviewDecision
+from approvals.permissions import DECIDE_APPROVAL, INBOX_PERMS
 from approvals.selectors import decidable_approvals, decidable_reviews
 from console.actions import REGISTRY, decision_buttons
 from console.http import AuthenticatedHttpRequest
 from console.preview import proposed_file
 from console.shared import (
-    DECIDE_PERM,
-    INBOX_PERMS,
     OUTCOME_UNKNOWN,
-    VIEW_PERM,
     login_required,
     positive_int,
     pretty_json,
@@ -32,6 +30,7 @@ from console.shared import (
 from console.views.tasks import render_task_page
 from core.actors import Actor
 from core.exceptions import ActhelmError, NotPermitted
+from tasks.permissions import VIEW_TASK
 
 log = logging.getLogger("acthelm.console")
 
@@ -73,7 +72,7 @@ def _render_inbox(
         "approvals": approvals[:INBOX_SIZE],
         "reviews": reviews[:INBOX_SIZE],
         "more": len(approvals) > INBOX_SIZE or len(reviews) > INBOX_SIZE,
-        "can_decide": request.user.has_perm(DECIDE_PERM),
+        "can_decide": request.user.has_perm(DECIDE_APPROVAL),
         "decision_buttons": decision_buttons(),
         "outcome_unknown": OUTCOME_UNKNOWN,
         "error": error,
@@ -96,7 +95,7 @@ def decide(request: AuthenticatedHttpRequest, pk: int, action: str) -> HttpRespo
         raise PermissionDenied
     arguments_hash = request.POST.get("arguments_hash", "")
     # Decided from a task page: answer with that page (for people who may see it).
-    task_id = positive_int(request.POST.get("task")) if request.user.has_perm(VIEW_PERM) else None
+    task_id = positive_int(request.POST.get("task")) if request.user.has_perm(VIEW_TASK) else None
     try:
         decided: Approval | ReviewDecision = entry.call(
             actor=Actor.person(request.user), target_id=pk, arguments_hash=arguments_hash

@@ -25,14 +25,10 @@ from agents.catalogue.connection_rules import MAX_TIMEOUT_SECONDS, connection_ki
 from agents.catalogue.connections import ModelSpec
 from agents.catalogue.providers import get_provider_class
 from agents.models import Connection, Model
+from agents.permissions import MANAGE_CONNECTIONS, VIEW_CONNECTIONS_PERMS
 from agents.states import CostTier
 from console.http import AuthenticatedHttpRequest
-from console.shared import (
-    MANAGE_CONNECTIONS_PERM,
-    VIEW_CONNECTIONS_PERMS,
-    login_required,
-    show,
-)
+from console.shared import login_required, show
 from core.actors import Actor
 from core.exceptions import ActhelmError, InvalidInput, NotPermitted
 from core.numbers import INT32_MAX, INT32_MIN, whole_number
@@ -165,7 +161,7 @@ def _render(
             program=conn.command[0] if conn.command else "",
             extra_args=max(0, len(conn.command) - 1),
         )
-    can_manage = request.user.has_perm(MANAGE_CONNECTIONS_PERM)
+    can_manage = request.user.has_perm(MANAGE_CONNECTIONS)
     context = {
         "connections": connections,
         "can_manage": can_manage,
@@ -186,7 +182,7 @@ def connections(request: AuthenticatedHttpRequest) -> HttpResponse:
 @require_POST
 @login_required
 def connection_add(request: AuthenticatedHttpRequest) -> HttpResponse:
-    if not request.user.has_perm(MANAGE_CONNECTIONS_PERM):
+    if not request.user.has_perm(MANAGE_CONNECTIONS):
         raise PermissionDenied
     form = ConnectionForm(request.POST)
     if not form.is_valid():
@@ -207,7 +203,7 @@ def connection_add(request: AuthenticatedHttpRequest) -> HttpResponse:
 @login_required
 def connection_test(request: AuthenticatedHttpRequest, pk: int) -> HttpResponse:
     """A real request per model; no transaction is open while it runs."""
-    if not request.user.has_perm(MANAGE_CONNECTIONS_PERM):
+    if not request.user.has_perm(MANAGE_CONNECTIONS):
         raise PermissionDenied
     conn = get_object_or_404(Connection, pk=pk)
     try:
@@ -261,7 +257,7 @@ def model_prices(request: AuthenticatedHttpRequest) -> HttpResponse:
         raise PermissionDenied
     error, status = None, 200
     if request.method == "POST":
-        if not request.user.has_perm(MANAGE_CONNECTIONS_PERM):
+        if not request.user.has_perm(MANAGE_CONNECTIONS):
             raise PermissionDenied
         model_id = request.POST.get("model", "")
         try:
@@ -280,7 +276,7 @@ def model_prices(request: AuthenticatedHttpRequest) -> HttpResponse:
             return redirect(reverse("agents:model_prices") + f"#model-{model.pk}")
     context = {
         "rows": _price_rows(),
-        "can_manage": request.user.has_perm(MANAGE_CONNECTIONS_PERM),
+        "can_manage": request.user.has_perm(MANAGE_CONNECTIONS),
         "error": error,
     }
     return render(request, "console/model_prices.html", context, status=status)

@@ -6,12 +6,13 @@ from django.shortcuts import render
 from django.views.decorators.http import require_GET
 
 from agents.eval.report import eval_report
+from agents.permissions import VIEW_AGENTRUN
 from console.http import AuthenticatedHttpRequest
-from console.shared import SCORECARD_PERM, console_view, positive_int
+from console.shared import console_view, positive_int
 
 
 @require_GET
-@console_view(SCORECARD_PERM)
+@console_view(VIEW_AGENTRUN)
 def evaluation(request: AuthenticatedHttpRequest) -> HttpResponse:
     run_id = positive_int(request.GET.get("run"))
     context = {"report": eval_report(run_id=run_id), "run_id": run_id}

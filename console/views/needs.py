@@ -6,9 +6,10 @@ from django.http import HttpResponse
 from django.shortcuts import render
 from django.views.decorators.http import require_GET
 
+from approvals.permissions import INBOX_PERMS
 from approvals.selectors import decidable_approvals, decidable_reviews, needs_me_counts
 from console.http import AuthenticatedHttpRequest
-from console.shared import INBOX_PERMS, console_view, login_required
+from console.shared import console_view, login_required
 from tasks.models import Task
 from tasks.states import TaskStatus
 

@@ -7,12 +7,11 @@ from django.views.decorators.http import require_GET
 from console.http import AuthenticatedHttpRequest
 from console.shared import console_view
 from tasks.notify.selectors import deliveries_page
-
-VIEW_PERM = "tasks.view_notification"
+from tasks.permissions import VIEW_NOTIFICATION
 
 
 @require_GET
-@console_view(VIEW_PERM)
+@console_view(VIEW_NOTIFICATION)
 def notifications(request: AuthenticatedHttpRequest) -> HttpResponse:
     context = deliveries_page(status=request.GET.get("status", ""))
     return render(request, "console/notifications.html", context)

@@ -2,8 +2,9 @@
 
 Everything here reads PostgreSQL, the one source of truth shared by every worker process on every
 host: any web instance reports the whole installation. The queries are aggregates that PostgreSQL
-answers from the tables' indexes (tasks by status, held tasks through the lease index, started runs
-through their partial index); no row is looped over in Python.
+answers from the tables' indexes (tasks by status; held tasks, which are few, through the status
+index too, since the lease has no index: the heartbeat rewrites it; started runs through their
+partial index); no row is looped over in Python.
 """
 
 import hmac
@@ -27,9 +28,10 @@ from django.views.decorators.cache import never_cache
 from django.views.decorators.http import require_GET
 
 from agents.models import AgentRun, Connection, WorkerSeen
+from agents.permissions import VIEW_AGENTRUN
 from agents.states import RunStatus
 from console.http import AuthenticatedHttpRequest
-from console.shared import SCORECARD_PERM, console_view
+from console.shared import console_view
 from tasks.models import Task, TaskEvent
 from tasks.states import HELD, EventKind, TaskStatus
 
@@ -389,7 +391,7 @@ def _last_heartbeat(lease: Mapping[str, Any], run: Mapping[str, Any]) -> datetim
 # Who may see the worker page (every worker, the tasks it holds, its runs' heartbeats): who may
 # see the runs, the permission of the console's other operational pages (the scorecard and the
 # evaluation page). Staff status alone shows nothing here.
-WORKERS_PERM = SCORECARD_PERM
+WORKERS_PERM = VIEW_AGENTRUN
 
 
 @console_view(WORKERS_PERM)

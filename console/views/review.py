@@ -22,11 +22,12 @@ from django.views.decorators.http import require_GET, require_POST
 
 from agents.models import AgentRun, Artifact, Model
 from console.http import AuthenticatedHttpRequest
-from console.shared import CLOSE_PERM, console_view, positive_int
+from console.shared import console_view, positive_int
 from core.actors import Actor
 from core.exceptions import ActhelmError, NotPermitted
 from tasks import services
 from tasks.models import Goal, Task
+from tasks.permissions import CLOSE_TASK
 from tasks.states import TaskStatus
 
 log = logging.getLogger("acthelm.console")
@@ -130,7 +131,7 @@ def review_queue(request: AuthenticatedHttpRequest) -> HttpResponse:
         "models": Model.objects.filter(Exists(in_review.filter(model=OuterRef("pk"))))
         .select_related("connection")
         .order_by("connection__name", "name"),
-        "can_close": request.user.has_perm(CLOSE_PERM),
+        "can_close": request.user.has_perm(CLOSE_TASK),
         "query": request.GET.urlencode(),
         "refresh_seconds": settings.ACTHELM_CONSOLE_REFRESH_SECONDS,
     }
@@ -139,7 +140,7 @@ def review_queue(request: AuthenticatedHttpRequest) -> HttpResponse:
 
 
 @require_POST
-@console_view(CLOSE_PERM)
+@console_view(CLOSE_TASK)
 def review_bulk(request: AuthenticatedHttpRequest) -> HttpResponseRedirect:
     """Close or reopen the ticked tasks, one service call each; say which were refused and why."""
     action = request.POST.get("action", "")

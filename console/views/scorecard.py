@@ -4,6 +4,7 @@ from django.http import HttpResponse
 from django.shortcuts import render
 from django.views.decorators.http import require_GET
 
+from agents.permissions import VIEW_AGENTRUN
 from agents.scorecard import (
     DEFAULT_PERIOD,
     PERIODS,
@@ -13,7 +14,7 @@ from agents.scorecard import (
     scorecard_window,
 )
 from console.http import AuthenticatedHttpRequest
-from console.shared import SCORECARD_PERM, console_view
+from console.shared import console_view
 from core.exceptions import InvalidInput
 
 # The chart's bars: (field, label, CSS class).
@@ -95,7 +96,7 @@ def cost_chart(card: Scorecard) -> dict[str, object]:
 
 
 @require_GET
-@console_view(SCORECARD_PERM)
+@console_view(VIEW_AGENTRUN)
 def scorecard(request: AuthenticatedHttpRequest) -> HttpResponse:
     period = request.GET.get("period") or DEFAULT_PERIOD
     since = (request.GET.get("since") or "").strip()

@@ -53,8 +53,6 @@ from console.forms import TaskCreateForm, model_queryset
 from console.http import AuthenticatedHttpRequest
 from console.preview import proposed_file
 from console.shared import (
-    ADD_PERM,
-    OPERATE_PERM,
     OUTCOME_UNKNOWN,
     console_view,
     positive_int,
@@ -69,6 +67,7 @@ from tasks import services
 from tasks.limits import BY_FIELD, CUMULATIVE, PER_ITEM, limit_for_failure
 from tasks.models import Task, TaskEvent
 from tasks.notify.selectors import task_notifications
+from tasks.permissions import ADD_TASK, OPERATE_TASK
 from tasks.selectors import status_counts, task_keyset_page, timeline_page, transcript_page
 from tasks.states import Action, EventKind, TaskKind, TaskStatus, allowed_actions
 from tasks.uploads import upload_refusal
@@ -93,6 +92,10 @@ _ACTIVE_TYPES = ("html", "xml", "javascript", "ecmascript", "svg")
 
 
 # --- The task list --------------------------------------------------------------------------
+
+
+class _CostAnnotation(TypedDict):
+    cost_total: Decimal | None  # `task_cost_subquery`: None when no turn has a known cost
 
 
 @require_GET
@@ -125,7 +128,8 @@ def task_list(request: AuthenticatedHttpRequest) -> HttpResponse:
     before, after = positive_int(request.GET.get("before")), positive_int(request.GET.get("after"))
     page = task_keyset_page(tasks, before=before, after=after, size=PAGE_SIZE)
     for row in page.tasks:
-        show(row, cost_text=money(row.cost_total) if row.cost_total is not None else "")
+        cost = cast("WithAnnotations[Task, _CostAnnotation]", row).cost_total
+        show(row, cost_text=money(cost) if cost is not None else "")
     counts = status_counts(evaluation=evaluation)
     context = {
         "tasks": page.tasks,
@@ -134,7 +138,7 @@ def task_list(request: AuthenticatedHttpRequest) -> HttpResponse:
         "statuses": [(value, label, counts.get(value)) for value, label in TaskStatus.choices],
         "older": page.older,
         "newer": page.newer,
-        "can_add": request.user.has_perm(ADD_PERM),
+        "can_add": request.user.has_perm(ADD_TASK),
     }
     # The list refreshes itself: a poll asks for its rows only.
     template = "console/task_list.html#rows" if request.htmx else "console/task_list.html"
@@ -145,7 +149,7 @@ def task_list(request: AuthenticatedHttpRequest) -> HttpResponse:
 
 
 @require_http_methods(["GET", "POST"])
-@console_view(ADD_PERM)
+@console_view(ADD_TASK)
 def task_create(request: AuthenticatedHttpRequest) -> HttpResponse:
     form = TaskCreateForm(request.POST or None, request.FILES or None)
     status = 200
@@ -156,10 +160,10 @@ def task_create(request: AuthenticatedHttpRequest) -> HttpResponse:
             form.add_error("files", refused)
         if form.is_valid():
             try:
-                task = person_tasks.task_create_with_files(
+                task = person_tasks.task_create_by_name(
                     actor=Actor.person(request.user),
                     files=[(upload.name, upload) for upload in form.cleaned_data["files"]],
-                    check_model=True,
+                    field_names={"tool_policies": "ask_tools"},  # the form's field
                     **form.service_kwargs(),
                 )
             except ActhelmError as exc:
@@ -374,10 +378,11 @@ def task_page_context(request: AuthenticatedHttpRequest, pk: int) -> dict[str, A
     verdict_run = next((r for r in reversed(runs) if r.verdict), None)
 
     now = timezone.now()
-    context = {
+    limits = _limit_rows(task, usage, unknown_cost_turns=task.unknown_cost_turns or 0)
+    context: dict[str, Any] = {
         "now": now,  # a cooling connection the task waits for
         "why": state_why(task, events, now),
-        "can_retry_now": request.user.has_perm(OPERATE_PERM),
+        "can_retry_now": request.user.has_perm(OPERATE_TASK),
         "task": task,
         "polling": task.status in POLLING,
         "poll_seconds": POLL_SECONDS,
@@ -398,7 +403,7 @@ def task_page_context(request: AuthenticatedHttpRequest, pk: int) -> dict[str, A
         "more_events": older_events is not None,
         "older_events": older_events,
         "notifications": task_notifications(task.pk),
-        "limits": _limit_rows(task, usage, unknown_cost_turns=task.unknown_cost_turns or 0),
+        "limits": limits,
         "usage": usage,
         "plan": plan,
         "plan_steps": plan_steps,
@@ -413,15 +418,16 @@ def task_page_context(request: AuthenticatedHttpRequest, pk: int) -> dict[str, A
         context["models"] = list(model_queryset())
     field = limit_for_failure(task.failure_code) if Action.RETRY in action_names else None
     if field:
-        row = next((r for r in context["limits"] if r["field"] == field), None)
-        context["retry_limit"] = {
+        row = next((r for r in limits if r["field"] == field), None)
+        retry_limit: dict[str, object] = {
             "field": field,
             "label": BY_FIELD[field].label,
             "current": getattr(task, field),
             "used": row["used"] if row else None,
         }
         if BY_FIELD[field].money:  # an amount of money, not a count
-            context["retry_limit"] |= {"min": "0.0001", "step": "0.0001"}
+            retry_limit |= {"min": "0.0001", "step": "0.0001"}
+        context["retry_limit"] = retry_limit
     return context
 
 
@@ -632,7 +638,7 @@ def task_action(request: AuthenticatedHttpRequest, pk: int, action: str) -> Http
 
 
 @require_POST
-@console_view(OPERATE_PERM)
+@console_view(OPERATE_TASK)
 def task_retry_now(request: AuthenticatedHttpRequest, pk: int) -> HttpResponse:
     """Drop a ready task's retry back-off (tasks.services.task_retry_now)."""
     try:
@@ -646,7 +652,7 @@ def task_retry_now(request: AuthenticatedHttpRequest, pk: int) -> HttpResponse:
 
 
 @require_GET
-@console_view(OPERATE_PERM)
+@console_view(OPERATE_TASK)
 def task_model_check(request: AuthenticatedHttpRequest, pk: int) -> HttpResponse:
     """The checks of a model for this task, shown before a resume or retry queues it."""
     task = get_object_or_404(Task, pk=pk)

@@ -13,6 +13,7 @@ from django.utils.safestring import SafeString
 from core.exceptions import ActhelmError
 from tasks.notify.models import Notification, NotificationTarget
 from tasks.notify.targets import notifications_retry, target_test
+from tasks.permissions import CHANGE_NOTIFICATION_TARGET
 
 # ModelAdmin is generic in django-stubs only (django_stubs_ext.monkeypatch is not applied).
 if TYPE_CHECKING:
@@ -95,4 +96,4 @@ class NotificationAdmin(_NotificationAdmin):
         self.message_user(request, f"{count} notification(s) queued again.", messages.SUCCESS)
 
     def has_retry_permission(self, request: HttpRequest) -> bool:
-        return request.user.has_perm("tasks.change_notificationtarget")
+        return request.user.has_perm(CHANGE_NOTIFICATION_TARGET)

@@ -5,13 +5,13 @@ import threading
 
 import pytest
 
-from agents.actions.tasks import task_cancel, task_resume
+from agents.actions.tasks import task_resume
 from agents.engine.worker import Worker
 from agents.models import AgentRun, CompactionDecision, Conversation, ToolCall, Turn
 from core.actors import Actor
 from memory.models import MemoryEntry, MemorySelection
 from tasks.models import Task
-from tasks.services import task_pause
+from tasks.services import task_cancel, task_pause
 from tasks.states import TaskStatus
 from tasks.workspace import add_input_file
 from tests.agents.conftest import run_burst

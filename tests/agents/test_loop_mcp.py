@@ -304,9 +304,9 @@ def test_cancel_aborts_an_mcp_call_in_flight_and_the_worker_keeps_serving(
 ):
     import threading
 
-    from agents.actions.tasks import task_cancel
     from agents.models import AgentRun
     from core.actors import Actor
+    from tasks.services import task_cancel
 
     script = [reply_tool_calls([("local__hang", {"seconds": 3600}, "h1")]), reply_text("Done.")]
     with ScriptedModelServer(script) as server:

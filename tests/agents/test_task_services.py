@@ -61,7 +61,7 @@ def test_create_refuses_bad_input_clearly(actor, kwargs, message):
 
 def test_cancel_ends_the_running_attempt(actor):
     run = AgentRunFactory()
-    person_tasks.task_cancel(actor=actor, task_id=run.task_id)
+    services.task_cancel(actor=actor, task_id=run.task_id)
     run.refresh_from_db()
     assert run.status == RunStatus.CANCELLED and run.finished_at
     assert Task.objects.get(pk=run.task_id).status == TaskStatus.CANCELLED

@@ -8,7 +8,6 @@ import pytest
 from django.db.models import Count
 from django.utils import timezone
 
-from agents.actions.tasks import task_cancel
 from agents.engine.intake import task_create
 from agents.engine.leases import claim_next
 from agents.engine.loop import Outcome
@@ -18,7 +17,7 @@ from agents.engine.worker import Worker
 from agents.models import AgentRun, Connection, Turn
 from core.actors import Actor
 from tasks.models import Task, TaskEvent
-from tasks.services import task_pause
+from tasks.services import task_cancel, task_pause
 from tasks.states import EventKind, TaskStatus
 from tests.agents.conftest import SCRIPTED_CLI, cli_calls, wait_for
 

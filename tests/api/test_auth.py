@@ -160,13 +160,15 @@ def test_the_schema_and_docs_are_for_signed_in_staff_only(client):
 
 def test_each_action_needs_the_same_permission_as_in_the_console():
     from acthelm_site.api import endpoints
-    from console import actions, shared
+    from approvals import permissions as approval_perms
+    from console import actions
     from console.views import approvals as approval_views
+    from tasks import permissions as task_perms
 
     assert {n: e.perm for n, e in actions.REGISTRY.items()} == endpoints.ACTION_PERMS
     assert set(endpoints.ACTION_PERMS) == set(endpoints.A)
-    assert endpoints.INBOX_PERMS == approval_views.INBOX_PERMS == shared.INBOX_PERMS
-    assert (endpoints.VIEW_PERM, endpoints.ADD_PERM) == (shared.VIEW_PERM, shared.ADD_PERM)
+    assert endpoints.INBOX_PERMS == approval_views.INBOX_PERMS == approval_perms.INBOX_PERMS
+    assert (endpoints.VIEW_TASK, endpoints.ADD_TASK) == (task_perms.VIEW_TASK, task_perms.ADD_TASK)
 
 
 @pytest.mark.parametrize(

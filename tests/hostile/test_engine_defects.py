@@ -10,7 +10,6 @@ import pytest
 from django.utils import timezone
 
 from agents.actions.decisions import approval_approve
-from agents.actions.tasks import task_cancel
 from agents.engine.leases import claim_next
 from agents.engine.outcomes import apply_outcome
 from agents.engine.recovery import recover_stale
@@ -18,7 +17,7 @@ from agents.engine.worker import Worker
 from agents.models import AgentRun, Connection, ToolCall
 from approvals.models import Approval, ReviewDecision
 from tasks.models import Task, TaskEvent
-from tasks.services import task_delete
+from tasks.services import task_cancel, task_delete
 from tasks.states import EventKind, TaskStatus
 from tests.agents.conftest import run_burst, wait_for
 from tests.agents.scripted import conninfo, fast_settings, status_of, tool_task

@@ -60,7 +60,7 @@ def test_no_tools_and_tool_together_are_refused_by_name(manage, admin_user):
     # A policy for a tool the task does not have says so (the API's and the form's rule).
     policy = manage(*args, "--no-tools", "--policy", "fetch_url=ask")
     assert policy.returncode != 0
-    assert "--policy names tools the task does not have: fetch_url" in policy.stderr
+    assert "a policy names tools the task does not use: fetch_url" in policy.stderr
     assert not Task.objects.exists()
 
 

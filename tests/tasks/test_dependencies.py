@@ -4,7 +4,6 @@ as the close that finished the last one, no cycle possible, stuck dependencies e
 import pytest
 from django.db import transaction
 
-from agents.actions import tasks as person_tasks
 from agents.engine import intake
 from agents.engine.policies import auto_close_if_allowed
 from agents.states import RunStatus, Verdict
@@ -127,7 +126,7 @@ def test_cancelling_a_dependency_leaves_dependants_blocked_and_says_why(actor):
     dep = create(actor, "Collect data")
     other = create(actor, "Other")
     waiting = create(actor, "Report", dep, other)
-    person_tasks.task_cancel(actor=actor, task_id=dep.pk, reason="not needed")
+    services.task_cancel(actor=actor, task_id=dep.pk, reason="not needed")
 
     assert status(waiting) == "blocked"
     event = TaskEvent.objects.get(task=waiting, kind=EventKind.UNBLOCK_BLOCKED)

@@ -78,7 +78,7 @@ def test_every_person_action_matches_the_actions_table(actor, status):
         Action.PAUSE: lambda t: services.task_pause(actor=actor, task_id=t),
         Action.WITHDRAW_PAUSE: lambda t: services.task_withdraw_pause(actor=actor, task_id=t),
         Action.RESUME: lambda t: person_tasks.task_resume(actor=actor, task_id=t),
-        Action.CANCEL: lambda t: person_tasks.task_cancel(actor=actor, task_id=t),
+        Action.CANCEL: lambda t: services.task_cancel(actor=actor, task_id=t),
         Action.CLOSE: lambda t: services.task_close(actor=actor, task_id=t),
         Action.REOPEN: lambda t: services.task_reopen(actor=actor, task_id=t, feedback="f"),
         Action.RETRY: lambda t: person_tasks.task_retry(actor=actor, task_id=t),

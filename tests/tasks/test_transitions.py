@@ -190,7 +190,7 @@ def test_holds_attempt_and_the_fence():
 @pytest.mark.django_db
 def test_aba_the_old_run_is_fenced_out_after_cancel_and_a_new_claim(actor):
     """Claim, a person resets the task, it is claimed again: the first run can write nothing."""
-    from agents.actions.tasks import task_cancel
+    from tasks.services import task_cancel
 
     task = TaskFactory()
     old = claim_next(worker_id="w1")
@@ -245,7 +245,7 @@ def test_the_fence_sees_a_persons_action_committed_while_it_waited_for_the_lock(
     an event that leaves the status alone as well as a cancel."""
     import psycopg
 
-    from agents.actions.tasks import task_cancel
+    from tasks.services import task_cancel
     from tasks.transitions import record_event
     from tests.agents.scripted import conninfo
 

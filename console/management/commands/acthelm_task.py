@@ -13,11 +13,10 @@ from pathlib import Path
 from typing import Any
 
 from django.core.management.base import BaseCommand, CommandError, CommandParser
-from django.db import transaction
 
-from agents.engine import intake
+from agents.actions import tasks as person_tasks
 from agents.engine.acceptance import check_text, kind_names
-from agents.models import Connection, Model
+from agents.models import Model
 from agents.scorecard import model_scorecard, scorecard_window
 from agents.selectors import task_cost_subquery, task_file, task_result, task_with_history
 from approvals.models import Approval, ReviewDecision
@@ -28,10 +27,9 @@ from core.actors import Actor
 from core.exceptions import ActhelmError, InvalidInput
 from tasks import services
 from tasks.limits import LIMIT_FIELDS
-from tasks.models import Goal, Task
+from tasks.models import Task
 from tasks.selectors import task_as_dict
 from tasks.states import TaskStatus
-from tasks.workspace import add_input_file, remove_task_files
 
 
 def _pairs(values: list[str], what: str) -> dict[str, str]:
@@ -184,19 +182,11 @@ class Command(BaseCommand):
             fail(self, exc, as_json=as_json)
 
     def _model(self, opts: Options) -> Model | None:
+        """The model of --model (on --connection when given), for resume and retry."""
         if not opts.get("model"):
             return None
-        qs = Model.objects.select_related("connection").filter(name=opts["model"])
-        if opts.get("connection"):
-            qs = qs.filter(connection__name=opts["connection"])
-        models = list(qs[:2])
-        if len(models) != 1:
-            raise InvalidInput(
-                f"model {opts['model']!r} "
-                + ("is ambiguous; add --connection" if models else "does not exist"),
-                field="model",
-            )
-        return models[0]
+        connection = person_tasks.connection_named(opts.get("connection") or None)
+        return person_tasks.model_named(opts["model"], connection)
 
     def _dispatch(self, opts: Options, as_json: bool) -> None:
         action = opts["action"]
@@ -230,8 +220,8 @@ class Command(BaseCommand):
         if action == "artifact":
             return self._artifact(opts, as_json)
         if action == "pending":
-            rows = open_operations(limit=opts["limit"])
-            return emit(self, rows, as_json=as_json, text=operations_as_text(rows))
+            pending = open_operations(limit=opts["limit"])
+            return emit(self, pending, as_json=as_json, text=operations_as_text(pending))
         if action == "stats":
             return self._stats(opts, as_json)
 
@@ -299,57 +289,27 @@ class Command(BaseCommand):
             raise CommandError(f"task {task_id} does not exist [task_not_found]") from None
 
     def _create(self, actor: Actor, opts: Options) -> Task:
-        connection = None
-        if opts["connection"]:
-            connection = Connection.objects.filter(name=opts["connection"]).first()
-            if connection is None:
-                raise InvalidInput(
-                    f"connection {opts['connection']!r} does not exist", field="connection"
-                )
-        goal = None
-        if opts["goal"]:
-            goal = Goal.objects.filter(pk=opts["goal"]).first()
-            if goal is None:
-                raise InvalidInput(f"goal {opts['goal']} does not exist")
-        deps = list(Task.objects.filter(pk__in=opts["depends_on"]))
-        if len(deps) != len(set(opts["depends_on"])):
-            raise InvalidInput("a --depends-on task does not exist")
         files = [Path(f) for f in opts["file"]]
         for f in files:
             if not f.is_file():
                 raise InvalidInput(f"--file {f} is not a readable file")
-        tools = [] if opts["no_tools"] else opts["tools"]
-        policies = _pairs(opts["policy"], "--policy")
-        if tools is not None and (stray := sorted(set(policies) - set(tools))):
-            raise InvalidInput(
-                f"--policy names tools the task does not have: {', '.join(stray)}",
-                field="tool_policies",
-            )
-        with transaction.atomic():
-            task = intake.task_create(
-                actor=actor,
-                title=opts["title"],
-                instruction=opts["instruction"],
-                goal=goal,
-                priority=opts["priority"],
-                tools=tools,
-                tool_policies=policies,
-                allowed_domains=opts["domains"],
-                connection=connection,
-                model=self._model(opts),
-                depends_on=deps,
-                tags=opts["tag"],
-                limits=_pairs(opts["limit"], "--limit"),
-                acceptance_checks=opts["expect"],
-                check_model=True,
-            )
-            try:  # each file counted against the caps as it is copied
-                for f in files:
-                    add_input_file(task.pk, name=f.name, source=f)
-            except BaseException:
-                remove_task_files(task.pk)
-                raise
-        return task
+        return person_tasks.task_create_by_name(
+            actor=actor,
+            files=[(f.name, f) for f in files],  # each counted against the caps as it is copied
+            title=opts["title"],
+            instruction=opts["instruction"],
+            goal=opts["goal"],
+            priority=opts["priority"],
+            tools=[] if opts["no_tools"] else opts["tools"],
+            tool_policies=_pairs(opts["policy"], "--policy"),
+            allowed_domains=opts["domains"],
+            connection=opts["connection"],
+            model=opts["model"],
+            depends_on=opts["depends_on"],
+            tags=opts["tag"],
+            limits=_pairs(opts["limit"], "--limit"),
+            acceptance_checks=opts["expect"],
+        )
 
     def _act(self, actor: Actor, entry: ConsoleAction, opts: Options) -> Task | None:
         """A console action: its inputs from the options, then its service."""

@@ -1,7 +1,6 @@
 """acthelm_token create|list|revoke — per-person API tokens. The token is printed once, at
 creation; only its SHA-256 is stored."""
 
-import argparse
 from typing import Any
 
 from django.contrib.auth import get_user_model
@@ -10,13 +9,13 @@ from django.core.management.base import CommandError
 
 from acthelm_site.api import tokens
 from acthelm_site.api.models import ApiToken
-from console.cli import ActionCommand, emit
+from console.cli import ActionCommand, Actions, emit
 
 
 class Command(ActionCommand):
     help = "Create, list and revoke API tokens (Authorization: Bearer <token> at /api/)."
 
-    def add_actions(self, sub: "argparse._SubParsersAction[argparse.ArgumentParser]") -> None:
+    def add_actions(self, sub: Actions) -> None:
         create = sub.add_parser("create", help="create a token for a person (printed once)")
         create.add_argument("--user", required=True, help="the person the token acts as")
         create.add_argument("--name", required=True, help="what the token is for")

@@ -1,4 +1,6 @@
-"""The only writer of a run's status; the caller holds the task's row lock."""
+"""The only writer of a run's status and of a tool call's status (`RUN_TRANSITIONS`,
+`TOOL_CALL_TRANSITIONS`); the caller holds the task's row lock. (A task's status has its own
+writer, `tasks.transitions`.)"""
 
 from dataclasses import dataclass
 from datetime import datetime
@@ -10,8 +12,15 @@ from psycopg.types.json import Jsonb
 
 from agents.engine import storable
 from agents.models import AgentRun, ToolCall
-from agents.states import RUN_TRANSITIONS, TOOL_CALL_TRANSITIONS, RunStatus
+from agents.states import (
+    RUN_TRANSITIONS,
+    TOOL_CALL_TRANSITIONS,
+    FailureCode,
+    RunStatus,
+    ToolCallStatus,
+)
 from core.exceptions import TransitionNotAllowed
+from tasks.models import Task
 
 
 def finish_run(run: AgentRun | int, status: str, **fields: object) -> None:
@@ -43,6 +52,27 @@ def end_started_runs(task_id: int, status: str, **fields: object) -> list[int]:
     for run_id in ids:
         finish_run(run_id, status, **fields)
     return ids
+
+
+def settle_for_cancelled_task(task: Task) -> dict[str, list[int]]:
+    """A person cancelled `task` (`tasks.services.task_cancel`, in its transaction): its running
+    attempt ends now (its worker notices at its next safe point or heartbeat), and an external
+    call in flight may have taken effect, so its outcome is unknown, never left "running" (the
+    run that made it is over and writes nothing more). Returns what the cancel's event records."""
+    runs = end_started_runs(task.pk, RunStatus.CANCELLED, error_code=FailureCode.CANCELLED)
+    in_flight = list(
+        ToolCall.objects.filter(task=task, status=ToolCallStatus.RUNNING).values_list(
+            "pk", flat=True
+        )
+    )
+    for call_id in in_flight:
+        set_call_status(
+            call_id,
+            ToolCallStatus.UNKNOWN,
+            error_code="cancelled_in_flight",
+            finished_at=timezone.now(),
+        )
+    return {"runs_cancelled": runs, "calls_in_flight": in_flight}
 
 
 def set_call_status(call: ToolCall | int, to: str, **fields: object) -> None:
