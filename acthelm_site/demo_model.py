@@ -58,6 +58,22 @@ def _named_files(task: str, messages: list[Json]) -> list[str]:
     return [n for n in dict.fromkeys(_FILE_NAME.findall(task)) if n in listing]
 
 
+# "… and write them to summary.md", "save it as out.csv": the file the instruction asks for.
+_OUTPUT_NAME = re.compile(
+    r"\b(?:to|into|as|named|called)\s+[`'\"]?"
+    r"([\w-]+(?:\.[\w-]+)*\.[A-Za-z][A-Za-z0-9]{0,7})(?![\w-])",
+    re.IGNORECASE,
+)
+DEFAULT_OUTPUT = "report.md"
+
+
+def output_name(task: str) -> str:
+    """The artifact the demo model writes: the file the instruction asks the work to be written
+    to, else report.md."""
+    match = _OUTPUT_NAME.search(task)
+    return match.group(1) if match else DEFAULT_OUTPUT
+
+
 def _task_text(messages: list[Json]) -> str:
     for m in messages:
         if m.get("role") == "user" and "## Task" in (m.get("content") or ""):
@@ -121,7 +137,9 @@ def next_turn(body: Json) -> Json:
             "tool_calls": [_call("list_files", {})],
         }
     read = _read_paths(messages)
-    unread = [n for n in _named_files(task, messages) if n not in read]
+    output = output_name(task)
+    # The file it is asked to write is not one to read (once written, the listing names it).
+    unread = [n for n in _named_files(task, messages) if n not in read and n != output]
     if "read_file" in tools and unread:
         return {
             "content": f"Reading {unread[0]}.",
@@ -131,8 +149,8 @@ def next_turn(body: Json) -> Json:
         report = f"# Report\n\nTask: {first_line}\n\nThe demo model looked at the workspace and "
         report += "wrote this report. A person reviews it and closes the task.\n"
         return {
-            "content": "Writing the report.",
-            "tool_calls": [_call("write_artifact", {"name": "report.md", "content": report})],
+            "content": f"Writing {output}.",
+            "tool_calls": [_call("write_artifact", {"name": output, "content": report})],
         }
     if _called(messages, "propose_task"):
         did = "I proposed two follow-up tasks: gather the facts, then write the summary."
@@ -141,7 +159,7 @@ def next_turn(body: Json) -> Json:
         if read:
             parts.append(f"read {', '.join(sorted(read))}")
         if _called(messages, "write_artifact"):
-            parts.append("wrote report.md")
+            parts.append(f"wrote {output}")
         did = ("I " + " and ".join(parts) + ".") if parts else "I have nothing to report."
     return {
         "content": f"{did}\n\nThis answer comes from Acthelm's scripted demo model, which does "

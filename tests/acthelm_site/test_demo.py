@@ -112,3 +112,32 @@ def test_the_demo_password_is_printed_beside_the_consoles_address_on_every_run(m
     assert f"sign in as founder / {password}  (admin: http://127.0.0.1:8000/admin/)" in (
         again.getvalue()
     )
+
+
+def test_the_natural_first_task_reaches_review_with_the_file_it_names(demo_model, monkeypatch):
+    """ "…and write them to summary.md", model left on the default: the demo model writes
+    summary.md, so the default check named_output=summary.md lets the work into review."""
+    from django.core.management import call_command
+
+    from agents.actions.tasks import task_create_by_name
+    from agents.engine.worker import Worker
+    from core.actors import Actor
+    from tests.factories import UserFactory
+
+    monkeypatch.setenv("ACTHELM_DEMO_MODEL_PORT", str(demo_model))
+    monkeypatch.setenv("ACTHELM_DEMO_PASSWORD", "demo-pass")
+    call_command("acthelm_demo")
+    person = UserFactory(username="newcomer", perms=["tasks.add_task"])
+    task = task_create_by_name(
+        actor=Actor.person(person),
+        title="Summarise notes",
+        instruction="Summarise notes.txt in three bullet points and write them to summary.md",
+        files=[("notes.txt", b"one\ntwo\nthree\n")],
+    )
+    Worker(worker_id="demo", burst=True).drain()
+    task.refresh_from_db()
+    assert task.status == TaskStatus.REVIEW and task.failed_attempts == 0
+    assert Artifact.objects.filter(task=task, name="summary.md").exists()
+    run = AgentRun.objects.get(task=task)
+    assert run.verdict == "approved"
+    assert run.answer.startswith("I read notes.txt and wrote summary.md.")
