@@ -89,7 +89,8 @@ TOOL_CALL_DONE = frozenset(
 
 
 TC = ToolCallStatus
-# Where a tool call may go from each state; agents.engine.statuses.set_call_status enforces it.
+# Where a tool call may go from each state; agents.engine.run_transitions.set_call_status
+# enforces it.
 TOOL_CALL_TRANSITIONS: dict[str, frozenset[str]] = {
     # PENDING/APPROVED -> SUCCEEDED/FAILED: a read-only or idempotent call runs without an
     # intent record; its result is written with the step (recovery runs it again if lost).

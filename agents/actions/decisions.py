@@ -1,15 +1,14 @@
 """A person's decisions on single operations: approve or deny an operation that waits for
 approval, run again or skip one whose outcome is unknown. Each decision carries the operation's
 hash; a stale or altered hash changes nothing. A decision touches three apps in one transaction:
-the approval row (`approvals.services`), the tool call (`agents.engine.statuses`) and the task,
-which
-is queued again when its last open decision is made (`tasks.transitions`)."""
+the approval row (`approvals.services`), the tool call (`agents.engine.run_transitions`) and the
+task, which is queued again when its last open decision is made (`tasks.transitions`)."""
 
 from django.db import transaction
 from django.db.models import QuerySet
 from django.utils import timezone
 
-from agents.engine.statuses import set_call_status
+from agents.engine.run_transitions import set_call_status
 from agents.models import ToolCall
 from agents.states import ToolCallStatus
 from approvals.models import Approval, ReviewDecision

@@ -5,7 +5,7 @@ A run ends with an `Outcome`. `handle` reads what the decision needs under the t
 the task and the connection, and writes that plan (`apply_plan`). It runs inside the fenced
 transaction that records the run's last step (`agents.engine.recorder`), or inside
 `apply_outcome`'s own fence. The status changes themselves go through tasks.transitions and
-agents.engine.statuses. Runs whose worker died are recovered by `agents.engine.recovery`.
+agents.engine.run_transitions. Runs whose worker died are recovered by `agents.engine.recovery`.
 """
 
 import logging
@@ -33,7 +33,7 @@ from agents.engine.decide import (
 )
 from agents.engine.leases import fence
 from agents.engine.policies import auto_close_if_allowed
-from agents.engine.statuses import finish_run
+from agents.engine.run_transitions import finish_run
 from agents.models import AgentRun, Connection, Model
 from agents.states import CostTier, FailureCode, RunStatus
 from core.actors import Actor

@@ -32,7 +32,7 @@ from agents.catalogue.tools import ArtifactWritten
 from agents.engine.intake import propose_follow_up
 from agents.engine.leases import fence, renew_lease
 from agents.engine.outcomes import handle
-from agents.engine.statuses import CallUpdate, set_calls_status
+from agents.engine.run_transitions import CallUpdate, set_calls_status
 from agents.engine.usage import FIELDS, ZERO, Usage, task_usage
 from agents.models import AgentRun, Artifact, CompactionDecision, Conversation, ToolCall, Turn
 from agents.states import RunStatus, ToolCallStatus
