@@ -24,9 +24,11 @@ import sys
 import time
 from collections.abc import Iterator
 from dataclasses import dataclass
+from io import StringIO
 from pathlib import Path
 
 import pytest
+from django.core.management import call_command
 
 from agents.models import Artifact, ToolCall
 from agents.states import ToolCallStatus
@@ -112,13 +114,14 @@ def wait_for_port(port: int, proc: subprocess.Popen, log: Path, timeout: float =
 
 
 @pytest.fixture
-def make_run(worker_env, tmp_path) -> Iterator[str]:
+def make_run(worker_env, tmp_path, monkeypatch) -> Iterator[str]:
     """What `make run` starts, on free ports: the demo seeded, then the demo model, a worker and
     the console (bin/run-demo's three processes); yields the console's address."""
     model_port, console_port = free_port(), free_port()
+    monkeypatch.setenv("ACTHELM_DEMO_MODEL_PORT", str(model_port))
+    call_command("acthelm_demo", stdout=StringIO())
     env = {**worker_env, "ACTHELM_DEMO_MODEL_PORT": str(model_port)}
     python, manage = sys.executable, str(ROOT / "manage.py")
-    subprocess.run([python, manage, "acthelm_demo"], env=env, check=True, capture_output=True)
     commands = {
         "demo-model": [python, "-m", "acthelm_site.demo_model", "--port", str(model_port)],
         "worker": [python, manage, "acthelm_worker", "--worker-id", "demo-worker"],
