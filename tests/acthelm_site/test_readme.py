@@ -6,8 +6,9 @@ database: the demo model, `manage.py acthelm_worker` and `manage.py runserver` a
 on free ports. Then each fenced shell block of the README runs in bash, whole, from a folder of its
 own that looks like the project's (`.venv` and `manage.py` linked, a `notes.txt` beside them); the
 one change to its text is the console's address, `http://127.0.0.1:8000`, which becomes the test
-console's. A block must exit 0, create its task, and every file it writes must be that task's real
-output (the artifact's stored SHA-256).
+console's, and its environment points the commands at the test database and media folder. A block
+must exit 0 (bash without `set -e`, as a paste runs), its task must have read `notes.txt`, and the
+one file it writes must be that task's real output (the artifact's stored SHA-256).
 
 A block that cannot run here carries the marker `<!-- not run by tests/acthelm_site/test_readme.py:
 REASON -->` on the line before its fence, and `NOT_RUN` below names each such block by its first
