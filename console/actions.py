@@ -160,6 +160,22 @@ REGISTRY: dict[str, ConsoleAction] = {
             cli_help="close a task in review: done",
         ),
         ConsoleAction(
+            A.ACCEPT,
+            CLOSE_TASK,
+            person_tasks.task_accept,
+            inputs=(
+                Input(
+                    "reason",
+                    required=True,
+                    help="why the rejected result is good enough (shown on the timeline)",
+                ),
+            ),
+            success="Accepted into review over the supervisor's rejection.",
+            style="primary",
+            form="console/actions/_accept.html",
+            cli_help="accept the run the supervisor rejected into review, with a reason",
+        ),
+        ConsoleAction(
             A.REOPEN,
             CLOSE_TASK,
             services.task_reopen,

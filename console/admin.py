@@ -7,19 +7,22 @@ from typing import TYPE_CHECKING, Any
 from django import forms
 from django.conf import settings
 from django.contrib import admin, messages
+from django.contrib.admin import helpers
 from django.contrib.admin.options import Action, ActionLocation
 from django.core.exceptions import PermissionDenied
 from django.core.files.uploadedfile import UploadedFile
 from django.db.models import Count, Q, QuerySet
 from django.db.models.expressions import Combinable
 from django.http import HttpRequest
+from django.template.response import TemplateResponse
 from django.utils.html import format_html_join
 
 from agents.actions import tasks as person_tasks
-from console.actions import ConsoleAction, task_actions
+from console.actions import REGISTRY, ConsoleAction, task_actions
 from core.actors import Actor
 from core.exceptions import ActhelmError, InvalidInput, NotPermitted, TransitionNotAllowed
 from tasks.models import Goal, Task, TaskDependency, TaskEvent
+from tasks.states import Action as TaskAction
 from tasks.states import TaskStatus
 from tasks.uploads import upload_refusal
 from tasks.workspace import (
@@ -118,6 +121,41 @@ def _admin_action(entry: ConsoleAction) -> AdminAction:
 # One admin action per registry entry that has one (console.actions).
 ADMIN_ACTIONS = {entry.admin_name: entry for entry in task_actions() if entry.admin}
 
+ACCEPT = REGISTRY[TaskAction.ACCEPT]
+
+
+@admin.action(description="Accept the rejected run into review (asks why)", location=BOTH)
+def accept_tasks(
+    modeladmin: "admin.ModelAdmin[Task]", request: HttpRequest, queryset: QuerySet[Task]
+) -> TemplateResponse | None:
+    """Accept each selected task's rejected run into review (`task_accept`): a page asks for
+    the reason first; with it, the service runs for each task and says which were refused."""
+    reason = request.POST.get("reason", "").strip()
+    if "apply" not in request.POST or not reason:
+        context = {
+            **modeladmin.admin_site.each_context(request),
+            "title": "Accept the rejected runs into review",
+            "tasks": queryset.order_by("id"),
+            "action": "accept_tasks",
+            "action_checkbox_name": helpers.ACTION_CHECKBOX_NAME,
+            "missing_reason": "apply" in request.POST,
+            "opts": Task._meta,
+        }
+        return TemplateResponse(request, "admin/tasks/task/accept.html", context)
+    actor = Actor.person(request.user)
+    done, refused = 0, []
+    for task_id in queryset.values_list("pk", flat=True):
+        try:
+            ACCEPT.call(actor=actor, target_id=task_id, reason=reason)
+            done += 1
+        except ActhelmError as exc:
+            refused.append(f"#{task_id}: {exc} [{exc.code}]")
+    if done:
+        modeladmin.message_user(request, f"Accepted into review: {done} task(s).", messages.SUCCESS)
+    for line in refused:
+        modeladmin.message_user(request, line, messages.ERROR)
+    return None
+
 
 class TaskAdminForm(TaskFormBase):
     """The task's fields, plus one input file that Save copies into the task's workspace."""
@@ -210,7 +248,7 @@ class TaskAdmin(TaskAdminBase):
     ]
     raw_id_fields = ["spawned_by"]
     inlines = [DependencyInline, TaskEventInline]
-    actions = [_admin_action(entry) for entry in ADMIN_ACTIONS.values()]
+    actions = [*(_admin_action(entry) for entry in ADMIN_ACTIONS.values()), accept_tasks]
 
     def get_actions(
         self, request: HttpRequest, action_location: ActionLocation = ActionLocation.CHANGE_LIST
@@ -234,6 +272,8 @@ class TaskAdmin(TaskAdminBase):
                 entry.admin_in_state_only and status not in entry.states
             ):
                 actions.pop(name, None)
+        if not request.user.has_perm(ACCEPT.perm):
+            actions.pop("accept_tasks", None)
         return actions
 
     def get_ordering(
