@@ -434,6 +434,7 @@ def task_page_context(request: AuthenticatedHttpRequest, pk: int) -> dict[str, A
         "outcome_unknown": OUTCOME_UNKNOWN,
         "rejection": rejection,
         "rejection_previews": rejection_previews,
+        "can_accept": Action.ACCEPT in action_names,
         "can_edit": request.user.has_perm(OPERATE_TASK) and not task.is_held,
     }
     if action_names & {Action.RESUME, Action.RETRY}:
