@@ -18,11 +18,10 @@ from django.template.response import TemplateResponse
 from django.utils.html import format_html_join
 
 from agents.actions import tasks as person_tasks
-from console.actions import REGISTRY, ConsoleAction, task_actions
+from console.actions import ConsoleAction, task_actions
 from core.actors import Actor
 from core.exceptions import ActhelmError, InvalidInput, NotPermitted, TransitionNotAllowed
 from tasks.models import Goal, Task, TaskDependency, TaskEvent
-from tasks.states import Action as TaskAction
 from tasks.states import TaskStatus
 from tasks.uploads import upload_refusal
 from tasks.workspace import (
@@ -60,7 +59,9 @@ else:
     TaskAdminBase = GoalAdminBase = admin.ModelAdmin
 
 # An admin action: the admin, the request, the selected rows.
-type AdminAction = Callable[[admin.ModelAdmin[Task], HttpRequest, QuerySet[Task]], None]
+type AdminAction = Callable[
+    [admin.ModelAdmin[Task], HttpRequest, QuerySet[Task]], TemplateResponse | None
+]
 
 
 class TaskEventInline(EventInlineBase):
@@ -89,14 +90,30 @@ class DependencyInline(DependencyInlineBase):
 
 
 def _admin_action(entry: ConsoleAction) -> AdminAction:
-    """The admin's bulk action for a registry entry: its service on each selected task."""
+    """The admin's bulk action for a registry entry: its service on each selected task. An
+    input the entry requires and gives no admin default for (accept's reason) is asked for on
+    a page of its own first."""
     defaults = {i.name: i.admin_default for i in entry.inputs if i.admin_default is not None}
+    asks = [i for i in entry.inputs if i.required and i.admin_default is None]
 
     def run(
         modeladmin: "admin.ModelAdmin[Task]", request: HttpRequest, queryset: QuerySet[Task]
-    ) -> None:
+    ) -> TemplateResponse | None:
+        given = {i.name: request.POST.get(i.name, "").strip() for i in asks}
+        if asks and ("apply" not in request.POST or not all(given.values())):
+            context = {
+                **modeladmin.admin_site.each_context(request),
+                "title": entry.admin,
+                "entry": entry,
+                "asks": asks,
+                "tasks": queryset.order_by("id"),
+                "action_checkbox_name": helpers.ACTION_CHECKBOX_NAME,
+                "missing": "apply" in request.POST,
+                "opts": Task._meta,
+            }
+            return TemplateResponse(request, "admin/tasks/task/action_inputs.html", context)
         actor = Actor.person(request.user)
-        inputs = {
+        inputs = given | {
             name: request.POST.get(name, "").strip() or default
             for name, default in defaults.items()
         }
@@ -113,6 +130,7 @@ def _admin_action(entry: ConsoleAction) -> AdminAction:
             )
         for line in refused:
             modeladmin.message_user(request, line, messages.ERROR)
+        return None
 
     run.__name__ = entry.admin_name
     return admin.action(description=entry.admin, location=BOTH)(run)
@@ -120,41 +138,6 @@ def _admin_action(entry: ConsoleAction) -> AdminAction:
 
 # One admin action per registry entry that has one (console.actions).
 ADMIN_ACTIONS = {entry.admin_name: entry for entry in task_actions() if entry.admin}
-
-ACCEPT = REGISTRY[TaskAction.ACCEPT]
-
-
-@admin.action(description="Accept the rejected run into review (asks why)", location=BOTH)
-def accept_tasks(
-    modeladmin: "admin.ModelAdmin[Task]", request: HttpRequest, queryset: QuerySet[Task]
-) -> TemplateResponse | None:
-    """Accept each selected task's rejected run into review (`task_accept`): a page asks for
-    the reason first; with it, the service runs for each task and says which were refused."""
-    reason = request.POST.get("reason", "").strip()
-    if "apply" not in request.POST or not reason:
-        context = {
-            **modeladmin.admin_site.each_context(request),
-            "title": "Accept the rejected runs into review",
-            "tasks": queryset.order_by("id"),
-            "action": "accept_tasks",
-            "action_checkbox_name": helpers.ACTION_CHECKBOX_NAME,
-            "missing_reason": "apply" in request.POST,
-            "opts": Task._meta,
-        }
-        return TemplateResponse(request, "admin/tasks/task/accept.html", context)
-    actor = Actor.person(request.user)
-    done, refused = 0, []
-    for task_id in queryset.values_list("pk", flat=True):
-        try:
-            ACCEPT.call(actor=actor, target_id=task_id, reason=reason)
-            done += 1
-        except ActhelmError as exc:
-            refused.append(f"#{task_id}: {exc} [{exc.code}]")
-    if done:
-        modeladmin.message_user(request, f"Accepted into review: {done} task(s).", messages.SUCCESS)
-    for line in refused:
-        modeladmin.message_user(request, line, messages.ERROR)
-    return None
 
 
 class TaskAdminForm(TaskFormBase):
@@ -248,7 +231,7 @@ class TaskAdmin(TaskAdminBase):
     ]
     raw_id_fields = ["spawned_by"]
     inlines = [DependencyInline, TaskEventInline]
-    actions = [*(_admin_action(entry) for entry in ADMIN_ACTIONS.values()), accept_tasks]
+    actions = [_admin_action(entry) for entry in ADMIN_ACTIONS.values()]
 
     def get_actions(
         self, request: HttpRequest, action_location: ActionLocation = ActionLocation.CHANGE_LIST
@@ -272,8 +255,6 @@ class TaskAdmin(TaskAdminBase):
                 entry.admin_in_state_only and status not in entry.states
             ):
                 actions.pop(name, None)
-        if not request.user.has_perm(ACCEPT.perm):
-            actions.pop("accept_tasks", None)
         return actions
 
     def get_ordering(

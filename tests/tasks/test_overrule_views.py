@@ -144,10 +144,8 @@ def test_the_admin_accept_action_asks_why_then_accepts(client, person):
     assert page.status_code == 200 and 'name="reason"' in page.content.decode()
     assert Task.objects.get(pk=rejected.pk).status == TaskStatus.READY  # nothing yet
     missing = client.post(CHANGELIST, {**selected, "apply": "1", "reason": ""})
-    assert "Say why" in missing.content.decode()
-    done = client.post(
-        CHANGELIST, {**selected, "apply": "1", "reason": "good enough"}, follow=True
-    )
+    assert "Fill in every field: reason" in missing.content.decode()
+    done = client.post(CHANGELIST, {**selected, "apply": "1", "reason": "good enough"}, follow=True)
     text = done.content.decode()
     assert "Accepted into review: 1 task(s)." in text
     assert f"#{other.pk}" in text and "transition_not_allowed" in text
