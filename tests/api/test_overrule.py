@@ -13,12 +13,6 @@ from tests.api.conftest import client_for, error_of
 from tests.factories import TaskFactory, UserFactory
 
 
-def patch(api, path, body):
-    return api.client.patch(
-        path, json.dumps(body), content_type="application/json", headers=api._headers(None)
-    )
-
-
 @pytest.mark.django_db
 def test_the_task_document_carries_the_rejection(api):
     task = rejected_task()
@@ -59,8 +53,7 @@ def test_accept_through_the_api_refuses_clearly(api):
 @pytest.mark.django_db
 def test_edit_and_retry_through_the_api(api):
     task = rejected_task(failed=True)
-    response = patch(
-        api,
+    response = api.patch(
         f"/api/tasks/{task.pk}",
         {
             "instruction": "Write the bullets to report.md",
@@ -80,14 +73,14 @@ def test_edit_and_retry_through_the_api(api):
 @pytest.mark.django_db
 def test_edit_through_the_api_is_refused_under_a_worker_and_for_bad_input(api):
     running = TaskFactory(status=TaskStatus.IN_PROGRESS)
-    refused = patch(api, f"/api/tasks/{running.pk}", {"instruction": "Other"})
+    refused = api.patch(f"/api/tasks/{running.pk}", {"instruction": "Other"})
     assert refused.status_code == 409 and "a worker holds it" in error_of(refused)["message"]
     task = rejected_task(failed=True)
-    bad = patch(api, f"/api/tasks/{task.pk}", {"acceptance_checks": ["nonsense=1"]})
+    bad = api.patch(f"/api/tasks/{task.pk}", {"acceptance_checks": ["nonsense=1"]})
     assert bad.status_code == 400 and error_of(bad)["field"] == "acceptance_checks"
-    unknown = patch(api, f"/api/tasks/{task.pk}", {"colour": "red"})
+    unknown = api.patch(f"/api/tasks/{task.pk}", {"colour": "red"})
     assert unknown.status_code == 422
-    assert patch(api, "/api/tasks/999999", {"instruction": "x"}).status_code == 404
+    assert api.patch("/api/tasks/999999", {"instruction": "x"}).status_code == 404
 
 
 # --- acthelm_task ---------------------------------------------------------------------------
