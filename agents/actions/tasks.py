@@ -391,9 +391,10 @@ def task_accept(*, actor: Actor, task_id: int, reason: str) -> Task:
     is the one the supervisor rejected (the task failed after its attempts, or waits ready for
     its retry). Under the task's row lock: the scheduled retry is dropped, the task moves to
     `review` keeping that run's answer and the artifacts as they are, and an `accepted` event
-    records who, why, the run and the checks that failed. No model is asked. A retry timer that
-    fires meanwhile finds the task no longer ready (the claim's UPDATE re-reads the row after
-    this lock), and a run that started first holds the task, so the accept is refused."""
+    records who, why, the run and the checks that failed. No model is asked. A retry that falls
+    due meanwhile is not claimed (the claim skips the row this lock holds, and finds it in review
+    once the accept commits); a run that claimed the task first holds it, and the accept is
+    refused (`in_progress` allows no accept)."""
     reason = (reason or "").strip()
     if not reason:
         raise InvalidInput("say why the rejected run is accepted", field="reason")
