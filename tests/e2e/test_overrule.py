@@ -81,6 +81,10 @@ def test_accept_a_rejected_run_into_review_with_a_reason(
         requests = len(server.completion_requests)
 
         page.fill("#accept-form textarea[name=reason]", "report.md holds the bullets I wanted")
+        # The page of a ready task refreshes itself: what the person typed survives a refresh.
+        with page.expect_response(lambda r: r.url.endswith(f"/tasks/{task_id}/")):
+            pass
+        expect(page.locator("#accept-reason")).to_have_value("report.md holds the bullets I wanted")
         page.locator("#accept-form [data-action=accept]").click()
         expect(page.locator("#task-status")).to_have_text("Review")
         accepted = page.locator("#accepted-by")
