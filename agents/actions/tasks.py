@@ -434,6 +434,9 @@ def task_accept(*, actor: Actor, task_id: int, reason: str) -> Task:
             not_before=None,
             failure_code="",
             failure_message="",
+            # The supervisor's feedback was for a next attempt that a person has just overruled
+            # (it stays in the event as `verdict_reason`); a reopen gives its own.
+            feedback="",
         )
     log.info(
         "task.accepted",

@@ -42,7 +42,7 @@ def test_accept_moves_the_rejected_run_to_review_with_its_result(actor, failed):
 
     task.refresh_from_db()
     assert task.status == TaskStatus.REVIEW
-    assert task.not_before is None and task.failure_code == ""
+    assert task.not_before is None and task.failure_code == "" and task.feedback == ""
     event = accepted_event(task)
     assert event.actor_user == actor.user and event.actor_label == "founder"
     assert (event.from_status, event.to_status) == (
