@@ -10,9 +10,11 @@ from django.db.models import DecimalField, OuterRef, Subquery, Sum
 
 from agents.engine.usage import task_usage
 from agents.models import AgentRun, Artifact, Turn
+from agents.states import Verdict
 from core.exceptions import InvalidInput
-from tasks.models import Task
+from tasks.models import Task, TaskEvent
 from tasks.selectors import event_as_dict, task_as_dict
+from tasks.states import EventKind
 from tasks.workspace import artifacts_dir, list_input_files, safe_file_name, workspace_dir
 
 # Types a browser could run as a page: a task's file is served as plain text instead.
@@ -179,3 +181,81 @@ def task_with_history(task: Task) -> dict[str, Any]:
         run_as_dict(r) for r in task.runs.select_related("model__connection").order_by("number")
     ]
     return data
+
+
+# --- The supervisor's rejection, for a person to overrule -------------------------------------
+
+TASK_CHECK = "task check"
+DEFAULT_CHECK = "default check"
+
+
+class FailedCheck(TypedDict):
+    """An acceptance check that failed a run: its text form, why, and whose check it is."""
+
+    check: str
+    detail: str
+    source: str  # TASK_CHECK (the task's own acceptance checks) or DEFAULT_CHECK
+
+
+def failed_checks(checks: object) -> list[FailedCheck]:
+    """The failed ones among a verdict's check results (`CheckResult.as_dict`, as the `rejected`
+    event records them); data of another shape is skipped, not trusted."""
+    out: list[FailedCheck] = []
+    for c in checks if isinstance(checks, list) else []:
+        if not isinstance(c, dict) or c.get("passed") or c.get("unverified"):
+            continue
+        out.append(
+            {
+                "check": str(c.get("check", "?"))[:1000],
+                "detail": str(c.get("detail", ""))[:1000],
+                "source": DEFAULT_CHECK if c.get("default") else TASK_CHECK,
+            }
+        )
+    return out
+
+
+@dataclass(frozen=True)
+class Rejection:
+    """The supervisor's rejection of a task's newest run: the run (its answer), the reason, the
+    checks that failed, and the person's acceptance of it into review, once there is one."""
+
+    run: AgentRun
+    reason: str
+    failed_checks: list[FailedCheck]
+    accepted: TaskEvent | None = None
+
+    def as_dict(self) -> dict[str, Any]:
+        accepted = self.accepted
+        return {
+            "run_id": self.run.pk,
+            "run": self.run.number,
+            "reason": self.reason,
+            "failed_checks": self.failed_checks,
+            "accepted": None
+            if accepted is None
+            else {
+                "by": accepted.actor_label,
+                "at": _iso(accepted.created_at),
+                "reason": accepted.data.get("reason", ""),
+            },
+        }
+
+
+def last_rejection(task: Task, *, newest_run: AgentRun | None = None) -> Rejection | None:
+    """The rejection of `task`'s newest run (read here unless the caller has it), or None when
+    that run was not rejected by the supervisor (or there is no run). One or two queries."""
+    run = newest_run or task.runs.order_by("-number").first()
+    if run is None or run.verdict != Verdict.REJECTED:
+        return None
+    events = TaskEvent.objects.filter(
+        task_id=task.pk, run_id=run.pk, kind__in=(EventKind.REJECTED, EventKind.ACCEPTED)
+    ).order_by("-id")
+    rejected = next((e for e in events if e.kind == EventKind.REJECTED), None)
+    accepted = next((e for e in events if e.kind == EventKind.ACCEPTED), None)
+    data = rejected.data if rejected is not None and isinstance(rejected.data, dict) else {}
+    return Rejection(
+        run=run,
+        reason=run.verdict_reason or str(data.get("reason", "")),
+        failed_checks=failed_checks(data.get("checks")),
+        accepted=accepted,
+    )

@@ -39,7 +39,8 @@ class Input:
     kind: str = "text"
     required: bool = False
     help: str = ""
-    # What the admin's bulk action passes (the admin asks for nothing).
+    # What the admin's bulk action passes; a required input without one is asked for on a page
+    # of its own first (console.admin).
     admin_default: str | None = None
 
 
@@ -158,6 +159,24 @@ REGISTRY: dict[str, ConsoleAction] = {
             admin_done="Closed",
             admin_in_state_only=True,
             cli_help="close a task in review: done",
+        ),
+        ConsoleAction(
+            A.ACCEPT,
+            CLOSE_TASK,
+            person_tasks.task_accept,
+            inputs=(
+                Input(
+                    "reason",
+                    required=True,
+                    help="why the rejected result is good enough (shown on the timeline)",
+                ),
+            ),
+            success="Accepted into review over the supervisor's rejection.",
+            style="primary",
+            form="console/actions/_accept.html",
+            admin="Accept the rejected run into review (asks why)",
+            admin_done="Accepted into review",
+            cli_help="accept the run the supervisor rejected into review, with a reason",
         ),
         ConsoleAction(
             A.REOPEN,

@@ -7,12 +7,14 @@ from typing import TYPE_CHECKING, Any
 from django import forms
 from django.conf import settings
 from django.contrib import admin, messages
+from django.contrib.admin import helpers
 from django.contrib.admin.options import Action, ActionLocation
 from django.core.exceptions import PermissionDenied
 from django.core.files.uploadedfile import UploadedFile
 from django.db.models import Count, Q, QuerySet
 from django.db.models.expressions import Combinable
 from django.http import HttpRequest
+from django.template.response import TemplateResponse
 from django.utils.html import format_html_join
 
 from agents.actions import tasks as person_tasks
@@ -57,7 +59,9 @@ else:
     TaskAdminBase = GoalAdminBase = admin.ModelAdmin
 
 # An admin action: the admin, the request, the selected rows.
-type AdminAction = Callable[[admin.ModelAdmin[Task], HttpRequest, QuerySet[Task]], None]
+type AdminAction = Callable[
+    [admin.ModelAdmin[Task], HttpRequest, QuerySet[Task]], TemplateResponse | None
+]
 
 
 class TaskEventInline(EventInlineBase):
@@ -86,14 +90,30 @@ class DependencyInline(DependencyInlineBase):
 
 
 def _admin_action(entry: ConsoleAction) -> AdminAction:
-    """The admin's bulk action for a registry entry: its service on each selected task."""
+    """The admin's bulk action for a registry entry: its service on each selected task. An
+    input the entry requires and gives no admin default for (accept's reason) is asked for on
+    a page of its own first."""
     defaults = {i.name: i.admin_default for i in entry.inputs if i.admin_default is not None}
+    asks = [i for i in entry.inputs if i.required and i.admin_default is None]
 
     def run(
         modeladmin: "admin.ModelAdmin[Task]", request: HttpRequest, queryset: QuerySet[Task]
-    ) -> None:
+    ) -> TemplateResponse | None:
+        given = {i.name: request.POST.get(i.name, "").strip() for i in asks}
+        if asks and ("apply" not in request.POST or not all(given.values())):
+            context = {
+                **modeladmin.admin_site.each_context(request),
+                "title": entry.admin,
+                "entry": entry,
+                "asks": asks,
+                "tasks": queryset.order_by("id"),
+                "action_checkbox_name": helpers.ACTION_CHECKBOX_NAME,
+                "missing": "apply" in request.POST,
+                "opts": Task._meta,
+            }
+            return TemplateResponse(request, "admin/tasks/task/action_inputs.html", context)
         actor = Actor.person(request.user)
-        inputs = {
+        inputs = given | {
             name: request.POST.get(name, "").strip() or default
             for name, default in defaults.items()
         }
@@ -110,6 +130,7 @@ def _admin_action(entry: ConsoleAction) -> AdminAction:
             )
         for line in refused:
             modeladmin.message_user(request, line, messages.ERROR)
+        return None
 
     run.__name__ = entry.admin_name
     return admin.action(description=entry.admin, location=BOTH)(run)

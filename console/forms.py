@@ -12,12 +12,12 @@ from django.core.files.uploadedfile import UploadedFile
 from django.db.models import QuerySet
 
 from agents.catalogue.tools import tool_names
-from agents.engine.acceptance import checks_from_lines, kind_names, validate_checks
+from agents.engine.acceptance import check_text, checks_from_lines, kind_names, validate_checks
 from agents.models import Connection, Model
 from core.exceptions import InvalidInput
 from core.numbers import INT32_MAX, INT32_MIN
 from tasks.limits import BY_FIELD, LIMIT_FIELDS
-from tasks.models import Goal
+from tasks.models import Goal, Task
 from tasks.services import default_limits
 
 _SPLIT = re.compile(r"[\s,]+")
@@ -164,3 +164,71 @@ class TaskCreateForm(forms.Form):
             "limits": {field: data[field] for field in LIMIT_FIELDS if data.get(field)},
             "acceptance_checks": list(data.get("acceptance_checks") or []),
         }
+
+
+class TaskEditForm(forms.Form):
+    """Change a task that is not running: its instruction, acceptance checks, tools and limits
+    (`agents.actions.tasks.task_update` checks and records the change). Only the fields the
+    person changed are passed on."""
+
+    instruction = forms.CharField(widget=forms.Textarea(attrs={"rows": 6}))
+    acceptance_checks = TaskCreateForm.base_fields["acceptance_checks"]
+    tools = forms.MultipleChoiceField(required=False, widget=forms.CheckboxSelectMultiple)
+    ask_tools = forms.MultipleChoiceField(
+        required=False, widget=forms.CheckboxSelectMultiple, label="Ask a person first"
+    )
+
+    def __init__(self, *args: Any, task: Task, **kwargs: Any) -> None:
+        policies = task.tool_policies or {}
+        initial = {
+            "instruction": task.instruction,
+            "acceptance_checks": "\n".join(check_text(c) for c in task.acceptance_checks or []),
+            "tools": list(task.tools),
+            "ask_tools": sorted(t for t, p in policies.items() if p == "ask"),
+            **{field: getattr(task, field) for field in LIMIT_FIELDS},
+        }
+        kwargs["initial"] = initial
+        super().__init__(*args, **kwargs)
+        self.task = task
+        choices = [(name, name) for name in sorted({*tool_names(), *task.tools})]
+        cast(forms.MultipleChoiceField, self.fields["tools"]).choices = choices
+        cast(forms.MultipleChoiceField, self.fields["ask_tools"]).choices = choices
+        for field in LIMIT_FIELDS:
+            limit = BY_FIELD[field]
+            if limit.money:
+                self.fields[field] = forms.DecimalField(
+                    required=False,
+                    min_value=Decimal("0.0001"),
+                    max_digits=12,
+                    decimal_places=4,
+                    label=limit.label,
+                    help_text="Empty: no budget.",
+                )
+            else:
+                self.fields[field] = forms.IntegerField(
+                    min_value=1, max_value=INT32_MAX, label=limit.label
+                )
+
+    def limit_fields(self) -> list[forms.BoundField]:
+        return [self[field] for field in LIMIT_FIELDS]
+
+    def clean_acceptance_checks(self) -> list[str]:
+        return checks_from_lines(self.cleaned_data.get("acceptance_checks") or "")
+
+    def changes(self) -> dict[str, Any]:
+        """What the person changed, as `task_update` takes it."""
+        data, changed = self.cleaned_data, set(self.changed_data)
+        out: dict[str, Any] = {}
+        if "instruction" in changed:
+            out["instruction"] = data["instruction"]
+        if "acceptance_checks" in changed:
+            out["acceptance_checks"] = list(data["acceptance_checks"])
+        if "tools" in changed:
+            out["tools"] = list(data["tools"])
+        if changed & {"tools", "ask_tools"}:
+            tools = set(data["tools"])
+            out["tool_policies"] = {t: "ask" for t in data["ask_tools"] if t in tools}
+        for field in LIMIT_FIELDS:
+            if field in changed:
+                out[field] = data.get(field)
+        return out

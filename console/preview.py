@@ -12,14 +12,17 @@ import csv
 import difflib
 import io
 import re
+from collections.abc import Iterable
 from dataclasses import dataclass
 from pathlib import Path
 
 from django.utils.html import escape
 from django.utils.safestring import SafeString, mark_safe
 
-from agents.models import ToolCall
+from agents.models import Artifact, ToolCall
 from agents.states import ToolCallStatus
+from core.exceptions import InvalidInput
+from tasks.workspace import artifacts_dir, safe_file_name
 
 PREVIEW_BYTES = 256 * 1024
 CSV_ROWS = 200
@@ -338,3 +341,28 @@ def proposed_file(tool: str, arguments: object) -> dict[str, str | int | Preview
     if shown.kind == "download":  # what the model wrote is text: show it as text
         shown = Preview(kind="text", text=content[:PREVIEW_BYTES], truncated=shown.truncated)
     return {"name": name, "content_type": content_type, "size": len(data), "preview": shown}
+
+
+# The rejected run's artifacts on the task page: the first few, each read up to INLINE_BYTES.
+INLINE_ARTIFACTS = 5
+INLINE_BYTES = 16 * 1024
+
+
+def artifact_previews(task_id: int, artifacts: Iterable[Artifact]) -> list[dict[str, object]]:
+    """The first INLINE_ARTIFACTS of `artifacts`, each with its preview (bounded to INLINE_BYTES;
+    a file that is gone or not a regular file in the task's folder is shown as missing)."""
+    folder = artifacts_dir(task_id, create=False).resolve()
+    shown: list[dict[str, object]] = []
+    for artifact in list(artifacts)[:INLINE_ARTIFACTS]:
+        path = folder / artifact.name
+        try:
+            safe_file_name(artifact.name)
+            if path.is_symlink() or not path.is_file() or path.resolve().parent != folder:
+                raise FileNotFoundError(artifact.name)
+            data, truncated = read_bounded(path, INLINE_BYTES)
+        except (InvalidInput, OSError):
+            found = Preview(kind="download", note="The file is missing.")
+        else:
+            found = preview_bytes(artifact.name, artifact.content_type, data, truncated)
+        shown.append({"artifact": artifact, "preview": found})
+    return shown

@@ -108,6 +108,31 @@ def _verdict(data: EventData) -> list[str]:
     return [*head, *reason, *_checks(data)]
 
 
+def _accepted(data: EventData) -> list[str]:
+    """A person accepted the run the supervisor rejected: why, which run, what had failed."""
+    lines = [f"Reason: {_text(data.get('reason', ''))}"]
+    if data.get("run"):
+        lines.append(f"Run {data['run']} accepted into review over the supervisor's rejection")
+    failed = [c for c in data.get("failed_checks") or [] if isinstance(c, dict)]
+    if failed:
+        names = ", ".join(
+            f"{_text(c.get('check', '?'))} ({c.get('source', 'check')})" for c in failed
+        )
+        lines.append(f"Failed checks: {names}")
+    if data.get("retry_cancelled"):
+        lines.append(f"Scheduled retry cancelled (was due {data['retry_cancelled']})")
+    return lines
+
+
+def _edited(data: EventData) -> list[str]:
+    """Each changed setting, before → after."""
+    before, after = data.get("before") or {}, data.get("after") or {}
+    return [
+        f"{name.replace('_', ' ')}: {_text(before.get(name))} → {_text(after.get(name))}"
+        for name in data.get("fields") or sorted(after)
+    ]
+
+
 def _dependency(data: EventData) -> list[str]:
     return [f"Task #{data.get('dependency')} is {data.get('dependency_status', 'stuck')}"]
 
@@ -125,6 +150,8 @@ FORMATTERS: dict[str, Callable[[EventData], list[str]]] = {
     EventKind.FAILED: _code,
     EventKind.RETRY_SCHEDULED: _retry,
     EventKind.UNBLOCK_BLOCKED: _dependency,
+    EventKind.ACCEPTED: _accepted,
+    EventKind.EDITED: _edited,
 }
 
 

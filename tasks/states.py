@@ -51,6 +51,7 @@ class Action(models.TextChoices):
     REOPEN = "reopen", "Reopen with feedback"
     RETRY = "retry", "Retry"
     DELETE = "delete", "Delete"
+    ACCEPT = "accept", "Accept into review"
 
 
 class EventKind(models.TextChoices):
@@ -85,6 +86,7 @@ class EventKind(models.TextChoices):
     PROVIDER_COOLDOWN = "provider_cooldown", "Provider cooling down"
     LIMITS_CHANGED = "limits_changed", "Limits changed"
     EDITED = "edited", "Settings edited"
+    ACCEPTED = "accepted", "Accepted by a person"
     UNBLOCK_BLOCKED = "dependency_stuck", "Dependency cancelled or failed"
 
 
@@ -96,7 +98,9 @@ _WORKER_ENDS = frozenset(
 )
 TRANSITIONS: dict[str, frozenset[str]] = {
     S.BLOCKED: frozenset({S.READY, S.CANCELLED}),
-    S.READY: frozenset({S.IN_PROGRESS, S.PAUSED, S.BLOCKED, S.CANCELLED}),
+    # READY -> REVIEW and FAILED -> REVIEW: a person accepts the run the supervisor rejected
+    # (`agents.actions.tasks.task_accept`, which also checks that the last run was rejected).
+    S.READY: frozenset({S.IN_PROGRESS, S.PAUSED, S.BLOCKED, S.CANCELLED, S.REVIEW}),
     S.IN_PROGRESS: _WORKER_ENDS | {S.PAUSE_REQUESTED},
     S.PAUSE_REQUESTED: _WORKER_ENDS | {S.IN_PROGRESS},
     S.PAUSED: frozenset({S.READY, S.CANCELLED}),
@@ -104,7 +108,7 @@ TRANSITIONS: dict[str, frozenset[str]] = {
     S.NEEDS_REVIEW: frozenset({S.READY, S.CANCELLED}),
     S.REVIEW: frozenset({S.DONE, S.READY, S.CANCELLED}),
     S.DONE: frozenset(),
-    S.FAILED: frozenset({S.READY}),
+    S.FAILED: frozenset({S.READY, S.REVIEW}),
     S.CANCELLED: frozenset(),
 }
 
@@ -134,7 +138,8 @@ HELD_SQL = sql_list(HELD)
 A = Action
 ACTIONS: dict[str, frozenset[str]] = {
     S.BLOCKED: frozenset({A.CANCEL}),
-    S.READY: frozenset({A.PAUSE, A.CANCEL}),
+    # ACCEPT: only after the supervisor rejected the last run (the service checks the run).
+    S.READY: frozenset({A.PAUSE, A.CANCEL, A.ACCEPT}),
     S.IN_PROGRESS: frozenset({A.PAUSE, A.CANCEL}),
     S.PAUSE_REQUESTED: frozenset({A.WITHDRAW_PAUSE, A.CANCEL}),
     S.PAUSED: frozenset({A.RESUME, A.CANCEL}),
@@ -142,7 +147,7 @@ ACTIONS: dict[str, frozenset[str]] = {
     S.NEEDS_REVIEW: frozenset({A.RUN_AGAIN, A.SKIP, A.CANCEL}),
     S.REVIEW: frozenset({A.CLOSE, A.REOPEN, A.CANCEL}),
     S.DONE: frozenset({A.DELETE}),
-    S.FAILED: frozenset({A.RETRY, A.DELETE}),
+    S.FAILED: frozenset({A.RETRY, A.DELETE, A.ACCEPT}),
     S.CANCELLED: frozenset({A.DELETE}),
 }
 

@@ -478,6 +478,35 @@ def retry_task(
     return _done(request, task_id, A.RETRY)
 
 
+@api.post("/tasks/{task_id}/accept", response={200: s.TaskOut, **ERRORS}, tags=["actions"])
+def accept_task(request: ApiRequest, task_id: int, payload: s.AcceptIn) -> dict[str, Any]:
+    """Accept the run the supervisor rejected into review, with a reason: the task (failed, or
+    ready for its retry) moves to review with that run's answer and artifacts; the retry is
+    cancelled; no model is asked. 409 when the newest run was not rejected."""
+    actor = _require(request, ACTION_PERMS[A.ACCEPT])
+    person_tasks.task_accept(actor=actor, task_id=task_id, reason=payload.reason)
+    return _done(request, task_id, A.ACCEPT)
+
+
+@api.patch("/tasks/{task_id}", response={200: s.TaskOut, **ERRORS}, tags=["actions"])
+def edit_task(request: ApiRequest, task_id: int, payload: s.TaskEditIn) -> dict[str, Any]:
+    """Change a task that is not running (409 while a worker holds it): its instruction,
+    acceptance checks, tools, policies and limits; the `edited` event records each before and
+    after. With `retry`, it then runs again now (all or nothing)."""
+    actor = _require(request, OPERATE_TASK)
+    changes: dict[str, Any] = {
+        name: value
+        for name in ("instruction", "acceptance_checks", "tools", "tool_policies")
+        if (value := getattr(payload, name)) is not None
+    }
+    changes |= payload.limits
+    _task_or_404(task_id)
+    person_tasks.task_change_and_retry(
+        actor=actor, task_id=task_id, changes=changes, retry=payload.retry
+    )
+    return _done(request, task_id, "edit")
+
+
 @api.delete("/tasks/{task_id}", response={200: s.DeletedOut, **ERRORS}, tags=["actions"])
 def delete_task(request: ApiRequest, task_id: int) -> dict[str, int]:
     """Delete a done, failed or cancelled task with its transcript and files."""

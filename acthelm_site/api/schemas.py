@@ -287,6 +287,12 @@ class TaskDetailOut(TaskOut):
     usage: dict[str, float]
     input_files: list[dict[str, Any]]
     artifacts: list[dict[str, Any]]
+    rejection: dict[str, Any] | None = Field(
+        None,
+        description="The supervisor's rejection of the newest run: run, reason, failed_checks "
+        "(each with source 'task check' or 'default check'), accepted (by, at, reason) once a "
+        "person accepted it into review",
+    )
     events: list[EventOut]
     earlier_events: bool
     older_events: int | None = Field(
@@ -323,6 +329,32 @@ class CancelIn(BodyIn):
 
 class ReopenIn(BodyIn):
     feedback: str = Field(..., min_length=1)
+
+
+class AcceptIn(BodyIn):
+    reason: str = Field(
+        ..., min_length=1, description="Why the rejected run is accepted (on the timeline)"
+    )
+
+
+class TaskEditIn(BodyIn):
+    """What to change on a task that is not running; a field left out stays as it is."""
+
+    instruction: str | None = None
+    acceptance_checks: list[str | dict[str, Any]] | None = Field(
+        None, description="The new list, replacing the task's: KIND=VALUE texts or objects"
+    )
+    tools: list[str] | None = Field(None, description="The new tool list")
+    tool_policies: dict[str, str] | None = Field(None, description="{tool: 'allow' | 'ask'}")
+    limits: dict[str, PositiveDecimal | None] = Field(
+        default={},
+        description="Limits to set, e.g. {'limit_turns': 40} or {'limit_cost': null} (no budget)",
+    )
+    retry: bool = Field(
+        False,
+        description="Then retry now: a failed task from its checkpoint; a ready one waiting for "
+        "its retry drops the wait",
+    )
 
 
 class ModelOut(Schema):

@@ -9,7 +9,7 @@ from django.db.models import Prefetch
 
 from agents.engine.usage import task_usage
 from agents.models import ToolCall
-from agents.selectors import artifact_as_dict, run_as_dict
+from agents.selectors import artifact_as_dict, last_rejection, run_as_dict
 from approvals.models import Approval, ReviewDecision
 from approvals.selectors import decidable_approvals, decidable_reviews
 from approvals.states import ApprovalStatus, ReviewChoice
@@ -212,6 +212,8 @@ def task_detail(
     }
     data["input_files"] = list_input_files(task.pk)
     data["artifacts"] = [artifact_as_dict(a) for a in task.artifacts.order_by("name")]
+    rejection = last_rejection(task, newest_run=runs[-1]) if runs else None
+    data["rejection"] = rejection.as_dict() if rejection else None
     events, older_events = timeline_page(task, before=events_before)
     data["earlier_events"] = older_events is not None
     data["older_events"] = older_events

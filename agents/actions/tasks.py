@@ -1,6 +1,6 @@
 """A person's actions on tasks that reach past the ledger: a task created with its input files,
-resumed on another model, retried with what remains of its limits, edited; a goal created with
-its acceptance checks.
+resumed on another model, retried with what remains of its limits, edited (and retried), a
+rejected run accepted into review over the supervisor; a goal created with its acceptance checks.
 
 A task itself is created by `agents.engine.intake.task_create`, the one path by which a task
 enters, whoever creates it. `tasks.services` holds the actions the ledger owns (pause, cancel,
@@ -10,6 +10,7 @@ only through `tasks.transitions`."""
 
 import logging
 from collections.abc import Mapping, Sequence
+from decimal import Decimal
 from pathlib import Path
 from typing import Any
 
@@ -17,10 +18,12 @@ from django.core.files import File
 from django.db import transaction
 
 from agents.catalogue.connections import model_check_for_task
+from agents.engine.acceptance import FIELD as CHECKS_FIELD
 from agents.engine.acceptance import validate_checks
 from agents.engine.intake import _validate_tools, task_create
 from agents.engine.usage import exhausted_limits
 from agents.models import Connection, Model
+from agents.selectors import last_rejection
 from agents.states import FailureCode
 from core.actors import Actor
 from core.exceptions import (
@@ -34,9 +37,10 @@ from tasks.limits import (
     limit_for_failure,
 )
 from tasks.models import Goal, Task
-from tasks.permissions import OPERATE_TASK
+from tasks.permissions import CLOSE_TASK, OPERATE_TASK
 from tasks.services import (
     act,
+    task_retry_now,
     task_set_limits,
     validate_limits,
 )
@@ -260,13 +264,29 @@ EDITABLE_FIELDS = (
     "allowed_domains",
     "connection",
     "model",
+    CHECKS_FIELD,
 )
+# How much of an edited instruction the `edited` event keeps, before and after.
+EVENT_INSTRUCTION_CHARS = 4000
 
 
 def _normalize_domains(domains: object) -> list[str]:
     if not isinstance(domains, list | tuple) or not all(isinstance(d, str) for d in domains):
         raise InvalidInput("allowed domains must be a list of host names")
     return sorted({d.strip().lower().rstrip(".") for d in domains if d.strip()})
+
+
+def _check_tools(clean: dict[str, Any], merged: Mapping[str, Any]) -> None:
+    """The tools, their policies and the acceptance checks of an edit, as the task will have
+    them; the checks are stored normalized (`clean` is updated)."""
+    tools = list(merged["tools"] or [])
+    if {"tools", "tool_policies"} & set(clean):
+        _validate_tools(tools, merged["tool_policies"])
+    if {CHECKS_FIELD, "tools"} & set(clean):
+        # Against the tools the task will have: `tool_ran` of a tool it lacks never passes.
+        checks = validate_checks(merged[CHECKS_FIELD], tools=tools)
+        if CHECKS_FIELD in clean:
+            clean[CHECKS_FIELD] = checks
 
 
 def task_edit_check(*, task: Task, changes: Mapping[str, Any]) -> dict[str, Any]:
@@ -290,8 +310,7 @@ def task_edit_check(*, task: Task, changes: Mapping[str, Any]) -> dict[str, Any]
     if "priority" in clean:
         clean["priority"] = whole_number(clean["priority"], name="priority")
     clean |= validate_limits({k: v for k, v in clean.items() if k in LIMIT_FIELDS})
-    if {"tools", "tool_policies"} & set(clean):
-        _validate_tools(list(merged["tools"] or []), merged["tool_policies"])
+    _check_tools(clean, merged)
     if "allowed_domains" in clean:
         clean["allowed_domains"] = _normalize_domains(clean["allowed_domains"])
     if "tags" in clean:
@@ -308,17 +327,25 @@ def task_edit_check(*, task: Task, changes: Mapping[str, Any]) -> dict[str, Any]
 def _event_value(value: object) -> object:
     if hasattr(value, "pk"):
         return value.pk
+    if isinstance(value, Decimal):
+        return str(value)
+    if isinstance(value, str) and len(value) > EVENT_INSTRUCTION_CHARS:
+        return value[: EVENT_INSTRUCTION_CHARS - 1] + "…"
     return value
 
 
 def task_update(*, actor: Actor, task_id: int, changes: Mapping[str, Any]) -> Task:
-    """A person's edit of a task's settings (the admin page): checked like a new task, refused
-    while a worker holds the task, written with an `edited` event naming each change."""
+    """A person's edit of a task's settings (the admin page, the console's Change form,
+    `acthelm_task edit`, `PATCH /api/tasks/{id}`): checked like a new task, refused while a
+    worker holds the task, written with an `edited` event naming each change with its value
+    before and after (an instruction up to EVENT_INSTRUCTION_CHARS)."""
     actor.require(OPERATE_TASK)
     with transaction.atomic():
         task = lock_task(task_id)
         if task.is_held:
-            raise TransitionNotAllowed(f"task {task_id} is running; pause it to edit it")
+            raise TransitionNotAllowed(
+                f"task {task_id} is {task.status}: a worker holds it; pause it to edit it"
+            )
         clean = task_edit_check(task=task, changes=changes)
         changed = {k: v for k, v in clean.items() if getattr(task, k) != v}
         if not changed:
@@ -328,14 +355,93 @@ def task_update(*, actor: Actor, task_id: int, changes: Mapping[str, Any]) -> Ta
             setattr(task, field, value)
         task.save(update_fields=[*changed, "updated_at"])
         after = {k: _event_value(v) for k, v in changed.items()}
-        if "instruction" in changed:  # long text: the event says it changed, the task has it
-            before["instruction"] = after["instruction"] = "…"
         record_event(
             task,
             actor=actor,
             kind=EventKind.EDITED,
             data={"fields": sorted(changed), "before": before, "after": after},
         )
+    return task
+
+
+def task_change_and_retry(
+    *, actor: Actor, task_id: int, changes: Mapping[str, Any], retry: bool = True
+) -> Task:
+    """Change a task that is not running (`task_update`), then, with `retry`, run it again now:
+    a failed task is retried from its checkpoint (`task_retry`), a ready task waiting for its
+    retry drops the wait (`task_retry_now`). All or nothing: a refused retry undoes the edit."""
+    with transaction.atomic():
+        task = task_update(actor=actor, task_id=task_id, changes=changes)
+        if not retry:
+            return task
+        if task.status == TaskStatus.FAILED:
+            return task_retry(actor=actor, task_id=task_id)
+        if task.status == TaskStatus.READY and task.not_before is not None:
+            return task_retry_now(actor=actor, task_id=task_id)
+        raise TransitionNotAllowed(
+            f"task {task_id} is {task.status}: only a failed task or one waiting for its retry "
+            "can be retried now"
+        )
+
+
+def task_accept(*, actor: Actor, task_id: int, reason: str) -> Task:
+    """A person overrules the supervisor: the run it rejected goes to review as it is.
+
+    Only a person holding `tasks.close_task`, with a reason, and only while the task's newest run
+    is the one the supervisor rejected (the task failed after its attempts, or waits ready for
+    its retry). Under the task's row lock: the scheduled retry is dropped, the task moves to
+    `review` keeping that run's answer and the artifacts as they are, and an `accepted` event
+    records who, why, the run and the checks that failed. No model is asked. A retry that falls
+    due meanwhile is not claimed (the claim skips the row this lock holds, and finds it in review
+    once the accept commits); a run that claimed the task first holds it, and the accept is
+    refused (`in_progress` allows no accept)."""
+    reason = (reason or "").strip()
+    if not reason:
+        raise InvalidInput("say why the rejected run is accepted", field="reason")
+    if not actor.is_person:
+        raise TransitionNotAllowed("only a person overrules the supervisor")
+    with transaction.atomic():
+        task = act(task_id, "accept", actor, perm=CLOSE_TASK)
+        rejection = last_rejection(task)
+        if rejection is None:
+            raise TransitionNotAllowed(
+                f"task {task_id}'s last run was not rejected by the supervisor: nothing to accept"
+            )
+        run = rejection.run
+        if not run.answer.strip():
+            raise TransitionNotAllowed(
+                f"run {run.number} of task {task_id} gave no answer: nothing to accept; "
+                "change the task and retry it instead"
+            )
+        data: dict[str, Any] = {
+            "reason": reason[:2000],
+            "run_id": run.pk,
+            "run": run.number,
+            "verdict_reason": rejection.reason[:2000],
+            "failed_checks": rejection.failed_checks,
+        }
+        if task.not_before is not None:
+            data["retry_cancelled"] = task.not_before.isoformat()
+        if task.failure_code:
+            data["previous_failure"] = task.failure_code
+        set_status(
+            task,
+            TaskStatus.REVIEW,
+            actor=actor,
+            kind=EventKind.ACCEPTED,
+            run=run,
+            data=data,
+            not_before=None,
+            failure_code="",
+            failure_message="",
+            # The supervisor's feedback was for a next attempt that a person has just overruled
+            # (it stays in the event as `verdict_reason`); a reopen gives its own.
+            feedback="",
+        )
+    log.info(
+        "task.accepted",
+        extra={"task_id": task_id, "run_id": run.pk, "actor": actor.label},
+    )
     return task
 
 

@@ -3,8 +3,9 @@
 `AUTO_CLOSE_GOAL_NO_WORK` (setting ACTHELM_AUTO_CLOSE_GOAL_NO_WORK, off by default): a planning task
 that the reconciler created, whose run the supervisor approved, that produced at least one linked
 follow-up task and ran nothing but the planning tools and read-only tools, goes from `review` to
-`done` with an event naming the policy. Every other task waits in `review` for a person. This is
-the only path to `done` that no person takes.
+`done` with an event naming the policy. Every other task waits in `review` for a person — a task
+a person ever accepted over the supervisor (`accepted` event) included. This is the only path to
+`done` that no person takes.
 """
 
 import logging
@@ -15,7 +16,7 @@ from django.db import connection
 from agents.models import AgentRun, ToolCall
 from agents.states import Verdict
 from core.actors import Actor
-from tasks.models import Task
+from tasks.models import Task, TaskEvent
 from tasks.states import EventKind, TaskKind, TaskOrigin, TaskStatus
 from tasks.transitions import promote_dependants, set_status
 
@@ -51,6 +52,8 @@ def auto_close_if_allowed(task: Task, run: AgentRun | None, *, actor: Actor) -> 
     )
     if acted.exists():
         return False
+    if TaskEvent.objects.filter(task_id=task.pk, kind=EventKind.ACCEPTED).exists():
+        return False  # a person took this task over the supervisor: a person closes it
     follow_ups = list(
         Task.objects.filter(spawned_by=task).order_by("id").values_list("id", flat=True)
     )

@@ -39,8 +39,8 @@ from agents.catalogue.tools import all_tools
 from agents.engine.acceptance import check_text
 from agents.engine.usage import Usage, task_usage
 from agents.models import Artifact, Model, ToolCall, Turn
-from agents.selectors import task_cost_subquery
-from agents.states import Role
+from agents.selectors import last_rejection, task_cost_subquery
+from agents.states import Role, Verdict
 from approvals.models import Approval, ReviewDecision
 from approvals.states import ApprovalStatus, ReviewChoice
 from console.actions import (
@@ -49,9 +49,9 @@ from console.actions import (
     decision_buttons,
     task_actions,
 )
-from console.forms import TaskCreateForm, model_queryset
+from console.forms import TaskCreateForm, TaskEditForm, model_queryset
 from console.http import AuthenticatedHttpRequest
-from console.preview import proposed_file
+from console.preview import artifact_previews, proposed_file
 from console.shared import (
     OUTCOME_UNKNOWN,
     console_view,
@@ -189,16 +189,18 @@ def task_create(request: AuthenticatedHttpRequest) -> HttpResponse:
     )
 
 
-def _tool_rows(form: TaskCreateForm) -> list[dict[str, object]]:
+def _tool_rows(form: TaskCreateForm | TaskEditForm) -> list[dict[str, object]]:
     if form.is_bound:
         data = cast(QueryDict, form.data)  # bound by `task_create` to request.POST
         chosen = set(data.getlist("tools"))
         ask = set(data.getlist("ask_tools"))
+    elif isinstance(form, TaskEditForm):
+        chosen, ask = set(form.initial["tools"]), set(form.initial["ask_tools"])
     else:
         chosen = set(form.fields["tools"].initial or [])
         ask = set()
     registry = all_tools()
-    return [
+    rows: list[dict[str, object]] = [
         {
             "name": name,
             "description": registry[name].description,
@@ -208,6 +210,12 @@ def _tool_rows(form: TaskCreateForm) -> list[dict[str, object]]:
         }
         for name in sorted(registry)
     ]
+    if isinstance(form, TaskEditForm):  # a task's tools from a tool server stay on its form
+        rows += [
+            {"name": name, "description": "", "recovery": "", "chosen": True, "ask": name in ask}
+            for name in sorted(set(form.task.tools) - set(registry))
+        ]
+    return rows
 
 
 # --- The task page --------------------------------------------------------------------------
@@ -383,6 +391,17 @@ def task_page_context(request: AuthenticatedHttpRequest, pk: int) -> dict[str, A
     plan_steps, plan_note = _plan_steps(plan)
     answer_run = next((r for r in reversed(runs) if r.answer), None)
     verdict_run = next((r for r in reversed(runs) if r.verdict), None)
+    # The supervisor rejected the newest run: shown to be overruled (accepted into review) or
+    # changed and retried; once accepted, the failed checks stay on the page.
+    rejection, rejection_previews = None, []
+    if runs and runs[-1].verdict == Verdict.REJECTED and not task.is_held:
+        rejection = last_rejection(task, newest_run=runs[-1])
+        if rejection is not None:
+            rejection_previews = artifact_previews(task.pk, task.artifacts.order_by("name"))
+    if rejection is None:  # accept applies to a rejected run only
+        entries = [e for e in entries if e.name != Action.ACCEPT]
+        actions = [a for a in actions if a["entry"] in entries]
+        action_names.discard(Action.ACCEPT)
 
     now = timezone.now()
     limits = _limit_rows(task, usage, unknown_cost_turns=task.unknown_cost_turns or 0)
@@ -420,6 +439,10 @@ def task_page_context(request: AuthenticatedHttpRequest, pk: int) -> dict[str, A
         "verdict_run": verdict_run,
         "acceptance_checks": [check_text(c) for c in task.acceptance_checks or []],
         "outcome_unknown": OUTCOME_UNKNOWN,
+        "rejection": rejection,
+        "rejection_previews": rejection_previews,
+        "can_accept": Action.ACCEPT in action_names,
+        "can_edit": request.user.has_perm(OPERATE_TASK) and not task.is_held,
     }
     if action_names & {Action.RESUME, Action.RETRY}:
         context["models"] = list(model_queryset())
@@ -680,3 +703,46 @@ def task_model_check(request: AuthenticatedHttpRequest, pk: int) -> HttpResponse
     return render(
         request, "console/_model_check.html", {"task": task, "model": model, "check": check}
     )
+
+
+@require_http_methods(["GET", "POST"])
+@console_view(OPERATE_TASK)
+def task_edit(request: AuthenticatedHttpRequest, pk: int) -> HttpResponse:
+    """Change a task that is not running, then save, or save and retry now
+    (`agents.actions.tasks.task_change_and_retry`)."""
+    task = get_object_or_404(Task, pk=pk)
+    form = TaskEditForm(request.POST or None, task=task)
+    status = 200
+    if request.method == "POST":
+        status = 400
+        if form.is_valid():
+            retry = request.POST.get("retry") == "1"
+            try:
+                person_tasks.task_change_and_retry(
+                    actor=Actor.person(request.user),
+                    task_id=pk,
+                    changes=form.changes(),
+                    retry=retry,
+                )
+            except NotPermitted:
+                raise PermissionDenied from None
+            except ActhelmError as exc:
+                field = exc.field if exc.field in form.fields else None
+                form.add_error(field, f"{exc.message} [{exc.code}]")
+                status = exc.http_status
+            else:
+                log.info(
+                    "console.task_edited",
+                    extra={"task_id": pk, "retry": retry, "actor": request.user.get_username()},
+                )
+                done = "changed and queued to run now" if retry else "changed"
+                messages.success(request, f"Task #{pk} {done}.")
+                return redirect("tasks:detail", pk=pk)
+    context = {
+        "task": task,
+        "form": form,
+        "tool_rows": _tool_rows(form),
+        "can_retry": task.status == TaskStatus.FAILED
+        or (task.status == TaskStatus.READY and task.not_before is not None),
+    }
+    return render(request, "console/task_edit.html", context, status=status)

@@ -54,11 +54,30 @@ def test_the_service_enforces_the_declared_permission(entry):
     assert Task.objects.filter(pk=task.pk, status=task.status).exists()
 
 
+def rejected_in(status):
+    """A task whose newest run the supervisor rejected, then put in `status`."""
+    from datetime import timedelta
+
+    from django.utils import timezone
+
+    from tasks.states import HELD
+    from tests.agents.rejections import rejected_task
+
+    task = rejected_task()
+    lease = {}
+    if status in HELD:
+        lease = {"lease_owner": "w", "lease_expires_at": timezone.now() + timedelta(seconds=60)}
+    Task.objects.filter(pk=task.pk).update(status=status, **lease)
+    return task
+
+
 @pytest.mark.parametrize("entry", task_actions(), ids=lambda entry: str(entry.name))
 def test_the_task_page_renders_its_button_in_exactly_its_states(client, entry):
     client.force_login(UserFactory(username="boss", perms=EVERY_PERM))
     for status in TaskStatus:
         task = TaskFactory(status=status)
+        if entry.name == Action.ACCEPT:  # it applies to a rejected run: the task has one
+            task = rejected_in(status)
         page = client.get(reverse("tasks:detail", args=[task.pk])).content.decode()
         assert "{#" not in page and "{%" not in page  # no template comment or tag leaks
         shown = f'data-action="{entry.name}"' in page

@@ -46,6 +46,14 @@ class ApiClient:
             headers=self._headers(headers),
         )
 
+    def patch(self, path, body=None, headers=None):
+        return self.client.patch(
+            path,
+            json.dumps(body) if body is not None else "",
+            content_type="application/json",
+            headers=self._headers(headers),
+        )
+
     def post_form(self, path, data, headers=None):
         return self.client.post(path, data, headers=self._headers(headers))
 

@@ -32,6 +32,8 @@ ENDPOINTS = [
     ("post", "/api/tasks/1/close", None),
     ("post", "/api/tasks/1/reopen", {"feedback": "again"}),
     ("post", "/api/tasks/1/retry", {}),
+    ("post", "/api/tasks/1/accept", {"reason": "good enough"}),
+    ("patch", "/api/tasks/1", {"instruction": "Other"}),
     ("delete", "/api/tasks/1", None),
     ("post", "/api/tasks/1/approvals/1/approve", {"arguments_hash": "h"}),
     ("post", "/api/tasks/1/approvals/1/deny", {"arguments_hash": "h"}),

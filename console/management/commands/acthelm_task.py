@@ -1,6 +1,6 @@
 """acthelm_task create|show|list|pending|artifact|pause|withdraw-pause|resume|cancel|approve|deny|
-run-again|skip|close|reopen|retry|limits|delete|stats — every console action, scriptable, with
---json output.
+run-again|skip|close|reopen|retry|accept|edit|limits|delete|stats — every console action,
+scriptable, with --json output.
 
 `show` prints the answer, the verdict, the artifacts and input files, and the open operations with
 the id and hash that approve/deny/run-again/skip take (as `pending` does across tasks); `artifact`
@@ -18,11 +18,17 @@ from agents.actions import tasks as person_tasks
 from agents.engine.acceptance import check_text, kind_names
 from agents.models import Model
 from agents.scorecard import model_scorecard, scorecard_window
-from agents.selectors import task_cost_subquery, task_file, task_result, task_with_history
+from agents.selectors import (
+    last_rejection,
+    task_cost_subquery,
+    task_file,
+    task_result,
+    task_with_history,
+)
 from approvals.models import Approval, ReviewDecision
 from approvals.selectors import open_operations, operations_as_text
 from console.actions import REGISTRY, ConsoleAction, by_slug
-from console.cli import Options, emit, fail, person_actor
+from console.cli import Actions, Options, emit, fail, person_actor
 from core.actors import Actor
 from core.exceptions import ActhelmError, InvalidInput
 from tasks import services
@@ -59,6 +65,23 @@ def _acceptance_lines(task: Task) -> list[str]:
     return ["acceptance checks: " + ("; ".join(checks) if checks else "none (defaults only)")]
 
 
+def _edits(opts: Options) -> dict[str, Any]:
+    """`edit`'s options as `task_update` takes them: only what is given changes."""
+    changes: dict[str, Any] = {}
+    if opts["instruction"] is not None:
+        changes["instruction"] = opts["instruction"]
+    if opts["expect"] is not None or opts["no_expect"]:
+        changes["acceptance_checks"] = [] if opts["no_expect"] else opts["expect"]
+    if opts["tools"] is not None or opts["no_tools"]:
+        changes["tools"] = [] if opts["no_tools"] else opts["tools"]
+    if opts["policy"]:
+        changes["tool_policies"] = _pairs(opts["policy"], "--policy")
+    changes |= _pairs(opts["limit"], "--limit")
+    if not changes and not opts["retry"]:
+        raise InvalidInput("say what to change: --instruction, --expect, --tool, --limit, …")
+    return changes
+
+
 LIMIT_HELP = "NAME=VALUE, repeatable; NAME one of " + ", ".join(LIMIT_FIELDS)
 # What a model wrote reaches a terminal: no control characters but newlines and tabs.
 _CONTROL = re.compile(r"[\x00-\x08\x0b-\x1f\x7f-\x9f]")
@@ -79,6 +102,52 @@ def _result_lines(result: dict[str, Any]) -> list[str]:
         names = ", ".join(f"{r['name']} ({r['size']} bytes)" for r in rows)
         lines.append(f"{title}: {names or 'none'}")
     return [_printable(line) for line in lines]
+
+
+def _rejection_lines(rejection: dict[str, Any] | None) -> list[str]:
+    """The supervisor's rejection of the newest run, its failed checks, and who accepted it."""
+    if rejection is None:
+        return []
+    lines = [f"rejected run {rejection['run']}: {rejection['reason']}"]
+    lines += [
+        f"  failed {c['source']}: {c['check']}: {c['detail']}" for c in rejection["failed_checks"]
+    ]
+    if accepted := rejection["accepted"]:
+        lines.append(f"accepted into review by {accepted['by']}: {accepted['reason']}")
+    return [_printable(line) for line in lines]
+
+
+def _add_edit(sub: Actions) -> None:
+    """`edit`: change a task that is not running; only what is given changes."""
+    edit = sub.add_parser(
+        "edit",
+        help="change a task that is not running: instruction, checks, tools, limits "
+        "(--retry: then run it again now)",
+    )
+    edit.add_argument("task", type=int)
+    edit.add_argument("--instruction")
+    which_checks = edit.add_mutually_exclusive_group()
+    which_checks.add_argument(
+        "--expect",
+        action="append",
+        metavar="KIND=VALUE",
+        help="an acceptance check, repeatable: the new list replaces the task's",
+    )
+    which_checks.add_argument(
+        "--no-expect", action="store_true", help="remove the task's acceptance checks"
+    )
+    edit_tools = edit.add_mutually_exclusive_group()
+    edit_tools.add_argument(
+        "--tool", action="append", dest="tools", help="repeatable: the new tool list"
+    )
+    edit_tools.add_argument("--no-tools", action="store_true", help="take every tool away")
+    edit.add_argument("--policy", action="append", default=[], help="TOOL=allow|ask")
+    edit.add_argument("--limit", action="append", default=[], help=LIMIT_HELP)
+    edit.add_argument(
+        "--retry",
+        action="store_true",
+        help="then retry now (a failed task from its checkpoint; a ready one drops its wait)",
+    )
 
 
 class Command(BaseCommand):
@@ -155,6 +224,7 @@ class Command(BaseCommand):
         limits = sub.add_parser("limits", help="change a task's limits")
         limits.add_argument("task", type=int)
         limits.add_argument("--limit", action="append", required=True, help=LIMIT_HELP)
+        _add_edit(sub)
         # One subcommand per console action (console.actions).
         for entry in REGISTRY.values():
             p = sub.add_parser(entry.slug, help=entry.cli_help)
@@ -216,6 +286,9 @@ class Command(BaseCommand):
                 lines.append(attempts_text(task.failed_attempts))
             lines += _acceptance_lines(task)
             lines += _result_lines(result)
+            rejection = last_rejection(task)
+            data["rejection"] = rejection.as_dict() if rejection else None
+            lines += _rejection_lines(data["rejection"])
             lines += ["open operations:", operations_as_text(data["open_operations"])]
             text = "\n".join(lines)
             return emit(self, data, as_json=as_json, text=text)
@@ -230,6 +303,10 @@ class Command(BaseCommand):
         actor = person_actor(opts["user"])
         if action == "create":
             task = self._create(actor, opts)
+        elif action == "edit":
+            task = person_tasks.task_change_and_retry(
+                actor=actor, task_id=opts["task"], changes=_edits(opts), retry=opts["retry"]
+            )
         elif action == "limits":
             task = services.task_set_limits(
                 actor=actor, task_id=opts["task"], **_pairs(opts["limit"], "--limit")
