@@ -9,7 +9,7 @@ from django.db.models import Prefetch
 
 from agents.engine.usage import task_usage
 from agents.models import ToolCall
-from agents.selectors import artifact_as_dict, run_as_dict
+from agents.selectors import artifact_as_dict, run_as_dict, task_runs
 from approvals.models import Approval, ReviewDecision
 from approvals.selectors import decidable_approvals, decidable_reviews
 from approvals.states import ApprovalStatus, ReviewChoice
@@ -160,7 +160,7 @@ def task_detail(
     data = task_as_dict(task)
     data["blocking_reason"] = blocking_reason(task)
 
-    runs = list(task.runs.select_related("model__connection").order_by("number"))
+    runs = list(task_runs(task.pk))
     numbers = {run.pk: run.number for run in runs}
     data["runs"] = [run_as_dict(r) for r in runs]
     calls = (
