@@ -80,6 +80,16 @@ class ModelTestStatus(models.TextChoices):
     FAILED = "failed", "Failed"
 
 
+class ConnectionTestPhase(models.TextChoices):
+    """Where a connection's test started from the console stands (`ConnectionTest`)."""
+
+    CONNECTING = "connecting", "connecting"
+    WAITING = "waiting", "waiting for the model"
+    FINISHED = "finished", "finished"
+    FAILED = "failed", "failed"  # the test could not run to its end (see its message)
+    TIMED_OUT = "timed_out", "timed out"  # past its deadline: its process is gone or stuck
+
+
 class ToolServerTransport(models.TextChoices):
     STDIO = "stdio", "Local command (stdio)"
     HTTP = "http", "Streamable HTTP"

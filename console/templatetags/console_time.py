@@ -10,6 +10,8 @@ from django.utils.html import format_html
 from django.utils.safestring import SafeString
 from django.utils.timesince import timesince, timeuntil
 
+from console.views.tasks import money
+
 register = template.Library()
 
 
@@ -80,6 +82,4 @@ def seconds(value: float | int | Decimal | None) -> str:
 @register.filter
 def usd(value: Decimal | None) -> str:
     """An amount in US dollars (`console.views.tasks.money`); "unknown" without a price."""
-    from console.views.tasks import money  # the views import this library's module
-
     return "unknown" if value is None else money(value)
