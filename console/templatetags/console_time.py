@@ -31,9 +31,11 @@ def relative(value: datetime, now: datetime | None = None) -> str:
             return "just now"
         text = f"{whole} second" if whole == 1 else f"{whole} seconds"
         return f"{text} ago" if seconds >= 0 else f"in {text}"
+    # Django joins the number and the unit with a no-break space; the exact time beside it
+    # uses plain spaces, and so does this.
     if seconds > 0:
-        return f"{timesince(value, now, depth=1)} ago"
-    return f"in {timeuntil(value, now, depth=1)}"
+        return f"{timesince(value, now, depth=1)} ago".replace("\xa0", " ")
+    return f"in {timeuntil(value, now, depth=1)}".replace("\xa0", " ")
 
 
 @register.filter
