@@ -31,7 +31,8 @@ log = logging.getLogger("acthelm.agents")
 REQUESTS_PER_MODEL = 2
 MARGIN_SECONDS = 10
 
-ENDED = (ConnectionTestPhase.FINISHED, ConnectionTestPhase.FAILED, ConnectionTestPhase.TIMED_OUT)
+# Ended tests kept per connection: the page shows the newest; the rest is a short history.
+KEEP_ENDED = 5
 
 
 def _deadline_seconds(conn: Connection, models: int) -> float:
@@ -65,6 +66,8 @@ def connection_test_start(
             phase_at=now,
             deadline_at=now + timedelta(seconds=_deadline_seconds(conn, models)),
         )
+        keep = conn.tests.filter(finished_at__isnull=False).order_by("-id")[:KEEP_ENDED]
+        conn.tests.filter(finished_at__isnull=False).exclude(pk__in=keep.values("pk")).delete()
         if background:
             transaction.on_commit(lambda: _spawn(test.pk))
     log.info(

@@ -140,3 +140,16 @@ def test_starting_needs_the_permission_and_a_connection_with_models():
     with pytest.raises(InvalidInput, match="does not exist"):
         tests.connection_test_start(actor=_manager(), connection_id=conn.pk + 1000)
     assert not ConnectionTest.objects.exists()
+
+
+@pytest.mark.django_db
+def test_ended_tests_are_kept_a_few_per_connection():
+    actor = _manager()
+    conn = ConnectionFactory()
+    ModelFactory(connection=conn)
+    for _ in range(tests.KEEP_ENDED + 3):
+        test, _ = tests.connection_test_start(actor=actor, connection_id=conn.pk, background=False)
+        tests._end(test.pk, ConnectionTestPhase.FINISHED)
+    # Pruned as each test starts: the ended ones kept then, and the newest.
+    assert ConnectionTest.objects.filter(connection=conn).count() == tests.KEEP_ENDED + 1
+    assert tests.latest_test(conn.pk) == test
