@@ -163,7 +163,11 @@ if ACTHELM_LISTEN_DATABASE_URL:  # a wrong URL stops the start, not the listener
     parse_database_url(ACTHELM_LISTEN_DATABASE_URL, name="ACTHELM_LISTEN_DATABASE_URL")
 # How many ready tasks one claim statement may take for a worker's free places.
 ACTHELM_CLAIM_BATCH = env_int("ACTHELM_CLAIM_BATCH", 50)
-ACTHELM_RETRY_DELAYS = [int(x) for x in env_list("ACTHELM_RETRY_DELAYS", ["60", "300", "1800"])]
+# A task gets ACTHELM_MAX_ATTEMPTS attempts in all, the first run among them: after attempt n
+# fails, attempt n+1 runs ACTHELM_RETRY_DELAYS[n-1] seconds later (the last delay repeats); the
+# failure of the last attempt fails the task. A run that stops without failing (a pause, an
+# approval, a hand-back) is not an attempt.
+ACTHELM_RETRY_DELAYS = [int(x) for x in env_list("ACTHELM_RETRY_DELAYS", ["60", "300"])]
 ACTHELM_MAX_ATTEMPTS = env_int("ACTHELM_MAX_ATTEMPTS", 3)
 ACTHELM_COOLDOWN_SECONDS = env_float("ACTHELM_COOLDOWN_SECONDS", 1800)
 ACTHELM_MAX_REQUEUES = env_int("ACTHELM_MAX_REQUEUES", 1)

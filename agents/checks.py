@@ -28,7 +28,7 @@ def _delays(name: str, value: Any) -> Error | None:
     if not value or any(not isinstance(d, int | float) or d < 0 for d in value):
         return Error(
             f"{name} must list at least one delay in seconds, none negative (it is {value!r}).",
-            hint="For example 60,300,1800; the last one repeats.",
+            hint="For example 60,300; the last one repeats.",
             id="acthelm.E002",
         )
     return None
@@ -50,6 +50,7 @@ def check_worker_settings(
             "ACTHELM_DB_POOL_TIMEOUT_SECONDS",
             "ACTHELM_CLAIM_BATCH",
             "ACTHELM_MAX_HANDBACKS",
+            "ACTHELM_MAX_ATTEMPTS",
             "ACTHELM_NOTIFY_TIMEOUT_SECONDS",
         )
     ]

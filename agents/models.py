@@ -1,4 +1,4 @@
-"""Connections to model providers, models, runs (attempts) and the task's saved conversation."""
+"""Connections to model providers, models, runs and the task's saved conversation."""
 
 from django.conf import settings
 from django.core.exceptions import ValidationError
@@ -134,7 +134,9 @@ class Model(models.Model):
 
 
 class AgentRun(models.Model):
-    """One attempt at a task: created by a claim, ended by the worker, recovery or a person."""
+    """One run of a task: created by a claim, ended by the worker, recovery or a person. A run
+    that fails is a failed attempt (ACTHELM_MAX_ATTEMPTS counts them); one that stops for a
+    pause, an approval or a hand-back is not, and the next run goes on with the attempt."""
 
     task = models.ForeignKey("tasks.Task", on_delete=models.CASCADE, related_name="runs")
     number = models.PositiveIntegerField(help_text="1, 2, 3… per task")

@@ -69,6 +69,20 @@ def _code(data: EventData) -> list[str]:
     return [head, *_fields({k: v for k, v in data.items() if k not in ("code", "message")})]
 
 
+def _retry(data: EventData) -> list[str]:
+    """A failed attempt and the next one: "Attempt 1 of 3 failed; attempt 2 runs in 60 s"
+    (a move to another connection or a wait for a cooldown has no attempt number)."""
+    failed = data.get("attempt")
+    if not isinstance(failed, int):
+        return _code(data) if "code" in data else _fields(data)
+    of = data.get("of")
+    head = f"Attempt {failed}{f' of {of}' if of else ''} failed; attempt {failed + 1} runs"
+    delay = data.get("delay_seconds")
+    head += f" in {delay} s" if isinstance(delay, int) and delay else " now"
+    rest = {k: v for k, v in data.items() if k not in ("attempt", "of", "delay_seconds")}
+    return [head, *_code(rest)] if "code" in rest else [head, *_fields(rest)]
+
+
 def _checks(data: EventData) -> list[str]:
     """The acceptance checks a verdict ran: how many passed, and each that failed or could not
     be checked (unverified) by name."""
@@ -109,7 +123,7 @@ FORMATTERS: dict[str, Callable[[EventData], list[str]]] = {
     EventKind.TOOL_RESULT: _tool,
     EventKind.APPROVAL_REQUESTED: _tool,
     EventKind.FAILED: _code,
-    EventKind.RETRY_SCHEDULED: _code,
+    EventKind.RETRY_SCHEDULED: _retry,
     EventKind.UNBLOCK_BLOCKED: _dependency,
 }
 

@@ -6,6 +6,7 @@ from datetime import datetime
 from decimal import Decimal
 from typing import Any, TypedDict
 
+from django.conf import settings
 from django.db.models import Count, Model, QuerySet
 
 from tasks.limits import LIMITS, Limit
@@ -19,6 +20,21 @@ def _limit_value(value: int | Decimal | None, limit: Limit) -> int | Decimal | s
 
 def _iso(value: datetime | None) -> str | None:
     return value.isoformat() if value else None
+
+
+def max_attempts() -> int:
+    """ACTHELM_MAX_ATTEMPTS: the attempts a task gets in all, the first run among them (a run
+    that stops for a pause, an approval or a hand-back is not an attempt)."""
+    return max(1, settings.ACTHELM_MAX_ATTEMPTS)
+
+
+def attempts_text(failed: int, of: int | None = None) -> str:
+    """The one wording of a task's failed attempts, for the console, the CLI and the API:
+    "1 of 3 attempts failed", "all 3 attempts failed"."""
+    of = max_attempts() if of is None else of
+    if failed >= of:
+        return f"all {failed} attempts failed" if failed > 1 else "its one attempt failed"
+    return f"{failed} of {of} attempt{'s' if of != 1 else ''} failed"
 
 
 #: A task's fields as JSON, each written once: the CLI's --json, the API (its schemas pick the
@@ -50,6 +66,7 @@ TASK_FIELDS: dict[str, Callable[[Task], object]] = {
     "lease_expires_at": lambda t: _iso(t.lease_expires_at),
     "not_before": lambda t: _iso(t.not_before),
     "failed_attempts": lambda t: t.failed_attempts,
+    "max_attempts": lambda t: max_attempts(),
     "failure_code": lambda t: t.failure_code or None,
     "failure_message": lambda t: t.failure_message or None,
     "feedback": lambda t: t.feedback or None,

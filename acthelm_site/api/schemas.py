@@ -171,7 +171,11 @@ class TaskOut(Schema):
     lease_owner: str | None
     lease_expires_at: datetime | None
     not_before: datetime | None
-    failed_attempts: int
+    failed_attempts: int = Field(description="Attempts that failed so far")
+    max_attempts: int = Field(
+        description="ACTHELM_MAX_ATTEMPTS: attempts in all, the first run among them; the "
+        "failure of the last one fails the task"
+    )
     failure_code: str | None
     failure_message: str | None
     feedback: str | None

@@ -34,7 +34,7 @@ class OutcomeKind(enum.StrEnum):
 class Rules:
     """The settings a run's end depends on (ACTHELM_MAX_ATTEMPTS, …), passed in."""
 
-    max_attempts: int
+    max_attempts: int  # attempts in all, the first run among them (not retries)
     retry_delays: tuple[int, ...]
     cooldown_seconds: float
     max_handbacks: int
@@ -178,22 +178,24 @@ def _fail(code: str, message: str, **fields: Any) -> Move:
 
 
 def _retry_or_fail(f: Facts, run: RunEnd, code: str, message: str, feedback: str = "") -> Move:
-    """A failed attempt. The first run is not a retry: after the n-th failed attempt the task
-    waits retry_delays[n-1] and runs again, so with the defaults (3 retries; 1, 5, 30 minutes)
-    every delay is used, and the failure after the third retry fails the task — as `error_loop`
-    when every attempt failed with the same error."""
+    """A failed attempt. `max_attempts` counts attempts, the first run among them: after the n-th
+    of them fails the task waits retry_delays[n-1] and runs attempt n+1, and the failure of
+    attempt `max_attempts` fails the task — so with the defaults (3 attempts; 1 and 5 minutes)
+    every delay is used, and at most 3 runs fail. When every attempt failed with the same error
+    the task fails as `error_loop`."""
     attempts = f.failed_attempts + 1
-    if attempts > f.rules.max_attempts:
+    limit = f.rules.max_attempts
+    if attempts >= limit:
         # This run as it is stored, then the earlier ones.
         this = (run.fields["error_code"], storable.text(run.fields["error_message"]))
         recent = [a for a in (this, *f.earlier_attempts) if _is_attempt(a[0])][:attempts]
         signatures = {error_signature(c, m) for c, m in recent}
-        if len(recent) >= attempts and len(signatures) == 1:
-            loop_message = (
-                f"a loop: all {len(recent)} attempts failed with the same error "
-                f"({code}: {message[:500]})"
+        if attempts > 1 and len(recent) >= attempts and len(signatures) == 1:
+            return _fail(
+                FailureCode.ERROR_LOOP,
+                loop_message(len(recent), code, message),
+                failed_attempts=attempts,
             )
-            return _fail(FailureCode.ERROR_LOOP, loop_message, failed_attempts=attempts)
         return _fail(code, message, failed_attempts=attempts)
     delays = f.rules.retry_delays
     delay = delays[min(attempts - 1, len(delays) - 1)]
@@ -203,8 +205,20 @@ def _retry_or_fail(f: Facts, run: RunEnd, code: str, message: str, feedback: str
     }
     if feedback:
         fields["feedback"] = feedback
-    data = {"attempt": attempts, "delay_seconds": delay, "code": code, "message": message[:500]}
+    # "attempt" is the number of the attempt that failed, "of" the most a task gets.
+    data = {
+        "attempt": attempts,
+        "of": limit,
+        "delay_seconds": delay,
+        "code": code,
+        "message": message[:500],
+    }
     return _requeue(f, EventKind.RETRY_SCHEDULED, data, **fields)
+
+
+def loop_message(attempts: int, code: str, message: str) -> str:
+    """The failure message of an error loop: what a person reads on the task page and the CLI."""
+    return f"All {attempts} attempts failed with the same error ({code}): {message[:500]}"
 
 
 def _final(f: Facts) -> Plan:
@@ -323,7 +337,7 @@ def _cool_down_and_move(f: Facts, run: RunEnd) -> Plan:
     if code in (FailureCode.PROVIDER_QUOTA, FailureCode.PROVIDER_RATE_LIMITED):
         # Quota and rate limits count against the attempts like other errors: they end.
         attempts = f.failed_attempts + 1
-        if attempts > f.rules.max_attempts:
+        if attempts >= f.rules.max_attempts:
             return plan(_fail(code, message, failed_attempts=attempts))
         fields["failed_attempts"] = attempts
     if conn.fallback is not None:

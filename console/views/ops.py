@@ -161,7 +161,7 @@ def metrics_text() -> str:
     out.sample("acthelm_leases_expired", held["expired"])
 
     started = AgentRun.objects.filter(status=RunStatus.STARTED).count()
-    out.family("acthelm_runs_started", "gauge", "Runs (attempts) in progress.")
+    out.family("acthelm_runs_started", "gauge", "Runs in progress.")
     out.sample("acthelm_runs_started", started)
 
     kinds = [kind for _, _, group, _ in _EVENT_COUNTERS for kind in group]

@@ -69,7 +69,14 @@ from tasks.limits import BY_FIELD, CUMULATIVE, PER_ITEM, limit_for_failure
 from tasks.models import Task, TaskEvent
 from tasks.notify.selectors import task_notifications
 from tasks.permissions import ADD_TASK, OPERATE_TASK
-from tasks.selectors import status_counts, task_keyset_page, timeline_page, transcript_page
+from tasks.selectors import (
+    attempts_text,
+    max_attempts,
+    status_counts,
+    task_keyset_page,
+    timeline_page,
+    transcript_page,
+)
 from tasks.states import Action, EventKind, TaskKind, TaskStatus, allowed_actions
 from tasks.uploads import upload_refusal
 from tasks.workspace import artifacts_dir, list_input_files, safe_file_name
@@ -441,7 +448,7 @@ def task_page_context(request: AuthenticatedHttpRequest, pk: int) -> dict[str, A
 def state_why(task: Task, events: list[TaskEvent], now: datetime) -> dict[str, object]:
     """What the state card says besides the state: the unfinished dependencies of a blocked
     task, a scheduled retry's reason, the parent and the follow-ups (a few small queries)."""
-    why: dict[str, object] = {"blockers": [], "retry": None}
+    why: dict[str, object] = {"blockers": [], "retry": None, "attempts": ""}
     if task.status == TaskStatus.BLOCKED:
         why["blockers"] = list(
             Task.objects.filter(dependant_links__task=task)
@@ -449,9 +456,18 @@ def state_why(task: Task, events: list[TaskEvent], now: datetime) -> dict[str, o
             .only("id", "title", "status")
             .order_by("id")
         )
+    if task.failed_attempts:
+        why["attempts"] = attempts_text(task.failed_attempts)
     if task.status == TaskStatus.READY and task.not_before and task.not_before > now:
         scheduled = next((e for e in reversed(events) if e.kind == EventKind.RETRY_SCHEDULED), None)
-        why["retry"] = {"until": task.not_before, "data": scheduled.data if scheduled else {}}
+        data = scheduled.data if scheduled else {}
+        why["retry"] = {
+            "until": task.not_before,
+            "data": data,
+            # The attempt that runs next, of how many (the event's count, else the setting's).
+            "attempt": task.failed_attempts + 1,
+            "of": data.get("of") or max_attempts(),
+        }
     why["parent"] = (
         Task.objects.only("id", "title", "status").filter(pk=task.spawned_by_id).first()
         if task.spawned_by_id

@@ -43,6 +43,23 @@ def event(kind, data):
             {"code": "limit_steps", "message": "24 turns"},
             ["limit_steps: 24 turns"],
         ),
+        # A failed attempt, numbered as ACTHELM_MAX_ATTEMPTS counts them (the first run is 1).
+        (
+            EventKind.RETRY_SCHEDULED,
+            {"attempt": 1, "of": 3, "delay_seconds": 60, "code": "provider_error", "message": "5"},
+            ["Attempt 1 of 3 failed; attempt 2 runs in 60 s", "provider_error: 5"],
+        ),
+        (
+            EventKind.RETRY_SCHEDULED,
+            {"attempt": 2, "delay_seconds": 0, "code": "provider_error", "message": ""},
+            ["Attempt 2 failed; attempt 3 runs now", "provider_error"],
+        ),
+        # A move to another connection is no attempt.
+        (
+            EventKind.RETRY_SCHEDULED,
+            {"fallback": "free-b/small", "from": "free-a", "code": "provider_auth"},
+            ["provider_auth", "fallback: free-b/small", "from: free-a"],
+        ),
         (
             EventKind.UNBLOCK_BLOCKED,
             {"dependency": 4, "dependency_status": "cancelled"},

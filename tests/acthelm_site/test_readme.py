@@ -1,128 +1,205 @@
-"""The README's CLI and curl examples, run as written against a fresh `make run` (issue 24).
+"""Every shell example of the README, run as written on what `make run` starts (issues 24, 34).
 
-The demo is seeded by `acthelm_demo` and run a minute's worth (the reconciler's planning task and
-its follow-ups), as `make run` shows it; then each example's commands run in bash from a folder
-holding `notes.txt`, with only the console's address and the paths of the interpreter and
-manage.py replaced: the CLI lines as child processes, the curl lines as real HTTP requests to a
-live server, with the token the README says how to get. Where a person would wait for the worker
-of `make run`, the test runs one."""
+`make run` seeds the demo (`acthelm_demo`) and starts three processes (`bin/run-demo`): the
+scripted demo model, one worker and the console. The test does the same against the test
+database: the demo model, `manage.py acthelm_worker` and `manage.py runserver` as child processes,
+on free ports. Then each fenced shell block of the README runs in bash, whole, from a folder of its
+own that looks like the project's (`.venv` and `manage.py` linked, a `notes.txt` beside them); the
+one change to its text is the console's address, `http://127.0.0.1:8000`, which becomes the test
+console's, and its environment points the commands at the test database and media folder. A block
+must exit 0 (bash without `set -e`, as a paste runs), its task must have read `notes.txt`, and the
+one file it writes must be that task's real output (the artifact's stored SHA-256).
 
-import json
+A block that cannot run here carries the marker `<!-- not run by tests/acthelm_site/test_readme.py:
+REASON -->` on the line before its fence, and `NOT_RUN` below names each such block by its first
+line: a marker on any other block, or a block in `NOT_RUN` without its marker, fails the test.
+"""
+
+import hashlib
+import os
 import re
+import signal
+import socket
 import subprocess
 import sys
-import threading
-from http.server import ThreadingHTTPServer
+import time
+from collections.abc import Iterator
+from dataclasses import dataclass
+from io import StringIO
+from pathlib import Path
 
 import pytest
 from django.core.management import call_command
 
-from acthelm_site.demo_model import Handler
-from agents.engine.reconciler import reconcile
-from agents.engine.worker import Worker
-from agents.models import Artifact
+from agents.models import Artifact, ToolCall
+from agents.states import ToolCallStatus
 from tasks.models import Task
 from tasks.states import TaskStatus
 from tests.conftest import ROOT
 
-pytestmark = pytest.mark.django_db(transaction=True, reset_sequences=True)
+pytestmark = pytest.mark.django_db(transaction=True)
 
 README = (ROOT / "README.md").read_text()
+MARKER = "<!-- not run by tests/acthelm_site/test_readme.py: "
+_BLOCK = re.compile(
+    r"(?:^<!-- not run by tests/acthelm_site/test_readme\.py: (?P<why>.+?) -->\n)?"
+    r"^```(?:sh|bash|shell)\n(?P<body>.*?)^```",
+    re.S | re.M,
+)
 NOTES = "Decisions: ship on Friday; the launch moves to April.\n"
+CONSOLE = "http://127.0.0.1:8000"
+
+# The blocks that cannot run in a test, by the start of their first line, and a word of the
+# reason their marker must give.
+NOT_RUN = {
+    "make run": "run until stopped",  # the services (the test starts them) and the whole suite
+    "DATABASE_URL=postgresql://postgres@127.0.0.1:5432/": "PostgreSQL server of your own",
+    ".venv/bin/python manage.py acthelm_connection add ollama": "Ollama",
+    "llama-server": "llama-server",
+}
 
 
-def sh_block(after: str) -> list[str]:
-    """The commands of the first ```sh block after the text `after`: one string per command,
-    continuation lines joined."""
-    start = README.index(after)
-    body = re.search(r"```sh\n(.*?)```", README[start:], re.S).group(1)
-    return [c.strip() for c in body.replace("\\\n", " ").splitlines() if c.strip()]
+@dataclass(frozen=True)
+class Block:
+    line: int  # where its fence is, for messages
+    body: str
+    why_not_run: str | None
+
+    @property
+    def first_line(self) -> str:
+        return self.body.lstrip().splitlines()[0]
+
+
+def blocks() -> list[Block]:
+    return [
+        Block(README.count("\n", 0, m.start("body")), m.group("body"), m.group("why"))
+        for m in _BLOCK.finditer(README)
+    ]
+
+
+def runnable() -> list[Block]:
+    return [b for b in blocks() if b.why_not_run is None]
+
+
+def test_only_the_named_blocks_are_not_run():
+    assert README.count(MARKER) == len([b for b in blocks() if b.why_not_run])  # none misplaced
+    excluded = {}
+    for block in blocks():
+        if block.why_not_run is None:
+            continue
+        named = [start for start in NOT_RUN if block.first_line.startswith(start)]
+        assert named, f"README line {block.line}: a marker on a block NOT_RUN does not name"
+        excluded[named[0]] = block.why_not_run
+    assert excluded.keys() == NOT_RUN.keys()
+    for start, why in excluded.items():
+        assert NOT_RUN[start] in why, (start, why)
+    assert len(runnable()) >= 2  # the CLI example and the curl example
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+def wait_for_port(port: int, proc: subprocess.Popen, log: Path, timeout: float = 30) -> None:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        assert proc.poll() is None, log.read_text()
+        try:
+            socket.create_connection(("127.0.0.1", port), timeout=0.2).close()
+            return
+        except OSError:
+            time.sleep(0.1)
+    raise AssertionError(f"nothing listens on {port}: {log.read_text()}")
 
 
 @pytest.fixture
-def env(worker_env, settings):
-    """The commands' environment: the test database and this test's task files."""
-    return {**worker_env, "ACTHELM_MEDIA_ROOT": str(settings.ACTHELM_MEDIA_ROOT)}
+def make_run(worker_env, tmp_path, monkeypatch) -> Iterator[str]:
+    """What `make run` starts, on free ports: the demo seeded, then the demo model, a worker and
+    the console (bin/run-demo's three processes); yields the console's address."""
+    model_port, console_port = free_port(), free_port()
+    monkeypatch.setenv("ACTHELM_DEMO_MODEL_PORT", str(model_port))
+    call_command("acthelm_demo", stdout=StringIO())
+    env = {**worker_env, "ACTHELM_DEMO_MODEL_PORT": str(model_port)}
+    python, manage = sys.executable, str(ROOT / "manage.py")
+    commands = {
+        "demo-model": [python, "-m", "acthelm_site.demo_model", "--port", str(model_port)],
+        "worker": [python, manage, "acthelm_worker", "--worker-id", "demo-worker"],
+        "console": [python, manage, "runserver", "--noreload", f"127.0.0.1:{console_port}"],
+    }
+    env["ACTHELM_RECONCILE_INTERVAL_SECONDS"] = "10"  # as bin/run-demo gives its worker
+    procs: list[tuple[subprocess.Popen, Path]] = []
+    try:
+        for name, command in commands.items():
+            log = tmp_path / f"{name}.log"
+            with log.open("w") as out:
+                procs.append(
+                    (
+                        subprocess.Popen(
+                            command, cwd=ROOT, env=env, stdout=out, stderr=subprocess.STDOUT
+                        ),
+                        log,
+                    )
+                )
+        wait_for_port(model_port, *procs[0])
+        wait_for_port(console_port, *procs[2])
+        yield f"http://127.0.0.1:{console_port}"
+    finally:
+        for proc, _log in procs:
+            if proc.poll() is None:
+                proc.send_signal(signal.SIGTERM)  # once: the worker hands a running task back
+        for proc, _log in procs:
+            try:
+                proc.wait(15)
+            except subprocess.TimeoutExpired:
+                proc.kill()
+                proc.wait()
 
 
-@pytest.fixture
-def demo(monkeypatch, settings, tmp_path):
-    """A fresh `make run`, a minute in: the demo seeded and run once through."""
-    server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
-    threading.Thread(target=server.serve_forever, daemon=True).start()
-    settings.ACTHELM_HEARTBEAT_SECONDS = 0.5
-    monkeypatch.setenv("ACTHELM_DEMO_MODEL_PORT", str(server.server_address[1]))
-    call_command("acthelm_demo")
-    reconcile()
-    run_worker()
-    assert Task.objects.count() == 4  # the demo's tasks 1 to 4
-    (tmp_path / "notes.txt").write_text(NOTES)
-    yield tmp_path
-    server.shutdown()
-    server.server_close()
+def project_folder(path: Path) -> Path:
+    """A folder that looks like the project's to the README's commands, with a notes.txt."""
+    path.mkdir()
+    (path / ".venv").symlink_to(ROOT / ".venv")
+    (path / "manage.py").symlink_to(ROOT / "manage.py")
+    (path / "notes.txt").write_text(NOTES)
+    return path
 
 
-def run_worker():
-    Worker(worker_id="make-run", burst=True).run()
-
-
-def bash(commands: list[str], *, cwd, env, base_url: str = "", echo: str = "") -> str:
-    script = "\n".join(commands).replace(
-        ".venv/bin/python manage.py", f"{sys.executable} {ROOT / 'manage.py'}"
-    )
-    script = script.replace("http://127.0.0.1:8000", base_url)
+def run_block(block: Block, *, cwd: Path, env: dict[str, str], console: str) -> str:
+    script = block.body.replace(CONSOLE, console)
+    # As a person pastes it: bash reading the block, no `set -e`; the block's own exit status.
     result = subprocess.run(
-        ["bash", "-e", "-o", "pipefail", "-c", script + (f"\n{echo}" if echo else "")],
-        cwd=cwd,
-        env=env,
-        capture_output=True,
-        text=True,
-        timeout=120,
+        ["bash"], input=script, cwd=cwd, env=env, capture_output=True, text=True, timeout=150
     )
-    assert result.returncode == 0, f"{script}\n--- stdout\n{result.stdout}\n--- {result.stderr}"
+    assert result.returncode == 0, (
+        f"README line {block.line} exited {result.returncode}\n--- stdout\n{result.stdout}"
+        f"\n--- stderr\n{result.stderr}"
+    )
     return result.stdout
 
 
-def test_the_cli_example_works_as_written(demo, env):
-    commands = sh_block("Example, a minute into a fresh `make run`")
-    create, show, artifact, close, pending, approve = commands
-    assert "…" in approve  # the one line with a placeholder, for the line `pending` prints
-    made = json.loads(bash([create], cwd=demo, env=env))
-    assert made["id"] == 5 and (made["connection"], made["model"]) == ("demo", "demo")
-    run_worker()  # make run's worker takes it meanwhile
-    shown = bash([show], cwd=demo, env=env)
-    assert shown.startswith("#5 review Summarise") and "verdict: approved" in shown
-    assert "answer:\n  I wrote report.md." in shown  # the scripted demo model says what it did
-    assert "artifacts: report.md" in shown and "input files: notes.txt" in shown
-    bash([artifact], cwd=demo, env=env)
-    assert (demo / "report.md").read_text().startswith("# Report")
-    assert bash([close], cwd=demo, env=env).strip() == "task 5: done"
-    assert bash([pending], cwd=demo, env=env).strip() == "no open operations"
-    assert Task.objects.get(pk=5).status == TaskStatus.DONE
-
-
-def test_the_curl_example_works_as_written(demo, env, live_server):
-    commands = sh_block("## Script it over HTTP")
-    waits = [i for i, c in enumerate(commands) if "pending_approvals" in c or "/artifacts/" in c]
-    create, approve, download = (
-        commands[: waits[0]],
-        commands[waits[0] : waits[1]],
-        commands[waits[1] :],
-    )
-    run = {"cwd": demo, "base_url": live_server.url}
-    token, task_id = bash(create, env=env, echo='echo "$TOKEN $TASK"', **run).split()
-    task = Task.objects.get(pk=int(task_id))
-    assert (task.connection.name, task.model.name) == ("demo", "demo")  # the default model
-    assert task.tools == ["update_plan", "list_files", "write_artifact"]
-    run_worker()  # make run's worker takes it to the approval meanwhile
-    task.refresh_from_db()
-    assert task.status == TaskStatus.AWAITING_APPROVAL
-    env = {**env, "TOKEN": token, "TASK": task_id}
-    approved = json.loads(bash(approve, env=env, **run))
-    assert approved["id"] == task.pk and approved["status"] == "ready", approved
-    run_worker()
-    task.refresh_from_db()
-    assert task.status == TaskStatus.REVIEW
-    bash(download, env=env, **run)
-    artifact = Artifact.objects.get(task=task, name="report.md")
-    assert (demo / "report.md").stat().st_size == artifact.size > 0
+def test_every_readme_example_runs_as_written(make_run, worker_env, tmp_path):
+    env = {k: v for k, v in worker_env.items() if k != "PYTHONPATH"}  # a person's shell
+    env["PATH"] = os.environ["PATH"]
+    for n, block in enumerate(runnable()):
+        folder = project_folder(tmp_path / f"example-{n}")
+        newest = Task.objects.order_by("-pk").values_list("pk", flat=True).first() or 0
+        out = run_block(block, cwd=folder, env=env, console=make_run)
+        [task] = Task.objects.filter(pk__gt=newest, title="Summarise")  # the one it made
+        assert task.status in (TaskStatus.DONE, TaskStatus.REVIEW), (block.line, task.status, out)
+        # It read the file it summarises: the task had read_file, and used it.
+        assert ToolCall.objects.filter(
+            task=task,
+            tool="read_file",
+            arguments__path="notes.txt",
+            status=ToolCallStatus.SUCCEEDED,
+        ).exists(), f"README line {block.line}: task {task.pk} never read notes.txt"
+        written = {
+            p.name for p in folder.iterdir() if p.name not in (".venv", "manage.py", "notes.txt")
+        }
+        assert written == {"summary.md"}, (block.line, written)
+        artifact = Artifact.objects.get(task=task, name="summary.md")
+        data = (folder / "summary.md").read_bytes()
+        assert hashlib.sha256(data).hexdigest() == artifact.sha256, (block.line, data[:300])
+        assert data.startswith(b"# Report\n\nTask: Summarise notes.txt in three bullet points")

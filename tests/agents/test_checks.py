@@ -37,7 +37,12 @@ def test_an_empty_or_negative_retry_table_is_an_error(settings, name, value):
 
 @pytest.mark.parametrize(
     ("name", "value"),
-    [("ACTHELM_LEASE_SECONDS", 0), ("ACTHELM_DB_POOL_SIZE", 0), ("ACTHELM_CLAIM_BATCH", -5)],
+    [
+        ("ACTHELM_LEASE_SECONDS", 0),
+        ("ACTHELM_DB_POOL_SIZE", 0),
+        ("ACTHELM_CLAIM_BATCH", -5),
+        ("ACTHELM_MAX_ATTEMPTS", 0),  # a task needs one attempt at least
+    ],
 )
 def test_a_number_that_must_be_positive(settings, name, value):
     setattr(settings, name, value)

@@ -22,7 +22,7 @@ from tasks.states import EventKind, TaskStatus
 NOW = datetime(2026, 1, 1, 12, 0, tzinfo=UTC)
 RULES = Rules(
     max_attempts=3,
-    retry_delays=(60, 300, 1800),
+    retry_delays=(60, 300),
     cooldown_seconds=600,
     max_handbacks=5,
     max_requeues=1,
@@ -94,7 +94,7 @@ def test_unverified_approval_says_so():
     assert "checks" not in plan.move.data
 
 
-@pytest.mark.parametrize(("earlier", "delay"), [(0, 60), (1, 300), (2, 1800)])
+@pytest.mark.parametrize(("earlier", "delay"), [(0, 60), (1, 300)])
 def test_rejected_retries_after_the_nth_delay_with_feedback(earlier, delay):
     plan = decide(
         facts(
@@ -114,7 +114,8 @@ def test_rejected_retries_after_the_nth_delay_with_feedback(earlier, delay):
         "not_before": NOW + timedelta(seconds=delay),
         "feedback": "missing tests",
     }
-    assert plan.move.data["attempt"] == earlier + 1
+    # Attempt n of 3 failed; attempt n+1 runs after the n-th delay.
+    assert plan.move.data["attempt"] == earlier + 1 and plan.move.data["of"] == 3
     assert plan.move.data["delay_seconds"] == delay
 
 
@@ -127,16 +128,35 @@ def test_no_verdict_is_a_rejection():
 def test_the_last_delay_repeats_when_there_are_more_attempts_than_delays():
     rules = replace(RULES, max_attempts=6)
     plan = decide(replace(failed(failed_attempts=4), rules=rules))
-    assert plan.move.fields["not_before"] == NOW + timedelta(seconds=1800)
+    assert plan.move.fields["not_before"] == NOW + timedelta(seconds=300)
+
+
+@pytest.mark.parametrize("max_attempts", [1, 2, 3, 5])
+def test_max_attempts_counts_every_attempt_the_first_run_among_them(max_attempts):
+    """ACTHELM_MAX_ATTEMPTS=N: attempts 1 to N-1 fail into a retry, attempt N fails the task."""
+    rules = replace(RULES, max_attempts=max_attempts)
+    for earlier in range(max_attempts - 1):
+        plan = decide(replace(failed(failed_attempts=earlier), rules=rules))
+        assert plan.move.status == TaskStatus.READY, earlier
+    plan = decide(replace(failed(failed_attempts=max_attempts - 1), rules=rules))
+    assert plan.move.status == TaskStatus.FAILED
+    assert plan.move.fields["failed_attempts"] == max_attempts
 
 
 def test_attempts_exhausted_fail_the_task_with_the_last_error():
-    earlier = (("provider_server_error", "500"), ("provider_timeout", "x"), ("internal_error", "y"))
-    plan = decide(failed(failed_attempts=3, earlier_attempts=earlier))
+    earlier = (("provider_server_error", "500"), ("internal_error", "y"))
+    plan = decide(failed(failed_attempts=2, earlier_attempts=earlier))
     assert plan.move.status == TaskStatus.FAILED and plan.move.kind == EventKind.FAILED
     assert plan.move.fields["failure_code"] == "provider_timeout"
-    assert plan.move.fields["failed_attempts"] == 4
+    assert plan.move.fields["failure_message"] == "timed out after 30 s"
+    assert plan.move.fields["failed_attempts"] == 3
     assert plan.note_stuck
+
+
+def test_a_single_attempt_is_no_loop():
+    plan = decide(replace(failed(), rules=replace(RULES, max_attempts=1)))
+    assert plan.move.status == TaskStatus.FAILED
+    assert plan.move.fields["failure_code"] == "provider_timeout"
 
 
 def test_attempts_that_all_share_a_signature_are_an_error_loop():
@@ -145,17 +165,18 @@ def test_attempts_that_all_share_a_signature_are_an_error_loop():
         ("provider_timeout", "timed out after 31 s"),
         ("handed_back", ""),
         ("provider_timeout", "timed out after 29 s"),
-        ("provider_timeout", "timed out after 30.5 s"),
     )
-    plan = decide(failed(failed_attempts=3, earlier_attempts=earlier))
+    plan = decide(failed(failed_attempts=2, earlier_attempts=earlier))
     assert plan.move.fields["failure_code"] == FailureCode.ERROR_LOOP
-    assert plan.move.fields["failure_message"].startswith("a loop: all 4 attempts failed")
+    assert plan.move.fields["failure_message"] == (
+        "All 3 attempts failed with the same error (provider_timeout): timed out after 30 s"
+    )
     assert plan.move.data["code"] == FailureCode.ERROR_LOOP
 
 
 def test_too_few_earlier_attempts_are_no_loop():
     earlier = (("provider_timeout", "timed out after 31 s"),)
-    plan = decide(failed(failed_attempts=3, earlier_attempts=earlier))
+    plan = decide(failed(failed_attempts=2, earlier_attempts=earlier))
     assert plan.move.fields["failure_code"] == "provider_timeout"
 
 
@@ -248,12 +269,12 @@ def test_quota_counts_against_the_attempts():
         failed(
             code=FailureCode.PROVIDER_QUOTA,
             health=True,
-            failed_attempts=3,
+            failed_attempts=2,
             connection=health(fallback=Fallback(3, 9, "free-b/small")),
         )
     )
     assert plan.move.status == TaskStatus.FAILED
-    assert plan.move.fields["failed_attempts"] == 4
+    assert plan.move.fields["failed_attempts"] == 3
 
 
 def test_a_hand_back_requeues_until_it_is_a_loop():

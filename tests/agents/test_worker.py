@@ -213,50 +213,53 @@ def _failing_attempt(task, message, now):
     )
 
 
-def test_retries_back_off_1_5_30_minutes_then_report_a_loop(cli_model, cli_task):
-    """Three retries by default: after the first, second and third failed attempt the task
-    waits 1, 5 and 30 minutes; the fourth failure ends it (docs/worker.md)."""
+def test_retries_back_off_1_then_5_minutes_then_report_a_loop(cli_model, cli_task):
+    """Three attempts by default: after the first and second failed attempt the task waits 1
+    and 5 minutes; the failure of the third ends it (docs/worker.md)."""
     task = cli_task(cli_model("--mode", "echo"))
     now = timezone.now()
     delays = []
-    for attempt in range(4):
+    for attempt in range(3):
         status = _failing_attempt(task, f"exit 1: boom at step {attempt}", now)
         task.refresh_from_db()
-        if attempt < 3:
+        if attempt < 2:
             assert status == TaskStatus.READY
             delays.append((task.not_before - now).total_seconds())
             Task.objects.filter(pk=task.pk).update(not_before=None)  # time passes
-    assert delays == [60, 300, 1800]
+    assert delays == [60, 300]
     assert task.status == TaskStatus.FAILED and task.failure_code == "error_loop"
-    assert "loop" in task.failure_message
+    assert task.failure_message.startswith("All 3 attempts failed with the same error")
 
 
 def test_different_errors_are_not_a_loop(cli_model, cli_task):
     task = cli_task(cli_model("--mode", "echo"))
     now = timezone.now()
-    for message in [
-        "exit 1: disk full",
-        "exit 2: bad gateway",
-        "exit 1: segfault",
-        "exit 1: disk full",
-    ]:
+    for message in ["exit 1: disk full", "exit 2: bad gateway", "exit 1: disk full"]:
         _failing_attempt(task, message, now)
         Task.objects.filter(pk=task.pk).update(not_before=None)
     task.refresh_from_db()
     assert task.status == TaskStatus.FAILED and task.failure_code == "provider_cli_failed"
 
 
-def test_failing_attempts_end_to_end_are_a_loop(
-    cli_model, cli_task, settings, fast_worker_settings
+@pytest.mark.parametrize("max_attempts", [1, 3])
+def test_max_attempts_runs_end_to_end_then_a_loop(
+    cli_model, cli_task, settings, fast_worker_settings, max_attempts
 ):
-    settings.ACTHELM_RETRY_DELAYS = [0, 0, 0]
+    """ACTHELM_MAX_ATTEMPTS counts runs, the first among them: N means at most N model runs."""
+    settings.ACTHELM_RETRY_DELAYS = [0]
+    settings.ACTHELM_MAX_ATTEMPTS = max_attempts
     model = cli_model("--mode", "fail", "--exit-code", "3", "--stderr", "model crashed")
     task = cli_task(model)
     Worker(worker_id="w", burst=True).run()
     task.refresh_from_db()
-    assert task.status == TaskStatus.FAILED and task.failure_code == "error_loop"
-    assert cli_calls(cli_model.counter) == 4  # the first attempt and three retries
-    assert kinds(task).count(EventKind.RETRY_SCHEDULED) == 3
+    assert task.status == TaskStatus.FAILED and task.failed_attempts == max_attempts
+    assert cli_calls(cli_model.counter) == max_attempts == task.runs.count()
+    assert kinds(task).count(EventKind.RETRY_SCHEDULED) == max_attempts - 1
+    if max_attempts > 1:  # one attempt is no loop
+        assert task.failure_code == "error_loop"
+        assert task.failure_message.startswith(
+            f"All {max_attempts} attempts failed with the same error (provider_cli_failed): "
+        )
 
 
 def test_rate_limit_cools_down_and_moves_to_the_next_zero_cost_never_paid(

@@ -15,7 +15,12 @@ from core.actors import Actor
 from tasks.models import Task
 from tasks.states import TaskStatus
 from tests.fakes.http_target import HttpTarget
-from tests.fakes.model_server import ScriptedModelServer, reply_text, reply_tool_calls
+from tests.fakes.model_server import (
+    ScriptedModelServer,
+    reply_error,
+    reply_text,
+    reply_tool_calls,
+)
 
 pytestmark = [pytest.mark.e2e, pytest.mark.slow, pytest.mark.django_db(transaction=True)]
 
@@ -162,3 +167,36 @@ def test_approve_one_fetch_and_deny_another_and_the_task_goes_on(
     assert target.counts["/q3.txt"] == 1 and target.counts["/payroll.txt"] == 0
     statuses = dict(ToolCall.objects.filter(task=task).values_list("tool", "status"))
     assert statuses["update_plan"] == ToolCallStatus.SUCCEEDED
+
+
+def test_attempts_read_as_the_setting_counts_them(
+    page, login, founder, start_worker, worker_env, settings
+):
+    """ACTHELM_MAX_ATTEMPTS=3 is three attempts, the first run among them: the page counts
+    them as the setting does, from the first failure to the error loop."""
+    settings.ACTHELM_MAX_ATTEMPTS = 3
+    worker_env |= {"ACTHELM_MAX_ATTEMPTS": "3", "ACTHELM_RETRY_DELAYS": "600"}
+    with ScriptedModelServer([reply_error(500)] * 5, flavor="openai") as server:
+        task = task_create(
+            actor=Actor.system("test"),
+            title="Summarise the notes",
+            instruction="Summarise the notes.",
+            tools=[],
+            model=scripted_model(server),
+        )
+        start_worker()
+        login("founder")
+        page.goto(f"/tasks/{task.pk}/")
+        attempts, retry = page.locator("#task-attempts"), page.locator("#state-retry")
+        expect(attempts).to_have_text("1 of 3 attempts failed", timeout=20_000)
+        expect(retry).to_contain_text("Attempt 2 of 3 scheduled after provider_server_error")
+        page.locator("[data-action=retry_now]").click()
+        expect(attempts).to_have_text("2 of 3 attempts failed", timeout=20_000)
+        expect(retry).to_contain_text("Attempt 3 of 3 scheduled after provider_server_error")
+        page.locator("[data-action=retry_now]").click()
+        expect(page.locator("#task-status")).to_have_text("Failed", timeout=20_000)
+        expect(attempts).to_have_text("all 3 attempts failed")
+        expect(page.locator(".failure")).to_contain_text(
+            "error_loop All 3 attempts failed with the same error (provider_server_error): HTTP 500"
+        )
+        assert len(server.completion_requests) == 3

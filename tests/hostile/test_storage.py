@@ -125,7 +125,7 @@ def test_what_the_database_refuses_fails_the_attempt_and_the_attempts_end(loop_s
     assert task.status == TaskStatus.FAILED
     assert task.failure_code == "error_loop"
     runs = list(AgentRun.objects.filter(task=task).order_by("number"))
-    assert requests == len(runs) == loop_settings.ACTHELM_MAX_ATTEMPTS + 1
+    assert requests == len(runs) == loop_settings.ACTHELM_MAX_ATTEMPTS
     assert {r.error_code for r in runs} == {"storage_rejected"}
     assert "POISON answer" in runs[0].error_message
 

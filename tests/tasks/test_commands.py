@@ -335,3 +335,21 @@ def test_show_prints_the_answer_the_verdict_and_the_artifacts(admin_user, tmp_pa
     assert out.getvalue() == "id,topic\n1,login\n"  # an input file when no artifact has the name
     with pytest.raises(CommandError, match="not_found"):
         call_command("acthelm_task", "artifact", str(task.pk), "report.md", "--input")
+
+
+def test_show_counts_the_attempts_as_the_settings_do(settings, db):
+    """ACTHELM_MAX_ATTEMPTS counts attempts, the first run among them: the CLI and the API say
+    how many failed of how many."""
+    from io import StringIO
+
+    from django.core.management import call_command
+
+    settings.ACTHELM_MAX_ATTEMPTS = 3
+    task = TaskFactory(status=TaskStatus.READY, failed_attempts=2)
+    out = StringIO()
+    call_command("acthelm_task", "show", str(task.pk), stdout=out)
+    assert out.getvalue().splitlines()[1] == "2 of 3 attempts failed"
+    out = StringIO()
+    call_command("acthelm_task", "--json", "show", str(task.pk), stdout=out)
+    shown = json.loads(out.getvalue())
+    assert (shown["failed_attempts"], shown["max_attempts"]) == (2, 3)

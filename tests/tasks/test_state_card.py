@@ -61,14 +61,26 @@ def test_a_blocked_task_links_the_tasks_it_waits_for(page):
 
 
 def test_a_scheduled_retry_says_why_and_retry_now_drops_the_wait(client, page, operator):
-    task = TaskFactory(status=TaskStatus.READY, not_before=timezone.now() + timedelta(minutes=5))
+    task = TaskFactory(
+        status=TaskStatus.READY,
+        not_before=timezone.now() + timedelta(minutes=5),
+        failed_attempts=2,
+    )
     TaskEventFactory(
         task=task,
         kind=EventKind.RETRY_SCHEDULED,
-        data={"attempt": 2, "delay_seconds": 300, "code": "provider_error", "message": "HTTP 502"},
+        data={
+            "attempt": 2,
+            "of": 3,
+            "delay_seconds": 300,
+            "code": "provider_error",
+            "message": "HTTP 502",
+        },
     )
     card = _card(page(task))
-    assert "Retry (attempt 2) scheduled after <code>provider_error</code>" in card
+    # One count of attempts: two of the three failed, the third is scheduled.
+    assert '<span class="muted" id="task-attempts">2 of 3 attempts failed</span>' in card
+    assert "Attempt 3 of 3 scheduled after <code>provider_error</code>" in card
     assert "HTTP 502" in card and 'data-action="retry_now"' in card
     response = client.post(reverse("tasks:retry_now", args=[task.pk]), follow=True)
     assert "its retry wait was dropped" in response.content.decode()
@@ -136,3 +148,19 @@ def test_who_decided_is_shown_at_the_tool_call_and_a_stop_for_approval_is_not_re
     runs = html[html.index('class="card runs-card"') :][:2000]
     assert "stopped for an approval" in runs and "Cancelled" not in runs
     assert Task.objects.get(pk=task.pk).status == TaskStatus.READY
+
+
+def test_a_task_failed_in_an_error_loop_reads_as_one_sentence(page):
+    task = TaskFactory(
+        status=TaskStatus.FAILED,
+        failed_attempts=3,
+        failure_code="error_loop",
+        failure_message="All 3 attempts failed with the same error (provider_timeout): slow",
+    )
+    card = _card(page(task))
+    assert '<span class="muted" id="task-attempts">all 3 attempts failed</span>' in card
+    assert (
+        "<code>error_loop</code> All 3 attempts failed with the same error (provider_timeout): "
+        "slow" in card
+    )
+    assert "every attempt" not in card and "a loop:" not in card

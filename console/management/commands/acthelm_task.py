@@ -28,7 +28,7 @@ from core.exceptions import ActhelmError, InvalidInput
 from tasks import services
 from tasks.limits import LIMIT_FIELDS
 from tasks.models import Task
-from tasks.selectors import task_as_dict
+from tasks.selectors import attempts_text, task_as_dict
 from tasks.states import TaskStatus
 
 
@@ -212,6 +212,8 @@ class Command(BaseCommand):
             lines = [f"#{task.pk} {task.status} {_printable(task.title)}"]
             if task.failure_code:
                 lines.append(_printable(f"failure: {task.failure_code}: {task.failure_message}"))
+            if task.failed_attempts:
+                lines.append(attempts_text(task.failed_attempts))
             lines += _acceptance_lines(task)
             lines += _result_lines(result)
             lines += ["open operations:", operations_as_text(data["open_operations"])]
