@@ -11,12 +11,13 @@ from django.db.models import Count, DecimalField, IntegerField, OuterRef, QueryS
 from django.db.models.functions import Coalesce
 
 from agents.engine.usage import task_usage
-from agents.failure_codes import failure_words
+from agents.failure_codes import FailureCode, failure_words
 from agents.models import AgentRun, Artifact, Turn
-from agents.states import Role, RunState, run_state
+from agents.states import Role, RunState, RunStatus, run_state
 from core.exceptions import InvalidInput
-from tasks.models import Task
+from tasks.models import Task, TaskEvent
 from tasks.selectors import event_as_dict, task_as_dict
+from tasks.states import EventKind
 from tasks.workspace import artifacts_dir, list_input_files, safe_file_name, workspace_dir
 
 # Types a browser could run as a page: a task's file is served as plain text instead.
@@ -81,6 +82,8 @@ class RunDict(TypedDict):
 
     id: int
     number: int
+    attempt: int
+    failed_attempt: bool
     status: str
     state: str
     worker_id: str
@@ -106,10 +109,14 @@ class RunDict(TypedDict):
 @dataclass(frozen=True)
 class RunFacts:
     """What a person reads of a run, computed once for the console's Runs table and the API:
-    its own state word, how long it took, what it cost (None when a model turn of the run had
-    no known price) and why it failed, in plain words."""
+    the attempt it belongs to, its own state word, how long it took, what it cost (None when a
+    model turn of the run had no known price) and why it failed, in plain words."""
 
     run: AgentRun
+    # A run that fails is a failed attempt (ACTHELM_MAX_ATTEMPTS counts them); one that stops
+    # for a pause, an approval or a hand-back is not, and the next run goes on with its attempt.
+    attempt: int
+    failed_attempt: bool
     state: RunState
     duration_seconds: float | None  # None while it runs
     cost: Decimal | None
@@ -138,14 +145,46 @@ def task_runs(task_id: int) -> QuerySet[AgentRun]:
     )
 
 
-def run_facts(run: AgentRun) -> RunFacts:
-    """A run's facts (from `task_runs`; a run without its annotation counts its cost known)."""
+def is_failed_attempt(run: AgentRun) -> bool:
+    """The run failed and its failure counts as an attempt (as `agents.engine.decide` counts)."""
+    if run.status != RunStatus.FAILED:
+        return False
+    known = FailureCode.known(run.error_code)
+    return known is None or known.is_attempt
+
+
+def task_run_facts(task_id: int) -> list[RunFacts]:
+    """The facts of a task's runs, oldest first, in two queries. Attempts are numbered as the
+    task counts them: from 1, one more after each failed attempt, from 1 again after a
+    person's retry (which starts the count afresh)."""
+    retries = sorted(
+        TaskEvent.objects.filter(task_id=task_id, kind=EventKind.RETRIED).values_list(
+            "id", flat=True
+        )
+    )
+    facts: list[RunFacts] = []
+    attempt, previous_claim = 1, 0
+    for run in task_runs(task_id):
+        claim = run.claim_event_id
+        if claim is not None:
+            if any(previous_claim < retry < claim for retry in retries):
+                attempt = 1
+            previous_claim = claim
+        failed = is_failed_attempt(run)
+        facts.append(_run_facts(run, attempt=attempt, failed_attempt=failed))
+        attempt += failed
+    return facts
+
+
+def _run_facts(run: AgentRun, *, attempt: int, failed_attempt: bool) -> RunFacts:
     duration = None
     if run.finished_at is not None and run.started_at is not None:
         duration = max(0.0, (run.finished_at - run.started_at).total_seconds())
     unknown = getattr(run, "unknown_cost_turns", 0) or 0
     return RunFacts(
         run=run,
+        attempt=attempt,
+        failed_attempt=failed_attempt,
         state=run_state(run.status, run.error_code),
         duration_seconds=duration,
         cost=None if unknown else run.cost,
@@ -161,12 +200,14 @@ class ArtifactDict(TypedDict):
     content_type: str
 
 
-def run_as_dict(run: AgentRun) -> RunDict:
-    """A run as JSON, for the API's task and `acthelm_task show` (read it with `task_runs`)."""
-    facts = run_facts(run)
+def run_as_dict(facts: RunFacts) -> RunDict:
+    """A run as JSON, for the API's task and `acthelm_task show` (`task_run_facts`)."""
+    run = facts.run
     return {
         "id": run.pk,
         "number": run.number,
+        "attempt": facts.attempt,
+        "failed_attempt": facts.failed_attempt,
         "status": run.status,
         "state": facts.state.value,
         "worker_id": run.worker_id,
@@ -237,5 +278,5 @@ def task_with_history(task: Task) -> dict[str, Any]:
     data["cost"] = str(usage.cost)
     data["usage"] = usage.as_dict()
     data["events"] = [event_as_dict(e) for e in task.events.order_by("id")]
-    data["runs"] = [run_as_dict(r) for r in task_runs(task.pk)]
+    data["runs"] = [run_as_dict(f) for f in task_run_facts(task.pk)]
     return data

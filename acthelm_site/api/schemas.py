@@ -241,7 +241,12 @@ class TurnOut(Schema):
 
 class RunOut(Schema):
     id: int
-    number: int = Field(description="The attempt: 1, 2, 3… per task")
+    number: int = Field(description="The run: 1, 2, 3… per task")
+    attempt: int = Field(
+        description="The attempt the run belongs to: a run that stops for a pause, an approval "
+        "or a hand-back is not an attempt, and the next run goes on with it"
+    )
+    failed_attempt: bool = Field(description="The run failed and counts as a failed attempt")
     status: str
     state: str = Field(
         description="The run's own state: its status, or why a stopped run stopped "

@@ -9,7 +9,7 @@ from django.db.models import Prefetch
 
 from agents.engine.usage import task_usage
 from agents.models import ToolCall
-from agents.selectors import artifact_as_dict, run_as_dict, task_runs
+from agents.selectors import artifact_as_dict, run_as_dict, task_run_facts
 from approvals.models import Approval, ReviewDecision
 from approvals.selectors import decidable_approvals, decidable_reviews
 from approvals.states import ApprovalStatus, ReviewChoice
@@ -160,9 +160,9 @@ def task_detail(
     data = task_as_dict(task)
     data["blocking_reason"] = blocking_reason(task)
 
-    runs = list(task_runs(task.pk))
-    numbers = {run.pk: run.number for run in runs}
-    data["runs"] = [run_as_dict(r) for r in runs]
+    runs = task_run_facts(task.pk)
+    numbers = {facts.run.pk: facts.run.number for facts in runs}
+    data["runs"] = [run_as_dict(facts) for facts in runs]
     calls = (
         ToolCall.objects.defer("result", "result_for_model")
         .annotate(result_head=Left("result", RESULT_CHARS), result_chars=Length("result"))

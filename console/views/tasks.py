@@ -39,7 +39,7 @@ from agents.catalogue.tools import all_tools
 from agents.engine.acceptance import check_text
 from agents.engine.usage import Usage, task_usage
 from agents.models import Artifact, Model, ToolCall, Turn
-from agents.selectors import run_facts, task_cost_subquery, task_runs
+from agents.selectors import task_cost_subquery, task_run_facts
 from agents.states import Role
 from approvals.models import Approval, ReviewDecision
 from approvals.states import ApprovalStatus, ReviewChoice
@@ -322,12 +322,14 @@ def task_page_context(request: AuthenticatedHttpRequest, pk: int) -> dict[str, A
     ]
     action_names = {entry.name for entry in entries}
 
-    runs = list(task_runs(task.pk))
+    run_facts = task_run_facts(task.pk)
+    runs = [facts.run for facts in run_facts]
     run_numbers = {run.pk: run.number for run in runs}
-    for run in runs:
+    for facts in run_facts:
+        run = facts.run
         # Recorded by the loop in every checkpoint; older runs did not record it.
         offered = run.checkpoint.get("tools_offered") if isinstance(run.checkpoint, dict) else None
-        show(run, without_tools=offered == [], facts=run_facts(run))
+        show(run, without_tools=offered == [], facts=facts)
     calls = (
         ToolCall.objects.defer("result")
         .select_related("approval__decided_by", "review_decision__decided_by")

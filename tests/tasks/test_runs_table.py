@@ -82,7 +82,7 @@ def _rows(client, task) -> dict[int, str]:
     html = client.get(reverse("tasks:detail", args=[task.pk])).content.decode()
     card = html[html.index('class="card runs-card"') :]
     card = card[: card.index("</section>")]
-    assert '<th class="num">Attempt</th>' in card
+    assert '<th class="num">Run</th>' in card and ">Attempt</th>" in card
     rows = re.findall(r'<tr data-run="(\d+)"(.*?)</tr>', card, re.S)
     return {int(number): body for number, body in rows}
 
@@ -92,6 +92,13 @@ def test_each_run_reads_its_own_state_times_figures_and_outcome(client, task):
     rows = _rows(client, task)
     assert sorted(rows) == [1, 2, 3]
 
+    # The rejected run was attempt 1 and failed it; the paused run went on with attempt 2 and
+    # did not end it; the run after it finished attempt 2.
+    assert [re.search(r'data-attempt="(\d+)"', rows[n]).group(1) for n in (1, 2, 3)] == [
+        "1",
+        "2",
+        "2",
+    ]
     rejected = rows[1]
     assert 'data-state="failed"' in rejected and ">failed</span>" in rejected
     assert "local/qwen-small" in rejected
@@ -126,8 +133,32 @@ def test_the_api_publishes_the_same_figures(task):
     runs = api.get(f"/api/tasks/{task.pk}").json()["runs"]
     by_number = {run["number"]: run for run in runs}
     assert by_number[1]["state"] == "failed" and by_number[1]["duration_seconds"] == 65.0
+    assert [(r["attempt"], r["failed_attempt"]) for r in runs] == [
+        (1, True),
+        (2, False),
+        (2, False),
+    ]
     assert by_number[1]["cost"] == "0.00420000" and by_number[1]["verdict"] == "rejected"
     assert by_number[1]["error_words"] == "the supervisor rejected the result"
     assert by_number[2]["state"] == "paused" and by_number[2]["status"] == "cancelled"
     assert by_number[2]["cost"] is None and by_number[2]["error_words"] == "paused by a person"
     assert by_number[3]["state"] == "succeeded" and by_number[3]["cost"] == "2.50000000"
+
+
+def test_attempts_start_again_after_a_persons_retry(client):
+    from tasks.states import EventKind
+    from tests.factories import TaskEventFactory
+
+    task = TaskFactory(status=TaskStatus.READY)
+    codes = ["provider_server_error", "provider_server_error", "worker_lost", "limit_steps"]
+    for number, code in enumerate(codes, start=1):
+        claim = TaskEventFactory(task=task, kind=EventKind.CLAIMED)
+        _run(task, number, seconds=5, status=RunStatus.FAILED, error_code=code, claim_event=claim)
+    TaskEventFactory(task=task, kind=EventKind.RETRIED)  # a person's retry after limit_steps
+    claim = TaskEventFactory(task=task, kind=EventKind.CLAIMED)
+    _run(task, 5, seconds=5, status=RunStatus.SUCCEEDED, claim_event=claim)
+    client.force_login(UserFactory(perms=["tasks.view_task"]))
+    rows = _rows(client, task)
+    attempts = [re.search(r'data-attempt="(\d+)"', rows[n]).group(1) for n in sorted(rows)]
+    # A lost worker is not an attempt: the run after it goes on with attempt 3.
+    assert attempts == ["1", "2", "3", "3", "1"]
