@@ -162,3 +162,20 @@ def test_attempts_start_again_after_a_persons_retry(client):
     attempts = [re.search(r'data-attempt="(\d+)"', rows[n]).group(1) for n in sorted(rows)]
     # A lost worker is not an attempt: the run after it goes on with attempt 3.
     assert attempts == ["1", "2", "3", "3", "1"]
+
+
+def test_the_cli_shows_the_same_runs(task):
+    import io
+
+    from django.core.management import call_command
+
+    out = io.StringIO()
+    call_command("acthelm_task", "show", str(task.pk), stdout=out)
+    text = out.getvalue()
+    runs = text[text.index("runs:") :].splitlines()[1:4]
+    assert runs[0].startswith("  run 1 · attempt 1 · failed · local/qwen-small · started ")
+    assert "1 min 5 s · 3 turns · 1200/300 tokens · $0.0042" in runs[0]
+    assert runs[0].endswith("rejected by the supervisor: summary.md was not written")
+    assert " · attempt 2 · paused · " in runs[1] and "unknown" in runs[1]
+    assert runs[1].endswith("paused by a person (paused)")
+    assert " · succeeded · " in runs[2] and "approved by the supervisor" in runs[2]
