@@ -108,3 +108,48 @@ _NOT_ATTEMPTS = frozenset(
         FailureCode.PROVIDER_COOLING_DOWN,
     }
 )
+
+
+# What each code means, in a person's words: the console shows these beside the code.
+_WORDS: dict[FailureCode, str] = {
+    FailureCode.PAUSED: "paused by a person",
+    FailureCode.HANDED_BACK: "handed back to the queue (the worker stopped)",
+    FailureCode.AWAITING_APPROVAL: "stopped for a person's approval",
+    FailureCode.NEEDS_REVIEW: "stopped: an operation's outcome is unknown",
+    FailureCode.CANCELLED: "cancelled by a person",
+    FailureCode.WORKER_LOST: "the worker stopped answering (its lease expired)",
+    FailureCode.SUPERVISOR_REJECTED: "the supervisor rejected the result",
+    FailureCode.ERROR_LOOP: "the same error ended every attempt",
+    FailureCode.HANDBACK_LOOP: "handed back again and again without an attempt ending",
+    FailureCode.CONNECTION_MISSING: "the connection does not exist",
+    FailureCode.CONNECTION_DISABLED: "the connection is disabled",
+    FailureCode.MODEL_UNTESTED: "the model has not passed its test",
+    FailureCode.MODEL_NOT_TOOL_CAPABLE: "the model cannot call tools",
+    FailureCode.PROVIDER_COOLING_DOWN: "the connection is cooling down",
+    FailureCode.STORAGE_REJECTED: "what the run produced could not be stored",
+    FailureCode.INTERNAL_ERROR: "an internal error in the worker",
+    FailureCode.PROVIDER_AUTH: "the provider refused the credential",
+    FailureCode.PROVIDER_RATE_LIMITED: "the provider's rate limit",
+    FailureCode.PROVIDER_QUOTA: "the provider's quota is used up",
+    FailureCode.PROVIDER_SERVER_ERROR: "the provider had a server error",
+    FailureCode.PROVIDER_TIMEOUT: "the model did not answer in time",
+    FailureCode.PROVIDER_UNREACHABLE: "the provider could not be reached",
+    FailureCode.PROVIDER_BAD_RESPONSE: "the model's answer could not be read",
+    FailureCode.PROVIDER_BAD_REQUEST: "the provider refused the request",
+    FailureCode.PROVIDER_CANCELLED: "the model request was cancelled",
+    FailureCode.PROVIDER_CLI_FAILED: "the model's command failed",
+    FailureCode.PROVIDER_OUTPUT_TOO_LARGE: "the model's answer was too large",
+    FailureCode.PROVIDER_CONFIG: "the connection is misconfigured",
+    FailureCode.LIMIT_STEPS: "the step limit was reached",
+    FailureCode.LIMIT_RUNTIME: "the run-time limit was reached",
+    FailureCode.LIMIT_TOKENS: "the token limit was reached",
+    FailureCode.LIMIT_NETWORK: "the network-request limit was reached",
+    FailureCode.LIMIT_MCP: "the MCP-call limit was reached",
+    FailureCode.LIMIT_COST: "the cost budget was reached",
+}
+
+
+def failure_words(code: str) -> str:
+    """A failure code in plain words; a code this list does not know is shown as it is."""
+    known = FailureCode.known(code)
+    return _WORDS.get(known, code) if known is not None else code

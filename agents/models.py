@@ -9,6 +9,7 @@ from agents.catalogue.connection_rules import connection_kind_choices, validate_
 from agents.catalogue.tools.recovery_class import CHOICES as RECOVERY_CHOICES
 from agents.states import (
     ConnectionKind,
+    ConnectionTestPhase,
     CostTier,
     ModelTestStatus,
     Role,
@@ -416,6 +417,51 @@ class WorkerSeen(models.Model):
 
     def __str__(self) -> str:
         return self.worker_id
+
+
+class ConnectionTest(models.Model):
+    """A connection's test started from the console, run in the background: the row the page
+    polls for its progress, and the guard against a second test of the same connection while
+    one runs. Written only by `agents.catalogue.connection_tests`."""
+
+    connection = models.ForeignKey(Connection, on_delete=models.CASCADE, related_name="tests")
+    requested_by = models.ForeignKey(
+        settings.AUTH_USER_MODEL, null=True, blank=True, on_delete=models.SET_NULL, related_name="+"
+    )
+    phase = models.CharField(
+        max_length=16, choices=ConnectionTestPhase.choices, default=ConnectionTestPhase.CONNECTING
+    )
+    model_name = models.CharField(max_length=200, blank=True)  # the model being asked
+    started_at = models.DateTimeField(auto_now_add=True)
+    phase_at = models.DateTimeField()  # when the phase began: the page counts the wait from it
+    deadline_at = models.DateTimeField()  # past it, an unfinished test counts as timed out
+    finished_at = models.DateTimeField(null=True, blank=True)
+    # `connection_test`'s results, one per model; or why the test could not run.
+    results = models.JSONField(default=list, blank=True)
+    message = models.TextField(blank=True)
+
+    class Meta:
+        constraints = [
+            models.UniqueConstraint(
+                fields=["connection"],
+                condition=Q(finished_at__isnull=True),
+                name="connection_test_one_running",
+            ),
+            models.CheckConstraint(
+                condition=Q(finished_at__isnull=True)
+                | Q(
+                    phase__in=[
+                        ConnectionTestPhase.FINISHED,
+                        ConnectionTestPhase.FAILED,
+                        ConnectionTestPhase.TIMED_OUT,
+                    ]
+                ),
+                name="connection_test_finished_has_an_end_phase",
+            ),
+        ]
+
+    def __str__(self) -> str:
+        return f"test of {self.connection_id} ({self.phase})"
 
 
 # The evaluation suite's records live in their own module; importing them registers them here.

@@ -3,14 +3,17 @@
 import mimetypes
 from dataclasses import dataclass
 from datetime import datetime
+from decimal import Decimal
 from pathlib import Path
 from typing import Any, TypedDict
 
-from django.db.models import DecimalField, OuterRef, Subquery, Sum
+from django.db.models import Count, DecimalField, IntegerField, OuterRef, QuerySet, Subquery, Sum
+from django.db.models.functions import Coalesce
 
 from agents.engine.usage import task_usage
+from agents.failure_codes import FailureCode, failure_words
 from agents.models import AgentRun, Artifact, Turn
-from agents.states import Verdict
+from agents.states import Role, RunState, RunStatus, Verdict, run_state
 from core.exceptions import InvalidInput
 from tasks.models import Task, TaskEvent
 from tasks.selectors import event_as_dict, task_as_dict
@@ -79,22 +82,114 @@ class RunDict(TypedDict):
 
     id: int
     number: int
+    attempt: int
+    failed_attempt: bool
     status: str
+    state: str
     worker_id: str
     connection: str | None
     model: str | None
     started_at: str | None
     finished_at: str | None
+    duration_seconds: float | None
     model_turns: int
     input_tokens: int
     output_tokens: int
     network_requests: int
     active_seconds: float
+    cost: str | None
     verdict: str | None
     verdict_reason: str | None
     error_code: str | None
+    error_words: str | None
     error_message: str | None
     answer: str | None
+
+
+@dataclass(frozen=True)
+class RunFacts:
+    """What a person reads of a run, computed once for the console's Runs table and the API:
+    the attempt it belongs to, its own state word, how long it took, what it cost (None when a
+    model turn of the run had no known price) and why it failed, in plain words."""
+
+    run: AgentRun
+    # A run that fails is a failed attempt (ACTHELM_MAX_ATTEMPTS counts them); one that stops
+    # for a pause, an approval or a hand-back is not, and the next run goes on with its attempt.
+    attempt: int
+    failed_attempt: bool
+    state: RunState
+    duration_seconds: float | None  # None while it runs
+    cost: Decimal | None
+    error_words: str
+
+    @property
+    def state_label(self) -> str:
+        return str(self.state.label)
+
+
+def task_runs(task_id: int) -> QuerySet[AgentRun]:
+    """A task's runs, oldest first, with their model and connection and the number of their
+    model turns of unknown cost (`unknown_cost_turns`), in one query."""
+    unknown = (
+        Turn.objects.filter(run=OuterRef("pk"), role=Role.ASSISTANT, cost__isnull=True)
+        .order_by()
+        .values("run")
+        .annotate(n=Count("id"))
+        .values("n")
+    )
+    return (
+        AgentRun.objects.filter(task_id=task_id)
+        .select_related("model__connection")
+        .annotate(unknown_cost_turns=Coalesce(Subquery(unknown, output_field=IntegerField()), 0))
+        .order_by("number")
+    )
+
+
+def is_failed_attempt(run: AgentRun) -> bool:
+    """The run failed and its failure counts as an attempt (as `agents.engine.decide` counts)."""
+    if run.status != RunStatus.FAILED:
+        return False
+    known = FailureCode.known(run.error_code)
+    return known is None or known.is_attempt
+
+
+def task_run_facts(task_id: int) -> list[RunFacts]:
+    """The facts of a task's runs, oldest first, in two queries. Attempts are numbered as the
+    task counts them: from 1, one more after each failed attempt, from 1 again after a
+    person's retry (which starts the count afresh)."""
+    retries = sorted(
+        TaskEvent.objects.filter(task_id=task_id, kind=EventKind.RETRIED).values_list(
+            "id", flat=True
+        )
+    )
+    facts: list[RunFacts] = []
+    attempt, previous_claim = 1, 0
+    for run in task_runs(task_id):
+        claim = run.claim_event_id
+        if claim is not None:
+            if any(previous_claim < retry < claim for retry in retries):
+                attempt = 1
+            previous_claim = claim
+        failed = is_failed_attempt(run)
+        facts.append(_run_facts(run, attempt=attempt, failed_attempt=failed))
+        attempt += failed
+    return facts
+
+
+def _run_facts(run: AgentRun, *, attempt: int, failed_attempt: bool) -> RunFacts:
+    duration = None
+    if run.finished_at is not None and run.started_at is not None:
+        duration = max(0.0, (run.finished_at - run.started_at).total_seconds())
+    unknown = getattr(run, "unknown_cost_turns", 0) or 0
+    return RunFacts(
+        run=run,
+        attempt=attempt,
+        failed_attempt=failed_attempt,
+        state=run_state(run.status, run.error_code),
+        duration_seconds=duration,
+        cost=None if unknown else run.cost,
+        error_words=failure_words(run.error_code) if run.error_code else "",
+    )
 
 
 class ArtifactDict(TypedDict):
@@ -105,26 +200,32 @@ class ArtifactDict(TypedDict):
     content_type: str
 
 
-def run_as_dict(run: AgentRun) -> RunDict:
-    """A run as JSON, for the API's task and `acthelm_task show` (select its model's
-    connection with it)."""
+def run_as_dict(facts: RunFacts) -> RunDict:
+    """A run as JSON, for the API's task and `acthelm_task show` (`task_run_facts`)."""
+    run = facts.run
     return {
         "id": run.pk,
         "number": run.number,
+        "attempt": facts.attempt,
+        "failed_attempt": facts.failed_attempt,
         "status": run.status,
+        "state": facts.state.value,
         "worker_id": run.worker_id,
         "connection": run.model.connection.name if run.model is not None else None,
         "model": run.model.name if run.model is not None else None,
         "started_at": _iso(run.started_at),
         "finished_at": _iso(run.finished_at),
+        "duration_seconds": facts.duration_seconds,
         "model_turns": run.model_turns,
         "input_tokens": run.input_tokens,
         "output_tokens": run.output_tokens,
         "network_requests": run.network_requests,
         "active_seconds": run.active_seconds,
+        "cost": str(facts.cost) if facts.cost is not None else None,
         "verdict": run.verdict or None,
         "verdict_reason": run.verdict_reason or None,
         "error_code": run.error_code or None,
+        "error_words": facts.error_words or None,
         "error_message": run.error_message or None,
         "answer": run.answer or None,
     }
@@ -177,9 +278,7 @@ def task_with_history(task: Task) -> dict[str, Any]:
     data["cost"] = str(usage.cost)
     data["usage"] = usage.as_dict()
     data["events"] = [event_as_dict(e) for e in task.events.order_by("id")]
-    data["runs"] = [
-        run_as_dict(r) for r in task.runs.select_related("model__connection").order_by("number")
-    ]
+    data["runs"] = [run_as_dict(f) for f in task_run_facts(task.pk)]
     return data
 
 

@@ -23,6 +23,41 @@ RUN_TRANSITIONS: dict[str, frozenset[str]] = {
 }
 
 
+class RunState(models.TextChoices):
+    """What a person reads for a run: its status, told apart by why it stopped where the status
+    alone would mislead (a run that stopped for a pause or an approval is stored `cancelled`,
+    and the task goes on)."""
+
+    RUNNING = "running", "running"
+    SUCCEEDED = "succeeded", "succeeded"
+    FAILED = "failed", "failed"
+    CANCELLED = "cancelled", "cancelled"
+    PAUSED = "paused", "paused"
+    HANDED_BACK = "handed_back", "handed back"
+    AWAITING_APPROVAL = "awaiting_approval", "stopped for an approval"
+    NEEDS_REVIEW = "needs_review", "stopped for a review"
+
+
+# A stopped run's error code that names its state better than `cancelled`.
+_STOPPED_FOR = {
+    FailureCode.PAUSED: RunState.PAUSED,
+    FailureCode.HANDED_BACK: RunState.HANDED_BACK,
+    FailureCode.AWAITING_APPROVAL: RunState.AWAITING_APPROVAL,
+    FailureCode.NEEDS_REVIEW: RunState.NEEDS_REVIEW,
+}
+
+
+def run_state(status: str, error_code: str) -> RunState:
+    """A run's own state, from its status and, for a stopped run, the reason it stopped."""
+    if status == RunStatus.STARTED:
+        return RunState.RUNNING
+    if status == RunStatus.CANCELLED:
+        known = FailureCode.known(error_code)
+        if known is not None and known in _STOPPED_FOR:
+            return _STOPPED_FOR[known]
+    return RunState(status)
+
+
 class ConnectionKind(StrEnum):
     """The shipped provider kinds, for code that names one, in the order forms offer them.
     `Connection.kind` takes its choices from the registered providers
@@ -43,6 +78,16 @@ class ModelTestStatus(models.TextChoices):
     UNTESTED = "untested", "Not tested"
     PASSED = "passed", "Passed"
     FAILED = "failed", "Failed"
+
+
+class ConnectionTestPhase(models.TextChoices):
+    """Where a connection's test started from the console stands (`ConnectionTest`)."""
+
+    CONNECTING = "connecting", "connecting"
+    WAITING = "waiting", "waiting for the model"
+    FINISHED = "finished", "finished"
+    FAILED = "failed", "failed"  # the test could not run to its end (see its message)
+    TIMED_OUT = "timed_out", "timed out"  # past its deadline: its process is gone or stuck
 
 
 class ToolServerTransport(models.TextChoices):

@@ -241,21 +241,36 @@ class TurnOut(Schema):
 
 class RunOut(Schema):
     id: int
-    number: int
+    number: int = Field(description="The run: 1, 2, 3… per task")
+    attempt: int = Field(
+        description="The attempt the run belongs to: a run that stops for a pause, an approval "
+        "or a hand-back is not an attempt, and the next run goes on with it"
+    )
+    failed_attempt: bool = Field(description="The run failed and counts as a failed attempt")
     status: str
+    state: str = Field(
+        description="The run's own state: its status, or why a stopped run stopped "
+        "(paused, handed_back, awaiting_approval, needs_review)"
+    )
     worker_id: str
     connection: str | None
     model: str | None
     started_at: datetime | None
     finished_at: datetime | None
+    duration_seconds: float | None
     model_turns: int
     input_tokens: int
     output_tokens: int
     network_requests: int
     active_seconds: float
+    cost: str | None = Field(
+        description="An amount in USD as a string; null when a model turn of the run had no "
+        "known price"
+    )
     verdict: str | None
     verdict_reason: str | None
     error_code: str | None
+    error_words: str | None = Field(description="The error code in plain words")
     error_message: str | None
     answer: str | None
 

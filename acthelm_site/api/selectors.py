@@ -9,7 +9,7 @@ from django.db.models import Prefetch
 
 from agents.engine.usage import task_usage
 from agents.models import ToolCall
-from agents.selectors import artifact_as_dict, last_rejection, run_as_dict
+from agents.selectors import artifact_as_dict, last_rejection, run_as_dict, task_run_facts
 from approvals.models import Approval, ReviewDecision
 from approvals.selectors import decidable_approvals, decidable_reviews
 from approvals.states import ApprovalStatus, ReviewChoice
@@ -160,9 +160,9 @@ def task_detail(
     data = task_as_dict(task)
     data["blocking_reason"] = blocking_reason(task)
 
-    runs = list(task.runs.select_related("model__connection").order_by("number"))
-    numbers = {run.pk: run.number for run in runs}
-    data["runs"] = [run_as_dict(r) for r in runs]
+    runs = task_run_facts(task.pk)
+    numbers = {facts.run.pk: facts.run.number for facts in runs}
+    data["runs"] = [run_as_dict(facts) for facts in runs]
     calls = (
         ToolCall.objects.defer("result", "result_for_model")
         .annotate(result_head=Left("result", RESULT_CHARS), result_chars=Length("result"))
@@ -212,7 +212,7 @@ def task_detail(
     }
     data["input_files"] = list_input_files(task.pk)
     data["artifacts"] = [artifact_as_dict(a) for a in task.artifacts.order_by("name")]
-    rejection = last_rejection(task, newest_run=runs[-1]) if runs else None
+    rejection = last_rejection(task, newest_run=runs[-1].run) if runs else None
     data["rejection"] = rejection.as_dict() if rejection else None
     events, older_events = timeline_page(task, before=events_before)
     data["earlier_events"] = older_events is not None

@@ -2,6 +2,7 @@
 
 import logging
 import math
+from collections.abc import Callable
 from dataclasses import asdict, dataclass, field
 from decimal import Decimal
 from typing import Any, NotRequired, TypedDict
@@ -413,10 +414,17 @@ def model_override_tools(*, actor: Actor, model_id: int) -> Model:
 
 
 def connection_test(
-    *, actor: Actor, name: str, model_name: str | None = None, override_tools: bool = False
+    *,
+    actor: Actor,
+    name: str,
+    model_name: str | None = None,
+    override_tools: bool = False,
+    before_probe: Callable[[str], None] | None = None,
 ) -> list[ModelTestResult]:
     """A real request per model (and a tool-calling probe when the model claims tools);
     records pass or fail, the message and the context window when the provider reports it.
+    `before_probe(model_name)` is called before each model is asked (a test in the background
+    records its progress there and lets go of its database connection while it waits).
 
     An empty answer fails. A model that accepts the probe tool but never calls it is recorded as
     not tool-capable, unless a person overrode that (``override_tools`` records the override now
@@ -438,6 +446,8 @@ def connection_test(
     results: list[ModelTestResult] = []
     for model in models:
         overridden = model.tools_override_by_id is not None or model.tools_override_at is not None
+        if before_probe is not None:
+            before_probe(model.name)
         try:
             probe = provider.probe(model=model.name, tools=model.supports_tools)
             ok, message = probe.ok, probe.message

@@ -8,6 +8,7 @@ only ever shown by the name of its environment variable.
 import json
 import logging
 import shlex
+from datetime import datetime
 from typing import TypedDict
 from urllib.parse import urlsplit, urlunsplit
 
@@ -20,13 +21,14 @@ from django.urls import reverse
 from django.utils import timezone
 from django.views.decorators.http import require_GET, require_http_methods, require_POST
 
+from agents.catalogue import connection_tests as tests
 from agents.catalogue import connections as catalogue
 from agents.catalogue.connection_rules import MAX_TIMEOUT_SECONDS, connection_kind_choices
 from agents.catalogue.connections import ModelSpec
 from agents.catalogue.providers import get_provider_class
-from agents.models import Connection, Model
+from agents.models import Connection, ConnectionTest, Model
 from agents.permissions import MANAGE_CONNECTIONS, VIEW_CONNECTIONS_PERMS
-from agents.states import CostTier
+from agents.states import ConnectionTestPhase, CostTier
 from console.http import AuthenticatedHttpRequest
 from console.shared import login_required, show
 from core.actors import Actor
@@ -34,6 +36,9 @@ from core.exceptions import ActhelmError, InvalidInput, NotPermitted
 from core.numbers import INT32_MAX, INT32_MIN, whole_number
 
 log = logging.getLogger("acthelm.console")
+
+# How often the page asks for a running test's progress.
+TEST_POLL_MS = 500
 
 
 class ConnectionFields(TypedDict):
@@ -152,6 +157,14 @@ def _render(
 ) -> HttpResponse:
     now = timezone.now()
     connections = list(Connection.objects.prefetch_related("models").order_by("-priority", "name"))
+    newest_tests = {
+        t.connection_id: t
+        for t in ConnectionTest.objects.filter(connection__in=connections)
+        .order_by("connection_id", "-id")
+        .distinct("connection_id")
+    }
+    for test in newest_tests.values():
+        _show_test(test, now)
     for conn in connections:
         show(
             conn,
@@ -160,9 +173,11 @@ def _render(
             # The executable only: arguments could carry something secret by mistake.
             program=conn.command[0] if conn.command else "",
             extra_args=max(0, len(conn.command) - 1),
+            test=newest_tests.get(conn.pk),
         )
     can_manage = request.user.has_perm(MANAGE_CONNECTIONS)
     context = {
+        "poll_ms": TEST_POLL_MS,
         "connections": connections,
         "can_manage": can_manage,
         "form": form if form is not None else (ConnectionForm() if can_manage else None),
@@ -202,29 +217,54 @@ def connection_add(request: AuthenticatedHttpRequest) -> HttpResponse:
 @require_POST
 @login_required
 def connection_test(request: AuthenticatedHttpRequest, pk: int) -> HttpResponse:
-    """A real request per model; no transaction is open while it runs."""
+    """Start the connection's test in the background (agents.catalogue.connection_tests): the
+    page shows its progress and stays usable; a second click while it runs starts nothing."""
     if not request.user.has_perm(MANAGE_CONNECTIONS):
         raise PermissionDenied
     conn = get_object_or_404(Connection, pk=pk)
     try:
-        results = catalogue.connection_test(actor=Actor.person(request.user), name=conn.name)
+        test, started = tests.connection_test_start(
+            actor=Actor.person(request.user), connection_id=conn.pk
+        )
     except NotPermitted:
         raise PermissionDenied from None
     except ActhelmError as exc:
         return _render(request, error=exc, status=exc.http_status)
-    for result in results:
-        window = result["context_window"]
-        text = (
-            f"{conn.name}/{result['model']}: {'passed' if result['ok'] else 'failed'} — "
-            f"{result['message'] or 'no message'}"
-            + (f" (context window {window} tokens)" if window else " (context window unknown)")
-        )
-        messages.add_message(request, messages.SUCCESS if result["ok"] else messages.ERROR, text)
-    log.info(
-        "console.connection_tested",
-        extra={"connection": conn.name, "passed": sum(1 for r in results if r["ok"])},
-    )
+    log.info("console.connection_test", extra={"connection": conn.name, "started": started})
+    if request.htmx:
+        return _test_progress(request, conn, test)
     return redirect(reverse("agents:connections") + f"#conn-{conn.pk}")
+
+
+def _show_test(test: ConnectionTest, now: datetime) -> None:
+    """What the page says of a test: its phase (timed out once past its deadline), whether it
+    still runs, and how long its phase has lasted."""
+    shown = tests.shown_phase(test, now)
+    show(
+        test,
+        shown=shown,
+        running=shown in (ConnectionTestPhase.CONNECTING, ConnectionTestPhase.WAITING),
+        waited=max(0, round((now - test.phase_at).total_seconds())),
+    )
+
+
+def _test_progress(
+    request: AuthenticatedHttpRequest, conn: Connection, test: ConnectionTest | None
+) -> HttpResponse:
+    if test is not None:
+        _show_test(test, timezone.now())
+    context = {"conn": conn, "test": test, "poll_ms": TEST_POLL_MS}
+    return render(request, "console/_connection_test.html", context)
+
+
+@require_GET
+@login_required
+def connection_test_progress(request: AuthenticatedHttpRequest, pk: int) -> HttpResponse:
+    """The newest test of a connection: its phase while it runs (polled), its results after."""
+    if not any(request.user.has_perm(perm) for perm in VIEW_CONNECTIONS_PERMS):
+        raise PermissionDenied
+    conn = get_object_or_404(Connection, pk=pk)
+    return _test_progress(request, conn, tests.latest_test(conn.pk))
 
 
 # --- Model prices ---------------------------------------------------------------------------

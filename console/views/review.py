@@ -5,28 +5,27 @@ through the same services as one task's buttons (`tasks.services.task_close`, `t
 A fixed number of queries, whatever the number of rows: the answer and the verdict come from
 subqueries on the newest run that has one, the artifacts from one prefetch."""
 
-import datetime
 import logging
-from typing import TypedDict
 
 from django.conf import settings
 from django.contrib import messages
 from django.core.exceptions import PermissionDenied
-from django.db.models import Exists, OuterRef, Prefetch, Q, QuerySet, Subquery
+from django.db.models import OuterRef, Prefetch, QuerySet, Subquery
 from django.db.models.functions import Left
-from django.http import HttpResponse, HttpResponseRedirect, QueryDict
+from django.http import HttpResponse, HttpResponseRedirect
 from django.shortcuts import redirect, render
 from django.urls import reverse
 from django.utils.http import url_has_allowed_host_and_scheme
 from django.views.decorators.http import require_GET, require_POST
 
-from agents.models import AgentRun, Artifact, Model
+from agents.models import AgentRun, Artifact
+from console.filters import TaskFilters, filter_options, filter_tasks, task_filters
 from console.http import AuthenticatedHttpRequest
 from console.shared import console_view, positive_int
 from core.actors import Actor
 from core.exceptions import ActhelmError, NotPermitted
 from tasks import services
-from tasks.models import Goal, Task
+from tasks.models import Task
 from tasks.permissions import CLOSE_TASK
 from tasks.states import TaskStatus
 
@@ -37,35 +36,7 @@ ANSWER_CHARS = 1200
 BULK_MAX = REVIEW_PAGE
 
 
-def _date(value: str) -> datetime.date | None:
-    try:
-        return datetime.date.fromisoformat(value.strip()) if value else None
-    except ValueError:
-        return None
-
-
-class ReviewFilters(TypedDict):
-    q: str
-    tag: str
-    goal: int | None
-    model: int | None
-    since: datetime.date | None
-    until: datetime.date | None
-
-
-def review_filters(params: QueryDict) -> ReviewFilters:
-    """The page's filters from a query string; what is not understood is dropped."""
-    return {
-        "q": params.get("q", "").strip()[:200],
-        "tag": params.get("tag", "").strip()[:100],
-        "goal": positive_int(params.get("goal")),
-        "model": positive_int(params.get("model")),
-        "since": _date(params.get("since", "")),
-        "until": _date(params.get("until", "")),
-    }
-
-
-def review_rows(filters: ReviewFilters) -> QuerySet[Task]:
+def review_rows(filters: TaskFilters) -> QuerySet[Task]:
     """Tasks in review (evaluation tasks are the runner's), oldest first, filtered."""
     runs = AgentRun.objects.filter(task=OuterRef("pk")).order_by("-number")
     tasks = (
@@ -95,29 +66,15 @@ def review_rows(filters: ReviewFilters) -> QuerySet[Task]:
             )
         )
     )
-    if filters["q"]:
-        text = filters["q"]
-        answered = AgentRun.objects.filter(task=OuterRef("pk"), answer__icontains=text)
-        tasks = tasks.filter(
-            Q(title__icontains=text) | Q(instruction__icontains=text) | Exists(answered)
-        )
-    if filters["tag"]:
-        tasks = tasks.filter(tags__contains=[filters["tag"]])
-    if filters["goal"]:
-        tasks = tasks.filter(goal_id=filters["goal"])
-    if filters["model"]:
-        tasks = tasks.filter(model_id=filters["model"])
-    if filters["since"]:
-        tasks = tasks.filter(updated_at__date__gte=filters["since"])
-    if filters["until"]:
-        tasks = tasks.filter(updated_at__date__lte=filters["until"])
+    tasks = filter_tasks(tasks, filters)
     return tasks.order_by("updated_at", "id")
 
 
 @require_GET
 @console_view()
 def review_queue(request: AuthenticatedHttpRequest) -> HttpResponse:
-    filters = review_filters(request.GET)
+    filters = task_filters(request.GET)
+    filters["status"] = ""  # every row is in review
     rows = list(review_rows(filters)[: REVIEW_PAGE + 1])
     in_review = Task.objects.filter(status=TaskStatus.REVIEW, is_evaluation=False)
     context = {
@@ -125,12 +82,7 @@ def review_queue(request: AuthenticatedHttpRequest) -> HttpResponse:
         "more": len(rows) > REVIEW_PAGE,
         "filters": filters,
         "filtered": any(filters.values()),
-        "goals": Goal.objects.filter(Exists(in_review.filter(goal=OuterRef("pk")))).order_by(
-            "title"
-        ),
-        "models": Model.objects.filter(Exists(in_review.filter(model=OuterRef("pk"))))
-        .select_related("connection")
-        .order_by("connection__name", "name"),
+        **filter_options(in_review),
         "can_close": request.user.has_perm(CLOSE_TASK),
         "query": request.GET.urlencode(),
         "refresh_seconds": settings.ACTHELM_CONSOLE_REFRESH_SECONDS,

@@ -38,8 +38,8 @@ from agents.catalogue.connections import model_check_for_task
 from agents.catalogue.tools import all_tools
 from agents.engine.acceptance import check_text
 from agents.engine.usage import Usage, task_usage
-from agents.models import Artifact, Model, ToolCall, Turn
-from agents.selectors import last_rejection, task_cost_subquery
+from agents.models import AgentRun, Artifact, Model, ToolCall, Turn
+from agents.selectors import last_rejection, task_cost_subquery, task_run_facts
 from agents.states import Role, Verdict
 from approvals.models import Approval, ReviewDecision
 from approvals.states import ApprovalStatus, ReviewChoice
@@ -49,6 +49,7 @@ from console.actions import (
     decision_buttons,
     task_actions,
 )
+from console.filters import TaskFilters, filter_options, filter_query, filter_tasks, task_filters
 from console.forms import TaskCreateForm, TaskEditForm, model_queryset
 from console.http import AuthenticatedHttpRequest
 from console.preview import artifact_previews, proposed_file
@@ -108,12 +109,15 @@ class _CostAnnotation(TypedDict):
 @require_GET
 @console_view()
 def task_list(request: AuthenticatedHttpRequest) -> HttpResponse:
-    """Newest first, keyset-paginated on the primary key (no COUNT, no OFFSET)."""
-    status = request.GET.get("status", "")
-    if status not in TaskStatus.values:
-        status = ""
+    """Newest first, keyset-paginated on the primary key (no COUNT, no OFFSET), filtered as the
+    review page is (`console.filters`), every filter in the URL."""
+    filters = task_filters(request.GET)
+    # Evaluation tasks (acthelm_eval) are listed only when asked for: ?evaluation=1.
+    evaluation = request.GET.get("evaluation") == "1"
+    listed = Task.objects.filter(is_evaluation=evaluation)
     tasks = (
-        Task.objects.select_related("model", "connection")
+        filter_tasks(listed, filters)
+        .select_related("model", "connection")
         .only(
             "id",
             "title",
@@ -127,27 +131,30 @@ def task_list(request: AuthenticatedHttpRequest) -> HttpResponse:
         )
         .annotate(cost_total=task_cost_subquery())
     )
-    if status:
-        tasks = tasks.filter(status=status)
-    # Evaluation tasks (acthelm_eval) are listed only when asked for: ?evaluation=1.
-    evaluation = request.GET.get("evaluation") == "1"
-    tasks = tasks.filter(is_evaluation=evaluation)
     before, after = positive_int(request.GET.get("before")), positive_int(request.GET.get("after"))
     page = task_keyset_page(tasks, before=before, after=after, size=PAGE_SIZE)
     for row in page.tasks:
         cost = cast("WithAnnotations[Task, _CostAnnotation]", row).cost_total
         show(row, cost_text=money(cost) if cost is not None else "")
     counts = status_counts(evaluation=evaluation)
+    flag = "1" if evaluation else ""
+    unfiltered_status = {**filters, "status": ""}
     context = {
         "tasks": page.tasks,
-        "status": status,
+        "status": filters["status"],
+        "filters": filters,
+        "filtered": any(v for k, v in filters.items() if k != "status"),
         "evaluation": evaluation,
         "statuses": [(value, label, counts.get(value)) for value, label in TaskStatus.choices],
+        # The state links keep the other filters; the pager keeps them all.
+        "status_query": filter_query(cast(TaskFilters, unfiltered_status), evaluation=flag),
+        "page_query": filter_query(filters, evaluation=flag),
         "older": page.older,
         "newer": page.newer,
         "can_add": request.user.has_perm(ADD_TASK),
+        **filter_options(),
     }
-    # The list refreshes itself: a poll asks for its rows only.
+    # The list refreshes itself: a poll, or the filter form, asks for its rows only.
     template = "console/task_list.html#rows" if request.htmx else "console/task_list.html"
     return render(request, template, context)
 
@@ -300,6 +307,17 @@ class _TaskAnnotations(TypedDict):
     unknown_cost_turns: int | None  # model turns of no known cost (None: none)
 
 
+def _shown_runs(task_pk: int) -> list[AgentRun]:
+    """The task's runs, each with what the Runs table reads (`agents.selectors.RunFacts`)."""
+    run_facts = task_run_facts(task_pk)
+    for facts in run_facts:
+        run = facts.run
+        # Recorded by the loop in every checkpoint; older runs did not record it.
+        offered = run.checkpoint.get("tools_offered") if isinstance(run.checkpoint, dict) else None
+        show(run, without_tools=offered == [], facts=facts)
+    return [facts.run for facts in run_facts]
+
+
 def task_page_context(request: AuthenticatedHttpRequest, pk: int) -> dict[str, Any]:
     """Everything the task page shows, in a fixed number of queries."""
     unknown_cost = (
@@ -323,12 +341,8 @@ def task_page_context(request: AuthenticatedHttpRequest, pk: int) -> dict[str, A
     ]
     action_names = {entry.name for entry in entries}
 
-    runs = list(task.runs.select_related("model__connection").order_by("number"))
+    runs = _shown_runs(task.pk)
     run_numbers = {run.pk: run.number for run in runs}
-    for run in runs:
-        # Recorded by the loop in every checkpoint; older runs did not record it.
-        offered = run.checkpoint.get("tools_offered") if isinstance(run.checkpoint, dict) else None
-        show(run, without_tools=offered == [])
     calls = (
         ToolCall.objects.defer("result")
         .select_related("approval__decided_by", "review_decision__decided_by")

@@ -1,5 +1,6 @@
 """The connections page: health, models and their tests, adding and testing; no credential shown."""
 
+import time
 from datetime import timedelta
 
 import pytest
@@ -163,10 +164,27 @@ def test_add_and_test_need_the_manage_permission(client):
     assert not Connection.objects.filter(name="x").exists()
 
 
-def test_the_test_button_makes_a_real_request_and_shows_the_result(manager, monkeypatch):
+def _progress(client, conn) -> str:
+    return client.get(reverse("agents:connection_test_progress", args=[conn.pk])).content.decode()
+
+
+def _until_finished(client, conn, timeout: float = 15.0) -> str:
+    end = time.monotonic() + timeout
+    while time.monotonic() < end:
+        html = _progress(client, conn)
+        if "hx-trigger" not in html:  # no longer polled: the test ended
+            return html
+        time.sleep(0.1)
+    raise AssertionError("the test did not end")
+
+
+@pytest.mark.django_db(transaction=True)  # the test runs in a thread of its own
+def test_the_test_button_starts_a_background_test_whose_progress_the_page_polls(
+    manager, monkeypatch
+):
     monkeypatch.setenv("ACTHELM_KEY_TEST", SECRET)
     with ScriptedModelServer(flavor="openai", context_length=65536) as server:
-        server.enqueue(reply_text("OK"))
+        server.enqueue(reply_text("OK", delay=2))  # a slow model
         conn = ConnectionFactory(
             name="fake-openai", base_url=server.url, credential_env="ACTHELM_KEY_TEST"
         )
@@ -177,25 +195,43 @@ def test_the_test_button_makes_a_real_request_and_shows_the_result(manager, monk
             test_status=ModelTestStatus.UNTESTED,
             context_window=None,
         )
-        response = manager.post(reverse("agents:connection_test", args=[conn.pk]), follow=True)
-        assert server.completion_requests
-    page = response.content.decode()
+        url = reverse("agents:connection_test", args=[conn.pk])
+        started = manager.post(url, HTTP_HX_REQUEST="true").content.decode()
+        # The answer is the progress, polled every half second, before the model has answered.
+        assert f'id="conn-test-{conn.pk}"' in started and 'hx-trigger="every 500ms"' in started
+        assert "Testing:" in started
+        deadline = time.monotonic() + 10
+        while "waiting for the model" not in (html := _progress(manager, conn)):
+            assert time.monotonic() < deadline, html
+            time.sleep(0.05)
+        assert "<code>test-model</code>" in html and " s)…" in html
+        # The whole page shows the running test too, and a second click starts nothing.
+        page = manager.get(PAGE).content.decode()
+        assert "waiting for the model" in page
+        manager.post(url, HTTP_HX_REQUEST="true")
+        finished = _until_finished(manager, conn)
+        assert len(server.completion_requests) == 1
     model.refresh_from_db()
     assert model.test_status == ModelTestStatus.PASSED and model.context_window == 65536
-    assert "fake-openai/test-model: passed" in page and "context window 65536" in page
-    assert SECRET not in page
+    assert "fake-openai/test-model</code> — " in finished and "passed" in finished
+    assert "context window 65536" in finished and SECRET not in finished
+    assert 'data-test-phase="finished"' in finished
 
 
+@pytest.mark.django_db(transaction=True)
 def test_a_failed_test_is_shown_without_the_key(manager, monkeypatch):
     monkeypatch.setenv("ACTHELM_KEY_TEST", SECRET)
     with ScriptedModelServer(flavor="openai") as server:
         server.enqueue(reply_error(401, {"error": {"message": "bad key"}}))
         conn = ConnectionFactory(base_url=server.url, credential_env="ACTHELM_KEY_TEST")
         model = ModelFactory(connection=conn, name="test-model", supports_tools=False)
+        # Without JavaScript: the page, which shows the test and polls it.
         response = manager.post(reverse("agents:connection_test", args=[conn.pk]), follow=True)
-    page = response.content.decode()
+        assert f'id="conn-test-{conn.pk}"' in response.content.decode()
+        finished = _until_finished(manager, conn)
     assert Model.objects.get(pk=model.pk).test_status == ModelTestStatus.FAILED
-    assert "test-model: failed" in page and SECRET not in page
+    assert 'data-test-result="failed"' in finished and "test-model</code>" in finished
+    assert SECRET not in finished and SECRET not in manager.get(PAGE).content.decode()
 
 
 def test_csrf_is_enforced_on_connections():

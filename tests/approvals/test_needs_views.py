@@ -84,7 +84,7 @@ def test_the_task_list_refreshes_itself_and_its_filters_carry_counts(boss):
         r'data-status="failed"><span[^>]*>Failed</span> <span class="count">0</span>', html
     )
     assert re.search(r'data-status="done"><span[^>]*>Done</span></a>', html)  # not counted
-    assert 'id="task-rows" hx-get=""' in html
+    assert 'id="task-rows" hx-get="/"' in html  # polls the page's own URL, filters and all
     rows = boss.get("/", headers={"HX-Request": "true"}).content.decode()
     assert rows.lstrip().startswith('<div id="task-rows"') and "<html" not in rows
     inbox = boss.get("/approvals/", headers={"HX-Request": "true"}).content.decode()

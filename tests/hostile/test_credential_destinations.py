@@ -13,6 +13,7 @@ carries it to another host.
 import os
 import subprocess
 import sys
+import time
 
 import pytest
 from django.urls import reverse
@@ -24,7 +25,7 @@ from agents.catalogue.tools.base import ToolError
 from agents.catalogue.tools.mcp import list_tools
 from agents.catalogue.toolservers import find_mcp_tool, server_spec
 from agents.checks import check_credential_destinations
-from agents.models import Connection, ToolServer
+from agents.models import Connection, ConnectionTest, ToolServer
 from core.credentials import (
     CREDENTIAL_DESTINATION_NOT_ALLOWED,
     WELL_KNOWN_DESTINATIONS,
@@ -209,6 +210,20 @@ def test_an_allowed_destination_gets_the_credential_and_a_redirect_does_not_carr
 # -- connections ------------------------------------------------------------------------------
 
 
+def press_test_and_wait(client, conn) -> str:
+    """Press the connection's Test and wait for the test, which runs in the background, to
+    end; the progress fragment the page then shows."""
+    client.post(reverse("agents:connection_test", args=[conn.pk]))
+    progress = reverse("agents:connection_test_progress", args=[conn.pk])
+    end = time.monotonic() + 15
+    while time.monotonic() < end:
+        if ConnectionTest.objects.filter(connection=conn, finished_at__isnull=False).exists():
+            return client.get(progress).content.decode()
+        time.sleep(0.05)
+    raise AssertionError("the connection's test did not end")
+
+
+@pytest.mark.django_db(transaction=True)  # the console's test runs in a thread of its own
 @pytest.mark.parametrize("name", UNLISTED)
 def test_a_connection_whose_credential_may_not_go_to_its_url_is_refused_and_sends_nothing(
     connection_staff, receiver, secrets, name
@@ -222,8 +237,7 @@ def test_a_connection_whose_credential_may_not_go_to_its_url_is_refused_and_send
     # A row written around the rule: its test and its provider send nothing.
     conn = ConnectionFactory(name="grab", base_url=receiver.url + "/v1", credential_env=name)
     model = ModelFactory(connection=conn, name="m", supports_tools=False)
-    response = connection_staff.post(reverse("agents:connection_test", args=[conn.pk]), follow=True)
-    page = response.content.decode()
+    page = press_test_and_wait(connection_staff, conn)
     assert CREDENTIAL_DESTINATION_NOT_ALLOWED in page and SECRET not in page
     model.refresh_from_db()
     assert model.test_status == "failed" and model.test_message.startswith("provider_config")
@@ -236,6 +250,7 @@ def test_a_connection_whose_credential_may_not_go_to_its_url_is_refused_and_send
     assert receiver.total == 0 and credentials_seen(receiver) == []
 
 
+@pytest.mark.django_db(transaction=True)
 def test_a_connection_at_an_allowed_destination_sends_its_key_there_only(
     connection_staff, receiver, secrets, settings
 ):
@@ -249,7 +264,7 @@ def test_a_connection_at_an_allowed_destination_sends_its_key_there_only(
         )
         assert response.status_code == 302, response.content.decode()[:3000]
         conn = Connection.objects.get(name="grab")
-        connection_staff.post(reverse("agents:connection_test", args=[conn.pk]))
+        press_test_and_wait(connection_staff, conn)
         assert f"Bearer {SECRET}" in credentials_seen(receiver)
         assert elsewhere.total == 0
         # The key was released for the base URL's host and port: a request built elsewhere

@@ -146,8 +146,7 @@ def test_who_decided_is_shown_at_the_tool_call_and_a_stop_for_approval_is_not_re
     call_html = html[html.index(f'id="call-{call.pk}"') :][:3000]
     assert "approved by <strong>alice</strong>" in call_html
     runs = html[html.index('class="card runs-card"') :][:2000]
-    assert "Stopped for a decision" in runs and "waits for an approval" in runs
-    assert '<code class="code">awaiting_approval</code>' not in runs
+    assert "stopped for an approval" in runs and "Cancelled" not in runs
     assert Task.objects.get(pk=task.pk).status == TaskStatus.READY
 
 

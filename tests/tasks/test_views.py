@@ -159,7 +159,7 @@ def test_task_list_pages_by_keyset(boss):
     second = boss.get("/", {"before": match.group(1)}).content.decode()
     ids = {int(x) for x in re.findall(r'href="/tasks/(\d+)/"', second)}
     assert ids == {t.pk for t in tasks[:5]}
-    assert "before=" not in second
+    assert 'href="?before=' not in second
     back = re.search(r'href="\?after=(\d+)"', second)
     assert back
     again = boss.get("/", {"after": back.group(1)}).content.decode()
@@ -173,7 +173,7 @@ def test_task_list_query_count_does_not_grow(boss):
         TaskFactory(model=ModelFactory())
     assert count_queries(boss, "/") == few
     assert count_queries(boss, "/", data={"status": "ready"}) == few
-    assert few <= 8
+    assert few <= 10  # the filter form's goals and models: one query each
 
 
 def test_task_list_makes_no_count_over_the_table(boss):

@@ -9,6 +9,7 @@ downloads an artifact or an input file."""
 import re
 import shutil
 from argparse import ArgumentTypeError
+from decimal import Decimal
 from pathlib import Path
 from typing import Any
 
@@ -19,16 +20,19 @@ from agents.engine.acceptance import check_text, kind_names
 from agents.models import Model
 from agents.scorecard import model_scorecard, scorecard_window
 from agents.selectors import (
+    RunDict,
     last_rejection,
     task_cost_subquery,
     task_file,
     task_result,
     task_with_history,
 )
+from agents.states import RunState
 from approvals.models import Approval, ReviewDecision
 from approvals.selectors import open_operations, operations_as_text
 from console.actions import REGISTRY, ConsoleAction, by_slug
 from console.cli import Actions, Options, emit, fail, person_actor
+from console.templatetags.console_time import seconds, usd
 from core.actors import Actor
 from core.exceptions import ActhelmError, InvalidInput
 from tasks import services
@@ -148,6 +152,34 @@ def _add_edit(sub: Actions) -> None:
         action="store_true",
         help="then retry now (a failed task from its checkpoint; a ready one drops its wait)",
     )
+
+
+def _run_lines(runs: list[RunDict]) -> list[str]:
+    """The runs as the task page's Runs table reads them (`agents.selectors.run_as_dict`)."""
+    lines = []
+    for run in runs:
+        if run["verdict"]:
+            outcome = f"{run['verdict']} by the supervisor"
+            outcome += f": {run['verdict_reason']}" if run["verdict_reason"] else ""
+        elif run["error_code"]:
+            outcome = f"{run['error_words']} ({run['error_code']})"
+        else:
+            outcome = ""
+        cost = usd(Decimal(run["cost"]) if run["cost"] is not None else None)
+        parts = [
+            f"run {run['number']}",
+            f"attempt {run['attempt']}",
+            str(RunState(run["state"]).label),
+            f"{run['connection']}/{run['model']}" if run["model"] else "no model",
+            f"started {run['started_at']}",
+            f"{seconds(run['duration_seconds'])}" if run["finished_at"] else "running",
+            f"{run['model_turns']} turns",
+            f"{run['input_tokens']}/{run['output_tokens']} tokens",
+            cost,
+            outcome,
+        ]
+        lines.append("  " + " · ".join(part for part in parts if part))
+    return [_printable(line) for line in (["runs:", *lines] if lines else [])]
 
 
 class Command(BaseCommand):
@@ -289,6 +321,7 @@ class Command(BaseCommand):
             rejection = last_rejection(task)
             data["rejection"] = rejection.as_dict() if rejection else None
             lines += _rejection_lines(data["rejection"])
+            lines += _run_lines(data["runs"])
             lines += ["open operations:", operations_as_text(data["open_operations"])]
             text = "\n".join(lines)
             return emit(self, data, as_json=as_json, text=text)
