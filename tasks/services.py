@@ -125,10 +125,11 @@ def note_stuck_dependants(task: Task, *, actor: Actor) -> list[int]:
 
 
 #: What a cancel settles in the apps above the ledger, each in the cancel's transaction: a
-#: function of the locked task that returns what the `cancelled` event records. The apps that own
-#: those rows register them when they are ready (`agents.apps`: the runs and the tool calls in
-#: flight; `approvals.apps`: the open decisions), so the ledger calls them without importing them.
-CancelSettler = Callable[[Task], dict[str, Any]]
+#: function of the locked task and the cancel's reason that returns what the `cancelled` event
+#: records. The apps that own those rows register them when they are ready (`agents.apps`: the
+#: runs and the tool calls in flight; `approvals.apps`: the open decisions, which keep the
+#: reason), so the ledger calls them without importing them.
+CancelSettler = Callable[[Task, str], dict[str, Any]]
 _cancel_settlers: list[CancelSettler] = []
 
 
@@ -148,7 +149,7 @@ def task_cancel(*, actor: Actor, task_id: int, reason: str = "") -> Task:
         task = act(task_id, "cancel", actor)
         settled: dict[str, Any] = {}
         for settler in _cancel_settlers:
-            settled |= settler(task)
+            settled |= settler(task, reason)
         set_status(
             task,
             TaskStatus.CANCELLED,
