@@ -51,13 +51,13 @@ from console.actions import (
 )
 from console.forms import TaskCreateForm, model_queryset
 from console.http import AuthenticatedHttpRequest
-from console.preview import proposed_file
 from console.shared import (
     OUTCOME_UNKNOWN,
     console_view,
     positive_int,
     pretty_json,
     show,
+    show_approval,
 )
 from console.timeline import event_details
 from core.actors import Actor
@@ -348,11 +348,7 @@ def task_page_context(request: AuthenticatedHttpRequest, pk: int) -> dict[str, A
             show(call, arguments_pretty=pretty, arguments_lines=pretty.count("\n") + 1)
             approval: Approval | None = getattr(call, "approval", None)
             if approval is not None and approval.status == ApprovalStatus.PENDING:
-                show(
-                    approval,
-                    arguments_pretty=pretty_json(approval.arguments),
-                    proposed_file=proposed_file(approval.tool, approval.arguments),
-                )
+                show_approval(approval)
                 approvals.append(approval)
             decision: ReviewDecision | None = getattr(call, "review_decision", None)
             if decision is not None and decision.choice == ReviewChoice.PENDING:
