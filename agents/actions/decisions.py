@@ -73,13 +73,17 @@ def denial_message(message: str | None) -> str:
 
 def edited_arguments(arguments: dict[str, Any] | str | None) -> dict[str, Any] | None:
     """A person's edit: a JSON object (as text from a form or the CLI, or parsed by the API);
-    None or blank text means the operation as proposed."""
+    None means the operation as proposed (an emptied edit form is not that: it is refused)."""
     if arguments is None:
         return None
     if isinstance(arguments, str):
         text = arguments.strip()
         if not text:
-            return None
+            raise InvalidInput(
+                "the edited arguments are empty: give a JSON object, or approve as proposed",
+                code="invalid_arguments",
+                field="arguments",
+            )
         if len(text) > EDIT_MAX_CHARS:
             raise InvalidInput(
                 f"the edited arguments are {len(text)} characters; at most {EDIT_MAX_CHARS}",

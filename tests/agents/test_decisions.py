@@ -206,6 +206,8 @@ def test_an_edit_as_an_object_and_an_edit_that_changes_nothing(actor):
          "not valid JSON"),
         ("write_artifact", {"name": "a.md", "content": "x"}, "[1, 2]", "invalid_arguments",
          "must be a JSON object"),
+        ("write_artifact", {"name": "a.md", "content": "x"}, "  ", "invalid_arguments",
+         "are empty"),
         ("write_artifact", {"name": "a.md", "content": "x"}, {"content": "x"},
          "invalid_arguments", "name"),
         ("write_artifact", {"name": "a.md", "content": "x"}, {"name": "../a.md", "content": "x"},

@@ -1,3 +1,4 @@
+# ruff: noqa: F811 - the MCP server fixture of tests/agents/test_loop_mcp.py is imported below
 """Agent Inbox's answers end to end: a real worker, the scripted model server, real PostgreSQL.
 
 Approve with edited arguments: the tool runs with the edit (and only the edit), the model's
@@ -12,11 +13,12 @@ from django.core.management import call_command
 from agents.actions.decisions import approval_approve
 from agents.catalogue.tools import get_tool, operation_hash
 from agents.engine.worker import Worker
-from agents.models import Artifact
+from agents.models import Artifact, ToolServer
 from agents.states import ToolCallStatus
 from approvals.models import Approval
 from approvals.states import ApprovalStatus
 from core.actors import Actor
+from core.exceptions import InvalidInput
 from tasks.states import EventKind, TaskStatus
 from tasks.workspace import workspace_dir
 from tests.agents.scripted import (
@@ -27,6 +29,7 @@ from tests.agents.scripted import (
     tool_result_for,
     tool_task,
 )
+from tests.agents.test_loop_mcp import mcp  # noqa: F401 - the fixture: a recorded MCP server
 from tests.fakes.model_server import ScriptedModelServer, reply_text, reply_tool_calls
 
 pytestmark = pytest.mark.django_db(transaction=True)
@@ -142,3 +145,42 @@ def test_denied_with_a_message_the_model_reads_it_and_responds(loop_settings, pe
     assert (read.status, read.run_count) == (ToolCallStatus.SUCCEEDED, 1)
     event = task.events.get(kind=EventKind.DENIED)
     assert event.data["message"] == "use notes.txt instead"
+
+
+def test_an_mcp_tools_edit_is_checked_against_the_schema_the_task_pinned(loop_settings, mcp, actor):
+    """The server re-lists its tool with another schema mid-task: an edit is still checked
+    against the schema the task's model read (as the engine checks the model's calls)."""
+    script = [reply_tool_calls([("local__echo", {"text": "hi"}, "e1")]), reply_text("Done.")]
+    with ScriptedModelServer(script) as server:
+        task = tool_task(server, ["local__echo"])
+        work()
+        approval = Approval.objects.get(task=task)
+        server_row = ToolServer.objects.get(name="local")
+        changed = [
+            {**t, "input_schema": {"type": "object", "required": ["evil"],
+                                   "properties": {"evil": {"type": "string"}}}}
+            if t["name"] == "echo" else t
+            for t in server_row.tools
+        ]  # fmt: skip
+        ToolServer.objects.filter(pk=server_row.pk).update(tools=changed)
+        for refused in ({"evil": "x"}, {"text": 5}):
+            with pytest.raises(InvalidInput) as error:
+                approval_approve(
+                    actor=actor,
+                    approval_id=approval.pk,
+                    arguments_hash=approval.arguments_hash,
+                    arguments=refused,
+                )
+            assert error.value.code == "invalid_arguments"
+        assert Approval.objects.get(pk=approval.pk).status == ApprovalStatus.PENDING
+        approval_approve(
+            actor=actor,
+            approval_id=approval.pk,
+            arguments_hash=approval.arguments_hash,
+            arguments={"text": "bye"},
+        )
+        work()
+        requests = server.completion_requests
+    assert tool_result_for(requests[1], "e1") == "bye"
+    assert mcp("echo") == 1
+    assert status_of(task) == TaskStatus.REVIEW
