@@ -313,3 +313,22 @@ def test_a_cancel_settles_open_approvals_with_its_reason(actor):
     event = TaskEvent.objects.get(task_id=approval.task_id, kind=EventKind.CANCELLED)
     assert event.data["reason"] == "wrong file, starting over"
     assert event.data["approvals_settled"] == 1
+
+
+def test_a_long_edit_is_named_in_the_event_and_kept_whole_on_the_approval(actor):
+    approval = _operation("write_artifact", {"name": "report.md", "content": "# Draft"})
+    content = "word " * 5_000  # 25,000 characters: more than an event copies
+    decided = decisions.approval_approve(
+        actor=actor,
+        approval_id=approval.pk,
+        arguments_hash=approval.arguments_hash,
+        arguments={"name": "report.md", "content": content},
+    )
+    assert decided.edited_arguments["content"] == content
+    event = TaskEvent.objects.get(task_id=approval.task_id, kind=EventKind.APPROVED)
+    size = len(json.dumps(decided.edited_arguments))
+    assert event.data["edited_arguments"] == {
+        "omitted": f"{size} characters; the approval keeps them"
+    }
+    assert event.data["original_arguments"] == approval.arguments
+    assert event.data["edited_arguments_hash"] == decided.edited_arguments_hash
