@@ -24,6 +24,12 @@ class Approval(models.Model):
     status = models.CharField(
         max_length=16, choices=ApprovalStatus.choices, default=ApprovalStatus.PENDING
     )
+    # Approved with edited arguments: the operation that runs (validated as a model's call is,
+    # and hashed as the engine hashes it); `arguments` and `arguments_hash` stay the proposal.
+    edited_arguments = models.JSONField(null=True, blank=True)
+    edited_arguments_hash = models.CharField(max_length=64, blank=True)
+    # A denial's message (the model receives it as the call's result) or a cancel's reason.
+    message = models.TextField(blank=True)
     decided_by = models.ForeignKey(
         settings.AUTH_USER_MODEL, null=True, blank=True, on_delete=models.SET_NULL, related_name="+"
     )
@@ -45,10 +51,19 @@ class Approval(models.Model):
                 condition=Q(status=ApprovalStatus.PENDING) | Q(decided_at__isnull=False),
                 name="approval_decided_has_time",
             ),
+            models.CheckConstraint(
+                condition=Q(edited_arguments_hash="") | Q(status=ApprovalStatus.APPROVED),
+                name="approval_edit_only_when_approved",
+            ),
         ]
 
     def __str__(self) -> str:
         return f"{self.tool} {self.target} ({self.status})"
+
+    @property
+    def approved_hash(self) -> str:
+        """The hash of the operation a person let run: the edit's, else the proposal's."""
+        return self.edited_arguments_hash or self.arguments_hash
 
 
 class ReviewDecision(models.Model):

@@ -118,6 +118,29 @@ def needs_me_counts() -> NeedsMe:
     )
 
 
+class DecidedApproval(TypedDict):
+    """A decided approval, as the CLI and the API answer a decision: the hash that was shown,
+    and an edit's (the operation that runs) or a denial's message."""
+
+    approval_id: int
+    status: str
+    arguments_hash: str
+    edited_arguments: dict[str, Any] | None
+    edited_arguments_hash: str
+    message: str
+
+
+def decided_as_dict(approval: Approval) -> DecidedApproval:
+    return {
+        "approval_id": approval.pk,
+        "status": approval.status,
+        "arguments_hash": approval.arguments_hash,
+        "edited_arguments": approval.edited_arguments,
+        "edited_arguments_hash": approval.edited_arguments_hash,
+        "message": approval.message,
+    }
+
+
 class OpenOperation(TypedDict):
     """An operation a person can decide now, as the API and the CLI show it."""
 

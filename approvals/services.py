@@ -57,23 +57,46 @@ def open_review_row(*, task_id: int, tool_call_id: int) -> None:
     )
 
 
-def decide_approval_row(approval: Approval, status: str, actor: Actor) -> None:
-    """The one writer of an approval's status: pending → approved or denied, once."""
+def decide_approval_row(
+    approval: Approval,
+    status: str,
+    actor: Actor,
+    *,
+    edited_arguments: dict[str, Any] | None = None,
+    edited_arguments_hash: str = "",
+    message: str = "",
+) -> None:
+    """The one writer of an approval's status: pending → approved (as proposed, or with the
+    edited arguments a person let run instead) or denied (with the person's message), once."""
     updated = Approval.objects.filter(pk=approval.pk, status=ApprovalStatus.PENDING).update(
-        status=status, decided_by=actor.user, decided_at=timezone.now()
+        status=status,
+        decided_by=actor.user,
+        decided_at=timezone.now(),
+        edited_arguments=edited_arguments,
+        edited_arguments_hash=edited_arguments_hash,
+        message=message,
     )
     if updated != 1:
         raise StaleDecision("this operation was decided elsewhere")
-    approval.refresh_from_db(fields=["status", "decided_by", "decided_at"])
+    approval.refresh_from_db(
+        fields=[
+            "status",
+            "decided_by",
+            "decided_at",
+            "edited_arguments",
+            "edited_arguments_hash",
+            "message",
+        ]
+    )
 
 
-def settle_for_cancelled_task(task: Task) -> dict[str, int]:
+def settle_for_cancelled_task(task: Task, reason: str = "") -> dict[str, int]:
     """The task was cancelled: its open approvals and needs_review decisions can no longer be
-    decided. Settle them (in the cancel's transaction) so the inbox shows only live ones; the
-    operations stay unrun."""
+    decided. Settle them (in the cancel's transaction) so the inbox shows only live ones, each
+    approval with the cancel's reason; the operations stay unrun."""
     now = timezone.now()
     approvals = Approval.objects.filter(task=task, status=ApprovalStatus.PENDING).update(
-        status=ApprovalStatus.CANCELLED, decided_at=now
+        status=ApprovalStatus.CANCELLED, decided_at=now, message=reason
     )
     reviews = ReviewDecision.objects.filter(task=task, choice=ReviewChoice.PENDING).update(
         choice=ReviewChoice.CANCELLED, decided_at=now

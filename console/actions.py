@@ -30,9 +30,10 @@ from tasks.states import ACTIONS, Action
 class Input:
     """Something an action asks for before it runs, passed to its service by `name`.
 
-    kind "text": a form field and a `--name` option of the CLI; "model": another model to continue
-    on (the console shows its checks first; the CLI takes --connection/--model); "raised_limit": a
-    new value for the limit a task stopped at (the console's retry form).
+    kind "text": a form field and a `--name` option of the CLI; "json": the same, holding a JSON
+    object the service parses (an approval's edited arguments); "model": another model to
+    continue on (the console shows its checks first; the CLI takes --connection/--model);
+    "raised_limit": a new value for the limit a task stopped at (the console's retry form).
     """
 
     name: str
@@ -201,10 +202,13 @@ REGISTRY: dict[str, ConsoleAction] = {
             A.CANCEL,
             OPERATE_TASK,
             services.task_cancel,
-            inputs=(Input("reason", help="why (shown on the timeline)"),),
+            inputs=(
+                Input("reason", help="why (on the timeline, and on the approvals it settles)"),
+            ),
             success="Task cancelled: no further step starts.",
             confirm="Cancel task #{pk}? No further step starts and it cannot be resumed.",
             style="danger",
+            form="console/actions/_cancel.html",
             admin="Cancel",
             admin_done="Cancelled",
             cli_help="cancel: no further step starts",
@@ -224,18 +228,33 @@ REGISTRY: dict[str, ConsoleAction] = {
             DECIDE_APPROVAL,
             decisions.approval_approve,
             target="approval",
+            inputs=(
+                Input(
+                    "arguments",
+                    kind="json",
+                    help="let these arguments (a JSON object) run instead of the proposed ones; "
+                    "checked as the model's are, and the new hash is printed",
+                ),
+            ),
             success="Approved",
             style="primary",
-            cli_help="let the operation run",
+            cli_help="let the operation run (as proposed, or with --arguments)",
         ),
         ConsoleAction(
             A.DENY,
             DECIDE_APPROVAL,
             decisions.approval_deny,
             target="approval",
+            inputs=(
+                Input(
+                    "message",
+                    help="why, for the model: it receives 'denied by a person: MESSAGE' as the "
+                    "call's result",
+                ),
+            ),
             success="Denied",
             style="danger",
-            cli_help="refuse the operation; the model is told it failed",
+            cli_help="refuse the operation; the model is told it was denied (and --message)",
         ),
         ConsoleAction(
             A.RUN_AGAIN,

@@ -14,7 +14,9 @@ from django.http import HttpRequest
 from django.http.response import HttpResponseBase
 from django_htmx.http import HttpResponseClientRedirect
 
+from approvals.models import Approval
 from console.http import AuthenticatedHttpRequest, HtmxHttpRequest
+from console.preview import proposed_file
 from tasks.permissions import VIEW_TASK
 
 OUTCOME_UNKNOWN = (
@@ -88,3 +90,14 @@ def show(row: object, **values: object) -> None:
     flag the page computed). No model declares these attributes: they are set here, by name."""
     for name, value in values.items():
         setattr(row, name, value)
+
+
+def show_approval(approval: Approval) -> None:
+    """What a pending approval's card shows beside its fields: the arguments to read, the
+    same as the edit form's starting text, and the file a write would leave."""
+    show(
+        approval,
+        arguments_pretty=pretty_json(approval.arguments),
+        arguments_edit=json.dumps(approval.arguments, indent=2, ensure_ascii=False),
+        proposed_file=proposed_file(approval.tool, approval.arguments),
+    )

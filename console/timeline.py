@@ -43,6 +43,20 @@ def _cancelled(data: EventData) -> list[str]:
     return lines
 
 
+def _decided(data: EventData) -> list[str]:
+    """An approval's decision: the tool and target; an edit's hashes and arguments, before and
+    after; a denial's message."""
+    lines = [f"{data.get('tool', 'a tool')} {_text(data.get('target') or '')}".rstrip()]
+    if data.get("edited"):
+        before, after = data.get("arguments_hash", ""), data.get("edited_arguments_hash", "")
+        lines.append(f"Arguments edited by the person: hash {before[:12]} → {after[:12]}")
+        lines.append(f"Proposed: {_text(data.get('original_arguments'))}")
+        lines.append(f"Runs with: {_text(data.get('edited_arguments'))}")
+    if data.get("message"):
+        lines.append(f"Message to the model: {_text(data['message'])}")
+    return lines
+
+
 def _limits_changed(data: EventData) -> list[str]:
     before, after = data.get("before") or {}, data.get("after") or {}
     return [f"{name}: {before.get(name, '?')} → {value}" for name, value in after.items()]
@@ -139,6 +153,8 @@ def _dependency(data: EventData) -> list[str]:
 
 FORMATTERS: dict[str, Callable[[EventData], list[str]]] = {
     EventKind.CANCELLED: _cancelled,
+    EventKind.APPROVED: _decided,
+    EventKind.DENIED: _decided,
     EventKind.LIMITS_CHANGED: _limits_changed,
     EventKind.RESUMED: _on_model,
     EventKind.RETRIED: _on_model,

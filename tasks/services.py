@@ -125,10 +125,11 @@ def note_stuck_dependants(task: Task, *, actor: Actor) -> list[int]:
 
 
 #: What a cancel settles in the apps above the ledger, each in the cancel's transaction: a
-#: function of the locked task that returns what the `cancelled` event records. The apps that own
-#: those rows register them when they are ready (`agents.apps`: the runs and the tool calls in
-#: flight; `approvals.apps`: the open decisions), so the ledger calls them without importing them.
-CancelSettler = Callable[[Task], dict[str, Any]]
+#: function of the locked task and the cancel's reason that returns what the `cancelled` event
+#: records. The apps that own those rows register them when they are ready (`agents.apps`: the
+#: runs and the tool calls in flight; `approvals.apps`: the open decisions, which keep the
+#: reason), so the ledger calls them without importing them.
+CancelSettler = Callable[[Task, str], dict[str, Any]]
 _cancel_settlers: list[CancelSettler] = []
 
 
@@ -138,17 +139,28 @@ def settle_on_cancel(settler: CancelSettler) -> None:
         _cancel_settlers.append(settler)
 
 
+#: A cancel's reason: a sentence or two for the timeline, not a document.
+CANCEL_REASON_MAX_CHARS = 500
+
+
 def task_cancel(*, actor: Actor, task_id: int, reason: str = "") -> Task:
     """A person's cancel, whichever door it comes through (console, admin, CLI, API): no further
     step starts. In one transaction that holds the task's lock: each registered settler (a
     running attempt ends now, its worker notices at its next safe point; a tool call in flight
-    becomes `unknown`; open approvals and needs_review decisions are cancelled), then the status
-    with a `cancelled` event that records what was settled, and blocked dependants noted."""
+    becomes `unknown`; open approvals and needs_review decisions are cancelled, the approvals
+    with the reason), then the status with a `cancelled` event that records the optional reason
+    and what was settled, and blocked dependants noted."""
+    reason = (reason or "").strip()
+    if len(reason) > CANCEL_REASON_MAX_CHARS:
+        raise InvalidInput(
+            f"the reason is {len(reason)} characters; at most {CANCEL_REASON_MAX_CHARS}",
+            field="reason",
+        )
     with transaction.atomic():
         task = act(task_id, "cancel", actor)
         settled: dict[str, Any] = {}
         for settler in _cancel_settlers:
-            settled |= settler(task)
+            settled |= settler(task, reason)
         set_status(
             task,
             TaskStatus.CANCELLED,

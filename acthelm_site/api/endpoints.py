@@ -36,6 +36,7 @@ from agents.scorecard import model_scorecard, scorecard_window
 from agents.selectors import task_file
 from approvals.models import Approval, ReviewDecision
 from approvals.permissions import INBOX_PERMS
+from approvals.selectors import decided_as_dict
 from console.actions import ACTION_PERMS, REGISTRY
 from console.views.connections import display_url
 from core.actors import Actor
@@ -537,28 +538,54 @@ def _decide(
     return _done(request, task_id, action)
 
 
+def _decide_approval(
+    request: ApiRequest, task_id: int, approval_id: int, action: str, **inputs: object
+) -> dict[str, Any]:
+    """An approval's decision: the task, and the decision (an edit's new hash, a message)."""
+    entry = REGISTRY[action]
+    actor = _require(request, entry.perm)
+    _operation_of(Approval, approval_id, task_id)
+    decided: Approval = entry.call(actor=actor, target_id=approval_id, **inputs)
+    return _done(request, task_id, action) | {"decision": decided_as_dict(decided)}
+
+
 @api.post(
     "/tasks/{task_id}/approvals/{approval_id}/approve",
-    response={200: s.TaskOut, **ERRORS},
+    response={200: s.DecidedOut, **ERRORS},
     tags=["decisions"],
 )
 def approve(
-    request: ApiRequest, task_id: int, approval_id: int, payload: s.DecisionIn
+    request: ApiRequest, task_id: int, approval_id: int, payload: s.ApproveIn
 ) -> dict[str, Any]:
-    """Let the operation run. A hash that no longer matches changes nothing: 409
-    stale_decision."""
-    return _decide(request, task_id, approval_id, payload, A.APPROVE)
+    """Let the operation run, as proposed or with edited `arguments`. A hash that no longer
+    matches changes nothing: 409 stale_decision; a refused edit changes nothing: 400 with the
+    refusal's code (invalid_arguments, path_outside_workspace, url_address_not_allowed, …)."""
+    return _decide_approval(
+        request,
+        task_id,
+        approval_id,
+        A.APPROVE,
+        arguments_hash=payload.arguments_hash,
+        arguments=payload.arguments,
+    )
 
 
 @api.post(
     "/tasks/{task_id}/approvals/{approval_id}/deny",
-    response={200: s.TaskOut, **ERRORS},
+    response={200: s.DecidedOut, **ERRORS},
     tags=["decisions"],
 )
-def deny(
-    request: ApiRequest, task_id: int, approval_id: int, payload: s.DecisionIn
-) -> dict[str, Any]:
-    return _decide(request, task_id, approval_id, payload, A.DENY)
+def deny(request: ApiRequest, task_id: int, approval_id: int, payload: s.DenyIn) -> dict[str, Any]:
+    """Refuse the operation; the model receives the `message` (or a fixed text) as the call's
+    result."""
+    return _decide_approval(
+        request,
+        task_id,
+        approval_id,
+        A.DENY,
+        arguments_hash=payload.arguments_hash,
+        message=payload.message,
+    )
 
 
 @api.post(

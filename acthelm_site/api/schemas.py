@@ -325,6 +325,34 @@ class DecisionIn(BodyIn):
     arguments_hash: str = Field(..., min_length=1, description="The operation's hash, as shown")
 
 
+class ApproveIn(DecisionIn):
+    arguments: dict[str, Any] | None = Field(
+        None,
+        description="Edited arguments to run instead of the proposed ones (checked as the "
+        "model's are: 400 with the reason's code when they are refused); the response's "
+        "decision.edited_arguments_hash is the operation that runs",
+    )
+
+
+class DenyIn(DecisionIn):
+    message: str = Field(
+        "", description="Why, for the model: it receives 'denied by a person: MESSAGE'"
+    )
+
+
+class DecisionOut(Schema):
+    approval_id: int
+    status: str
+    arguments_hash: str = Field(description="The proposal's hash, as it was shown")
+    edited_arguments: dict[str, Any] | None
+    edited_arguments_hash: str = Field(description="The edit's hash: the operation that runs")
+    message: str
+
+
+class DecidedOut(TaskOut):
+    decision: DecisionOut
+
+
 class ResumeIn(BodyIn):
     model_id: int | None = Field(None, description="Resume on this model (checked first)")
 

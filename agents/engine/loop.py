@@ -82,6 +82,7 @@ if TYPE_CHECKING:
 
     from agents.engine.supervisor import SupervisorVerdict
     from core.telemetry import ToolSpan
+    from tasks.models import Task
 
 __all__ = ["AgentLoop", "Outcome", "RunSignals"]
 
@@ -155,6 +156,62 @@ class Decision:
 
 def _refuse(code: str, message: str) -> Decision:
     return Decision(CallVerdict.REFUSE, code=code, message=message)
+
+
+# -- the checks every call's arguments pass: a model's call, and a person's edit of one ----------
+# (`agents.actions.decisions.approval_approve` with edited arguments calls these, not a copy)
+
+
+def parse_operation(tool: Tool[Any], arguments: dict[str, Any] | None) -> Decision:
+    """The arguments valid against the tool's model or schema (an MCP tool's, offline), hashed as
+    the approval binds them and in the order jsonb stores them: a decision to run, or a refusal."""
+    try:
+        args = tool.parse(arguments)
+        digest = operation_hash(tool.name, args)
+        canonical = args.model_dump(mode="json")
+    except ToolError as exc:
+        return _refuse(exc.code, exc.message)
+    except (ValueError, TypeError) as exc:  # e.g. NaN in the arguments: no hash, no jsonb
+        return _refuse("invalid_arguments", f"the arguments cannot be used: {exc}")
+    except RecursionError:  # arguments nested too deep to hash: a refusal, not a crash
+        return _refuse("invalid_arguments", "the arguments are nested too deeply")
+    return Decision(
+        CallVerdict.RUN, tool=tool, args=args, hash=digest, canonical=jsonb_order(canonical)
+    )
+
+
+def approval_reason(task: Task, tool: Tool[Any], args: BaseModel, ctx: ToolContext) -> str | None:
+    """Why a call needs a person first, or None: the task's policy for the tool, else the tool's
+    own default (an MCP tool of an untrusted server asks); then the tool's own reason (a domain
+    outside the task's allowed list)."""
+    policy = task.tool_policies.get(tool.name) or getattr(tool, "default_policy", ToolPolicy.ALLOW)
+    if policy == ToolPolicy.ASK:
+        return ApprovalReason.POLICY_ASK
+    if tool.approval_reason(args, ctx):
+        return ApprovalReason.DOMAIN_NOT_ALLOWED
+    return None
+
+
+def task_tool_context(task: Task, **run: Any) -> ToolContext:
+    """What a tool may touch for `task`: its folders, its domains, the egress settings, its
+    artifact size; `run` adds what only a running attempt has (its fence, its cancel event)."""
+    return ToolContext(
+        workspace=workspace_dir(task.pk),
+        artifacts_dir=artifacts_dir(task.pk),
+        allowed_domains=tuple(task.allowed_domains),
+        allow_private_network=settings.ACTHELM_FETCH_ALLOW_PRIVATE,
+        allowed_endpoints=tuple(settings.ACTHELM_FETCH_ALLOW_ENDPOINTS),
+        max_artifact_bytes=task.limit_artifact_bytes,
+        **run,
+    )
+
+
+def pinned_tool(tool: Tool[Any], pins: dict[str, Any]) -> Tool[Any]:
+    """An MCP tool as the task pinned it at first use (description, schema, annotations), so
+    its arguments are checked against what the task's model read; any other tool as it is."""
+    if isinstance(tool, McpTool) and tool.name in pins:
+        return McpTool(tool.spec, RemoteTool.from_dict(pins[tool.name]))
+    return tool
 
 
 class AgentLoop:
@@ -308,7 +365,7 @@ class AgentLoop:
                 continue
             if name not in pins:
                 pins[name], fresh = storable.json(tool.remote.as_dict()), True
-            self.tools[name] = McpTool(tool.spec, RemoteTool.from_dict(pins[name]))
+            self.tools[name] = pinned_tool(tool, pins)
         if fresh:
             self.step.tool_pins = pins
 
@@ -593,19 +650,11 @@ class AgentLoop:
         fresh = call.status == TC.PENDING
         if fresh and call.tool != "update_plan" and "update_plan" in self.tools and not plan_exists:
             return _refuse("plan_required", "call update_plan with your plan first")
-        tool = self.tools[call.tool]
-        try:
-            args = tool.parse(call.arguments)
-            digest = operation_hash(tool.name, args)
-            canonical = args.model_dump(mode="json")
-        except ToolError as exc:
-            return _refuse(exc.code, exc.message)
-        except (ValueError, TypeError) as exc:  # e.g. NaN in the arguments: no hash, no jsonb
-            return _refuse("invalid_arguments", f"the arguments cannot be used: {exc}")
-        except RecursionError:  # arguments nested too deep to hash: a refusal, not a crash
-            return _refuse("invalid_arguments", "the arguments are nested too deeply")
-        canonical = jsonb_order(canonical)
-        decision = Decision(CallVerdict.RUN, tool=tool, args=args, hash=digest, canonical=canonical)
+        decision = parse_operation(self.tools[call.tool], call.arguments)
+        if decision.verdict == CallVerdict.REFUSE:
+            return decision
+        tool, args = decision.operation()
+        digest, canonical = decision.hash, decision.canonical
         if call.arguments_hash and call.arguments_hash != digest:
             return _refuse("approval_mismatch", "the operation's arguments changed")
         if call.status == TC.APPROVED:
@@ -617,16 +666,7 @@ class AgentLoop:
         if not fresh:  # a read-only or idempotent call found running after a crash
             return decision
         ctx = self._context()
-        reason = None
-        # The task's policy for the tool, else the tool's own default (an MCP tool of an
-        # untrusted server asks).
-        policy = self.task.tool_policies.get(tool.name) or getattr(
-            tool, "default_policy", ToolPolicy.ALLOW
-        )
-        if policy == ToolPolicy.ASK:
-            reason = ApprovalReason.POLICY_ASK
-        elif tool.approval_reason(args, ctx):
-            reason = ApprovalReason.DOMAIN_NOT_ALLOWED
+        reason = approval_reason(self.task, tool, args, ctx)
         if reason:
             try:
                 tool.preflight(args, ctx)
@@ -672,13 +712,8 @@ class AgentLoop:
         return _NO_CAP if left is None else left
 
     def _context(self) -> ToolContext:
-        return ToolContext(
-            workspace=workspace_dir(self.task_id),
-            artifacts_dir=artifacts_dir(self.task_id),
-            allowed_domains=tuple(self.task.allowed_domains),
-            allow_private_network=settings.ACTHELM_FETCH_ALLOW_PRIVATE,
-            allowed_endpoints=tuple(settings.ACTHELM_FETCH_ALLOW_ENDPOINTS),
-            max_artifact_bytes=self.task.limit_artifact_bytes,
+        return task_tool_context(
+            self.task,
             network_requests_remaining=self._requests_left(),
             cancel_event=self.signals.cancel,
             fence_token=self.claim_count,

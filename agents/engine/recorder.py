@@ -232,11 +232,13 @@ def load_state(task_id: int, run_id: int) -> SavedState:
     approvals: dict[int, str] = {}
     run_again: set[int] = set()
     if approved:
-        approvals = dict(
-            Approval.objects.filter(
+        # A person who edited the arguments let the edit run: its hash is the one bound.
+        approvals = {
+            call_id: edited or proposed
+            for call_id, proposed, edited in Approval.objects.filter(
                 tool_call_id__in=approved, status=ApprovalStatus.APPROVED
-            ).values_list("tool_call_id", "arguments_hash")
-        )
+            ).values_list("tool_call_id", "arguments_hash", "edited_arguments_hash")
+        }
         run_again = set(
             ReviewDecision.objects.filter(
                 tool_call_id__in=approved, choice=ReviewChoice.RUN_AGAIN

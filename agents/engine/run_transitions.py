@@ -54,7 +54,7 @@ def end_started_runs(task_id: int, status: str, **fields: object) -> list[int]:
     return ids
 
 
-def settle_for_cancelled_task(task: Task) -> dict[str, list[int]]:
+def settle_for_cancelled_task(task: Task, reason: str = "") -> dict[str, list[int]]:
     """A person cancelled `task` (`tasks.services.task_cancel`, in its transaction): its running
     attempt ends now (its worker notices at its next safe point or heartbeat), and an external
     call in flight may have taken effect, so its outcome is unknown, never left "running" (the

@@ -19,17 +19,17 @@ from approvals.permissions import DECIDE_APPROVAL, INBOX_PERMS
 from approvals.selectors import decidable_approvals, decidable_reviews
 from console.actions import REGISTRY, decision_buttons
 from console.http import AuthenticatedHttpRequest
-from console.preview import proposed_file
 from console.shared import (
     OUTCOME_UNKNOWN,
     login_required,
     positive_int,
     pretty_json,
     show,
+    show_approval,
 )
 from console.views.tasks import render_task_page
 from core.actors import Actor
-from core.exceptions import ActhelmError, NotPermitted
+from core.exceptions import ActhelmError, InvalidInput, NotPermitted
 from tasks.permissions import VIEW_TASK
 
 log = logging.getLogger("acthelm.console")
@@ -44,6 +44,32 @@ def _may_view(user: User) -> bool:
 # What a person can still decide (approvals.selectors); the hostile tests import these names.
 pending_approvals = decidable_approvals
 pending_reviews = decidable_reviews
+
+
+def _render_card(
+    request: AuthenticatedHttpRequest,
+    pk: int,
+    *,
+    error: ActhelmError,
+    posted: dict[str, str],
+    status: int,
+) -> HttpResponse:
+    """An approval's card again, with why an answer was refused and what the person typed."""
+    approval = pending_approvals().filter(pk=pk).select_related("task").first()
+    if approval is None:
+        context = {"kind": "approval", "pk": pk, "error": error}
+        return render(request, "console/_decided.html", context, status=status)
+    show_approval(approval)
+    if "arguments" in posted:
+        show(approval, arguments_edit=posted["arguments"], edit_open=True)
+    context = {
+        "approval": approval,
+        "from_task": None,
+        "can_decide": True,
+        "decision_buttons": decision_buttons(),
+        "card_error": error,
+    }
+    return render(request, "console/_approval.html", context, status=status)
 
 
 @require_GET
@@ -61,11 +87,7 @@ def _render_inbox(
     approvals = list(pending_approvals()[: INBOX_SIZE + 1])
     reviews = list(pending_reviews()[: INBOX_SIZE + 1])
     for approval in approvals:
-        show(
-            approval,
-            arguments_pretty=pretty_json(approval.arguments),
-            proposed_file=proposed_file(approval.tool, approval.arguments),
-        )
+        show_approval(approval)
     for decision in reviews:
         show(decision, arguments_pretty=pretty_json(decision.tool_call.arguments))
     context = {
@@ -96,9 +118,14 @@ def decide(request: AuthenticatedHttpRequest, pk: int, action: str) -> HttpRespo
     arguments_hash = request.POST.get("arguments_hash", "")
     # Decided from a task page: answer with that page (for people who may see it).
     task_id = positive_int(request.POST.get("task")) if request.user.has_perm(VIEW_TASK) else None
+    # An approval's answers: edited arguments (JSON text) to approve, a message with a denial.
+    inputs = {i.name: request.POST[i.name] for i in entry.inputs if i.name in request.POST}
     try:
         decided: Approval | ReviewDecision = entry.call(
-            actor=Actor.person(request.user), target_id=pk, arguments_hash=arguments_hash
+            actor=Actor.person(request.user),
+            target_id=pk,
+            arguments_hash=arguments_hash,
+            **inputs,
         )
     except NotPermitted:
         raise PermissionDenied from None
@@ -111,6 +138,9 @@ def decide(request: AuthenticatedHttpRequest, pk: int, action: str) -> HttpRespo
         if task_id:
             return render_task_page(request, task_id, error=exc, status=status)
         if request.htmx:
+            # A refused edit keeps the card (the edit and the proposal) with the reason.
+            if isinstance(exc, InvalidInput) and kind == "approval":
+                return _render_card(request, pk, error=exc, posted=inputs, status=status)
             context = {"kind": kind, "pk": pk, "error": exc}
             return render(request, "console/_decided.html", context, status=status)
         return _render_inbox(request, error=exc, status=status)
@@ -120,6 +150,11 @@ def decide(request: AuthenticatedHttpRequest, pk: int, action: str) -> HttpRespo
         extra={"kind": kind, "id": pk, "verb": verb, "actor": request.user.get_username()},
     )
     text = f"{verb}: {decided} (task #{decided.task_id})."
+    if isinstance(decided, Approval) and decided.edited_arguments_hash:
+        text = (
+            f"Approved with edited arguments: {decided.tool} (task #{decided.task_id}). "
+            f"The operation that runs has the hash {decided.edited_arguments_hash}."
+        )
     if task_id == decided.task_id:
         messages.success(request, text)
         if request.htmx:
@@ -127,6 +162,9 @@ def decide(request: AuthenticatedHttpRequest, pk: int, action: str) -> HttpRespo
         return redirect("tasks:detail", pk=task_id)
     if request.htmx:
         context = {"kind": kind, "pk": pk, "text": text, "task_id": decided.task_id}
+        if isinstance(decided, Approval):
+            show(decided, edited_pretty=pretty_json(decided.edited_arguments))
+            context["approval"] = decided
         return render(request, "console/_decided.html", context)
     messages.success(request, text)
     return redirect("approvals:inbox")

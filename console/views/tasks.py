@@ -52,13 +52,14 @@ from console.actions import (
 from console.filters import TaskFilters, filter_options, filter_query, filter_tasks, task_filters
 from console.forms import TaskCreateForm, TaskEditForm, model_queryset
 from console.http import AuthenticatedHttpRequest
-from console.preview import artifact_previews, proposed_file
+from console.preview import artifact_previews
 from console.shared import (
     OUTCOME_UNKNOWN,
     console_view,
     positive_int,
     pretty_json,
     show,
+    show_approval,
 )
 from console.timeline import event_details
 from core.actors import Actor
@@ -377,11 +378,7 @@ def task_page_context(request: AuthenticatedHttpRequest, pk: int) -> dict[str, A
             show(call, arguments_pretty=pretty, arguments_lines=pretty.count("\n") + 1)
             approval: Approval | None = getattr(call, "approval", None)
             if approval is not None and approval.status == ApprovalStatus.PENDING:
-                show(
-                    approval,
-                    arguments_pretty=pretty_json(approval.arguments),
-                    proposed_file=proposed_file(approval.tool, approval.arguments),
-                )
+                show_approval(approval)
                 approvals.append(approval)
             decision: ReviewDecision | None = getattr(call, "review_decision", None)
             if decision is not None and decision.choice == ReviewChoice.PENDING:

@@ -27,6 +27,7 @@ from .base import Tool, ToolArgs, ToolContext, ToolError, ToolResult
 from .files import (
     _rel,
     _workspace_root,
+    check_workspace_path,
     looks_binary,
     open_regular_file,
     resolve_in_workspace,
@@ -744,6 +745,9 @@ class AnalyzeCsv(Tool[AnalyzeCsvArgs]):
     effect = "Reads and analyses workspace CSV file {target}"
     recovery_class = RecoveryClass.READ_ONLY
     Args = AnalyzeCsvArgs
+
+    def preflight(self, args: AnalyzeCsvArgs, ctx: ToolContext) -> None:
+        check_workspace_path(args.path)
 
     def run(self, args: AnalyzeCsvArgs, ctx: ToolContext) -> ToolResult:
         root = _workspace_root(ctx.workspace)

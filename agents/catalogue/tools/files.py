@@ -105,6 +105,13 @@ def _check_relpath(relpath: Any) -> list[str]:
     return parts
 
 
+def check_workspace_path(relpath: str) -> None:
+    """The path's own shape, without touching the disk: a relative path inside the workspace.
+    The file tools' preflight, so that a call a person is asked about (or a person's edit of
+    one) is refused when no approval could make its path valid."""
+    _check_relpath(relpath)
+
+
 def resolve_in_workspace(workspace: Path | str, relpath: str, *, must_exist: bool = True) -> Path:
     """Resolve ``relpath`` inside ``workspace`` or raise ToolError.
 
@@ -260,6 +267,9 @@ class ListFiles(Tool[ListFilesArgs]):
     effect = "Lists the files in workspace folder {target}"
     recovery_class = RecoveryClass.READ_ONLY
     Args = ListFilesArgs
+
+    def preflight(self, args: ListFilesArgs, ctx: ToolContext) -> None:
+        check_workspace_path(args.path)
 
     def run(self, args: ListFilesArgs, ctx: ToolContext) -> ToolResult:
         root = _workspace_root(ctx.workspace)
@@ -452,6 +462,9 @@ class ReadFile(Tool[ReadFileArgs]):
     effect = "Reads workspace file {target}"
     recovery_class = RecoveryClass.READ_ONLY
     Args = ReadFileArgs
+
+    def preflight(self, args: ReadFileArgs, ctx: ToolContext) -> None:
+        check_workspace_path(args.path)
 
     def run(self, args: ReadFileArgs, ctx: ToolContext) -> ToolResult:
         root = _workspace_root(ctx.workspace)
@@ -662,6 +675,9 @@ class SearchFiles(Tool[SearchFilesArgs]):
     effect = "Searches workspace files under {target}"
     recovery_class = RecoveryClass.READ_ONLY
     Args = SearchFilesArgs
+
+    def preflight(self, args: SearchFilesArgs, ctx: ToolContext) -> None:
+        check_workspace_path(args.path)
 
     def run(self, args: SearchFilesArgs, ctx: ToolContext) -> ToolResult:
         rx = compile_search_pattern(args.pattern, args.regex, args.case_sensitive)

@@ -29,7 +29,7 @@ from agents.selectors import (
 )
 from agents.states import RunState
 from approvals.models import Approval, ReviewDecision
-from approvals.selectors import open_operations, operations_as_text
+from approvals.selectors import decided_as_dict, open_operations, operations_as_text
 from console.actions import REGISTRY, ConsoleAction, by_slug
 from console.cli import Actions, Options, emit, fail, person_actor
 from console.templatetags.console_time import seconds, usd
@@ -346,6 +346,8 @@ class Command(BaseCommand):
             )
         else:
             acted = self._act(actor, by_slug(action), opts)
+            if isinstance(acted, Approval):
+                return self._decided(acted, as_json)
             if acted is None:  # deleted
                 return emit(
                     self,
@@ -358,6 +360,19 @@ class Command(BaseCommand):
         return emit(
             self, task_as_dict(task), as_json=as_json, text=f"task {task.pk}: {task.status}"
         )
+
+    def _decided(self, approval: Approval, as_json: bool) -> None:
+        """The task after an approval's decision, and the decision: an edit's new hash (the
+        operation that runs), a denial's message."""
+        task = self._task(approval.task_id)
+        decision = decided_as_dict(approval)
+        lines = [f"task {task.pk}: {task.status}", f"approval {approval.pk}: {approval.status}"]
+        if approval.edited_arguments_hash:
+            lines.append(f"runs with the edited arguments, hash {approval.edited_arguments_hash}")
+        if approval.message:
+            lines.append(_printable(f"message: {approval.message}"))
+        data = task_as_dict(task) | {"decision": decision}
+        return emit(self, data, as_json=as_json, text="\n".join(lines))
 
     def _stats(self, opts: Options, as_json: bool) -> None:
         card = model_scorecard(window=scorecard_window(period=opts["period"], since=opts["since"]))
@@ -423,7 +438,7 @@ class Command(BaseCommand):
             acceptance_checks=opts["expect"],
         )
 
-    def _act(self, actor: Actor, entry: ConsoleAction, opts: Options) -> Task | None:
+    def _act(self, actor: Actor, entry: ConsoleAction, opts: Options) -> Task | Approval | None:
         """A console action: its inputs from the options, then its service."""
         inputs = {}
         for item in entry.inputs:
@@ -442,6 +457,6 @@ class Command(BaseCommand):
         if owner != opts["task"]:
             raise InvalidInput(f"operation {op} belongs to task {owner}, not {opts['task']}")
         decided: Approval | ReviewDecision = entry.call(
-            actor=actor, target_id=op, arguments_hash=opts["op_hash"]
+            actor=actor, target_id=op, arguments_hash=opts["op_hash"], **inputs
         )
-        return decided.task
+        return decided if isinstance(decided, Approval) else decided.task
