@@ -35,6 +35,7 @@ from django.utils import timezone
 from agents.actions.decisions import approval_approve, approval_deny
 from approvals.models import Approval
 from approvals.permissions import DECIDE_APPROVAL
+from approvals.states import ApprovalStatus
 from console.models import SlackIdentity, SlackRequestSeen
 from core.actors import Actor, Via
 from core.credentials import CredentialRefused, credential_for
@@ -185,6 +186,15 @@ def _operation(approval_id: int) -> tuple[int | None, str]:
     )
 
 
+def _why_not(approval_id: int, exc: ActhelmError) -> str:
+    """A refusal in a person's words: who decided it already, or the service's reason."""
+    approval = Approval.objects.select_related("decided_by").filter(pk=approval_id).first()
+    if approval is not None and approval.status != ApprovalStatus.PENDING:
+        by = f" by {approval.decided_by.get_username()}" if approval.decided_by else ""
+        return f"it was already {approval.status}{by}"
+    return exc.message
+
+
 def handle_interaction(*, body: bytes, timestamp: str, signature: str) -> Answer:
     if len(body) > MAX_BODY_BYTES:
         return Answer(413, "too_large", "the request is too large")
@@ -235,7 +245,7 @@ def _decide(target: NotificationTarget, click: Click) -> Answer:
         except ActhelmError as exc:
             text = (
                 f"Nothing was decided: {name} ({who}) asked to {verb} {what}, but "
-                f"{exc.message}. The inbox shows it as it is now: {inbox}"
+                f"{_why_not(click.approval_id, exc)}. The inbox shows it as it is now: {inbox}"
             )
             _reply(target, click, text, task_id=task_id, replace=True)
             log.info("slack.refused", extra={"code": exc.code, "approval_id": click.approval_id})
