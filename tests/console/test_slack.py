@@ -6,7 +6,6 @@ import hashlib
 import hmac
 import json
 import time
-
 from datetime import timedelta
 
 import pytest
@@ -88,9 +87,7 @@ def assert_nothing_decided(approval):
     assert Task.objects.get(pk=approval.task_id).status == TaskStatus.AWAITING_APPROVAL
 
 
-def test_a_signed_click_approves_as_the_mapped_person_and_the_message_says_so(
-    client, slack, alice
-):
+def test_a_signed_click_approves_as_the_mapped_person_and_the_message_says_so(client, slack, alice):
     approval = pending_approval()
     response, _ = click(client, slack, approval)
     assert response.status_code == 200
