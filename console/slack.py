@@ -6,8 +6,8 @@ decided through the console's own services.
 1. the timestamp is at most `TOLERANCE_SECONDS` old, and the signature is Slack's `v0`
    (HMAC-SHA256 of ``v0:{timestamp}:{body}``) under the signing secret of an enabled Slack
    target (compared in constant time);
-2. the signature was never seen before (`SlackRequestSeen`): a replayed or duplicated request
-   decides nothing, whatever it carries;
+2. the signature was never seen before (`SlackRequestSeen`, written in the decision's
+   transaction): a replayed or duplicated request decides nothing, whatever it carries;
 3. the Slack user is a person by the id an operator stored (`SlackIdentity`), never by a name,
    and holds the permission the console asks for;
 4. the decision is `approval_approve` / `approval_deny` with the hash of the button's value, in
@@ -30,6 +30,7 @@ from urllib.parse import parse_qs
 
 from django.contrib.auth.models import User
 from django.db import IntegrityError, transaction
+from django.urls import reverse
 from django.utils import timezone
 
 from agents.actions.decisions import approval_approve, approval_deny
@@ -205,21 +206,24 @@ def handle_interaction(*, body: bytes, timestamp: str, signature: str) -> Answer
     target = _signing_target(timestamp, body, signature)
     if target is None:
         return Answer(401, "bad_signature", "the request's signature is not valid")
-    if not _first_seen(signature):
-        log.warning("slack.replay", extra={"target": target.name})
-        return Answer(409, "replayed", "this request was already received: nothing was decided")
-    click = _parse(body)
-    if click is None:
-        return Answer(400, "bad_payload", "not a button of an Acthelm message")
-    if click.action not in (APPROVE_ACTION, DENY_ACTION):
-        return Answer(200, "ignored", "nothing to decide")
-    return _decide(target, click)
+    # The signature is recorded in the decision's transaction: a request that fails on our
+    # side leaves no trace and may come again; two copies at once meet at the unique index.
+    with transaction.atomic():
+        if not _first_seen(signature):
+            log.warning("slack.replay", extra={"target": target.name})
+            return Answer(409, "replayed", "this request was already received: nothing was decided")
+        click = _parse(body)
+        if click is None:
+            return Answer(400, "bad_payload", "not a button of an Acthelm message")
+        if click.action not in (APPROVE_ACTION, DENY_ACTION):
+            return Answer(200, "ignored", "nothing to decide")
+        return _decide(target, click)
 
 
 def _decide(target: NotificationTarget, click: Click) -> Answer:
     task_id, what = _operation(click.approval_id)
     verb = "approve" if click.action == APPROVE_ACTION else "deny"
-    inbox = console_url("/approvals/")
+    inbox = console_url(reverse("approvals:inbox"))
     who = f"<@{click.slack_user}>"
     with transaction.atomic():
         person = _person(click.slack_user)
