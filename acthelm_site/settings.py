@@ -307,6 +307,13 @@ for _entry in ACTHELM_NOTIFY_ALLOW_ADDRESSES:
             f"ACTHELM_NOTIFY_ALLOW_ADDRESSES: {_entry!r} is not an address or a network (CIDR)"
         ) from None
 ACTHELM_NOTIFY_MESSAGE_ID_DOMAIN = os.environ.get("ACTHELM_NOTIFY_MESSAGE_ID_DOMAIN", "acthelm")
+# A notification's link to one decision is signed and expires after this many seconds.
+ACTHELM_DECISION_LINK_SECONDS = env_int("ACTHELM_DECISION_LINK_SECONDS", 86400)
+# Slack targets: the Web API's base URL, and the prefixes a message's response_url may have.
+ACTHELM_SLACK_API_URL = os.environ.get("ACTHELM_SLACK_API_URL", "https://slack.com/api").strip()
+ACTHELM_SLACK_RESPONSE_URL_PREFIXES = env_list(
+    "ACTHELM_SLACK_RESPONSE_URL_PREFIXES", ["https://hooks.slack.com/"]
+)
 
 
 # Email (Django's MAILERS): SMTP when EMAIL_HOST is set in the environment, else the console

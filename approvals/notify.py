@@ -15,6 +15,7 @@ def pending_approvals(task: Task) -> list[OpenDecision]:
             "target": clip(redact(a.target), 200),
             "arguments": argument_summary(a.arguments),
             "arguments_hash": a.arguments_hash,
+            "effect": clip(redact(a.effect), 300),
             "anchor": f"approval-{a.pk}",
         }
         for a in decidable_approvals().filter(task=task).order_by("id")
@@ -28,6 +29,7 @@ def pending_reviews(task: Task) -> list[OpenDecision]:
             "id": d.pk,
             "tool": d.tool_call.tool,
             "arguments": argument_summary(d.tool_call.arguments),
+            "arguments_hash": d.tool_call.arguments_hash,
             "anchor": f"review-{d.pk}",
         }
         for d in decisions

@@ -335,4 +335,6 @@ class GoalAdmin(GoalAdminBase):
 
 
 # Notification targets and the outbox register their own admin.
+# The person's page with their Slack user id.
+import console.admin_people  # noqa: E402, F401
 import tasks.notify.admin  # noqa: E402, F401

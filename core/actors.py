@@ -11,6 +11,14 @@ if TYPE_CHECKING:
     from django.contrib.auth.models import AnonymousUser, User
 
 
+class Via(models.TextChoices):
+    """Where a person's decision came from (an event's ``via``)."""
+
+    CONSOLE = "console", "Console"
+    EMAIL_LINK = "email_link", "Decision link"
+    SLACK = "slack", "Slack"
+
+
 class ActorKind(models.TextChoices):
     PERSON = "person", "Person"
     WORKER = "worker", "Worker"
@@ -25,20 +33,35 @@ class Actor:
     # The API token a person acted through: (id, prefix), never its secret. Recorded in the
     # data of the events the action writes (record_event).
     api_token: tuple[int, str] | None = None
+    # The door a person decided through (`Via`): recorded in the data of the events the action
+    # writes, so a decision from a link or from Slack reads like one from the console.
+    via: str = ""
 
     @classmethod
     def person(
-        cls, user: "User | AnonymousUser", *, api_token: tuple[int, str] | None = None
+        cls,
+        user: "User | AnonymousUser",
+        *,
+        api_token: tuple[int, str] | None = None,
+        via: str = "",
     ) -> "Actor":
-        return cls(kind=ActorKind.PERSON, label=user.get_username(), user=user, api_token=api_token)
+        return cls(
+            kind=ActorKind.PERSON,
+            label=user.get_username(),
+            user=user,
+            api_token=api_token,
+            via=via,
+        )
 
     @property
-    def event_data(self) -> dict[str, dict[str, int | str]]:
-        """What an event records of how the actor acted (the API token's id and prefix)."""
-        if self.api_token is None:
-            return {}
-        token_id, prefix = self.api_token
-        return {"api_token": {"id": token_id, "prefix": prefix}}
+    def event_data(self) -> dict[str, Any]:
+        """What an event records of how the actor acted: the door (`via`) and the API token's id
+        and prefix."""
+        data: dict[str, Any] = {"via": self.via} if self.via else {}
+        if self.api_token is not None:
+            token_id, prefix = self.api_token
+            data["api_token"] = {"id": token_id, "prefix": prefix}
+        return data
 
     @classmethod
     def worker(cls, worker_id: str) -> "Actor":

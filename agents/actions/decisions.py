@@ -329,7 +329,11 @@ def _decide_review(
             task,
             actor=actor,
             kind=EventKind.RUN_AGAIN if choice == ReviewChoice.RUN_AGAIN else EventKind.SKIPPED,
-            data={"tool_call_id": call.pk, "tool": call.tool},
+            data={
+                "tool_call_id": call.pk,
+                "tool": call.tool,
+                "arguments_hash": call.arguments_hash,
+            },
         )
         still_open = ReviewDecision.objects.filter(task=task, choice=ReviewChoice.PENDING)
         _queue_when_settled(task, actor, still_open, after="needs_review decided")

@@ -19,6 +19,7 @@ from approvals.permissions import DECIDE_APPROVAL, INBOX_PERMS
 from approvals.selectors import decidable_approvals, decidable_reviews
 from console.actions import REGISTRY, decision_buttons
 from console.http import AuthenticatedHttpRequest
+from console.links import link_for_decision
 from console.shared import (
     OUTCOME_UNKNOWN,
     login_required,
@@ -28,7 +29,7 @@ from console.shared import (
     show_approval,
 )
 from console.views.tasks import render_task_page
-from core.actors import Actor
+from core.actors import Actor, Via
 from core.exceptions import ActhelmError, InvalidInput, NotPermitted
 from tasks.permissions import VIEW_TASK
 
@@ -37,7 +38,7 @@ log = logging.getLogger("acthelm.console")
 INBOX_SIZE = 50  # a page a person can work through; the badge counts them all
 
 
-def _may_view(user: User) -> bool:
+def may_view_inbox(user: User) -> bool:
     return any(user.has_perm(perm) for perm in INBOX_PERMS)
 
 
@@ -76,7 +77,7 @@ def _render_card(
 @login_required
 def inbox(request: AuthenticatedHttpRequest) -> HttpResponse:
     """Oldest first; the oldest INBOX_SIZE of each kind (the badge counts them all)."""
-    if not _may_view(request.user):
+    if not may_view_inbox(request.user):
         raise PermissionDenied
     return _render_inbox(request)
 
@@ -120,9 +121,13 @@ def decide(request: AuthenticatedHttpRequest, pk: int, action: str) -> HttpRespo
     task_id = positive_int(request.POST.get("task")) if request.user.has_perm(VIEW_TASK) else None
     # An approval's answers: edited arguments (JSON text) to approve, a message with a denial.
     inputs = {i.name: request.POST[i.name] for i in entry.inputs if i.name in request.POST}
+    # Decided from a notification's link: the link is checked again and answers the decision.
+    link = request.POST.get("decision_link", "")
     try:
+        if link:
+            link_for_decision(link, kind=kind, pk=pk, arguments_hash=arguments_hash)
         decided: Approval | ReviewDecision = entry.call(
-            actor=Actor.person(request.user),
+            actor=Actor.person(request.user, via=Via.EMAIL_LINK if link else Via.CONSOLE),
             target_id=pk,
             arguments_hash=arguments_hash,
             **inputs,
@@ -167,4 +172,7 @@ def decide(request: AuthenticatedHttpRequest, pk: int, action: str) -> HttpRespo
             context["approval"] = decided
         return render(request, "console/_decided.html", context)
     messages.success(request, text)
+    if link:  # back to the link's page, which now says who decided what
+        kind_, _, token = link.partition("/")
+        return redirect("decisions:link", kind=kind_, token=token)
     return redirect("approvals:inbox")

@@ -100,11 +100,26 @@ class Channel:
     signed: ClassVar[bool] = False
     #: The help of the kind's `acthelm_notify add --<kind>` option.
     address_help: ClassVar[str] = ""
+    #: Whether a target of this kind names a bot token (`token_env`).
+    needs_token: ClassVar[bool] = False
+    #: Whether an event with several open approvals is one message per approval (one outbox
+    #: row each), so that each message carries its own buttons and is updated on its own.
+    message_per_decision: ClassVar[bool] = False
 
     @classmethod
     def address_problem(cls, address: str) -> str | None:
         """Why `address` may not be saved for this kind, or None."""
         return None
+
+    @classmethod
+    def credential_destination(cls, address: str) -> str:
+        """Where the target's credentials go (ACTHELM_CREDENTIAL_DESTINATIONS checks it)."""
+        return address
+
+    @classmethod
+    def credential_problems(cls, target: "NotificationTarget") -> dict[str, str]:
+        """The kind's own rules for the target's credential fields: field → problem."""
+        return {}
 
     @classmethod
     def shown_address(cls, address: str) -> str:
@@ -303,9 +318,21 @@ def _send_webhook(target: "NotificationTarget", message: Message) -> str:
                 f"the environment variable {target.secret_env} is not set", code="secret_missing"
             )
         headers[SIGNATURE_HEADER] = sign(secret, body, timestamp)
+    status, _answer = post(target.address, body, headers)
+    if not 200 <= status < 300:
+        # The status only: what an internal peer answers is not ours to store or show.
+        raise DeliveryFailed(f"the receiver answered HTTP {status}", code=f"http_{status}")
+    return f"HTTP {status}"
+
+
+def post(url: str, body: bytes, headers: Mapping[str, str], *, keep: int = 0) -> tuple[int, bytes]:
+    """POST `body` to `url` through the egress policy: the host must resolve to public addresses
+    (or ones ACTHELM_NOTIFY_ALLOW_ADDRESSES names), the connection goes to exactly the addresses
+    checked, no redirect is followed, and one deadline (ACTHELM_NOTIFY_TIMEOUT_SECONDS) covers
+    the whole exchange. Returns the status and at most `keep` bytes of the answer."""
     timeout = settings.ACTHELM_NOTIFY_TIMEOUT_SECONDS
     deadline = time.monotonic() + timeout
-    host, port = webhook_host(target.address)
+    host, port = webhook_host(url)
     try:
         addresses = checked_addresses(
             host, port, timeout=timeout, allowed=settings.ACTHELM_NOTIFY_ALLOW_ADDRESSES
@@ -316,6 +343,7 @@ def _send_webhook(target: "NotificationTarget", message: Message) -> str:
     except EgressError as exc:
         raise DeliveryFailed(exc.message, code="address_not_allowed") from None
     guard = Guard(deadline, None)
+    kept = bytearray()
     try:
         # No redirects: a POST that is redirected is not the POST that was signed for this URL.
         with (
@@ -325,13 +353,16 @@ def _send_webhook(target: "NotificationTarget", message: Message) -> str:
                 trust_env=False,
                 timeout=timeout,
             ) as client,
-            client.stream("POST", target.address, content=body, headers=headers) as response,
+            client.stream("POST", url, content=body, headers=dict(headers)) as response,
         ):
             status = response.status_code
             read = 0
-            for chunk in response.iter_raw():  # drained a little, never kept
+            limit = max(keep, MAX_RESPONSE_BYTES)
+            for chunk in response.iter_raw():  # drained a little; kept only up to `keep`
                 read += len(chunk)
-                if read >= MAX_RESPONSE_BYTES:
+                if len(kept) < keep:
+                    kept.extend(chunk[: keep - len(kept)])
+                if read >= limit:
                     break
     except httpx.TimeoutException:
         raise DeliveryFailed(f"no answer within {timeout:g} s", code="timeout") from None
@@ -341,7 +372,4 @@ def _send_webhook(target: "NotificationTarget", message: Message) -> str:
         ) from None
     finally:
         guard.stop()
-    if not 200 <= status < 300:
-        # The status only: what an internal peer answers is not ours to store or show.
-        raise DeliveryFailed(f"the receiver answered HTTP {status}", code=f"http_{status}")
-    return f"HTTP {status}"
+    return status, bytes(kept)

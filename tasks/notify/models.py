@@ -8,6 +8,7 @@ from django.db import models
 from django.db.models import Q
 
 from core.credentials import credential_refusal
+from tasks.notify import slack  # noqa: F401 - registers the Slack channel
 from tasks.notify.channels import channel_choices, find_channel
 from tasks.notify.states import NotificationStatus, NotifyEvent, all_events
 
@@ -24,7 +25,14 @@ class NotificationTarget(models.Model):
         max_length=100,
         blank=True,
         help_text="Webhooks: name of the environment variable holding the signing secret "
-        "(never the secret itself). Empty: the body is not signed.",
+        "(never the secret itself). Empty: the body is not signed. Slack: the name of the "
+        "Slack app's signing secret, which checks its interactivity requests.",
+    )
+    token_env = models.CharField(
+        max_length=100,
+        blank=True,
+        help_text="Slack: name of the environment variable holding the bot token (xoxb-…) "
+        "that posts the messages (never the token itself).",
     )
     events = ArrayField(
         models.CharField(max_length=32, choices=NotifyEvent.choices), default=all_events
@@ -72,12 +80,18 @@ class NotificationTarget(models.Model):
             if problem := channel.address_problem(self.address):
                 errors["address"] = problem
             if self.secret_env and not channel.signed:
-                errors["secret_env"] = "only webhooks are signed"
-        # The one rule of every credential: its name, and where it would go (the webhook's host
-        # among the operator's ACTHELM_CREDENTIAL_DESTINATIONS for it).
-        refusal = credential_refusal(self.secret_env, self.address)
-        if refusal and "secret_env" not in errors:
-            errors["secret_env"] = str(refusal)
+                errors["secret_env"] = "only webhooks and Slack name a signing secret"
+            if self.token_env and not channel.needs_token:
+                errors["token_env"] = "only Slack targets name a bot token"
+            for field, problem in channel.credential_problems(self).items():
+                errors.setdefault(field, problem)
+        # The one rule of every credential: its name, and where it would go (the webhook's host,
+        # Slack's API, among the operator's ACTHELM_CREDENTIAL_DESTINATIONS for it).
+        destination = channel.credential_destination(self.address) if channel else self.address
+        for field in ("secret_env", "token_env"):
+            refusal = credential_refusal(getattr(self, field), destination)
+            if refusal and field not in errors:
+                errors[field] = str(refusal)
         unknown = [e for e in self.events or [] if e not in NotifyEvent.values]
         if unknown or not self.events:
             errors["events"] = f"choose events among {', '.join(NotifyEvent.values)}"
@@ -112,6 +126,9 @@ class Notification(models.Model):
         "tasks.TaskEvent", null=True, on_delete=models.SET_NULL, related_name="notifications"
     )
     event_kind = models.CharField(max_length=32, choices=NotifyEvent.choices)
+    # Which of the event's messages for the target: a channel that posts one message per open
+    # decision (Slack) writes one row for each, numbered from 0.
+    part = models.PositiveSmallIntegerField(default=0)
     subject = models.CharField(max_length=300)
     text = models.TextField()
     url = models.CharField(max_length=2000)
@@ -148,7 +165,7 @@ class Notification(models.Model):
                 name="notification_delivered_has_time",
             ),
             models.UniqueConstraint(
-                fields=["event", "target"], name="notification_event_target_unique"
+                fields=["event", "target", "part"], name="notification_event_target_unique"
             ),
         ]
 

@@ -17,6 +17,8 @@ from django.conf import settings
 from django.urls import reverse
 from django.utils import timezone
 
+from tasks.notify.channels import find_channel
+from tasks.notify.links import LinkKind, decision_link
 from tasks.notify.models import Notification, NotificationTarget
 from tasks.notify.states import NotifyEvent
 from tasks.states import EventKind, TaskStatus
@@ -59,19 +61,23 @@ class OpenDecision(TypedDict):
     tool: str
     arguments: str  # argument_summary: short, secrets blanked
     anchor: str  # where the inbox shows it
+    arguments_hash: str  # what a decision is bound to
     target: NotRequired[str]  # an approval's
-    arguments_hash: NotRequired[str]  # an approval's
+    effect: NotRequired[str]  # an approval's
 
 
 class LinkedDecision(TypedDict):
-    """An OpenDecision in a notification's payload: the inbox's link in place of the anchor."""
+    """An OpenDecision in a notification's payload: the inbox's link in place of the anchor, and
+    the signed link that opens this one decision (`tasks.notify.links`)."""
 
     id: int
     tool: str
     arguments: str
+    arguments_hash: str
     url: str
+    link: str
     target: NotRequired[str]
-    arguments_hash: NotRequired[str]
+    effect: NotRequired[str]
 
 
 type DescribeOpen = Callable[["Task"], list[OpenDecision]]
@@ -83,12 +89,16 @@ def describe_open_decisions(which: str, describe: DescribeOpen) -> None:
     _open_decisions[which] = describe
 
 
-def _with_links(items: list[OpenDecision], inbox: str) -> list[LinkedDecision]:
+def _with_links(items: list[OpenDecision], inbox: str, kind: LinkKind) -> list[LinkedDecision]:
     return [
-        # Every key but the anchor, and the link: mypy does not follow a dict comprehension.
+        # Every key but the anchor, and the links: mypy does not follow a dict comprehension.
         cast(
             LinkedDecision,
-            {k: v for k, v in item.items() if k != "anchor"} | {"url": f"{inbox}#{item['anchor']}"},
+            {k: v for k, v in item.items() if k != "anchor"}
+            | {
+                "url": f"{inbox}#{item['anchor']}",
+                "link": decision_link(kind, item["id"], item["arguments_hash"]),
+            },
         )
         for item in items
     ]
@@ -122,6 +132,7 @@ class Payload(TypedDict):
     occurred_at: str
     task: PayloadTask
     approvals: NotRequired[list[LinkedDecision]]  # awaiting_approval
+    link: NotRequired[str]  # review: the signed link to the task's close-or-reopen decision
     operations: NotRequired[list[LinkedDecision]]  # needs_review
     failure: NotRequired[PayloadFailure]  # failed
     connection: NotRequired[PayloadConnection]  # cooldown
@@ -172,13 +183,15 @@ def enqueue_for_event(event: "TaskEvent") -> list[Notification]:
                 task_id=event.task_id,
                 event=event,
                 event_kind=which,
+                part=part,
                 subject=message["subject"],
                 text=message["text"],
                 url=message["url"],
-                payload=message["payload"],
+                payload=payload,
                 next_attempt_at=now,
             )
             for target in targets
+            for part, payload in enumerate(_parts(target, message["payload"]))
         ]
     )
     log.info(
@@ -186,6 +199,41 @@ def enqueue_for_event(event: "TaskEvent") -> list[Notification]:
         extra={"task_id": event.task_id, "event": str(which), "targets": len(rows)},
     )
     return rows
+
+
+def enqueue_reply(
+    target: NotificationTarget,
+    *,
+    task_id: int | None,
+    subject: str,
+    payload: dict[str, Any],
+) -> Notification:
+    """One outbox row that answers a target (Slack: the update of a message a person decided
+    from), in the caller's transaction: delivered with the outbox's deadline and retries, so the
+    request that asked for it is answered at once."""
+    return Notification.objects.create(
+        target=target,
+        target_name=target.name,
+        channel=target.kind,
+        task_id=task_id,
+        event=None,
+        event_kind=NotifyEvent.AWAITING_APPROVAL,
+        subject=clip(subject, 300),
+        text=subject,
+        url=console_url(reverse("approvals:inbox")),
+        payload=payload,
+        next_attempt_at=timezone.now(),
+    )
+
+
+def _parts(target: NotificationTarget, payload: Payload) -> list[Payload]:
+    """The payloads of one event for one target: one, or, for a channel that posts a message per
+    decision (Slack: each with its own buttons), one per open approval."""
+    channel = find_channel(target.kind)
+    approvals = payload.get("approvals") or []
+    if channel is None or not channel.message_per_decision or len(approvals) < 2:
+        return [payload]
+    return [payload | {"approvals": [approval], "url": approval["link"]} for approval in approvals]
 
 
 # --- Composing the message -----------------------------------------------------------------------
@@ -249,12 +297,14 @@ def compose(event: "TaskEvent", which: str) -> Composed:
     }
     url = task_url
     if which == NotifyEvent.AWAITING_APPROVAL:
-        payload["approvals"] = _with_links(_open_decisions[which](task), inbox)
+        payload["approvals"] = _with_links(_open_decisions[which](task), inbox, LinkKind.APPROVAL)
         pending = payload["approvals"]
         if pending:
-            url = payload["approvals"][0]["url"]
+            url = pending[0]["link"]
         ops = "; ".join(
-            f"{a['tool']} {a['target']} ({a['arguments']})" for a in payload["approvals"]
+            f"{a['tool']} {a['target']} ({a['arguments']})"
+            + (f" {a['link']}" if len(pending) > 1 else "")
+            for a in pending
         )
         subject = f"Approval needed: {name}"
         text = (
@@ -262,17 +312,23 @@ def compose(event: "TaskEvent", which: str) -> Composed:
             f"{ops or 'an operation'}. Approve or deny: {url}"
         )
     elif which == NotifyEvent.NEEDS_REVIEW:
-        payload["operations"] = _with_links(_open_decisions[which](task), inbox)
+        payload["operations"] = _with_links(_open_decisions[which](task), inbox, LinkKind.REVIEW)
         pending = payload["operations"]
         if pending:
-            url = payload["operations"][0]["url"]
-        ops = "; ".join(f"{o['tool']} ({o['arguments']})" for o in payload["operations"])
+            url = pending[0]["link"]
+        ops = "; ".join(
+            f"{o['tool']} ({o['arguments']})" + (f" {o['link']}" if len(pending) > 1 else "")
+            for o in pending
+        )
         subject = f"Decision needed: {name} has an operation with an unknown outcome"
         text = (
             f"{_upper_first(name)} waits for a person who may decide operations{_whose(task)}: "
             f"the outcome of {ops or 'an operation'} is unknown. Run it again or skip it: {url}"
         )
     elif which == NotifyEvent.REVIEW:
+        # Bound to the event that put the task in review: reopened and reviewed again, the task
+        # has a new one and an old link opens nothing.
+        url = payload["link"] = decision_link(LinkKind.TASK, task.pk, str(event.pk))
         subject = f"Ready for review: {name}"
         text = (
             f"{_upper_first(name)} finished and the supervisor approved it; it waits for a person "

@@ -23,6 +23,7 @@ class TargetKind(StrEnum):
 
     EMAIL = "email"
     WEBHOOK = "webhook"
+    SLACK = "slack"
 
 
 class NotificationStatus(models.TextChoices):

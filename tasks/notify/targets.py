@@ -30,6 +30,7 @@ def target_add(
     kind: str,
     address: str,
     secret_env: str = "",
+    token_env: str = "",
     events: list[str] | None = None,
 ) -> NotificationTarget:
     target = NotificationTarget(
@@ -37,6 +38,7 @@ def target_add(
         kind=kind,
         address=address.strip(),
         secret_env=secret_env.strip(),
+        token_env=token_env.strip(),
         events=list(events) if events else list(NotifyEvent.values),
     )
     try:
@@ -79,6 +81,7 @@ class TargetSummary(TypedDict):
     kind: str
     address: str
     secret_env: str
+    token_env: str
     events: list[str]
     enabled: bool
     state: str
@@ -95,6 +98,7 @@ def target_summary(target: NotificationTarget) -> TargetSummary:
         "kind": target.kind,
         "address": target.shown_address,
         "secret_env": target.secret_env,
+        "token_env": target.token_env,
         "events": list(target.events),
         "enabled": target.enabled,
         "state": target.state,

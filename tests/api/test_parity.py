@@ -16,14 +16,15 @@ pytestmark = pytest.mark.django_db
 
 def events_after(task_id: int, after_id: int, own_ids: dict) -> list[tuple]:
     """The task's events after `after_id`, with ids of the scene's own objects made neutral.
-    The API token an action went through (`api_token`, issue 21 item 5) is the one difference
-    by design: it is left out."""
+    The API token an action went through (`api_token`, issue 21 item 5) and the door a
+    decision came through (`via`: console, email_link, slack) are the differences by design:
+    they are left out."""
     rows = []
     for event in TaskEvent.objects.filter(task_id=task_id, id__gt=after_id).order_by("id"):
         data = {
             k: own_ids.get((k, v), v) if isinstance(v, int) else v
             for k, v in event.data.items()
-            if k != "api_token"
+            if k not in ("api_token", "via")
         }
         rows.append(
             (

@@ -212,12 +212,15 @@ def test_the_notification_link_leads_to_the_card_with_every_answer(decider, sett
             actor=Actor.worker("w"),
             kind=EventKind.APPROVAL_REQUESTED,
         )
+    # The notification's link is signed for this one approval and opens its card.
     link = urlsplit(Notification.objects.get(task=task).url)
-    assert link.fragment == f"approval-{approval.pk}"
+    assert link.path.startswith("/decide/approval/")
     page = decider.get(link.path).content.decode()
-    card = page[page.index(f'id="{link.fragment}"') :]
+    card = page[page.index(f'id="approval-{approval.pk}"') :]
     for answer in ("approve", "deny", "approve-edited", "deny-with-message"):
         assert f'data-action="{answer}"' in card
+    # Every answer's form is bound to the link, so a decision from it is recorded as one.
+    assert card.count('name="decision_link"') == 4
 
 
 def test_a_cancel_from_the_console_form_carries_its_reason_to_the_approvals(decider):

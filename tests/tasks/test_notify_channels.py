@@ -61,7 +61,11 @@ def test_the_shipped_channels_are_registered_in_their_order():
     assert channel_kinds() == list(TargetKind)
     assert get_channel(TargetKind.EMAIL) is EmailChannel
     assert get_channel(TargetKind.WEBHOOK) is WebhookChannel
-    assert channel_choices() == [("email", "Email"), ("webhook", "Webhook (JSON POST)")]
+    assert channel_choices() == [
+        ("email", "Email"),
+        ("webhook", "Webhook (JSON POST)"),
+        ("slack", "Slack"),
+    ]
 
 
 @pytest.mark.django_db
@@ -98,7 +102,7 @@ def test_a_registered_channel_checks_its_own_addresses_and_refuses_a_secret(chat
         target.clean()
     assert refused.value.message_dict == {
         "address": ["a chat target names a room (chat:…)"],
-        "secret_env": ["only webhooks are signed"],
+        "secret_env": ["only webhooks and Slack name a signing secret"],
     }
     target.address, target.secret_env = "chat:ops", ""
     target.clean()

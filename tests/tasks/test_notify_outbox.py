@@ -18,6 +18,7 @@ from agents.states import RunStatus
 from approvals.models import Approval, ReviewDecision
 from core.actors import Actor
 from tasks.models import Task, TaskEvent
+from tasks.notify.links import LinkKind, LinkTarget, read_link
 from tasks.notify.models import Notification
 from tasks.notify.outbox import argument_summary, redact
 from tasks.notify.states import NotifyEvent, TargetKind
@@ -50,6 +51,12 @@ def rows_of(task) -> list[tuple[str, str]]:
         .order_by("id")
         .values_list("event_kind", "target_name")
     )
+
+
+def opened_by(url: str) -> LinkTarget:
+    """What a notification's decision link opens (…/decide/<kind>/<token>/)."""
+    kind, token = url.rstrip("/").split("/")[-2:]
+    return read_link(kind, token)
 
 
 def work(worker_id="w") -> None:
@@ -152,8 +159,10 @@ def test_an_approval_message_names_tool_target_arguments_and_links_the_inbox_ent
             kind=EventKind.APPROVAL_REQUESTED,
         )
     row = Notification.objects.get()
-    link = f"https://acthelm.example.org/approvals/#approval-{approval.pk}"
-    assert row.url == link and row.text.endswith(f"Approve or deny: {link}")
+    link = row.url
+    assert link.startswith("https://acthelm.example.org/decide/approval/")
+    assert opened_by(link) == LinkTarget(LinkKind.APPROVAL, approval.pk, approval.arguments_hash)
+    assert row.text.endswith(f"Approve or deny: {link}")
     assert row.subject == f"Approval needed: task #{task.pk} “Check the site”"
     assert "waits for a person who may decide operations (created by alice)" in row.text
     assert "fetch_url https://***@example.com/a?token=***&q=1" in row.text
@@ -226,7 +235,10 @@ def test_awaiting_approval_through_the_worker(settings, everyone):
     [row] = Notification.objects.filter(task=task)
     approval = Approval.objects.get(task=task)
     assert row.event_kind == "awaiting_approval"
-    assert row.url.endswith(f"/approvals/#approval-{approval.pk}")
+    assert opened_by(row.url) == LinkTarget(LinkKind.APPROVAL, approval.pk, approval.arguments_hash)
+    [entry] = row.payload["approvals"]
+    assert entry["url"].endswith(f"/approvals/#approval-{approval.pk}")
+    assert entry["link"] == row.url and entry["arguments_hash"] == approval.arguments_hash
     assert "write_artifact r.md" in row.text and 'content="# Hi"' in row.text
 
 
@@ -250,7 +262,9 @@ def test_needs_review_through_the_worker_after_a_lost_fetch(settings, everyone):
     [row] = Notification.objects.filter(task=task)
     decision = ReviewDecision.objects.get(task=task)
     assert row.event_kind == "needs_review"
-    assert row.url.endswith(f"/approvals/#review-{decision.pk}")
+    call_hash = decision.tool_call.arguments_hash
+    assert opened_by(row.url) == LinkTarget(LinkKind.REVIEW, decision.pk, call_hash)
+    assert row.payload["operations"][0]["arguments_hash"] == call_hash
     assert "fetch_url" in row.text and "Run it again or skip it" in row.text
 
 

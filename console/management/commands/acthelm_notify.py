@@ -31,7 +31,13 @@ class Command(ActionCommand):
         add.add_argument(
             "--secret-env",
             default="",
-            help="NAME of the environment variable holding the webhook's signing secret",
+            help="NAME of the environment variable holding the webhook's (or the Slack app's) "
+            "signing secret",
+        )
+        add.add_argument(
+            "--token-env",
+            default="",
+            help="Slack: NAME of the environment variable holding the bot token",
         )
         add.add_argument(
             "--event",
@@ -60,6 +66,7 @@ class Command(ActionCommand):
             kind=kind,
             address=address,
             secret_env=opts["secret_env"],
+            token_env=opts["token_env"],
             events=opts["events"],
         )
         emit(
