@@ -48,6 +48,22 @@ class _Column:
     attname: str
     field: models.Field[Any, Any]
     stamp: bool  # auto_now / auto_now_add: the caller's `now` when not given
+    # Whether a value goes through the field's get_db_prep_save: JSON (Jsonb with the field's
+    # encoder) and anything but the plain types psycopg adapts as they are.
+    prep: bool
+
+
+#: Fields whose Python values psycopg binds as they are (their get_db_prep_save only returns
+#: the value: no conversion to skip).
+_PLAIN = (
+    models.CharField,
+    models.TextField,
+    models.IntegerField,
+    models.BooleanField,
+    models.FloatField,
+    models.DateTimeField,
+    models.ForeignKey,
+)
 
 
 @dataclass(frozen=True)
@@ -68,9 +84,11 @@ class Insert:
             if field.primary_key:
                 continue
             stamp = bool(getattr(field, "auto_now", False) or getattr(field, "auto_now_add", False))
-            columns.append(_Column(field.attname, field, stamp))
+            plain = isinstance(field, _PLAIN) and not isinstance(field, models.JSONField)
+            columns.append(_Column(field.attname, field, stamp, prep=not plain))
         return cls(model._meta.db_table, tuple(columns))
 
+    @functools.cache  # noqa: B019 (one per model and row count, for the process's life)
     def sql(self, rows: int = 1) -> str:
         names = ", ".join(connection.ops.quote_name(c.field.column or "") for c in self.columns)
         one = "(" + ", ".join(["%s"] * len(self.columns)) + ")"
@@ -86,7 +104,7 @@ class Insert:
                 value = now
             else:
                 value = c.field.get_default()
-            out.append(c.field.get_db_prep_save(value, connection))
+            out.append(c.field.get_db_prep_save(value, connection) if c.prep else value)
         return out
 
     def rows(self, rows: Sequence[Mapping[str, Any]], now: datetime) -> list[int]:
@@ -112,7 +130,7 @@ class Insert:
                 if c.stamp and value is None:
                     value = now
                     setattr(obj, c.attname, now)
-                params.append(c.field.get_db_prep_save(value, connection))
+                params.append(c.field.get_db_prep_save(value, connection) if c.prep else value)
         cursor = execute(self.sql(len(objs)), params)
         for obj, row in zip(objs, cursor.fetchall(), strict=True):
             obj.pk = row[0]
