@@ -1,6 +1,7 @@
 """Statements a worker runs on every step, without the ORM's compile: SQL built once per model,
-parameters bound by the server (psycopg's `Cursor`, prepared after a few executions), on Django's
-own connection and in its transaction.
+parameters bound by the server (psycopg's `Cursor`), on Django's own connection and in its
+transaction. Not prepared unless the database's OPTIONS set `prepare_threshold` (Django leaves it
+unset so that a transaction-mode pooler works; psycopg then uses the connection's threshold).
 
 What the ORM would add per statement — compiling the query, the client-side quoting of Django's
 `ClientCursor` — is most of a step's CPU at a few milliseconds a step. Everything else that

@@ -243,7 +243,7 @@ def fence(
             # the raw query's extra column, set on the instance beside the model's fields
             now: datetime = vars(rows[0])["fence_now"]
             return Fence(status=rows[0].status, now=now, task=rows[0])
-    else:  # every step's first statement: server-bound, prepared (core.fastsql)
+    else:  # every step's first statement: server-bound, without Django's quoting (core.fastsql)
         row = fastsql.execute(_FENCE_BRIEF, params).fetchone()
         if row is not None:
             return Fence(status=row[0], now=row[1])
