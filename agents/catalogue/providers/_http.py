@@ -85,12 +85,14 @@ def request(
     *,
     headers: dict[str, str],
     json_body: Any = None,
+    encoded_body: bytes | None = None,
     cancel_event: threading.Event | None = None,
     timeout: float | None = None,
 ) -> HttpResponse:
     """Send one request and return the full (capped) response; raise ProviderError on
     transport problems, timeout, cancellation or an oversized body. HTTP error statuses are
-    returned, not raised: the caller classifies them with ``raise_for_status``."""
+    returned, not raised: the caller classifies them with ``raise_for_status``. The body is
+    ``json_body`` encoded here, or ``encoded_body``, JSON the caller encoded already."""
     provider.check_config()
     provider.check_request_url(url)
 
@@ -101,6 +103,7 @@ def request(
             url,
             headers=headers,
             json_body=json_body,
+            encoded_body=encoded_body,
             cancel_event=cancel_event,
             timeout=timeout or provider.timeout,
             reuse=reuse,
@@ -174,12 +177,14 @@ async def _request(
     cancel_event: threading.Event | None,
     timeout: float,
     reuse: bool = False,
+    encoded_body: bytes | None = None,
 ) -> HttpResponse:
     if cancel_event is not None and cancel_event.is_set():
         raise provider.error(PROVIDER_CANCELLED, "request cancelled before it was sent")
-    content = None
+    content = encoded_body
     if json_body is not None:
         content = json.dumps(json_body, ensure_ascii=False).encode("utf-8")
+    if content is not None:
         headers = {"content-type": "application/json", **headers}
     key: _ClientKey | None = None
     if reuse:
