@@ -4,7 +4,12 @@ concurrency counts, and against the floor: a raw psycopg loop per process of one
 UPDATE and one fenced completion UPDATE per job.
 
     .venv/bin/python bench/dispatch.py [--tasks 400] [--procs 1,2,8] [--count-tasks 100]
-                                       [--profile-tasks 150] [--no-profile]
+                                       [--profile-tasks 150] [--no-profile] [--concurrency 1]
+
+`--concurrency C`: each worker process of both systems runs C at once (Acthelm's
+`acthelm_worker --concurrency C`, whose dispatcher claims for its free places in one statement;
+Procrastinate's `run_worker(concurrency=C)`); its results go to a section of their own
+(`dispatch_c<C>`), next to the concurrency-1 one.
 
 Each system gets the same shape of run: its worker processes are started first and wait idle
 (LISTEN), then all N jobs become visible in one commit; the clock runs from just after that commit
@@ -145,11 +150,11 @@ def procrastinate_app(conninfo: str):
     return app
 
 
-def procrastinate_worker(conninfo: str, name: str) -> int:
+def procrastinate_worker(conninfo: str, name: str, concurrency: int = 1) -> int:
     app = procrastinate_app(conninfo)
     with app.open():
         app.run_worker(
-            concurrency=1,
+            concurrency=concurrency,
             wait=True,
             name=name,
             listen_notify=True,
@@ -159,7 +164,7 @@ def procrastinate_worker(conninfo: str, name: str) -> int:
     return 0
 
 
-def run_procrastinate(db_url: str, procs: int, jobs: int) -> dict:
+def run_procrastinate(db_url: str, procs: int, jobs: int, concurrency: int = 1) -> dict:
     import psycopg
 
     conninfo = common.libpq(db_url)
@@ -176,7 +181,15 @@ def run_procrastinate(db_url: str, procs: int, jobs: int) -> dict:
         )
     children = [
         subprocess.Popen(
-            [sys.executable, __file__, "--procrastinate-worker", conninfo, f"pq-{i}"],
+            [
+                sys.executable,
+                __file__,
+                "--procrastinate-worker",
+                conninfo,
+                f"pq-{i}",
+                "--concurrency",
+                str(concurrency),
+            ],
             stdout=subprocess.DEVNULL,
             stderr=subprocess.PIPE,
             text=True,
@@ -251,7 +264,7 @@ def create_tasks(model, n: int, *, prefix: str = "T") -> None:
             )
 
 
-def run_acthelm(db_url: str, model_url: str, procs: int, jobs: int) -> dict:
+def run_acthelm(db_url: str, model_url: str, procs: int, jobs: int, concurrency: int = 1) -> dict:
     from django.db.models import Count, Max
 
     from agents.models import AgentRun
@@ -260,7 +273,10 @@ def run_acthelm(db_url: str, model_url: str, procs: int, jobs: int) -> dict:
     common.truncate_acthelm()
     model = common.scripted_connection(model_url)
     prefix = f"dispatch-{procs}-"
-    children = [common.spawn_worker(db_url, f"{prefix}{i}") for i in range(procs)]
+    children = [
+        common.spawn_worker(db_url, f"{prefix}{i}", "--concurrency", str(concurrency))
+        for i in range(procs)
+    ]
     try:
         common.wait_until(
             lambda: common.listening_workers(prefix) >= procs,
@@ -372,12 +388,15 @@ def main() -> int:
     parser.add_argument("--no-profile", action="store_true")
     parser.add_argument("--floor-worker", nargs=2, metavar=("CONNINFO", "NAME"))
     parser.add_argument("--procrastinate-worker", nargs=2, metavar=("CONNINFO", "NAME"))
+    parser.add_argument(
+        "--concurrency", type=int, default=1, help="runs at once in each worker process (both)"
+    )
     parser.add_argument("--repeat", type=int, default=3, help="runs of the peers (median)")
     args = parser.parse_args()
     if args.floor_worker:
         return floor_worker(*args.floor_worker)
     if args.procrastinate_worker:
-        return procrastinate_worker(*args.procrastinate_worker)
+        return procrastinate_worker(*args.procrastinate_worker, concurrency=args.concurrency)
 
     db_url = common.recreate_database(DB)
     common.django_on(db_url)
@@ -388,9 +407,11 @@ def main() -> int:
     with ModelServerProcess("done") as model_url:
         for procs in procs_list:
             print(f"… {procs} process(es): Acthelm", flush=True)
-            acthelm = run_acthelm(db_url, model_url, procs, args.tasks)
+            acthelm = run_acthelm(db_url, model_url, procs, args.tasks, args.concurrency)
             print(f"… {procs} process(es): Procrastinate ×{args.repeat}", flush=True)
-            pq = median_run([run_procrastinate(db_url, procs, args.tasks) for _ in reps])
+            pq = median_run(
+                [run_procrastinate(db_url, procs, args.tasks, args.concurrency) for _ in reps]
+            )
             print(f"… {procs} process(es): floor ×{args.repeat}", flush=True)
             floor = median_run([run_floor(db_url, procs, args.tasks) for _ in reps])
             results.append(
@@ -496,14 +517,16 @@ def main() -> int:
     goals_table = common.print_table("dispatch: goals", ["goal", "measured", "verdict"], goals)
     command = (
         f"`.venv/bin/python bench/dispatch.py --tasks {args.tasks} --procs {args.procs} "
-        f"--count-tasks {args.count_tasks} --profile-tasks {args.profile_tasks}`"
+        f"--count-tasks {args.count_tasks} --profile-tasks {args.profile_tasks}"
+        f"{f' --concurrency {args.concurrency}' if args.concurrency != 1 else ''}`"
     )
+    name = NAME if args.concurrency == 1 else f"{NAME}_c{args.concurrency}"
     section = (
-        f"### dispatch\n\n{command}\n\n{common.facts_line(facts, vers)}\n\n{table}\n\n"
+        f"### {name}\n\n{command}\n\n{common.facts_line(facts, vers)}\n\n{table}\n\n"
         f"{goals_table}\n\n{count_table}\n\n{prof_md}"
     )
     common.record(
-        NAME,
+        name,
         section,
         {
             "facts": facts,

@@ -1,7 +1,7 @@
 """Many agents, few connections: N agents at once, each waiting L seconds per model turn.
 
     .venv/bin/python bench/fleet.py [--agents 1000] [--latency 20] [--turns 3] [--procs 2]
-                                    [--engine-root PATH] [--label NAME] [--no-peer]
+                                    [--engine-root PATH] [--label NAME] [--no-peer] [--debug]
 
 A PostgreSQL of its own (pgserver, in var/bench-fleet-pg) started with `max_connections = 50`;
 the scripted model of `tests/fakes/holding_model.py` (asyncio: it holds every request L
@@ -17,8 +17,15 @@ Printed and recorded:
 - heartbeat commits/s per process (the process heartbeat's statements, from the workers' own
   count, over the elapsed time), worker memory per agent (RSS at the plateau minus an idle worker
   process's RSS, over its agents), server CPU per step (postmaster and children, over model turns);
-- the peer, on the same server in the same run: Procrastinate running N jobs that each wait three
-  times L seconds (`asyncio.sleep`), in `--procs` worker processes of concurrency N/procs.
+- CPU per step, from the release of the tasks (held back by `not_before` until every worker
+  listens, so that start-up is not counted) to the last one in review, over the model turns: the
+  worker processes' user + system CPU (/proc/<pid>/stat) and the embedded PostgreSQL's (the
+  postmaster and all its backends, from /proc; n/a for a server elsewhere). `--latency 0` makes it
+  the CPU of a step with a zero-latency model (add `--no-peer --no-readme`);
+- the peer, on the same server in the same run: Procrastinate running N jobs that each wait
+  `turns` times L seconds (`asyncio.sleep`), in `--procs` worker processes of concurrency N/procs.
+
+The workers run as deployed, with `DEBUG` off (`--debug`: on).
 
 `--engine-root PATH` runs the workers from another checkout (for the "before" row: a worktree of
 an earlier commit; its venv is this one). The fair-comparison note: both sides wait the same L
@@ -48,6 +55,7 @@ DB = "acthelm_bench_fleet"
 MAX_CONNECTIONS = 50
 PG_DIR = common.ROOT / "var" / "bench-fleet-pg"
 GOAL_CONNECTIONS, MAX_GOAL_CONNECTIONS = 10, 20
+DEBUG = False  # --debug: the workers run with DEBUG on (a developer's machine)
 
 
 # --- the server ---------------------------------------------------------------------------------
@@ -111,6 +119,12 @@ def stop_model(model) -> dict:
 # --- memory -------------------------------------------------------------------------------------
 
 
+def cpu_seconds(pid: int) -> float:
+    """User + system CPU seconds of a live process (/proc/<pid>/stat, its own threads only)."""
+    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
 def rss_kb(pid: int) -> int:
     for line in Path(f"/proc/{pid}/status").read_text().splitlines():
         if line.startswith("VmRSS:"):
@@ -121,12 +135,17 @@ def rss_kb(pid: int) -> int:
 # --- Acthelm ------------------------------------------------------------------------------------
 
 
+#: What a deployment runs with (docs/operations.md): DEBUG off, hence a secret key of its own.
+PRODUCTION_ENV = {"DJANGO_DEBUG": "0", "DJANGO_SECRET_KEY": "fleet-bench-" + "k" * 50}
+
+
 def spawn(db_url: str, worker_id: str, concurrency: int, root: Path, log_path: Path, **extra):
     env = common.child_env(
         db_url,
         ACTHELM_LOG_LEVEL="INFO",
         ACTHELM_LOG_FORMAT="json",
         PYTHONPATH=str(root),
+        **({} if DEBUG else PRODUCTION_ENV),
         **extra,
     )
     return subprocess.Popen(
@@ -179,12 +198,16 @@ def read_logs(paths: list[Path]) -> dict:
 
 
 def run_acthelm(args, db_url: str, datadir: str, root: Path) -> dict:
+    from datetime import timedelta
+
     from django.db import connection
+    from django.utils import timezone
 
     from agents.engine.intake import task_create
     from agents.models import AgentRun, Turn
     from core.actors import Actor
     from tasks.models import Task
+    from tasks.transitions import READY_CHANNEL
 
     common.truncate_acthelm()
     model_proc, url = start_model(args.latency, args.turns)
@@ -198,6 +221,9 @@ def run_acthelm(args, db_url: str, datadir: str, root: Path) -> dict:
             model=model,
             limits={"limit_turns": args.turns + 2},
         )
+    # Held back until the workers have started, so that their start-up (imports, connections)
+    # is not counted in the CPU per step: released by one UPDATE and a NOTIFY below.
+    Task.objects.update(not_before=timezone.now() + timedelta(days=1))
     connection.close()
     too_many_before = server_log_lines("too many clients")
     per_proc = args.agents // args.procs
@@ -208,11 +234,23 @@ def run_acthelm(args, db_url: str, datadir: str, root: Path) -> dict:
     with connection.cursor() as cursor:  # the benchmark's own connection is not the workers'
         cursor.execute("SELECT pg_backend_pid()")
         own = cursor.fetchone()[0]
+    cpu: dict[str, float | None] = {}
     with common.ConnectionSampler(DB, exclude=(own,)) as sampler:
         try:
             children = [
                 spawn(db_url, f"fleet-{i}", per_proc, root, logs[i]) for i in range(args.procs)
             ]
+            common.wait_until(
+                lambda: common.listening_workers("fleet-") >= args.procs,
+                timeout=120,
+                what="workers listening",
+            )
+            time.sleep(1.0)  # past their first maintenance pass
+            cpu["workers_before"] = sum(cpu_seconds(c.pid) for c in children)
+            cpu["server_before"] = common.postgres_cpu_seconds(datadir)
+            with connection.cursor() as cursor:
+                cursor.execute("UPDATE tasks_task SET not_before = NULL")
+                cursor.execute("SELECT pg_notify(%s, '')", [READY_CHANNEL])
             plateau = []
 
             def all_waiting():
@@ -230,6 +268,8 @@ def run_acthelm(args, db_url: str, datadir: str, root: Path) -> dict:
                 if finished():
                     break
                 time.sleep(0.5)
+            cpu["workers_after"] = sum(cpu_seconds(c.pid) for c in children)
+            cpu["server_after"] = common.postgres_cpu_seconds(datadir)
             if not sampled:
                 plateau = [rss_kb(c.pid) for c in children]
         finally:
@@ -252,6 +292,12 @@ def run_acthelm(args, db_url: str, datadir: str, root: Path) -> dict:
     for path in logs:
         path.unlink()
     per_agent_kb = [(p - idle_kb) / max(1, per_proc) for p in plateau]
+    worker_cpu_s = cpu["workers_after"] - cpu["workers_before"]  # type: ignore[operator]
+    server_cpu_s = (
+        None
+        if cpu["server_before"] is None or cpu["server_after"] is None
+        else cpu["server_after"] - cpu["server_before"]
+    )
     return {
         "agents": args.agents,
         "procs": args.procs,
@@ -275,6 +321,16 @@ def run_acthelm(args, db_url: str, datadir: str, root: Path) -> dict:
         "server_cpu_ms_per_step": (delta["server_cpu_ms"] / turns)
         if delta["server_cpu_ms"] is not None and turns
         else None,
+        # From the release of the tasks to the last one in review, over the model turns: the
+        # worker processes' user + system CPU (/proc), and the embedded server's (postmaster and
+        # every backend, the benchmark's own sampling included; n/a for a server elsewhere).
+        "worker_cpu_s": worker_cpu_s,
+        "pg_cpu_s": server_cpu_s,
+        "worker_cpu_ms_per_step": worker_cpu_s * 1000 / turns if turns else None,
+        "pg_cpu_ms_per_step": server_cpu_s * 1000 / turns
+        if server_cpu_s is not None and turns
+        else None,
+        "debug": DEBUG,
         "commits": delta["commits"],
         "model_server": model_stats,
     }
@@ -298,7 +354,7 @@ def idle_worker_rss(db_url: str, root: Path) -> int:
 # --- Procrastinate ------------------------------------------------------------------------------
 
 
-def procrastinate_app(conninfo: str, latency: float):
+def procrastinate_app(conninfo: str, latency: float, turns: int = 3):
     import asyncio
     import logging
 
@@ -307,16 +363,18 @@ def procrastinate_app(conninfo: str, latency: float):
     logging.getLogger("procrastinate").setLevel(logging.ERROR)
     app = procrastinate.App(connector=procrastinate.PsycopgConnector(conninfo=conninfo))
 
-    @app.task(name="wait3")
-    async def wait3() -> None:
-        for _ in range(3):
+    @app.task(name="waits")
+    async def waits() -> None:
+        for _ in range(turns):
             await asyncio.sleep(latency)
 
     return app
 
 
-def procrastinate_worker(conninfo: str, name: str, concurrency: int, latency: float) -> int:
-    app = procrastinate_app(conninfo, latency)
+def procrastinate_worker(
+    conninfo: str, name: str, concurrency: int, latency: float, turns: int
+) -> int:
+    app = procrastinate_app(conninfo, latency, turns)
     with app.open():
         app.run_worker(
             concurrency=concurrency,
@@ -333,7 +391,7 @@ def run_procrastinate(args, db_url: str) -> dict:
     import psycopg
 
     conninfo = common.libpq(db_url)
-    app = procrastinate_app(conninfo, args.latency)
+    app = procrastinate_app(conninfo, args.latency, args.turns)
     with psycopg.connect(conninfo, autocommit=True) as conn:
         exists = conn.execute("SELECT to_regclass('procrastinate_jobs') IS NOT NULL").fetchone()[0]
     with app.open():
@@ -345,7 +403,7 @@ def run_procrastinate(args, db_url: str) -> dict:
             "RESTART IDENTITY CASCADE"
         )
     with app.open():
-        app.tasks["wait3"].batch_defer(*([{}] * args.agents))
+        app.tasks["waits"].batch_defer(*([{}] * args.agents))
     per_proc = args.agents // args.procs
     children = []
     poll = psycopg.connect(conninfo, autocommit=True)
@@ -363,6 +421,7 @@ def run_procrastinate(args, db_url: str) -> dict:
                         f"pq-{i}",
                         str(per_proc),
                         str(args.latency),
+                        str(args.turns),
                     ],
                     stdout=subprocess.DEVNULL,
                     stderr=subprocess.DEVNULL,
@@ -381,7 +440,7 @@ def run_procrastinate(args, db_url: str) -> dict:
 
             common.wait_until(
                 finished,
-                timeout=3 * args.latency * 4 + 120,
+                timeout=args.turns * args.latency * 4 + 120,
                 interval=0.5,
                 what="procrastinate jobs",
             )
@@ -396,7 +455,7 @@ def run_procrastinate(args, db_url: str) -> dict:
     return {
         "jobs": args.agents,
         "elapsed_s": elapsed,
-        "effective_concurrency": args.agents * 3 * args.latency / elapsed,
+        "effective_concurrency": args.agents * args.turns * args.latency / elapsed,
         "peak_connections": sampler.peak,
     }
 
@@ -561,6 +620,61 @@ def signals_main(args) -> int:
     return 0
 
 
+def step_cpu_main(args, db_url: str, datadir: str) -> int:
+    """The CPU of one read-only tool step, what a task pays once taken out: the same agents run
+    with A turns and with B turns (zero-latency model); per step = the difference in CPU over the
+    difference in model turns. Each side is printed too (CPU over all its turns)."""
+    short, long = (int(x) for x in args.step_cpu.split(","))
+    out = {}
+    for turns in (short, long):
+        print(f"… {args.agents} agents × {turns} turns, L = {args.latency:g} s", flush=True)
+        out[turns] = run_acthelm(
+            argparse.Namespace(**{**vars(args), "turns": turns}),
+            db_url,
+            datadir,
+            args.engine_root.resolve(),
+        )
+    a, b = out[short], out[long]
+    steps = b["model_turns"] - a["model_turns"]
+    worker = (b["worker_cpu_s"] - a["worker_cpu_s"]) * 1000 / steps
+    pg = (
+        (b["pg_cpu_s"] - a["pg_cpu_s"]) * 1000 / steps
+        if a["pg_cpu_s"] is not None and b["pg_cpu_s"] is not None
+        else None
+    )
+    rows = [
+        [
+            f"{turns} turns",
+            out[turns]["in_review"],
+            out[turns]["model_turns"],
+            fmt(out[turns]["worker_cpu_ms_per_step"], ".2f"),
+            fmt(out[turns]["pg_cpu_ms_per_step"], ".2f"),
+        ]
+        for turns in (short, long)
+    ]
+    rows.append(
+        [
+            f"a read-only tool step ({long} − {short} turns)",
+            "",
+            steps,
+            fmt(worker, ".2f"),
+            fmt(pg, ".2f"),
+        ]
+    )
+    common.print_table(
+        f"CPU per step: {args.label}, {args.agents} agents, {args.procs} processes, DEBUG "
+        f"{'on' if args.debug else 'off'}",
+        ["run", "in review", "model turns", "worker CPU ms / step", "PostgreSQL CPU ms / step"],
+        rows,
+    )
+    print(
+        json.dumps(
+            {"worker_ms_per_step": worker, "pg_ms_per_step": pg, "runs": out}, indent=2, default=str
+        )
+    )
+    return 0
+
+
 def fmt(value, spec=".1f"):
     return "n/a" if value is None else format(value, spec)
 
@@ -580,11 +694,21 @@ def main() -> int:
     parser.add_argument(
         "--signals", action="store_true", help="only the pause and cancel latency (2-s turns)"
     )
-    parser.add_argument("--procrastinate-worker", nargs=4)
+    parser.add_argument(
+        "--debug", action="store_true", help="workers with DEBUG on (default: off, as deployed)"
+    )
+    parser.add_argument(
+        "--step-cpu",
+        metavar="A,B",
+        help="only the CPU of a read-only tool step: A and B turns (use --latency 0), difference",
+    )
+    parser.add_argument("--procrastinate-worker", nargs=5)
     args = parser.parse_args()
     if args.procrastinate_worker:
-        conninfo, name, concurrency, latency = args.procrastinate_worker
-        return procrastinate_worker(conninfo, name, int(concurrency), float(latency))
+        conninfo, name, concurrency, latency, turns = args.procrastinate_worker
+        return procrastinate_worker(conninfo, name, int(concurrency), float(latency), int(turns))
+    global DEBUG
+    DEBUG = args.debug
     if args.signals:
         return signals_main(args)
 
@@ -592,6 +716,8 @@ def main() -> int:
     common._BASE_URL = uri  # every scratch database of this benchmark lives on its own server
     db_url = common.recreate_database(DB)
     common.django_on(db_url)
+    if args.step_cpu:
+        return step_cpu_main(args, db_url, datadir)
     print(
         f"… {args.label}: {args.agents} agents in {args.procs} processes, "
         f"{args.turns} turns of {args.latency:g} s, max_connections = {MAX_CONNECTIONS}",
@@ -615,17 +741,21 @@ def main() -> int:
             fmt(acthelm["heartbeat_commits_per_s_per_proc"], ".2f"),
             fmt(acthelm["memory_per_agent_kb"], ".0f"),
             fmt(acthelm["server_cpu_ms_per_step"], ".2f"),
+            fmt(acthelm["worker_cpu_ms_per_step"], ".2f"),
+            fmt(acthelm["pg_cpu_ms_per_step"], ".2f"),
         ]
     ]
     if peer:
         rows.append(
             [
-                "Procrastinate (3 × asyncio.sleep)",
+                f"Procrastinate ({args.turns} × asyncio.sleep)",
                 f"{args.agents} jobs",
                 peer["peak_connections"],
                 fmt(args.agents / max(1, peer["peak_connections"])),
                 fmt(peer["elapsed_s"]),
                 fmt(peer["effective_concurrency"], ".0f"),
+                "",
+                "",
                 "",
                 "",
                 "",
@@ -645,6 +775,8 @@ def main() -> int:
         "heartbeat commits/s/proc",
         "worker KiB / agent",
         "server CPU ms / step",
+        "worker CPU ms / step (release → last in review)",
+        "PostgreSQL CPU ms / step (same interval)",
     ]
     table = common.print_table(f"Fleet: {args.label}", headers, rows)
     facts = common.machine()
@@ -679,7 +811,9 @@ def main() -> int:
     ]
     section = (
         f"## Fleet\n\n`.venv/bin/python bench/fleet.py --agents {args.agents} --latency "
-        f"{args.latency:g}` ({facts.get('date', '')}):\n\n{table}\n\n"
+        f"{args.latency:g} --turns {args.turns} --procs {args.procs}"
+        f"{' --debug' if args.debug else ''}` ({facts.get('date', '')}, DEBUG "
+        f"{'on' if args.debug else 'off'}):\n\n{table}\n\n"
         f"{common.facts_line(facts, vers)}\n"
     )
     if not args.no_readme:  # --no-readme: print only (a "before" run keeps the results as they are)

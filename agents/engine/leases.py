@@ -14,6 +14,7 @@ from django.conf import settings
 from django.db import connection, models, transaction
 
 from agents.models import AgentRun
+from core import fastsql
 from core.exceptions import AttemptLost
 from tasks.models import Task, TaskEvent
 from tasks.states import HELD_SQL
@@ -242,10 +243,8 @@ def fence(
             # the raw query's extra column, set on the instance beside the model's fields
             now: datetime = vars(rows[0])["fence_now"]
             return Fence(status=rows[0].status, now=now, task=rows[0])
-    else:
-        with connection.cursor() as cursor:
-            cursor.execute(_FENCE_BRIEF, params)
-            row = cursor.fetchone()
+    else:  # every step's first statement: server-bound, without Django's quoting (core.fastsql)
+        row = fastsql.execute(_FENCE_BRIEF, params).fetchone()
         if row is not None:
             return Fence(status=row[0], now=row[1])
     log.warning("run.fenced_out", extra={"task_id": task_id, "run_id": run_id})

@@ -15,6 +15,7 @@ proposal commits at once, because its result (the new task's id) goes to the mod
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import logging
 from collections.abc import Callable
@@ -25,7 +26,7 @@ from typing import TYPE_CHECKING, Any
 
 from django.db import InterfaceError, OperationalError, transaction
 from django.db import connection as db
-from django.db.models import F, Prefetch
+from django.db.models import Field, Prefetch
 from django.utils import timezone
 
 from agents.catalogue.tools import ArtifactWritten
@@ -39,6 +40,7 @@ from agents.states import RunStatus, ToolCallStatus
 from approvals.models import Approval, ReviewDecision
 from approvals.services import ApprovalRequest, open_review_row, request_approvals
 from approvals.states import ApprovalStatus, ReviewChoice
+from core import fastsql
 from core.actors import Actor
 from core.exceptions import AttemptLost
 from memory import services as memory_services
@@ -267,6 +269,29 @@ def load_state(task_id: int, run_id: int) -> SavedState:
     )
 
 
+@functools.cache
+def _run_update(*, with_answer: bool) -> tuple[str, dict[str, Field[Any, Any]]]:
+    """The step's UPDATE of its run row (usage added column by column, the checkpoint, the
+    answer when there is one), guarded by the run being started; built once."""
+
+    def field(name: str) -> Field[Any, Any]:
+        found = AgentRun._meta.get_field(name)
+        assert isinstance(found, Field)  # a column of the run row
+        return found
+
+    fields = {f.name: field(f.name) for f in FIELDS}
+    sets = [f"{f.column} = {f.column} + %s::{f.db_type(db)}" for f in fields.values()]
+    fields["checkpoint"] = field("checkpoint")
+    sets.append("checkpoint = %s")
+    if with_answer:
+        sets += ["answer = %s", "answer_stored_at = %s"]
+    sql = (
+        f"UPDATE agents_agentrun SET {', '.join(sets)} "
+        f"WHERE id = %s AND status = '{RunStatus.STARTED}'"
+    )
+    return sql, fields
+
+
 class Recorder:
     """Writes a run's steps. `checkpoint` is called inside each transaction, after the step's
     rows exist, for what remains of each limit and which operations are pending."""
@@ -408,69 +433,72 @@ class Recorder:
                 for e in events
             ]
         )
-        answer: dict[str, Any] = {}
-        if step.answer is not None:
-            answer = {"answer": step.answer, "answer_stored_at": now}
         # The step's usage in the statement that writes the checkpoint; its MCP starts commit
         # with the calls' raised run_count (both in this transaction).
-        updated = AgentRun.objects.filter(pk=self.run_id, status=RunStatus.STARTED).update(
-            **{f.name: F(f.name) + getattr(step.usage, f.name) for f in FIELDS},
-            checkpoint=checkpoint(),
-            **answer,
-        )
+        sql, fields = _run_update(with_answer=step.answer is not None)
+        params = [
+            *(getattr(step.usage, f.name) for f in FIELDS),
+            fields["checkpoint"].get_db_prep_save(checkpoint(), db),
+        ]
+        if step.answer is not None:
+            params += [step.answer, now]
+        updated = fastsql.execute(sql, [*params, self.run_id]).rowcount
         if updated != 1:  # the fence proved it; a second look costs nothing here
             raise AttemptLost(f"run {self.run_id} is no longer started")
 
     def _insert_turns(self, turns: list[NewTurn], now: datetime) -> None:
         if not turns:
             return
-        rows = Turn.objects.bulk_create(
+        # Two INSERTs without the ORM's compile (core.fastsql): the turns, then their calls.
+        rows = fastsql.Insert.of(Turn).rows(
             [
-                Turn(
-                    task_id=self.task_id,
-                    run_id=self.run_id,
-                    index=t.index,
-                    role=t.role,
-                    content=t.content,
-                    stop_reason=t.stop_reason,
-                    discarded=t.discarded,
-                    input_tokens=t.input_tokens,
-                    output_tokens=t.output_tokens,
-                    cached_input_tokens=t.cached_input_tokens,
-                    cache_write_tokens=t.cache_write_tokens,
-                    cost=t.cost,
-                )
+                {
+                    "task_id": self.task_id,
+                    "run_id": self.run_id,
+                    "index": t.index,
+                    "role": t.role,
+                    "content": t.content,
+                    "stop_reason": t.stop_reason,
+                    "discarded": t.discarded,
+                    "input_tokens": t.input_tokens,
+                    "output_tokens": t.output_tokens,
+                    "cached_input_tokens": t.cached_input_tokens,
+                    "cache_write_tokens": t.cache_write_tokens,
+                    "cost": t.cost,
+                }
                 for t in turns
-            ]
+            ],
+            now,
         )
         pairs = [(row, c) for row, t in zip(rows, turns, strict=True) for c in t.calls]
         if not pairs:
             return
         done = ToolCallStatus.REFUSED
-        calls = ToolCall.objects.bulk_create(
+        calls = fastsql.Insert.of(ToolCall).rows(
             [
-                ToolCall(
-                    task_id=self.task_id,
-                    run_id=self.run_id,
-                    turn_id=row.pk,
-                    position=c.state.position,
-                    call_id=c.state.call_id,
-                    tool=c.state.tool[:100],
-                    arguments=c.state.arguments,
-                    arguments_raw=c.state.arguments_raw[:100_000],
-                    arguments_hash=c.state.arguments_hash,
-                    recovery_class=c.state.recovery_class,
-                    status=c.state.status,
-                    error_code=c.state.error_code,
-                    result=c.result,
-                    result_for_model=c.state.result_for_model,
-                    finished_at=now if c.state.status == done else None,
-                )
-                for row, c in pairs
-            ]
+                {
+                    "task_id": self.task_id,
+                    "run_id": self.run_id,
+                    "turn_id": turn_id,
+                    "position": c.state.position,
+                    "call_id": c.state.call_id,
+                    "tool": c.state.tool[:100],
+                    "arguments": c.state.arguments,
+                    "arguments_raw": c.state.arguments_raw[:100_000],
+                    "arguments_hash": c.state.arguments_hash,
+                    "recovery_class": c.state.recovery_class,
+                    "status": c.state.status,
+                    "error_code": c.state.error_code,
+                    "result": c.result,
+                    "result_for_model": c.state.result_for_model,
+                    "finished_at": now if c.state.status == done else None,
+                }
+                for turn_id, c in pairs
+            ],
+            now,
         )
-        for (_, c), row in zip(pairs, calls, strict=True):
-            c.state.pk = row.pk
+        for (_, c), pk in zip(pairs, calls, strict=True):
+            c.state.pk = pk
         request_approvals(
             task_id=self.task_id,
             run_id=self.run_id,

@@ -19,6 +19,7 @@ from agents.states import (
     RunStatus,
     ToolCallStatus,
 )
+from core import fastsql
 from core.exceptions import TransitionNotAllowed
 from tasks.models import Task
 
@@ -154,9 +155,7 @@ def set_calls_status(run_id: int, updates: list[CallUpdate]) -> None:
             [str(s) for s in sources],
         ]
     sql = _CALLS_SQL.format(rows=", ".join([_CALL_ROW] * len(updates)))
-    with connection.cursor() as cursor:
-        cursor.execute(sql, params)
-        moved = cursor.rowcount
+    moved = fastsql.execute(sql, params).rowcount  # server-bound, without Django's quoting
     if moved != len(updates):
         raise TransitionNotAllowed(
             f"{len(updates) - moved} of {len(updates)} tool calls cannot make their move"

@@ -27,6 +27,7 @@ from django.conf import settings
 from django.db import DatabaseError, InterfaceError, OperationalError
 from django.db import connection as db
 
+from agents.catalogue.providers import release_thread_http
 from agents.engine.leases import Claim, claim_batch, claim_next, renew_leases
 from agents.engine.loop import AgentLoop, RunSignals
 from agents.engine.outcomes import Outcome, apply_outcome
@@ -375,6 +376,7 @@ class Worker:
             log.exception("worker.process_error", extra={"task_id": claim.task_id})
         finally:
             db.close()
+            release_thread_http()  # its event loop and model connection, for the next run
             with self._lock:
                 self._threads.discard(threading.current_thread())
             self._wake()

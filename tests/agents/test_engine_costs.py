@@ -189,6 +189,42 @@ def test_the_worker_keeps_one_http_connection_to_the_model_server():
     assert len(set(_KeepAlive.ports)) == 1  # three requests, one TCP connection
 
 
+def test_a_run_thread_hands_its_loop_and_connection_to_the_next_one():
+    """A worker runs each task in a thread of its own; a thread that ended gives its event loop,
+    client and kept-alive connection to the next (`release_thread_http`), so a new task's first
+    request opens no connection. A thread that keeps its loop opens one of its own."""
+    from agents.catalogue.providers import Message, build_provider, release_thread_http
+
+    _KeepAlive.ports = []
+    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), _KeepAlive)
+    thread = threading.Thread(target=server.serve_forever, daemon=True)
+    thread.start()
+    url = f"http://127.0.0.1:{server.server_address[1]}/v1"
+
+    def run(release: bool) -> None:
+        provider = build_provider("openai_compatible", base_url=url, timeout=5)
+        answer = provider.complete(
+            model="m", messages=[Message(role="user", content="hi")], tools=[], max_tokens=5
+        )
+        assert answer.text == "ok"
+        if release:
+            release_thread_http()
+
+    try:
+        for release in (True, True, True, False, False):
+            run_thread = threading.Thread(target=run, args=(release,))
+            run_thread.start()
+            run_thread.join()
+    finally:
+        server.shutdown()
+        server.server_close()
+    assert len(_KeepAlive.ports) == 5
+    # three run threads one after another on one connection (the fourth takes it too, but
+    # keeps it); the fifth finds nothing given back and opens its own
+    assert len(set(_KeepAlive.ports[:4])) == 1
+    assert _KeepAlive.ports[4] != _KeepAlive.ports[0]
+
+
 def _mcp_steps(settings, count, steps: int) -> Counts:
     import sys
 

@@ -85,12 +85,14 @@ def request(
     *,
     headers: dict[str, str],
     json_body: Any = None,
+    encoded_body: bytes | None = None,
     cancel_event: threading.Event | None = None,
     timeout: float | None = None,
 ) -> HttpResponse:
     """Send one request and return the full (capped) response; raise ProviderError on
     transport problems, timeout, cancellation or an oversized body. HTTP error statuses are
-    returned, not raised: the caller classifies them with ``raise_for_status``."""
+    returned, not raised: the caller classifies them with ``raise_for_status``. The body is
+    ``json_body`` encoded here, or ``encoded_body``, JSON the caller encoded already."""
     provider.check_config()
     provider.check_request_url(url)
 
@@ -101,6 +103,7 @@ def request(
             url,
             headers=headers,
             json_body=json_body,
+            encoded_body=encoded_body,
             cancel_event=cancel_event,
             timeout=timeout or provider.timeout,
             reuse=reuse,
@@ -109,16 +112,48 @@ def request(
     return _run(coro)
 
 
+# A thread's client is kept per (provider class name, origin, timeout).
+type _ClientKey = tuple[str, str, float]
+
 _loops = threading.local()
+#: Loops (with their clients and kept-alive connections) that threads gave back
+#: (`release_thread_http`), for the next thread: a worker runs each task in a thread of its own,
+#: and a new loop, client and connection cost a task's first request more than the request.
+_idle: list[tuple[asyncio.AbstractEventLoop, dict[_ClientKey, httpx.AsyncClient]]] = []
+_idle_lock = threading.Lock()
+_IDLE_MAX = 64
 
 
 def _thread_loop() -> asyncio.AbstractEventLoop:
     """One event loop per thread, reused: creating and tearing one down per request (what
-    asyncio.run does) costs more than a local model's answer."""
+    asyncio.run does) costs more than a local model's answer. A thread starts with a loop an
+    ended thread gave back, when there is one."""
     loop = getattr(_loops, "loop", None)
     if loop is None or loop.is_closed():
-        loop = _loops.loop = asyncio.new_event_loop()
+        with _idle_lock:
+            taken = _idle.pop() if _idle else None
+        if taken is None or taken[0].is_closed():
+            taken = (asyncio.new_event_loop(), {})
+        loop, _loops.loop, _loops.clients = taken[0], taken[0], taken[1]
     return loop
+
+
+def release_thread_http() -> None:
+    """This thread is done with model requests (a worker's run thread ending): its loop, with
+    its clients and their kept-alive connections, goes to the next thread that asks. Only a
+    loop that is not running is given back; beyond `_IDLE_MAX` idle loops it is closed."""
+    loop = getattr(_loops, "loop", None)
+    clients: dict[_ClientKey, httpx.AsyncClient] = getattr(_loops, "clients", None) or {}
+    _loops.loop, _loops.clients = None, None
+    if loop is None or loop.is_closed() or loop.is_running():
+        return
+    with _idle_lock:
+        if len(_idle) < _IDLE_MAX:
+            _idle.append((loop, clients))
+            return
+    for client in clients.values():
+        loop.run_until_complete(client.aclose())
+    loop.close()
 
 
 def _run[T](coro: Callable[[bool], Coroutine[Any, Any, T]]) -> T:
@@ -139,10 +174,6 @@ def _new_client(timeout: float, *, keep_alive: bool) -> httpx.AsyncClient:
         follow_redirects=False,
         limits=httpx.Limits(max_connections=1, max_keepalive_connections=1 if keep_alive else 0),
     )
-
-
-# A thread's client is kept per (provider class name, origin, timeout).
-type _ClientKey = tuple[str, str, float]
 
 
 def _client(provider: Provider, url: str, timeout: float) -> tuple[_ClientKey, httpx.AsyncClient]:
@@ -174,12 +205,14 @@ async def _request(
     cancel_event: threading.Event | None,
     timeout: float,
     reuse: bool = False,
+    encoded_body: bytes | None = None,
 ) -> HttpResponse:
     if cancel_event is not None and cancel_event.is_set():
         raise provider.error(PROVIDER_CANCELLED, "request cancelled before it was sent")
-    content = None
+    content = encoded_body
     if json_body is not None:
         content = json.dumps(json_body, ensure_ascii=False).encode("utf-8")
+    if content is not None:
         headers = {"content-type": "application/json", **headers}
     key: _ClientKey | None = None
     if reuse:

@@ -79,6 +79,11 @@ def context_window_from_model_entry(entry: dict[str, Any]) -> int | None:
     return None
 
 
+#: Where `wire_body` puts the encoded messages: a string no JSON encoder writes otherwise.
+_SPLICE = "\x00acthelm:messages\x00"
+_SPLICE_JSON = json.dumps(_SPLICE).encode()
+
+
 @register
 class OpenAICompatibleProvider(Provider):
     kind = "openai_compatible"
@@ -155,6 +160,27 @@ class OpenAICompatibleProvider(Provider):
         if tools:
             body["tools"] = self.wire_tools(tools)
         return body
+
+    def wire_body(self, body: dict[str, Any], messages: list[Message]) -> bytes:
+        """`body` (the payload without its messages) with `messages` as JSON, each message
+        encoded once per provider (a run's) and reused while the history keeps the same
+        Message object, so a turn encodes only what is new however long the conversation is.
+        The same bytes `json.dumps` of the whole payload gives."""
+        cache: dict[int, tuple[Message, bytes]] = self.__dict__.setdefault("_wire_cache", {})
+        parts = []
+        for msg in messages:
+            hit = cache.get(id(msg))
+            if hit is None or hit[0] is not msg:
+                wire = self.wire_messages([msg])[0]
+                hit = cache[id(msg)] = (msg, json.dumps(wire, ensure_ascii=False).encode())
+            parts.append(hit[1])
+        if len(cache) > 2 * len(messages) + 16:  # messages the history rebuilt since
+            current = {id(m) for m in messages}
+            for key in [k for k in cache if k not in current]:
+                del cache[key]
+        ordered = {"model": body.get("model"), "messages": _SPLICE, **body}  # payload's order
+        head = json.dumps(ordered, ensure_ascii=False).encode()
+        return head.replace(_SPLICE_JSON, b"[" + b", ".join(parts) + b"]", 1)
 
     def parse_completion(self, data: Any, model: str, status: int) -> Completion:
         if not isinstance(data, dict):
@@ -267,7 +293,8 @@ class OpenAICompatibleProvider(Provider):
         max_tokens: int,
         cancel_event: threading.Event | None = None,
     ) -> Completion:
-        body = self.payload(model, messages, tools, max_tokens)
+        body = self.payload(model, [], tools, max_tokens)  # the messages: wire_body
+        del body["messages"]
         with telemetry.chat(
             provider_name=self.telemetry_name or self.kind,
             model=model,
@@ -275,25 +302,29 @@ class OpenAICompatibleProvider(Provider):
             server=self.base_url,
         ) as span:
             try:
-                completion = self._post(body, model, cancel_event)
+                completion = self._post(body, messages, model, cancel_event)
             except ProviderError as exc:
                 # Newer OpenAI models reject max_tokens and ask for max_completion_tokens.
                 if exc.code != PROVIDER_BAD_REQUEST or "max_completion_tokens" not in exc.message:
                     raise
                 body["max_completion_tokens"] = body.pop("max_tokens")
-                completion = self._post(body, model, cancel_event)
+                completion = self._post(body, messages, model, cancel_event)
             span.completed(completion)
             return completion
 
     def _post(
-        self, body: dict[str, Any], model: str, cancel_event: threading.Event | None
+        self,
+        body: dict[str, Any],
+        messages: list[Message],
+        model: str,
+        cancel_event: threading.Event | None,
     ) -> Completion:
         resp = _http.request(
             self,
             "POST",
             f"{self.base_url}/chat/completions",
             headers=self.headers(),
-            json_body=body,
+            encoded_body=self.wire_body(body, messages),
             cancel_event=cancel_event,
         )
         _http.raise_for_status(self, resp)

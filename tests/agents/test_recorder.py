@@ -1,0 +1,169 @@
+"""The recorder's step write (agents.engine.recorder, its statements through core.fastsql): the
+fence still guards every write — a run that no longer holds its task writes nothing and gets
+AttemptLost — and a step is one transaction at the server, counted by PostgreSQL itself
+(pg_stat_database.xact_commit of the test database)."""
+
+from typing import Any
+
+import pytest
+from django.db import connection
+from django.utils import timezone
+
+from agents.engine.leases import claim_next
+from agents.engine.recorder import CallState, NewCall, NewTurn, Recorder, Result, Step
+from agents.engine.usage import Usage
+from agents.models import AgentRun, ToolCall, Turn
+from agents.states import RunStatus, ToolCallStatus
+from core.actors import Actor
+from core.exceptions import AttemptLost
+from tasks.models import Task, TaskEvent
+from tasks.services import task_cancel
+from tasks.states import EventKind
+from tests.factories import TaskFactory
+
+pytestmark = pytest.mark.django_db(transaction=True)
+
+
+def _checkpoint() -> dict[str, Any]:
+    return {"remaining": {}, "pending_operations": []}
+
+
+def _step(index: int, previous: CallState | None = None) -> tuple[Step, CallState]:
+    """An assistant turn asking for list_files (and the previous call's result, when given),
+    with its events and usage: what a read-only tool step writes."""
+    call = CallState(
+        call_id=f"call_{index}",
+        tool="list_files",
+        arguments={},
+        arguments_raw="{}",
+        recovery_class="read_only",
+        position=0,
+    )
+    step = Step(usage=Usage(model_turns=1, input_tokens=100, output_tokens=10))
+    step.turns.append(
+        NewTurn(index=index, role="assistant", content="", stop_reason="tool_calls", calls=[])
+    )
+    step.turns[0].calls.append(NewCall(call))
+    step.event(EventKind.MODEL_TURN, {"turn": index, "tool_calls": 1})
+    if previous is not None:
+        step.results.append(
+            Result(
+                previous,
+                ToolCallStatus.SUCCEEDED,
+                result="a.txt",
+                result_for_model="a.txt",
+                error_code="",
+                runs=1,
+                started=True,
+            )
+        )
+        step.event(EventKind.TOOL_RESULT, {"tool": "list_files", "ok": True}, call=previous)
+    return step, call
+
+
+def _claimed() -> tuple[Recorder, Task]:
+    task = TaskFactory(tools=["list_files"])
+    claim = claim_next(worker_id="w")
+    assert claim is not None and claim.task_id == task.pk
+    recorder = Recorder(task_id=task.pk, run_id=claim.run_id, actor=Actor.worker("w"))
+    return recorder, task
+
+
+def _rows(task: Task) -> tuple[int, int, int]:
+    return (
+        Turn.objects.filter(task=task).count(),
+        ToolCall.objects.filter(task=task).count(),
+        TaskEvent.objects.filter(task=task).count(),
+    )
+
+
+def test_a_held_run_writes_its_step_and_the_next_one_moves_the_call():
+    recorder, task = _claimed()
+    first, call = _step(0)
+    assert recorder.commit(first, checkpoint=_checkpoint) == "in_progress"
+    assert call.pk is not None
+    second, _ = _step(1, previous=call)
+    recorder.commit(second, checkpoint=_checkpoint)
+    row = ToolCall.objects.get(pk=call.pk)
+    assert (row.status, row.result, row.run_count) == ("succeeded", "a.txt", 1)
+    assert row.run_id == recorder.run_id and row.started_at is not None
+    event = TaskEvent.objects.get(task=task, kind=EventKind.TOOL_RESULT)
+    assert event.data["tool_call_id"] == call.pk and event.run_id == recorder.run_id
+    run = AgentRun.objects.get(pk=recorder.run_id)
+    assert (run.model_turns, run.input_tokens, run.output_tokens) == (2, 200, 20)
+    assert run.checkpoint == _checkpoint()
+    assert _rows(task) == (2, 2, 1 + 2 + 1)  # the claim event, two model turns, one result
+
+
+def _lose_by_claim_count(task: Task, run_id: int) -> None:
+    Task.objects.filter(pk=task.pk).update(claim_count=task.claim_count + 5)
+
+
+def _lose_by_run_ended(task: Task, run_id: int) -> None:
+    AgentRun.objects.filter(pk=run_id).update(status=RunStatus.FAILED, finished_at=timezone.now())
+
+
+def _lose_by_cancel(task: Task, run_id: int) -> None:
+    task_cancel(actor=Actor.system("test"), task_id=task.pk)
+
+
+@pytest.mark.parametrize("lose", [_lose_by_claim_count, _lose_by_run_ended, _lose_by_cancel])
+def test_a_stale_attempts_step_changes_nothing_and_raises_attempt_lost(lose):
+    recorder, task = _claimed()
+    first, call = _step(0)
+    recorder.commit(first, checkpoint=_checkpoint)
+    task.refresh_from_db()
+    lose(task, recorder.run_id)
+    before_rows = _rows(task)
+    before_run = AgentRun.objects.values().get(pk=recorder.run_id)
+    before_call = ToolCall.objects.values().get(pk=call.pk)
+    stale, _ = _step(1, previous=call)
+    stale.answer = "late answer"
+    with pytest.raises(AttemptLost):
+        recorder.commit(stale, checkpoint=lambda: {"stale": True})
+    assert _rows(task) == before_rows
+    assert AgentRun.objects.values().get(pk=recorder.run_id) == before_run
+    assert ToolCall.objects.values().get(pk=call.pk) == before_call
+
+
+def _transactions() -> int:
+    """Transactions committed in this database so far, as the server counts them (this
+    backend's pending counts flushed first)."""
+    with connection.cursor() as cursor:
+        cursor.execute("SELECT pg_stat_force_next_flush()")
+    with connection.cursor() as cursor:
+        cursor.execute("SELECT pg_stat_clear_snapshot()")
+        cursor.execute(
+            "SELECT xact_commit FROM pg_stat_database WHERE datname = current_database()"
+        )
+        return int(cursor.fetchone()[0])
+
+
+def _transactions_of(fn) -> int:
+    empty = -_transactions() + _transactions()  # what counting itself adds
+    before = _transactions()
+    fn()
+    return _transactions() - before - empty
+
+
+def test_a_step_is_one_transaction_at_the_server():
+    recorder, _ = _claimed()
+    first, call = _step(0)
+    assert _transactions_of(lambda: recorder.commit(first, checkpoint=_checkpoint)) == 1
+    second, _ = _step(1, previous=call)
+    assert _transactions_of(lambda: recorder.commit(second, checkpoint=_checkpoint)) == 1
+    assert _transactions_of(lambda: None) == 0  # the counter sees no phantom transactions
+
+
+def test_a_stale_step_commits_nothing_at_the_server():
+    recorder, task = _claimed()
+    first, call = _step(0)
+    recorder.commit(first, checkpoint=_checkpoint)
+    _lose_by_claim_count(task, recorder.run_id)
+    stale, _ = _step(1, previous=call)
+
+    def attempt() -> None:
+        with pytest.raises(AttemptLost):
+            recorder.commit(stale, checkpoint=_checkpoint)
+
+    assert _transactions_of(attempt) == 0  # rolled back: xact_commit does not move
