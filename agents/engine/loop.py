@@ -223,6 +223,11 @@ class AgentLoop:
         self.step = Step()
         self._clock = time.monotonic()
         self.recorder: Recorder | None = None
+        # The new turn's first call as admitted when the turn was stored (nothing ran since):
+        # run without a second admission, and for an external call with its intent already
+        # committed together with the turn (`_intend_with_turn`).
+        self.admitted: tuple[CallState, Decision] | None = None
+        self.intended = False
 
     # -- entry points ----------------------------------------------------------------------------
 
@@ -485,7 +490,8 @@ class AgentLoop:
 
     def _loop(self) -> Outcome:
         while True:
-            self._safe_point()
+            if not self.intended:  # a call whose intent committed runs before any safe point
+                self._safe_point()
             if self.last is not None and self.last.role == Role.ASSISTANT:
                 calls = self.last.calls
                 if not calls:
@@ -578,6 +584,7 @@ class AgentLoop:
         )
         plan = self.plan_exists
         calls: list[CallState] = []
+        self.admitted = None
         for position, request in enumerate(completion.tool_calls):
             state = CallState(
                 call_id=request.id or f"call_{turn.index}_{position}",
@@ -591,7 +598,9 @@ class AgentLoop:
             if discarded:
                 state.status, state.error_code = TC.REFUSED, "turn_discarded"
             else:
-                plan = self._decide_new(new, plan)
+                plan, decision = self._decide_new(new, plan)
+                if position == 0 and decision.verdict == CallVerdict.RUN:
+                    self.admitted = (state, decision)
             turn.calls.append(new)
             calls.append(state)
         self.calls += calls
@@ -612,10 +621,54 @@ class AgentLoop:
                 self.commit()
             self._safe_point()
             raise _Stop(Outcome(Outcome.FINAL, answer=completion.text))
+        self._intend_with_turn()
         self.commit()
 
-    def _decide_new(self, new: NewCall, plan: bool) -> bool:
-        """Decide a new call in memory; returns whether a plan exists after it."""
+    def _intend_with_turn(self) -> None:
+        """When the new turn's first call is external and runs now, its intent (running, before
+        the request leaves) commits with the turn: one commit where there were two. Not when a
+        stop, pause or cancel is signalled (the safe point before the call decides then), nor
+        when a limit checked before an MCP call is reached (the call stays open)."""
+        if self.admitted is None:
+            return
+        call, d = self.admitted
+        signals = self.signals
+        if (
+            self._recovers_as(call) != RecoveryClass.EXTERNAL
+            or signals.cancel.is_set()
+            or signals.stop.is_set()
+            or signals.pause.is_set()
+            or (
+                is_mcp_tool(call.tool)
+                and first_reached(BEFORE_AN_MCP_CALL, self.task, self.usage())
+            )
+        ):
+            return
+        self._intend(call, d)
+        self.intended = True
+
+    def _intend(self, call: CallState, d: Decision) -> None:
+        """An external call's intent for the next commit: recorded running before the request
+        leaves, so that after a crash the call's outcome is unknown and a person decides (never
+        replayed)."""
+        call.arguments, call.arguments_hash = d.canonical, d.hash
+        self.step.results.append(
+            Result(
+                call,
+                TC.RUNNING,
+                finished=False,
+                runs=1,
+                started=True,
+                arguments=d.canonical,
+                arguments_hash=d.hash,
+            )
+        )
+        call.status = TC.RUNNING
+        self._book_start(call)
+
+    def _decide_new(self, new: NewCall, plan: bool) -> tuple[bool, Decision]:
+        """Decide a new call in memory; returns whether a plan exists after it, and the
+        decision."""
         state = new.state
         decision = self._admit(state, plan_exists=plan)
         if decision.verdict == CallVerdict.REFUSE:
@@ -628,15 +681,15 @@ class AgentLoop:
                 {"tool": state.tool, "ok": False, "error": decision.code},
                 call=state,
             )
-            return plan
+            return plan, decision
         state.arguments, state.arguments_hash = decision.canonical, decision.hash
         if decision.verdict == CallVerdict.ASK:
             _span_outcome(state, "awaiting_approval")
             state.status = TC.AWAITING_APPROVAL
             new.approval = self._approval(decision)
             self._approval_event(decision)
-            return plan
-        return plan or state.tool == "update_plan"
+            return plan, decision
+        return plan or state.tool == "update_plan", decision
 
     # -- one path for every call: parse the arguments, then refuse, ask or run --------------------
 
@@ -723,8 +776,19 @@ class AgentLoop:
 
     def _round(self, calls: list[CallState]) -> None:
         waiting = unknown = False
+        admitted, self.admitted = self.admitted, None
         for call in calls:
             if call.status in TOOL_CALL_DONE:
+                continue
+            if admitted is not None and call is admitted[0]:
+                # The first call of the turn just stored, admitted then: run as decided. Its
+                # intent, when external, committed with the turn — no safe point in between.
+                intended, self.intended = self.intended, False
+                if intended:
+                    release_connection()
+                else:
+                    self._safe_point()
+                self._execute(call, admitted[1], intended=intended)
                 continue
             self._safe_point()
             if call.status == TC.AWAITING_APPROVAL:
@@ -767,10 +831,14 @@ class AgentLoop:
         self._execute(call, d)
         return False
 
-    def _execute(self, call: CallState, d: Decision) -> None:
+    def _execute(self, call: CallState, d: Decision, *, intended: bool = False) -> None:
         tool, _ = d.operation()
         mcp = is_mcp_tool(tool.name)
-        if mcp and (found := first_reached(BEFORE_AN_MCP_CALL, self.task, self.usage())):
+        if (
+            not intended
+            and mcp
+            and (found := first_reached(BEFORE_AN_MCP_CALL, self.task, self.usage()))
+        ):
             # Checked before the call starts: it stays open (nothing ran) for a run after the
             # limit is raised.
             limit, message = found
@@ -783,28 +851,21 @@ class AgentLoop:
             arguments=d.canonical,
             recovery_class=str(tool.recovery_class),
         ) as span:
-            self._execute_in_span(call, d, span)
+            self._execute_in_span(call, d, span, intended=intended)
 
-    def _execute_in_span(self, call: CallState, d: Decision, span: ToolSpan) -> None:
+    def _execute_in_span(
+        self, call: CallState, d: Decision, span: ToolSpan, *, intended: bool
+    ) -> None:
         tool, args = d.operation()
         counted = 0
         recovery = self._recovers_as(call)
-        if recovery == RecoveryClass.EXTERNAL:
+        if intended:  # its intent committed with the turn that asked for it
+            counted = 1
+        elif recovery == RecoveryClass.EXTERNAL:
             # The intent commit: recorded running before the request leaves, so that after a
             # crash the call's outcome is unknown and a person decides (never replayed).
-            self.step.results.append(
-                Result(
-                    call,
-                    TC.RUNNING,
-                    finished=False,
-                    runs=1,
-                    started=True,
-                    arguments=d.canonical,
-                    arguments_hash=d.hash,
-                )
-            )
-            call.status, counted = TC.RUNNING, 1
-            self._book_start(call)
+            self._intend(call, d)
+            counted = 1
             self.commit()
             release_connection()
         elif recovery != RecoveryClass.READ_ONLY and not tool.internal:

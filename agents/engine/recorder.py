@@ -8,8 +8,9 @@ on the run row — and, at the end of a run, with the outcome (`agents.engine.ou
 that lost its task writes nothing. The loop owns no SQL. Approvals and needs_review decisions are
 written by their app's one writer (`approvals.services`), called here inside the fenced transaction.
 
-Commits per step: one. An external call (recovery class `external`) adds its intent commit
-("running", before the request leaves), so that a crash leads to needs_review; a follow-up
+Commits per step: one. An external call (recovery class `external`) is recorded "running" before
+the request leaves, so that a crash leads to needs_review — with the turn that asked for it when
+it is that turn's first call — and its result commits as soon as it returns: two; a follow-up
 proposal commits at once, because its result (the new task's id) goes to the model.
 """
 
