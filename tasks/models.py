@@ -191,27 +191,43 @@ class TaskDependency(models.Model):
 class TaskEvent(models.Model):
     """One line of a task's timeline. Append-only: a trigger refuses UPDATE."""
 
-    task = models.ForeignKey(Task, on_delete=models.CASCADE, related_name="events")
+    # Every step inserts events: each index here is maintained per row, so none is kept that
+    # another covers — the task's events by event_task_idx (task, id), the person's by a partial
+    # index the worker's rows never enter, /metrics and the scorecard by (kind, created_at).
+    task = models.ForeignKey(Task, on_delete=models.CASCADE, related_name="events", db_index=False)
     run = models.ForeignKey(
         "agents.AgentRun", null=True, blank=True, on_delete=models.SET_NULL, related_name="events"
     )
     kind = models.CharField(max_length=32, choices=EventKind.choices)
     actor_kind = models.CharField(max_length=16, choices=ActorKind.choices)
     actor_user = models.ForeignKey(
-        settings.AUTH_USER_MODEL, null=True, blank=True, on_delete=models.SET_NULL, related_name="+"
+        settings.AUTH_USER_MODEL,
+        null=True,
+        blank=True,
+        on_delete=models.SET_NULL,
+        related_name="+",
+        db_index=False,
     )
     actor_label = models.CharField(max_length=200, blank=True)
     from_status = models.CharField(max_length=20, blank=True)
     to_status = models.CharField(max_length=20, blank=True)
     data = models.JSONField(default=dict, blank=True)
-    created_at = models.DateTimeField(auto_now_add=True, db_index=True)
+    created_at = models.DateTimeField(auto_now_add=True)
 
     class Meta:
         ordering = ["id"]
         indexes = [
             models.Index(fields=["task", "id"], name="event_task_idx"),
-            # /metrics counts events by kind on every scrape: an index-only scan, not 2M rows.
-            models.Index(fields=["kind"], name="event_kind_idx"),
+            # /metrics counts events by kind on every scrape: an index-only scan, not 2M rows;
+            # the scorecard reads closings by kind within a time window.
+            models.Index(fields=["kind", "created_at"], name="event_kind_created_idx"),
+            # A user's deletion sets their events' actor_user to NULL: found by this index,
+            # which no worker's event enters.
+            models.Index(
+                fields=["actor_user"],
+                name="event_actor_user_idx",
+                condition=Q(actor_user__isnull=False),
+            ),
             models.Index(
                 fields=["task", "id"],
                 name="event_task_person_idx",
