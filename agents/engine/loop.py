@@ -19,7 +19,7 @@ import enum
 import logging
 import threading
 import time
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from decimal import Decimal
 from typing import TYPE_CHECKING, Any
 
@@ -228,6 +228,7 @@ class AgentLoop:
         # committed together with the turn (`_intend_with_turn`).
         self.admitted: tuple[CallState, Decision] | None = None
         self.intended = False
+        self.tool_context: ToolContext | None = None  # the fixed part, built at first use
 
     # -- entry points ----------------------------------------------------------------------------
 
@@ -765,12 +766,16 @@ class AgentLoop:
         return _NO_CAP if left is None else left
 
     def _context(self) -> ToolContext:
-        return task_tool_context(
-            self.task,
-            network_requests_remaining=self._requests_left(),
-            cancel_event=self.signals.cancel,
-            fence_token=self.claim_count,
-        )
+        """The tools' context: its folders (made once, when the run first needs them), domains
+        and fence fixed for the run; what network requests remain, counted now."""
+        if self.tool_context is None:
+            self.tool_context = task_tool_context(
+                self.task,
+                network_requests_remaining=_NO_CAP,
+                cancel_event=self.signals.cancel,
+                fence_token=self.claim_count,
+            )
+        return replace(self.tool_context, network_requests_remaining=self._requests_left())
 
     # -- a round: bring every open call of the last turn to a result, or stop for a person --------
 
