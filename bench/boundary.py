@@ -245,7 +245,9 @@ def numbered(text: str, name: str) -> str:
 # --- Acthelm -------------------------------------------------------------------------------------
 
 
-def run_acthelm(db_url: str, server: ServerProcess, steps: int, media: str, files: dict) -> dict:
+def run_acthelm(
+    db_url: str, server: ServerProcess, steps: int, media: str, files: dict, spy: str = ""
+) -> dict:
     from agents.engine.intake import task_create
     from agents.models import AgentRun
     from core.actors import Actor
@@ -269,7 +271,17 @@ def run_acthelm(db_url: str, server: ServerProcess, steps: int, media: str, file
         add_input_file(task.pk, name=name, data=text)
     worker = common.spawn_worker(db_url, "boundary", "--burst", env={"ACTHELM_MEDIA_ROOT": media})
     server.watch(worker.pid)
+    profiler = None
+    if spy:  # a sampling profile of the worker (py-spy, the bench extra), in py-spy's raw format
+        exe = Path(sys.executable).parent / "py-spy"
+        profiler = subprocess.Popen(
+            [str(exe), "record", "-p", str(worker.pid), "-r", "1000", "-f", "raw", "-o", spy],
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.DEVNULL,
+        )
     _, err = worker.communicate(timeout=1800)
+    if profiler is not None:
+        profiler.wait(60)
     if worker.returncode != 0:
         raise RuntimeError(f"worker failed: {err[-2000:]}")
     run = AgentRun.objects.get(task=task)
@@ -356,6 +368,7 @@ def main() -> int:
     parser.add_argument("--repeat", type=int, default=2)
     parser.add_argument("--no-langgraph", action="store_true")
     parser.add_argument("--serve", nargs=2, type=int, metavar=("CAP", "STEPS"))
+    parser.add_argument("--py-spy", default="", help="profile Acthelm's worker into this file")
     parser.add_argument("--label", default="", help="a name for this run in the output")
     args = parser.parse_args()
     if args.serve:
@@ -380,7 +393,9 @@ def main() -> int:
     with ServerProcess(cap, steps) as server:
         for r in range(args.repeat):
             print(f"… round {r + 1}: Acthelm, {steps} steps", flush=True)
-            runs["Acthelm"].append(run_acthelm(db_url, server, steps, media, files))
+            runs["Acthelm"].append(
+                run_acthelm(db_url, server, steps, media, files, spy=args.py_spy)
+            )
             if not args.no_langgraph:
                 print(f"… round {r + 1}: LangGraph + ChatOpenAI, {steps} steps", flush=True)
                 runs["LangGraph + ChatOpenAI (HTTP)"].append(
