@@ -125,6 +125,7 @@ $(BENCH_STAMP): $(STAMP) pyproject.toml
 bench: $(BENCH_STAMP)
 	$(PY) bench/dispatch.py
 	$(PY) bench/steps.py
+	$(PY) bench/boundary.py
 	$(PY) bench/wakeup.py
 	$(PY) bench/console.py
 

@@ -39,7 +39,7 @@ from agents.catalogue.tools import (
     all_tools,
     get_tool,
     operation_hash,
-    tool_names,
+    usable_tool_names,
 )
 from agents.catalogue.tools.artifacts import stamp_fence
 from agents.catalogue.tools.mcp import McpTool, RemoteTool
@@ -343,8 +343,7 @@ class AgentLoop:
         self.provider = provider_for(connection)
         capable = model.supports_tools and self.provider.supports_tools
         use_tools = bool(task.tools) and capable
-        known = set(tool_names())
-        offered = [name for name in task.tools if name in known] if use_tools else []
+        offered = usable_tool_names(task.tools) if use_tools else []
         self.offered = offered
         # Resolved once: an MCP tool (SERVER__TOOL) is read from its server's recorded list.
         self.tools: dict[str, Tool[Any]] = {name: get_tool(name) for name in offered}

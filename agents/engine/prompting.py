@@ -74,12 +74,17 @@ class History:
         self.system = Message(role="system", content=system)
         self._system_tokens = estimate_tokens(system)
         self.entries: list[_Entry] = []
+        # The estimate of entries[:_settled], summed once: every turn but the last is settled
+        # (only the last has open calls), so a step estimates what is new, not the conversation.
+        self._settled = 0
+        self._settled_tokens = 0
 
     def add_turn(self, role: str, content: str, calls: Iterable[CallState] = ()) -> None:
         self.entries.append(_Entry(role=role, content=content, calls=list(calls)))
 
     def changed(self) -> None:
         """Compaction changed older results: rebuild the messages of every turn with calls."""
+        self._settled, self._settled_tokens = 0, 0
         for entry in self.entries:
             if entry.calls:
                 entry.messages = None
@@ -98,13 +103,12 @@ class History:
         return out
 
     def estimate(self) -> int:
-        total = self._system_tokens
-        for entry in self.entries:
-            total += estimate_tokens(entry.content)
-            for c in entry.calls:
-                total += estimate_tokens(c.arguments_raw)
-                total += estimate_tokens(PLACEHOLDER if c.compacted else c.result_for_model)
-        return total
+        last = len(self.entries) - 1
+        while self._settled < last:
+            self._settled_tokens += _estimate(self.entries[self._settled])
+            self._settled += 1
+        total = self._system_tokens + self._settled_tokens
+        return total + (_estimate(self.entries[last]) if last >= 0 else 0)
 
     def compact(
         self, *, window: int | None, reserve: int
@@ -132,6 +136,14 @@ class History:
             return None
         self.changed()
         return chosen, before, current
+
+
+def _estimate(entry: _Entry) -> int:
+    total = estimate_tokens(entry.content)
+    for c in entry.calls:
+        total += estimate_tokens(c.arguments_raw)
+        total += estimate_tokens(PLACEHOLDER if c.compacted else c.result_for_model)
+    return total
 
 
 def _messages_of(entry: _Entry) -> list[Message]:

@@ -44,7 +44,9 @@ from agents.catalogue.connections import provider_for
 from agents.catalogue.providers import Message, ProviderError
 from agents.catalogue.providers.base import PROVIDER_CANCELLED, PROVIDER_TIMEOUT, CancelEvent
 from agents.engine.acceptance import (
+    MAX_ARTIFACT_NAMES,
     VERDICT_SECONDS,
+    ArtifactFile,
     Budget,
     Check,
     CheckResult,
@@ -102,10 +104,16 @@ class SupervisorVerdict:
 
 
 def rule_checks(
-    task: Task, answer: str, *, usage: Usage | None = None, open_operations: bool | None = None
+    task: Task,
+    answer: str,
+    *,
+    usage: Usage | None = None,
+    open_operations: bool | None = None,
+    artifact_sizes: list[int] | None = None,
 ) -> list[str]:
-    """The rule checks. The worker passes the usage and the open operations it keeps in memory;
-    without them they are read from the database. Every cumulative limit of the limits table is
+    """The rule checks. The worker passes the usage and the open operations it keeps in memory,
+    the verdict the size of every artifact it has read already; without them they are read from
+    the database. Every cumulative limit of the limits table is
     one rule (a limit the task does not set, such as no money budget, is skipped); the per-item
     caps are enforced on each item as it is made, and the artifacts' size is checked again."""
     problems: list[str] = []
@@ -120,8 +128,12 @@ def rule_checks(
                 f"the run exceeded its limit {limit.field} ({limit.label}: used {used}, "
                 f"granted {granted})"
             )
-    too_big = Artifact.objects.filter(task=task, size__gt=task.limit_artifact_bytes)
-    if too_big.exists():
+    limit_bytes = task.limit_artifact_bytes
+    if artifact_sizes is not None:
+        too_big = any(size > limit_bytes for size in artifact_sizes)
+    else:
+        too_big = Artifact.objects.filter(task=task, size__gt=limit_bytes).exists()
+    if too_big:
         problems.append(
             f"an artifact is larger than limit_artifact_bytes ({task.limit_artifact_bytes})"
         )
@@ -277,8 +289,15 @@ def supervise(
     deadline = time.monotonic() + budget
     # 1. Every read the verdict needs.
     record = _read(lambda: run_record(task, answer))
+    # The record holds every artifact unless there were too many to name: then they are counted.
+    files = [a for a in record.artifacts.values() if isinstance(a, ArtifactFile)]
+    sizes = None
+    if len(files) == len(record.artifacts) < MAX_ARTIFACT_NAMES:
+        sizes = [a.size for a in files]
     problems = _read(
-        lambda: rule_checks(task, answer, usage=usage, open_operations=open_operations)
+        lambda: rule_checks(
+            task, answer, usage=usage, open_operations=open_operations, artifact_sizes=sizes
+        )
     )
     model = _read(_supervisor_model) if uses_model() else None
     # 2. No connection is held from here on: the checks and the model may take their time.

@@ -266,3 +266,16 @@ def test_acceptance_checks_that_outlast_the_budget_are_abandoned_unverified(db, 
         "unverified: the supervisor ran out of its 0.3 s budget while it evaluated the "
         "acceptance checks"
     )
+
+
+def test_an_artifact_over_the_limit_rejects_from_the_record_or_from_the_database(db):
+    task = TaskFactory(limit_artifact_bytes=100)
+    ArtifactFactory(task=task, name="small.md", size=100)
+    assert rule_checks(task, "done", usage=Usage(), open_operations=False) == []
+    assert supervise(task, "done", usage=Usage(), open_operations=False).approved
+    ArtifactFactory(task=task, name="big.md", size=101)
+    problem = "an artifact is larger than limit_artifact_bytes (100)"
+    assert rule_checks(task, "done", usage=Usage(), open_operations=False) == [problem]
+    assert rule_checks(task, "done", artifact_sizes=[100, 101], open_operations=False) == [problem]
+    verdict = supervise(task, "done", usage=Usage(), open_operations=False)
+    assert not verdict.approved and problem in verdict.reason

@@ -16,6 +16,7 @@ from agents.catalogue.tools import (
     get_tool,
     operation_hash,
     tool_names,
+    usable_tool_names,
 )
 from agents.catalogue.tools.mcp import McpTool
 from agents.catalogue.toolservers import (
@@ -112,6 +113,24 @@ def test_test_records_tools_and_the_registry_resolves_them(tested_server):
         get_tool("local__nope")
     with pytest.raises(UnknownTool):
         get_tool("elsewhere__echo")
+
+
+def test_usable_tool_names_reads_the_servers_only_for_a_name_not_built_in(tested_server):
+    from django.db import connection
+
+    statements: list[str] = []
+
+    def counted(execute, sql, params, many, context):
+        statements.append(sql)
+        return execute(sql, params, many, context)
+
+    with connection.execute_wrapper(counted):
+        assert usable_tool_names(["read_file", "list_files"]) == ["read_file", "list_files"]
+        assert usable_tool_names([]) == []
+        assert statements == []
+        names = ["local__echo", "read_file", "local__nope", "elsewhere__echo"]
+        assert usable_tool_names(names) == ["local__echo", "read_file"]
+    assert len(statements) == 1
 
 
 def test_trusted_server_maps_hints(ops, tested_server):

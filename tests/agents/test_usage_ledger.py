@@ -44,16 +44,32 @@ def test_usage_as_dict_keeps_tokens_as_one_number():
     }
 
 
-def test_task_usage_is_one_aggregate_over_the_runs(db, django_assert_num_queries):
+def test_task_usage_is_one_aggregate_over_the_runs(db):
     task = TaskFactory()
     ended(task=task, number=1, model_turns=2, input_tokens=100, output_tokens=10,
           active_seconds=1.5, network_requests=1, mcp_calls=2, cost=Decimal("0.1"))  # fmt: skip
     ended(task=task, number=2, model_turns=1, input_tokens=50, output_tokens=5,
           active_seconds=0.5, mcp_calls=1, cost=Decimal("0.02"))  # fmt: skip
     ended(number=1, model_turns=9, cost=Decimal("9"))  # another task's run
-    with django_assert_num_queries(1):
+    statements: list[str] = []
+
+    def counted(execute, sql, params, many, context):
+        statements.append(sql)
+        return execute(sql, params, many, context)
+
+    with connection.execute_wrapper(counted):
         usage = task_usage(task.pk)
+    assert len(statements) == 1
     assert usage == Usage(3, 150, 15, 2.0, 1, 3, Decimal("0.12"))
+    assert [type(getattr(usage, f.name)) for f in FIELDS] == [
+        int,
+        int,
+        int,
+        float,
+        int,
+        int,
+        Decimal,
+    ]
     assert task_usage(TaskFactory().pk) == ZERO
 
 

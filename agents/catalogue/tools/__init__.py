@@ -30,6 +30,7 @@ from .registry import (
     register,
     remove_resolver,
     tool_names,
+    usable_tool_names,
 )
 
 __all__ = [
@@ -54,4 +55,5 @@ __all__ = [
     "remove_resolver",
     "resolve_in_workspace",
     "tool_names",
+    "usable_tool_names",
 ]

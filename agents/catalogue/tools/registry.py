@@ -106,3 +106,14 @@ def tool_names() -> list[str]:
     for resolver in _RESOLVERS.values():
         names.update(resolver.names())
     return sorted(names)
+
+
+def usable_tool_names(names: Iterable[str]) -> list[str]:
+    """Those of `names` that `tool_names` lists, in their order. A built-in name is always
+    usable: the resolvers (an MCP server's recorded list, read from the database) are asked only
+    when a name is not built in."""
+    wanted = list(names)
+    if all(name in _REGISTRY for name in wanted):
+        return wanted
+    known = set(tool_names())
+    return [name for name in wanted if name in known]

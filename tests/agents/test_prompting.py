@@ -1,0 +1,50 @@
+"""The history's token estimate, kept as a running sum, agrees with counting every turn again."""
+
+from agents.catalogue.connections import estimate_tokens
+from agents.engine.prompting import PLACEHOLDER, History
+from agents.engine.recorder import CallState
+from agents.states import Role
+
+
+def _call(i: int, result: str = "") -> CallState:
+    return CallState(
+        call_id=f"c{i}",
+        tool="read_file",
+        arguments={"path": "a.txt"},
+        arguments_raw='{"path": "a.txt"}',
+        recovery_class="read_only",
+        position=0,
+        result_for_model=result,
+    )
+
+
+def _counted(history: History) -> int:
+    total = estimate_tokens(history.system.content or "")
+    for entry in history.entries:
+        total += estimate_tokens(entry.content)
+        for c in entry.calls:
+            total += estimate_tokens(c.arguments_raw)
+            total += estimate_tokens(PLACEHOLDER if c.compacted else c.result_for_model)
+    return total
+
+
+def test_the_estimate_follows_new_turns_results_and_compaction():
+    history = History("system " * 50)
+    assert history.estimate() == _counted(history)
+    history.add_turn(Role.USER, "do it " * 20)
+    for i in range(30):
+        call = _call(i)
+        history.add_turn(Role.ASSISTANT, f"turn {i}", [call])
+        assert history.estimate() == _counted(history)
+        call.result_for_model = "x" * 4000  # the last turn's call gets its result
+        history.touch_last()
+        assert history.estimate() == _counted(history)
+    before = history.estimate()
+    found = history.compact(window=before - 5000, reserve=0)
+    assert found is not None
+    chosen, estimated_before, after = found
+    assert estimated_before == before
+    assert after == history.estimate() == _counted(history)
+    assert after < before and len(chosen) >= 2
+    history.add_turn(Role.ASSISTANT, "the answer")
+    assert history.estimate() == _counted(history)
