@@ -12,6 +12,7 @@ tells apart), and a statement runs inside the caller's `transaction.atomic()` li
 
 from __future__ import annotations
 
+import copy
 import functools
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
@@ -20,6 +21,7 @@ from typing import Any
 
 import psycopg
 from django.db import connection, models
+from django.db.models.query import ModelIterable
 
 type Params = Sequence[Any] | Mapping[str, Any]
 
@@ -138,3 +140,74 @@ class Insert:
             obj._state.adding = False
             obj._state.db = connection.alias
         return list(objs)
+
+
+class Select[M: models.Model]:
+    """A queryset compiled ONCE, run with other values: `Select(lambda task, run: <queryset>)`
+    is compiled with a sentinel for each argument; `rows(task=1, run=2)` binds the values in
+    the sentinels' places (server-side) and builds the instances through Django's own
+    `ModelIterable` — select_related objects, annotations and every field's converters (JSON,
+    decimals, arrays, datetimes) as the ORM would have built them. Only the compile is skipped.
+
+    The arguments must be integers (ids) that appear in the compiled parameters as they are."""
+
+    #: Far below any id; each argument gets its own.
+    _SENTINEL = -7_310_000_000
+
+    def __init__(self, make: Callable[..., models.QuerySet[M, Any]], *names: str) -> None:
+        self.make, self.names = make, names
+        self._compiled: tuple[Any, str, list[Any], Any] | None = None
+
+    def _compile(self) -> tuple[Any, str, list[Any], Any]:
+        if self._compiled is None:
+            sentinels = {name: self._SENTINEL - i for i, name in enumerate(self.names)}
+            queryset = self.make(**sentinels)
+            compiler = queryset.query.get_compiler(using=queryset.db)
+            sql, params = compiler.as_sql()
+            slots = {value: name for name, value in sentinels.items()}
+            template = [_Slot(slots[p]) if type(p) is int and p in slots else p for p in params]
+            found = {p.name for p in template if isinstance(p, _Slot)}
+            if found != set(self.names):
+                raise ValueError(f"arguments {set(self.names) - found} are not parameters")
+            self._compiled = (compiler, sql, template, queryset._fetch_mode)  # type: ignore[attr-defined]
+        return self._compiled
+
+    def _run(self, values: Mapping[str, int]) -> tuple[Any, Any]:
+        compiler, sql, template, fetch_mode = self._compile()
+        params = [values[p.name] if isinstance(p, _Slot) else p for p in template]
+        fetched = execute(sql, params).fetchall()
+        mine = copy.copy(compiler)  # this call's rows and this thread's connection
+        mine.connection = connection
+        mine.execute_sql = lambda *args, **kwargs: [fetched]
+        return mine, fetch_mode
+
+    def rows(self, **values: int) -> list[M]:
+        """The queryset's model instances (a queryset of instances, not of values)."""
+        compiler, fetch_mode = self._run(values)
+        source = _Source(compiler.query.model, compiler, fetch_mode)
+        return list(ModelIterable(source))  # type: ignore[arg-type]
+
+    def tuples(self, **values: int) -> list[tuple[Any, ...]]:
+        """The selected columns of each row, converted (for a `values_list`/`values` queryset:
+        in its order of fields)."""
+        compiler, _ = self._run(values)
+        return [tuple(row) for row in compiler.results_iter()]
+
+
+@dataclass(frozen=True)
+class _Slot:
+    name: str
+
+
+class _Source:
+    """What `ModelIterable` reads of a queryset, around a compiler that has its rows."""
+
+    _known_related_objects: dict[Any, Any] = {}  # noqa: RUF012 (read only)
+
+    def __init__(self, model: type[models.Model], compiler: Any, fetch_mode: Any) -> None:
+        self.model, self.db, self._compiler = model, connection.alias, compiler
+        self.query = self
+        self._fetch_mode = fetch_mode
+
+    def get_compiler(self, using: str | None = None) -> Any:
+        return self._compiler
