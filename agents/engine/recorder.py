@@ -25,10 +25,22 @@ from datetime import datetime
 from decimal import Decimal
 from typing import TYPE_CHECKING, Any
 
+from django.contrib.postgres.fields import ArrayField
 from django.db import InterfaceError, OperationalError, transaction
 from django.db import connection as db
-from django.db.models import Exists, Field, OuterRef, Prefetch, QuerySet, Subquery, Sum, Value
-from django.db.models.functions import Coalesce
+from django.db.models import (
+    Exists,
+    Field,
+    Func,
+    OuterRef,
+    Prefetch,
+    QuerySet,
+    Subquery,
+    Sum,
+    TextField,
+    Value,
+)
+from django.db.models.functions import Cast, Coalesce
 from django.utils import timezone
 
 from agents.catalogue.tools import ArtifactWritten
@@ -211,16 +223,29 @@ class SavedState:
     memory_from_run: int | None  # the earlier run whose memory selection this run repeats
 
 
+_FLOAT = tuple(name for name, kind in KINDS.items() if kind is float)
+_EXACT = tuple(name for name in KINDS if name not in _FLOAT)
+
+
 def _task_with_run(task: int, run: int) -> QuerySet[Task]:
     """The task with its connection, model and conversation, and what `load_state` reads besides:
     the run's claim and connection, whether the task has turns, and the usage of every run — one
     statement (`fastsql.Select`: compiled once)."""
     runs = AgentRun.objects.filter(task_id=OuterRef("pk")).order_by().values("task_id")
+
+    def total(name: str) -> Coalesce:
+        return Coalesce(Sum(name), Value(KINDS[name](0)))
+
+    # The integer and numeric sums in one subquery, as text (exact for both); a float8 sum in
+    # one of its own (its text form would depend on extra_float_digits).
+    totals = Func(
+        *(Cast(total(name), TextField()) for name in _EXACT),
+        template="ARRAY[%(expressions)s]",
+        output_field=ArrayField(TextField()),
+    )
     sums = {
-        f"usage_{f.name}": Subquery(
-            runs.annotate(total=Coalesce(Sum(f.name), Value(KINDS[f.name](0)))).values("total")
-        )
-        for f in FIELDS
+        "usage": Subquery(runs.annotate(totals=totals).values("totals")),
+        **{f"usage_{name}": Subquery(runs.annotate(t=total(name)).values("t")) for name in _FLOAT},
     }
     this_run = AgentRun.objects.filter(pk=run, task_id=OuterRef("pk"))
     return (
@@ -240,7 +265,8 @@ _LOADED = (
     "run_claim_count",
     "run_connection_id",
     "has_turns",
-    *(f"usage_{f.name}" for f in FIELDS),
+    "usage",
+    *(f"usage_{name}" for name in _FLOAT),
 )
 
 
@@ -255,7 +281,11 @@ def load_state(task_id: int, run_id: int) -> SavedState:
     if task is None or task.run_claim_count is None:  # type: ignore[attr-defined]
         raise AttemptLost(f"task {task_id} or run {run_id} no longer exists")
     loaded = {name: task.__dict__.pop(name) for name in _LOADED}
-    usage = Usage(**{f.name: KINDS[f.name](loaded[f"usage_{f.name}"]) for f in FIELDS})
+    totals = loaded["usage"] or ["0"] * len(_EXACT)  # no run at all: nothing used
+    usage = Usage(
+        **{name: KINDS[name](v) for name, v in zip(_EXACT, totals, strict=True)},
+        **{name: KINDS[name](loaded[f"usage_{name}"] or 0) for name in _FLOAT},
+    )
     conversation: Conversation | None = getattr(task, "conversation", None)
     rows = []
     if loaded["has_turns"]:
