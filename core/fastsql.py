@@ -12,6 +12,7 @@ tells apart), and a statement runs inside the caller's `transaction.atomic()` li
 
 from __future__ import annotations
 
+import copy
 import functools
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
@@ -19,7 +20,8 @@ from datetime import datetime
 from typing import Any
 
 import psycopg
-from django.db import connection, models
+from django.db import DatabaseError, connection, models
+from django.db.models.query import ModelIterable
 
 type Params = Sequence[Any] | Mapping[str, Any]
 
@@ -138,3 +140,148 @@ class Insert:
             obj._state.adding = False
             obj._state.db = connection.alias
         return list(objs)
+
+
+class Select[M: models.Model]:
+    """A queryset compiled ONCE, run with other values: `Select(lambda task, run: <queryset>)`
+    is compiled with a sentinel for each argument; `rows(task=1, run=2)` binds the values in
+    the sentinels' places (server-side) and builds the instances through Django's own
+    `ModelIterable` — select_related objects, annotations and every field's converters (JSON,
+    decimals, arrays, datetimes) as the ORM would have built them. Only the compile is skipped.
+
+    The arguments must be integers (ids) that appear in the compiled parameters as they are."""
+
+    #: Far below any id; each argument gets its own.
+    _SENTINEL = -7_310_000_000
+
+    def __init__(self, make: Callable[..., models.QuerySet[M, Any]], *names: str) -> None:
+        self.make, self.names = make, names
+        self._compiled: tuple[Any, str, list[Any], Any] | None = None
+
+    def _compile(self) -> tuple[Any, str, list[Any], Any]:
+        if self._compiled is None:
+            sentinels = {name: self._SENTINEL - i for i, name in enumerate(self.names)}
+            queryset = self.make(**sentinels)
+            compiler = queryset.query.get_compiler(using=queryset.db)
+            sql, params = compiler.as_sql()
+            slots = {value: name for name, value in sentinels.items()}
+            template = [_Slot(slots[p]) if type(p) is int and p in slots else p for p in params]
+            found = {p.name for p in template if isinstance(p, _Slot)}
+            if found != set(self.names):
+                raise ValueError(f"arguments {set(self.names) - found} are not parameters")
+            self._compiled = (compiler, sql, template, queryset._fetch_mode)  # type: ignore[attr-defined]
+        return self._compiled
+
+    def _run(self, values: Mapping[str, int]) -> tuple[Any, Any]:
+        compiler, sql, template, fetch_mode = self._compile()
+        params = [values[p.name] if isinstance(p, _Slot) else p for p in template]
+        fetched = execute(sql, params).fetchall()
+        mine = copy.copy(compiler)  # this call's rows and this thread's connection
+        mine.connection = connection
+        mine.execute_sql = lambda *args, **kwargs: [fetched]
+        return mine, fetch_mode
+
+    def rows(self, **values: int) -> list[M]:
+        """The queryset's model instances (a queryset of instances, not of values)."""
+        compiler, fetch_mode = self._run(values)
+        source = _Source(compiler.query.model, compiler, fetch_mode)
+        return list(ModelIterable(source))  # type: ignore[arg-type]
+
+    def tuples(self, **values: int) -> list[tuple[Any, ...]]:
+        """The selected columns of each row, converted (for a `values_list`/`values` queryset:
+        in its order of fields)."""
+        compiler, _ = self._run(values)
+        return [tuple(row) for row in compiler.results_iter()]
+
+
+@dataclass(frozen=True)
+class _Slot:
+    name: str
+
+
+class _Source:
+    """What `ModelIterable` reads of a queryset, around a compiler that has its rows."""
+
+    _known_related_objects: dict[Any, Any] = {}  # noqa: RUF012 (read only)
+
+    def __init__(self, model: type[models.Model], compiler: Any, fetch_mode: Any) -> None:
+        self.model, self.db, self._compiler = model, connection.alias, compiler
+        self.query = self
+        self._fetch_mode = fetch_mode
+
+    def get_compiler(self, using: str | None = None) -> Any:
+        return self._compiler
+
+
+def _plain(value: Any) -> bool:
+    """A value the UPDATE binds as a parameter (not an expression or a model instance)."""
+    return not (hasattr(value, "resolve_expression") or hasattr(value, "prepare_database_save"))
+
+
+@dataclass(frozen=True)
+class Update:
+    """`UPDATE <table> SET <columns> WHERE id = … [AND <filter>]` for some fields of a model:
+    the SQL Django's update compiler writes for `filter(pk=…, **where).update(**values)`, compiled
+    ONCE per model, fields and filter; each value goes through its field's get_db_prep_save as
+    there. Only for plain values (no expressions, no model instances: `plain` says) and models
+    whose fields' placeholders do not depend on the value (no binary or geometry field)."""
+
+    fields: tuple[models.Field[Any, Any], ...]
+    sql: str
+    where: tuple[Any, ...]  # the filter's parameters; _Slot("pk") for the row's id
+
+    @classmethod
+    @functools.cache
+    def of(
+        cls, model: type[models.Model], names: tuple[str, ...], where: tuple[tuple[str, Any], ...]
+    ) -> Update:
+        from django.db.models.sql import UpdateQuery
+
+        fields = []
+        for name in names:
+            field = model._meta.get_field(name)
+            assert isinstance(field, models.Field) and field.concrete and not field.primary_key
+            if isinstance(field, models.BinaryField):
+                raise ValueError(f"{name}: a binary field's placeholder depends on its value")
+            fields.append(field)
+        sentinel = Select._SENTINEL
+        query = UpdateQuery(model)
+        query.add_update_fields([(f, None, f.get_default()) for f in fields])
+        query.add_q(models.Q(pk=sentinel, **dict(where)))
+        sql, params = query.get_compiler(connection.alias).as_sql()
+        given = params[len(fields) :]
+        if len(params) != len(fields) + len(where) + 1 or sentinel not in given:
+            raise ValueError(f"the UPDATE of {model.__name__} binds other parameters: {params}")
+        slots = tuple(_Slot("pk") if p == sentinel else p for p in given)
+        return cls(tuple(fields), sql, slots)
+
+    @staticmethod
+    def plain(values: Sequence[Any]) -> bool:
+        return all(_plain(v) for v in values)
+
+    def run(self, pk: int, values: Sequence[Any]) -> int:
+        """Update the row `pk` with `values` (in the order of the fields); the rows updated."""
+        params = [
+            f.get_db_prep_save(v, connection) for f, v in zip(self.fields, values, strict=True)
+        ]
+        params += [pk if isinstance(p, _Slot) else p for p in self.where]
+        return execute(self.sql, params).rowcount
+
+
+def save(obj: models.Model) -> None:
+    """`obj.save()` for a row that exists (no signals are connected to the models this writes;
+    none may be): every field but the id, auto_now stamped by the field itself (`pre_save`), in
+    ONE UPDATE compiled once per model. An instance with deferred fields, or a value that is an
+    expression, is saved by the ORM. Raises DatabaseError when the row is gone."""
+    model = type(obj)
+    fields = [f for f in model._meta.concrete_fields if not f.primary_key and not f.generated]
+    if obj.get_deferred_fields() or obj._state.adding:
+        obj.save()
+        return
+    values = [f.pre_save(obj, False) for f in fields]
+    if not Update.plain(values):
+        obj.save()
+        return
+    update = Update.of(model, tuple(f.name for f in fields), ())
+    if update.run(obj.pk, values) != 1:
+        raise DatabaseError(f"{model.__name__} {obj.pk} was not updated: the row is gone")

@@ -62,7 +62,7 @@ def record_event(
 ) -> TaskEvent:
     """Write one event of `task`. `run` is the agents.AgentRun it belongs to, if any (by its id:
     the tasks app sits below the agents app)."""
-    event = TaskEvent.objects.create(
+    event = TaskEvent(
         task=task,
         run_id=None if run is None else run.pk,
         kind=kind,
@@ -73,6 +73,7 @@ def record_event(
         to_status=to_status,
         data=(data or {}) | actor.event_data,
     )
+    fastsql.Insert.of(TaskEvent).instances([event], timezone.now())  # create(), compiled once
     if actor.is_person and kind not in COOPERATIVE_EVENTS:
         # The fence reads this column of the row it locks: a person's action committed while a
         # worker's fence waited for the lock is seen (a subquery on the events would not see it).
@@ -134,7 +135,7 @@ def set_status(
         task.lease_expires_at = None
     for name, value in fields.items():
         setattr(task, name, value)
-    task.save()
+    fastsql.save(task)  # task.save(), the UPDATE compiled once
     if to == TaskStatus.READY:
         notify_ready()
     if current in HELD and actor.kind != ActorKind.WORKER:

@@ -87,6 +87,7 @@ from agents.catalogue.tools import all_tools
 from agents.catalogue.tools.recovery_class import RecoveryClass
 from agents.engine.usage import is_mcp_tool
 from agents.models import Artifact, ToolCall
+from core import fastsql
 from core.exceptions import InvalidInput
 from tasks.models import Task
 from tasks.states import TaskKind
@@ -248,20 +249,33 @@ class RunRecord:
             return None
 
 
+#: The verdict's two reads, compiled once (fastsql.Select): every artifact's name, path and size
+#: (one more than MAX_ARTIFACT_NAMES, to know there were too many) and every tool call.
+_ARTIFACTS = fastsql.Select(
+    lambda task: (
+        Artifact.objects.filter(task_id=task)
+        .order_by("name")
+        .values_list("name", "path", "size")[: MAX_ARTIFACT_NAMES + 1]
+    ),
+    "task",
+)
+_CALLS = fastsql.Select(
+    lambda task: (
+        ToolCall.objects.filter(task_id=task)
+        .order_by("turn__index", "position")
+        .values_list("tool", "status", "error_code", "run_count")
+    ),
+    "task",
+)
+
+
 def run_record(task: Task, answer: str) -> RunRecord:
     """Read what a verdict needs of `task` from the database: every artifact's name and file (up
     to MAX_ARTIFACT_NAMES), every tool call. No file content: the checks read it afterwards."""
-    rows = list(
-        Artifact.objects.filter(task_id=task.pk)
-        .order_by("name")
-        .values_list("name", "path", "size")[: MAX_ARTIFACT_NAMES + 1]
-    )
+    rows = _ARTIFACTS.tuples(task=task.pk)
     calls = tuple(
-        CallSeen(tool=c["tool"], status=c["status"], error_code=c["error_code"], run_count=n)
-        for c in ToolCall.objects.filter(task_id=task.pk)
-        .order_by("turn__index", "position")
-        .values("tool", "status", "error_code", "run_count")
-        for n in [c["run_count"]]
+        CallSeen(tool=tool, status=status, error_code=error_code, run_count=run_count)
+        for tool, status, error_code, run_count in _CALLS.tuples(task=task.pk)
     )
     return RunRecord(
         instruction=task.instruction,

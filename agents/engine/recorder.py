@@ -25,9 +25,22 @@ from datetime import datetime
 from decimal import Decimal
 from typing import TYPE_CHECKING, Any
 
+from django.contrib.postgres.fields import ArrayField
 from django.db import InterfaceError, OperationalError, transaction
 from django.db import connection as db
-from django.db.models import Field, Prefetch
+from django.db.models import (
+    Exists,
+    Field,
+    Func,
+    OuterRef,
+    Prefetch,
+    QuerySet,
+    Subquery,
+    Sum,
+    TextField,
+    Value,
+)
+from django.db.models.functions import Cast, Coalesce
 from django.utils import timezone
 
 from agents.catalogue.tools import ArtifactWritten
@@ -35,7 +48,7 @@ from agents.engine.intake import propose_follow_up
 from agents.engine.leases import fence, renew_lease
 from agents.engine.outcomes import handle
 from agents.engine.run_transitions import CallUpdate, set_calls_status
-from agents.engine.usage import FIELDS, ZERO, Usage, task_usage
+from agents.engine.usage import FIELDS, KINDS, ZERO, Usage
 from agents.models import AgentRun, Artifact, CompactionDecision, Conversation, ToolCall, Turn
 from agents.states import RunStatus, ToolCallStatus
 from approvals.models import Approval, ReviewDecision
@@ -210,21 +223,81 @@ class SavedState:
     memory_from_run: int | None  # the earlier run whose memory selection this run repeats
 
 
-def load_state(task_id: int, run_id: int) -> SavedState:
-    """The task's saved state: the conversation, every turn with its calls, what people decided
-    for calls they let run, and the usage of earlier runs. AttemptLost when it is gone."""
-    task = Task.objects.select_related("connection", "model").filter(pk=task_id).first()
-    run = AgentRun.objects.filter(pk=run_id).first()
-    if task is None or run is None:
-        raise AttemptLost(f"task {task_id} or run {run_id} no longer exists")
-    conversation = Conversation.objects.filter(task_id=task_id).first()
-    rows = list(
-        Turn.objects.filter(task_id=task_id)
-        .order_by("index")
-        .prefetch_related(
-            Prefetch("tool_calls", queryset=ToolCall.objects.defer("result").order_by("position"))
+_FLOAT = tuple(name for name, kind in KINDS.items() if kind is float)
+_EXACT = tuple(name for name in KINDS if name not in _FLOAT)
+
+
+def _task_with_run(task: int, run: int) -> QuerySet[Task]:
+    """The task with its connection, model and conversation, and what `load_state` reads besides:
+    the run's claim and connection, whether the task has turns, and the usage of every run — one
+    statement (`fastsql.Select`: compiled once)."""
+    runs = AgentRun.objects.filter(task_id=OuterRef("pk")).order_by().values("task_id")
+
+    def total(name: str) -> Coalesce:
+        return Coalesce(Sum(name), Value(KINDS[name](0)))
+
+    # The integer and numeric sums in one subquery, as text (exact for both); a float8 sum in
+    # one of its own (its text form would depend on extra_float_digits).
+    totals = Func(
+        *(Cast(total(name), TextField()) for name in _EXACT),
+        template="ARRAY[%(expressions)s]",
+        output_field=ArrayField(TextField()),
+    )
+    sums = {
+        "usage": Subquery(runs.annotate(totals=totals).values("totals")),
+        **{f"usage_{name}": Subquery(runs.annotate(t=total(name)).values("t")) for name in _FLOAT},
+    }
+    this_run = AgentRun.objects.filter(pk=run, task_id=OuterRef("pk"))
+    return (
+        Task.objects.select_related("connection", "model", "conversation")
+        .filter(pk=task)
+        .annotate(
+            run_claim_count=Subquery(this_run.values("claim_count")),
+            run_connection_id=Subquery(this_run.values("connection_id")),
+            has_turns=Exists(Turn.objects.filter(task_id=OuterRef("pk"))),
+            **sums,
         )
     )
+
+
+_LOAD = fastsql.Select(_task_with_run, "task", "run")
+_LOADED = (
+    "run_claim_count",
+    "run_connection_id",
+    "has_turns",
+    "usage",
+    *(f"usage_{name}" for name in _FLOAT),
+)
+
+
+def load_state(task_id: int, run_id: int) -> SavedState:
+    """The task's saved state: the conversation, every turn with its calls, what people decided
+    for calls they let run, and the usage of earlier runs. AttemptLost when it is gone.
+
+    One statement for a task that has no turns yet (`_task_with_run`); the turns with their
+    calls, the approvals and the earlier memory selection only when there are some."""
+    found = _LOAD.rows(task=task_id, run=run_id)
+    task = found[0] if found else None
+    if task is None or task.run_claim_count is None:  # type: ignore[attr-defined]
+        raise AttemptLost(f"task {task_id} or run {run_id} no longer exists")
+    loaded = {name: task.__dict__.pop(name) for name in _LOADED}
+    totals = loaded["usage"] or ["0"] * len(_EXACT)  # no run at all: nothing used
+    usage = Usage(
+        **{name: KINDS[name](v) for name, v in zip(_EXACT, totals, strict=True)},
+        **{name: KINDS[name](loaded[f"usage_{name}"] or 0) for name in _FLOAT},
+    )
+    conversation: Conversation | None = getattr(task, "conversation", None)
+    rows = []
+    if loaded["has_turns"]:
+        rows = list(
+            Turn.objects.filter(task_id=task_id)
+            .order_by("index")
+            .prefetch_related(
+                Prefetch(
+                    "tool_calls", queryset=ToolCall.objects.defer("result").order_by("position")
+                )
+            )
+        )
     turns = [
         TurnState(
             t.role, t.content, t.discarded, [CallState.from_row(c) for c in t.tool_calls.all()]
@@ -258,14 +331,14 @@ def load_state(task_id: int, run_id: int) -> SavedState:
         )
     return SavedState(
         task=task,
-        claim_count=run.claim_count,
-        connection_id=run.connection_id or task.connection_id,
+        claim_count=loaded["run_claim_count"],
+        connection_id=loaded["run_connection_id"] or task.connection_id,
         conversation=conversation,
         turns=turns,
         next_index=rows[-1].index + 1 if rows else 0,
         approvals=approvals,
         run_again=run_again,
-        usage=task_usage(task_id),
+        usage=usage,
         memory_from_run=memory_from_run,
     )
 

@@ -57,7 +57,7 @@ class Usage:
 
 FIELDS = fields(Usage)
 #: Each field's type, to convert its sum with (Usage's annotations are classes, never strings).
-_KINDS = {f.name: cast(type, f.type) for f in FIELDS}
+KINDS = {f.name: cast(type, f.type) for f in FIELDS}
 #: Nothing used: what a run and a step start from.
 ZERO = Usage()
 
@@ -72,7 +72,7 @@ def _task_usage_sql() -> str:
         assert isinstance(found, Field) and found.column  # a column of the run row
         return found.column
 
-    sums = ", ".join(f"coalesce(sum({column(name)}), 0)" for name in _KINDS)
+    sums = ", ".join(f"coalesce(sum({column(name)}), 0)" for name in KINDS)
     return f"SELECT {sums} FROM {meta.db_table} WHERE {column('task')} = %s"
 
 
@@ -82,7 +82,7 @@ def task_usage(task_id: int) -> Usage:
     row = fastsql.execute(_task_usage_sql(), [task_id]).fetchone()
     assert row is not None  # an aggregate without GROUP BY returns one row
     return Usage(
-        **{name: kind(value) for (name, kind), value in zip(_KINDS.items(), row, strict=True)}
+        **{name: kind(value) for (name, kind), value in zip(KINDS.items(), row, strict=True)}
     )
 
 

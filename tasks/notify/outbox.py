@@ -7,6 +7,7 @@ for a transition that rolled back. The message is composed now, from the rows th
 sees, so a retry sends the same words and the same body.
 """
 
+import functools
 import json
 import logging
 import re
@@ -17,6 +18,7 @@ from django.conf import settings
 from django.urls import reverse
 from django.utils import timezone
 
+from core import fastsql
 from tasks.notify.channels import find_channel
 from tasks.notify.links import LinkKind, decision_link
 from tasks.notify.models import Notification, NotificationTarget
@@ -160,6 +162,15 @@ def notify_event_of(event: "TaskEvent") -> str | None:
     return None
 
 
+@functools.cache
+def _targets(which: str) -> fastsql.Select[NotificationTarget]:
+    """The enabled targets that want `which`: compiled once per event kind (a worker asks at
+    the end of every run that reaches review)."""
+    return fastsql.Select(
+        lambda: NotificationTarget.objects.filter(enabled=True, events__contains=[which])
+    )
+
+
 def enqueue_for_event(event: "TaskEvent") -> list[Notification]:
     """Write the outbox rows for `event` (inside its transaction); nothing for other events, and
     nothing for an evaluation task's."""
@@ -169,7 +180,7 @@ def enqueue_for_event(event: "TaskEvent") -> list[Notification]:
     # The evaluation runner decides and grades its own tasks: nothing for a person (issue 21).
     if event.task.is_evaluation:
         return []
-    targets = list(NotificationTarget.objects.filter(enabled=True, events__contains=[which]))
+    targets = _targets(which).rows()
     if not targets:
         return []
     message = compose(event, which)

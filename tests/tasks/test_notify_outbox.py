@@ -5,10 +5,10 @@ back; and the message says what waits, for whom, with the console link and no cr
 
 import threading
 from datetime import timedelta
+from typing import Any
 
 import pytest
 from django.db import connection, transaction
-from django.test.utils import CaptureQueriesContext
 from django.utils import timezone
 
 from agents.engine.recovery import recover_stale
@@ -116,14 +116,21 @@ def test_ordinary_events_and_a_cooldown_already_running_write_nothing(everyone):
     assert Notification.objects.count() == 0
 
 
+class _Statements(list[str]):
+    def __call__(self, execute: Any, sql: str, params: Any, many: bool, context: Any) -> Any:
+        self.append(sql)
+        return execute(sql, params, many, context)
+
+
 def test_the_hot_path_pays_nothing_and_a_notified_event_a_fixed_few_queries(everyone):
     target_add(name="chat", kind=TargetKind.WEBHOOK, address="https://hooks.example.org/x")
     task = TaskFactory(status=TaskStatus.IN_PROGRESS, created_by=UserFactory())
     with transaction.atomic():
         locked = lock_task(task.pk)
-        with CaptureQueriesContext(connection) as plain:
+        # Every statement, the ones built once without the ORM (core.fastsql) included.
+        with connection.execute_wrapper(plain := _Statements()):
             record_event(locked, actor=Actor.worker("w"), kind=EventKind.MODEL_TURN)
-        with CaptureQueriesContext(connection) as notified:
+        with connection.execute_wrapper(notified := _Statements()):
             record_event(
                 locked,
                 actor=Actor.worker("w"),

@@ -1,0 +1,83 @@
+"""Statements built once (core.fastsql) write and read what the ORM does: `save` is
+`Model.save()` for a row that exists (auto_now stamped, arrays, JSON, decimals, datetimes), an
+`Update` is `filter(...).update(...)` and touches no row its filter excludes, a `Select` builds
+the instances and values the queryset builds."""
+
+from datetime import timedelta
+from decimal import Decimal
+
+import pytest
+from django.db import DatabaseError
+from django.db.models import F
+from django.utils import timezone
+
+from agents.models import AgentRun
+from core import fastsql
+from tasks.models import Task
+from tests.factories import AgentRunFactory, ModelFactory, TaskFactory
+
+pytestmark = pytest.mark.django_db(transaction=True)
+
+
+def _row(task_id: int) -> dict[str, object]:
+    return Task.objects.filter(pk=task_id).values().get()
+
+
+def test_save_writes_every_field_as_model_save_does():
+    by_orm, by_sql = TaskFactory(), TaskFactory()
+    model = ModelFactory()
+    when = timezone.now() + timedelta(minutes=5)
+    for task in (by_orm, by_sql):
+        task.tags = ["x", "y"]
+        task.tool_policies = {"fetch_url": {"mode": "ask"}, "n": [1, 2.5, None]}
+        task.limit_cost = Decimal("12.3400")
+        task.lease_expires_at = when
+        task.model, task.connection = model, model.connection
+        task.feedback = "a 'quoted' text; -- not SQL"
+    before = timezone.now()
+    by_orm.save()
+    fastsql.save(by_sql)
+    orm, sql = _row(by_orm.pk), _row(by_sql.pk)
+    assert sql["updated_at"] >= before and by_sql.updated_at == sql["updated_at"]  # auto_now
+    skip = {"id", "title", "updated_at", "created_at"}
+    assert {k: v for k, v in sql.items() if k not in skip} == {
+        k: v for k, v in orm.items() if k not in skip
+    }
+    assert sql["tags"] == ["x", "y"] and sql["limit_cost"] == Decimal("12.3400")
+    assert sql["tool_policies"] == {"fetch_url": {"mode": "ask"}, "n": [1, 2.5, None]}
+
+
+def test_save_of_a_row_that_is_gone_raises_and_an_expression_goes_through_the_orm():
+    task = TaskFactory(priority=1)
+    task.priority = F("priority") + 1
+    fastsql.save(task)
+    assert Task.objects.get(pk=task.pk).priority == 2
+    gone = TaskFactory()
+    Task.objects.filter(pk=gone.pk).delete()
+    with pytest.raises(DatabaseError):
+        fastsql.save(gone)
+
+
+def test_an_update_with_a_filter_touches_only_the_rows_it_matches():
+    run = AgentRunFactory(status="started")
+    update = fastsql.Update.of(AgentRun, ("status", "finished_at"), (("status", "started"),))
+    now = timezone.now()
+    assert update.run(run.pk, ["succeeded", now]) == 1
+    assert update.run(run.pk, ["failed", now]) == 0  # no longer started
+    run.refresh_from_db()
+    assert run.status == "succeeded" and run.finished_at == now
+
+
+def test_a_select_builds_what_the_queryset_builds():
+    task = TaskFactory(tags=["a"], limit_cost=Decimal("1.5000"))
+    select = fastsql.Select(lambda pk: Task.objects.filter(pk=pk), "pk")
+    (built,) = select.rows(pk=task.pk)
+    orm = Task.objects.get(pk=task.pk)
+    assert {f.attname: getattr(built, f.attname) for f in Task._meta.concrete_fields} == {
+        f.attname: getattr(orm, f.attname) for f in Task._meta.concrete_fields
+    }
+    values = fastsql.Select(
+        lambda pk: Task.objects.filter(pk=pk).values_list("tags", "limit_cost"), "pk"
+    )
+    assert values.tuples(pk=task.pk) == [(["a"], Decimal("1.5000"))]
+    assert values.tuples(pk=task.pk + 1000) == []
