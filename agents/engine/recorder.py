@@ -338,8 +338,9 @@ class Recorder:
         outcome: Outcome | None,
         verdict: SupervisorVerdict | None,
     ) -> str:
-        if outcome is None:
-            # The common step: one statement, autocommitted (agents.engine.step_statement).
+        if outcome is None and not db.in_atomic_block:
+            # The common step: one statement, autocommitted (agents.engine.step_statement). Inside
+            # a caller's transaction the fenced savepoint below keeps that transaction usable.
             planned = step_statement.plan(step, self.actor)
             if planned is not None:
                 return step_statement.write(
