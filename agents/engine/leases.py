@@ -217,6 +217,17 @@ RETURNING {columns}, now()
 """
 )
 _FENCE_BRIEF = _FENCE_SQL.format(columns="t.status")
+# The same fence as the first part of a larger statement (the recorder's one-statement step, whose
+# every write draws its rows from it): positional parameters lease, task, run.
+FENCE_CTE = (
+    """
+UPDATE tasks_task t SET lease_expires_at = now() + make_interval(secs => %s)
+FROM agents_agentrun r
+WHERE t.id = %s AND r.id = %s AND r.task_id = t.id"""
+    + _HOLDS
+    + """
+RETURNING t.status"""
+)
 _FENCE_FULL = _FENCE_SQL.format(columns="t.*").replace("now()\n", "now() AS fence_now\n")
 
 

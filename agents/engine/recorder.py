@@ -25,6 +25,7 @@ from datetime import datetime
 from decimal import Decimal
 from typing import TYPE_CHECKING, Any
 
+from django.conf import settings
 from django.contrib.postgres.fields import ArrayField
 from django.db import InterfaceError, OperationalError, transaction
 from django.db import connection as db
@@ -44,6 +45,7 @@ from django.db.models.functions import Cast, Coalesce
 from django.utils import timezone
 
 from agents.catalogue.tools import ArtifactWritten
+from agents.engine import step_statement
 from agents.engine.intake import propose_follow_up
 from agents.engine.leases import fence, renew_lease
 from agents.engine.outcomes import handle
@@ -409,6 +411,20 @@ class Recorder:
         outcome: Outcome | None,
         verdict: SupervisorVerdict | None,
     ) -> str:
+        if outcome is None and not db.in_atomic_block:
+            # The common step: one statement, autocommitted (agents.engine.step_statement). Inside
+            # a caller's transaction the fenced savepoint below keeps that transaction usable.
+            planned = step_statement.plan(step, self.actor)
+            if planned is not None:
+                return step_statement.write(
+                    planned,
+                    step,
+                    task_id=self.task_id,
+                    run_id=self.run_id,
+                    actor=self.actor,
+                    lease=settings.ACTHELM_LEASE_SECONDS,
+                    checkpoint=checkpoint,
+                )
         with transaction.atomic():
             held = fence(self.run_id, self.task_id, full=outcome is not None)
             self._write(step, held.task, checkpoint)

@@ -2,6 +2,7 @@
 `TOOL_CALL_TRANSITIONS`); the caller holds the task's row lock. (A task's status has its own
 writer, `tasks.transitions`.)"""
 
+import functools
 from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
@@ -125,8 +126,8 @@ UPDATE agents_toolcall c SET
     arguments = coalesce(v.arguments, c.arguments),
     arguments_hash = coalesce(v.hash, c.arguments_hash),
     run_id = %s
-FROM (VALUES {rows}) AS v(id, status, result, rfm, code, finished, started, runs, arguments, hash,
-                         sources)
+FROM {gate}(VALUES {rows}) AS v(id, status, result, rfm, code, finished, started, runs, arguments,
+                               hash, sources)
 WHERE c.id = v.id AND c.status = ANY(v.sources)
 """
 _CALL_ROW = (
@@ -142,9 +143,23 @@ def set_calls_status(run_id: int, updates: list[CallUpdate]) -> None:
         return
     if not connection.in_atomic_block:
         raise RuntimeError("tool-call transitions must run inside transaction.atomic()")
+    sql, params = calls_status_statement(run_id, updates)
+    moved = fastsql.execute(sql, params).rowcount  # server-bound, without Django's quoting
+    if moved != len(updates):
+        raise TransitionNotAllowed(
+            f"{len(updates) - moved} of {len(updates)} tool calls cannot make their move"
+        )
+
+
+def calls_status_statement(
+    run_id: int, updates: list[CallUpdate], *, gate: str = ""
+) -> tuple[str, list[Any]]:
+    """The UPDATE that moves `updates` (each row only from a state TOOL_CALL_TRANSITIONS allows
+    into its target) and its parameters. `gate` is a FROM item the rows are drawn from (the
+    recorder's one-statement step draws them from its fence, so a lost run moves none); the
+    caller checks that every row moved."""
     params: list[Any] = [run_id]  # SQL values and Jsonb, which the stubs do not list
     for u in updates:
-        sources = [state for state, targets in TOOL_CALL_TRANSITIONS.items() if u.to in targets]
         params += [
             u.call_id,
             u.to,
@@ -156,11 +171,17 @@ def set_calls_status(run_id: int, updates: list[CallUpdate]) -> None:
             u.runs,
             Jsonb(u.arguments) if u.arguments is not None else None,
             u.arguments_hash,
-            [str(s) for s in sources],
+            _sources(u.to),
         ]
-    sql = _CALLS_SQL.format(rows=", ".join([_CALL_ROW] * len(updates)))
-    moved = fastsql.execute(sql, params).rowcount  # server-bound, without Django's quoting
-    if moved != len(updates):
-        raise TransitionNotAllowed(
-            f"{len(updates) - moved} of {len(updates)} tool calls cannot make their move"
-        )
+    return _calls_sql(len(updates), gate), params
+
+
+@functools.cache
+def _sources(to: str) -> list[str]:
+    """The states a call may move to `to` from (TOOL_CALL_TRANSITIONS)."""
+    return [str(state) for state, targets in TOOL_CALL_TRANSITIONS.items() if to in targets]
+
+
+@functools.cache
+def _calls_sql(rows: int, gate: str) -> str:
+    return _CALLS_SQL.format(rows=", ".join([_CALL_ROW] * rows), gate=gate)

@@ -155,9 +155,17 @@ class Composed(TypedDict):
 
 def notify_event_of(event: "TaskEvent") -> str | None:
     """Which notification an event is, if any (no query)."""
-    if event.to_status and event.to_status != event.from_status:
-        return STATE_EVENTS.get(event.to_status)
-    if event.kind == EventKind.PROVIDER_COOLDOWN and event.data.get("code") != _ALREADY_COOLING:
+    return notification_of(event.kind, event.data, event.from_status, event.to_status)
+
+
+def notification_of(
+    kind: str, data: dict[str, Any], from_status: str = "", to_status: str = ""
+) -> str | None:
+    """Which notification an event of this kind, data and move would be, if any (what
+    `notify_event_of` decides, for an event not built yet)."""
+    if to_status and to_status != from_status:
+        return STATE_EVENTS.get(to_status)
+    if kind == EventKind.PROVIDER_COOLDOWN and data.get("code") != _ALREADY_COOLING:
         return NotifyEvent.COOLDOWN
     return None
 

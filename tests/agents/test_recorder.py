@@ -15,7 +15,7 @@ from agents.engine.usage import Usage
 from agents.models import AgentRun, ToolCall, Turn
 from agents.states import RunStatus, ToolCallStatus
 from core.actors import Actor
-from core.exceptions import AttemptLost
+from core.exceptions import AttemptLost, TransitionNotAllowed
 from tasks.models import Task, TaskEvent
 from tasks.services import task_cancel
 from tasks.states import EventKind
@@ -167,3 +167,70 @@ def test_a_stale_step_commits_nothing_at_the_server():
             recorder.commit(stale, checkpoint=_checkpoint)
 
     assert _transactions_of(attempt) == 0  # rolled back: xact_commit does not move
+
+
+def test_a_steps_new_call_ids_reach_its_events_and_checkpoint():
+    """The one-statement step: a new call's id, known only inside the statement, goes into the
+    event that names it and into the checkpoint (what `checkpoint()` read from the call)."""
+    recorder, task = _claimed()
+    first, call = _step(0)
+    refused = CallState(
+        call_id="call_0b",
+        tool="nope",
+        arguments={},
+        arguments_raw="{}",
+        recovery_class="read_only",
+        position=1,
+        status=ToolCallStatus.REFUSED,
+        error_code="tool_not_offered",
+    )
+    first.turns[0].calls.append(NewCall(refused, result="tool_not_offered: no"))
+    first.event(EventKind.TOOL_RESULT, {"tool": "nope", "ok": False}, call=refused)
+    calls = [call, refused]
+
+    def checkpoint() -> dict[str, Any]:
+        return {
+            "pending_operations": [{"id": c.pk, "tool": c.tool} for c in calls],
+            "turn_calls": [c.pk for c in calls],
+            "note": "0\u2603",
+        }
+
+    recorder.commit(first, checkpoint=checkpoint)
+    rows = {c.call_id: c for c in ToolCall.objects.filter(task=task)}
+    assert (call.pk, refused.pk) == (rows["call_0"].pk, rows["call_0b"].pk)
+    assert rows["call_0b"].status == "refused" and rows["call_0b"].finished_at is not None
+    assert rows["call_0"].turn_id == rows["call_0b"].turn_id == Turn.objects.get(task=task).pk
+    event = TaskEvent.objects.get(task=task, kind=EventKind.TOOL_RESULT)
+    assert event.data == {"tool": "nope", "ok": False, "tool_call_id": refused.pk}
+    run = AgentRun.objects.get(pk=recorder.run_id)
+    assert run.checkpoint == checkpoint()
+    assert run.checkpoint["turn_calls"] == [call.pk, refused.pk]
+
+
+def test_a_new_call_moved_in_its_own_step_is_written_in_its_final_state():
+    """An external call's intent with the turn that asks for it: inserted running, once."""
+    recorder, _ = _claimed()
+    first, call = _step(0)
+    call.status = ToolCallStatus.RUNNING
+    first.results.append(Result(call, ToolCallStatus.RUNNING, finished=False, runs=1, started=True))
+    recorder.commit(first, checkpoint=_checkpoint)
+    row = ToolCall.objects.get(pk=call.pk)
+    assert (row.status, row.run_count, row.finished_at) == ("running", 1, None)
+    assert row.started_at is not None
+
+
+def test_a_move_the_table_refuses_writes_nothing_of_the_step():
+    """A saved call that cannot make its move (succeeded -> succeeded): TransitionNotAllowed,
+    and nothing of the step — turn, call, event, usage, checkpoint — is stored."""
+    recorder, task = _claimed()
+    first, call = _step(0)
+    recorder.commit(first, checkpoint=_checkpoint)
+    second, _ = _step(1, previous=call)
+    recorder.commit(second, checkpoint=_checkpoint)
+    before_rows = _rows(task)
+    before_run = AgentRun.objects.values().get(pk=recorder.run_id)
+    again, _ = _step(2, previous=call)  # the same call, succeeded already
+    with pytest.raises(TransitionNotAllowed):
+        recorder.commit(again, checkpoint=lambda: {"again": True})
+    assert _rows(task) == before_rows
+    assert AgentRun.objects.values().get(pk=recorder.run_id) == before_run
