@@ -426,8 +426,11 @@ class _Backend(httpcore.AsyncNetworkBackend):
         socket_options: Iterable[Any] | None = None,
     ) -> httpcore.AsyncNetworkStream:
         try:
-            # asyncio sets TCP_NODELAY on its TCP connections, as anyio's did.
-            reader, writer = await asyncio.open_connection(host, port, limit=_READ_LIMIT)
+            # asyncio sets TCP_NODELAY on its TCP connections, as anyio's did; and like anyio,
+            # tries the next address 0.25 s into a silent one (an unreachable IPv6 route).
+            reader, writer = await asyncio.open_connection(
+                host, port, limit=_READ_LIMIT, happy_eyeballs_delay=0.25
+            )
         except OSError as exc:
             raise httpcore.ConnectError(exc) from exc
         return _Stream(reader, writer)
