@@ -56,6 +56,9 @@ MAX_CONNECTIONS = 50
 PG_DIR = common.ROOT / "var" / "bench-fleet-pg"
 GOAL_CONNECTIONS, MAX_GOAL_CONNECTIONS = 10, 20
 DEBUG = False  # --debug: the workers run with DEBUG on (a developer's machine)
+#: --prepare N: the workers' DATABASE_URL asks psycopg to prepare a statement run N times on a
+#: connection (`?prepare_threshold=N`, a worker connected straight to PostgreSQL); None: unset.
+PREPARE: int | None = None
 
 
 # --- the server ---------------------------------------------------------------------------------
@@ -140,6 +143,8 @@ PRODUCTION_ENV = {"DJANGO_DEBUG": "0", "DJANGO_SECRET_KEY": "fleet-bench-" + "k"
 
 
 def spawn(db_url: str, worker_id: str, concurrency: int, root: Path, log_path: Path, **extra):
+    if PREPARE is not None:
+        db_url += ("&" if "?" in db_url else "?") + f"prepare_threshold={PREPARE}"
     env = common.child_env(
         db_url,
         ACTHELM_LOG_LEVEL="INFO",
@@ -702,13 +707,20 @@ def main() -> int:
         metavar="A,B",
         help="only the CPU of a read-only tool step: A and B turns (use --latency 0), difference",
     )
+    parser.add_argument(
+        "--prepare",
+        type=int,
+        metavar="N",
+        help="workers prepare a statement run N times on a connection (prepare_threshold)",
+    )
     parser.add_argument("--procrastinate-worker", nargs=5)
     args = parser.parse_args()
     if args.procrastinate_worker:
         conninfo, name, concurrency, latency, turns = args.procrastinate_worker
         return procrastinate_worker(conninfo, name, int(concurrency), float(latency), int(turns))
-    global DEBUG
+    global DEBUG, PREPARE
     DEBUG = args.debug
+    PREPARE = args.prepare
     if args.signals:
         return signals_main(args)
 

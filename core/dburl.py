@@ -18,11 +18,37 @@ DJANGO_OPTIONS = frozenset(
 )
 
 
+def _typed_option(key: str, value: str, name: str) -> Any:
+    """A URL's query gives text; the options psycopg and Django read as numbers or booleans get
+    their type here (`?prepare_threshold=1` would otherwise reach psycopg as "1" and fail the
+    first statement it counts)."""
+    if key == "prepare_threshold":
+        if value.strip().lower() in ("", "none"):
+            return None  # never prepare (what a transaction-mode pooler needs)
+        try:
+            threshold = int(value)
+        except ValueError:
+            raise ValueError(
+                f"{name}: prepare_threshold must be a whole number or 'none', not {value!r}"
+            ) from None
+        if threshold < 0:
+            raise ValueError(f"{name}: prepare_threshold must be 0 or more, not {threshold}")
+        return threshold
+    if key == "server_side_binding":
+        flag = value.strip().lower()
+        if flag not in ("true", "false", "1", "0", "on", "off", "yes", "no"):
+            raise ValueError(f"{name}: server_side_binding must be true or false, not {value!r}")
+        return flag in ("true", "1", "on", "yes")
+    return value
+
+
 def parse_database_url(url: str, *, name: str = "DATABASE_URL") -> dict[str, Any]:
     parts = urlsplit(url)
     if parts.scheme not in ("postgres", "postgresql", "pgsql"):
         raise ValueError(f"{name} must be a postgresql:// URL, not {parts.scheme!r}")
-    query = {k: v[-1] for k, v in parse_qs(parts.query).items()}
+    query: dict[str, Any] = {
+        k: _typed_option(k, v[-1], name) for k, v in parse_qs(parts.query).items()
+    }
     host = query.pop("host", None) or unquote(parts.hostname or "")
     port = query.pop("port", None) or (str(parts.port) if parts.port else "")
     return {
