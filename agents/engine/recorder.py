@@ -174,6 +174,21 @@ class Result:
     approval: ApprovalRequest | None = None
     unknown: bool = False
 
+    def update(self, now: datetime) -> CallUpdate:
+        """The call's move as `set_calls_status` (and the one-statement step) write it."""
+        return CallUpdate(
+            call_id=self.call.saved_pk,
+            to=self.to,
+            result=self.result,
+            result_for_model=self.result_for_model,
+            error_code=self.error_code,
+            finished_at=now if self.finished else None,
+            started_at=now if self.started else None,
+            runs=self.runs,
+            arguments=self.arguments,
+            arguments_hash=self.arguments_hash,
+        )
+
 
 @dataclass
 class Event:
@@ -598,24 +613,7 @@ class Recorder:
     def _move_calls(self, results: list[Result], now: datetime) -> None:
         if not results:
             return
-        set_calls_status(
-            self.run_id,
-            [
-                CallUpdate(
-                    call_id=r.call.saved_pk,
-                    to=r.to,
-                    result=r.result,
-                    result_for_model=r.result_for_model,
-                    error_code=r.error_code,
-                    finished_at=now if r.finished else None,
-                    started_at=now if r.started else None,
-                    runs=r.runs,
-                    arguments=r.arguments,
-                    arguments_hash=r.arguments_hash,
-                )
-                for r in results
-            ],
-        )
+        set_calls_status(self.run_id, [r.update(now) for r in results])
         request_approvals(
             task_id=self.task_id,
             run_id=self.run_id,

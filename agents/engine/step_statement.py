@@ -367,21 +367,7 @@ def write(
     if p.moves:
         _, move_params = calls_status_statement(
             run_id,
-            [
-                CallUpdate(
-                    call_id=r.call.saved_pk,
-                    to=r.to,
-                    result=r.result,
-                    result_for_model=r.result_for_model,
-                    error_code=r.error_code,
-                    finished_at=now if r.finished else None,
-                    started_at=now if r.started else None,
-                    runs=r.runs,
-                    arguments=r.arguments,
-                    arguments_hash=r.arguments_hash,
-                )
-                for r in p.moves
-            ],
+            [r.update(now) for r in p.moves],
         )
         params += move_params
     events = _Table.of(TaskEvent)
