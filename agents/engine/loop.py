@@ -104,6 +104,8 @@ class RunSignals:
     cancel: threading.Event = field(default_factory=CancelEvent)
     stop: threading.Event = field(default_factory=threading.Event)  # graceful shutdown
     pause: threading.Event = field(default_factory=threading.Event)  # a person asked to pause
+    # the run is writing its end: a task the heartbeat no longer finds held has moved on with it
+    ending: threading.Event = field(default_factory=threading.Event)
 
 
 class _Stop(Exception):

@@ -152,8 +152,11 @@ class Heartbeat(threading.Thread):
         for run_id, r in running.items():
             status = held.get(r.claim.task_id)
             if status is None:
-                # Else the run just ended (its task moved on), or it was told already.
-                if self.worker.is_running(run_id) and not r.signals.cancel.is_set():
+                # Else the run just ended (its task moved on with its last write, which may have
+                # committed before this answer while the run is still listed), or it was told
+                # already. An ending run that did lose its task finds out at that write's fence.
+                ended = r.signals.ending.is_set() or r.signals.cancel.is_set()
+                if self.worker.is_running(run_id) and not ended:
                     log.warning("run.lost", extra={"task_id": r.claim.task_id, "run_id": run_id})
                     r.signals.cancel.set()
             elif status == TaskStatus.PAUSE_REQUESTED:
@@ -435,6 +438,7 @@ class Worker:
                     open_operations=bool(loop.open_operations()),
                     cancel=signals.cancel,
                 )
+            signals.ending.set()
             status = loop.finish(outcome, verdict)
             log.info(
                 "run.finished",
@@ -452,17 +456,20 @@ class Worker:
             # The database went away mid-run: reconnect and hand the task back, rather than let
             # the lease expire (which recovery would count as a lost worker).
             log.exception("run.db_error", extra={"task_id": claim.task_id})
+            signals.ending.set()
             status = self._hand_back(claim)
         except DatabaseError as exc:
             # The database refused what the run tried to store (a data, integrity or programming
             # error): the same step would be refused again, so this is a failed attempt — it
             # counts, and the attempts' limit ends it — never a hand-back.
             log.exception("run.storage_rejected", extra={"task_id": claim.task_id})
+            signals.ending.set()
             status = self._fail_attempt(
                 claim, FailureCode.STORAGE_REJECTED, storage_message(exc, loop), retryable=True
             )
         except Exception as exc:  # a bug must not kill the worker; the run fails visibly
             log.exception("run.crashed", extra={"task_id": claim.task_id})
+            signals.ending.set()
             status = self._fail_attempt(
                 claim, FailureCode.INTERNAL_ERROR, f"{type(exc).__name__}: {exc}", retryable=True
             )

@@ -199,6 +199,36 @@ def test_a_run_past_the_timeout_is_recovered_even_with_a_fresh_lease(cli_model, 
     assert AgentRun.objects.get(pk=claim.run_id).error_code == "worker_lost"
 
 
+@pytest.mark.parametrize("ending", [False, True])
+def test_the_heartbeat_tells_a_lost_run_but_not_one_whose_own_end_moved_its_task(
+    cli_model, cli_task, caplog, ending
+):
+    """A task no longer held by a listed run: lost (warned, cancelled) unless the run is writing
+    its end — its task moved on with that write, committed before the run left the list."""
+    from agents.engine.loop import RunSignals
+    from agents.engine.worker import Heartbeat, Running
+
+    task = cli_task(cli_model("--mode", "echo"))
+    claim = claim_next(worker_id="w")
+    worker = Worker(worker_id="w", burst=True)
+    signals = RunSignals()
+    worker._running[claim.run_id] = Running(claim, signals)
+    heartbeat = Heartbeat(worker)
+    heartbeat.beat(None)
+    assert not signals.cancel.is_set() and "run.lost" not in caplog.text
+    if ending:
+        signals.ending.set()
+    apply_outcome(
+        task_id=task.pk,
+        run_id=claim.run_id,
+        worker_id="w",
+        outcome=Outcome(Outcome.FAILED, code="x", message="ended", retryable=False),
+    )
+    heartbeat.beat(None)
+    assert signals.cancel.is_set() is not ending
+    assert ("run.lost" in caplog.text) is not ending
+
+
 def _failing_attempt(task, message, now):
     claim = claim_next(worker_id="w")
     assert claim is not None and claim.task_id == task.pk
