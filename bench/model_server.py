@@ -54,7 +54,7 @@ def serve(program: str) -> int:
     from tests.fakes.model_server import ScriptedModelServer, reply_text
 
     default = steps_program if program == "steps" else reply_text("done")
-    server = ScriptedModelServer([], default=default, context_length=1_000_000)
+    server = ScriptedModelServer([], default=default, context_length=1_000_000, keep_alive=True)
     # Keep no request log: a long benchmark would hold every request body in memory.
     server.add_request = lambda rec: None
     with server:

@@ -72,6 +72,37 @@ def test_hang_then_answers_and_trickle_completes_with_long_timeout():
         assert not server.aborted.is_set()
 
 
+@pytest.mark.parametrize("keep_alive", [False, True])
+def test_a_keep_alive_server_answers_again_on_the_same_connection(keep_alive):
+    """bench/model_server.py keeps connections as a deployed server does; the tests' default
+    closes each (its hangs and trickles are delimited by the close)."""
+    import socket
+
+    body = json.dumps({"model": "test-model", "messages": [{"role": "user", "content": "hi"}]})
+    request = (
+        f"POST /v1/chat/completions HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
+        f"Content-Length: {len(body)}\r\n\r\n{body}"
+    ).encode()
+    with ScriptedModelServer(keep_alive=keep_alive) as server:
+        with socket.create_connection(("127.0.0.1", server.port), timeout=5) as sock:
+            answers = []
+            replies = sock.makefile("rb")
+            for _ in range(2):
+                try:
+                    sock.sendall(request)
+                    status, length = replies.readline(), 0
+                    while (line := replies.readline()) not in (b"\r\n", b""):
+                        if line.lower().startswith(b"content-length:"):
+                            length = int(line.split(b":")[1])
+                    replies.read(length)
+                    answers.append(status)
+                except (OSError, IndexError):
+                    answers.append(b"")
+        assert answers[0].startswith(b"HTTP/1.")
+        assert answers[1].startswith(b"HTTP/1.1 200") is keep_alive
+        assert len(server.completion_requests) == (2 if keep_alive else 1)
+
+
 def test_models_endpoint_and_unknown_routes():
     with ScriptedModelServer(context_length=1234, model_ids=["a", "b"]) as server:
         models = httpx.get(server.url + "/models").json()

@@ -36,6 +36,7 @@ import sys
 import threading
 import time
 import uuid
+import weakref
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
@@ -424,11 +425,15 @@ class _Handler(BaseHTTPRequestHandler):
         owner = self.server.owner
         end = time.monotonic() + seconds
         sock = self.connection
-        while time.monotonic() < end:
+        while (left := end - time.monotonic()) > 0:
             if owner.stopping.is_set():
                 return False
             try:
-                readable, _, _ = select.select([sock], [], [], 0.05)
+                # Asleep until the time is up, the client closes or the server stops (its
+                # pipe turns readable): no polling, so 500 held requests cost no CPU.
+                readable, _, _ = select.select([sock, owner.stop_fd], [], [], left)
+                if owner.stop_fd in readable:
+                    return False
                 if readable:
                     data = sock.recv(1, socket.MSG_PEEK)
                     if not data:
@@ -542,6 +547,13 @@ class _Handler(BaseHTTPRequestHandler):
         self.close_connection = True
 
 
+class _KeepAliveHandler(_Handler):
+    """HTTP/1.1 with persistent connections, as a deployed model server keeps them (every reply
+    of a text or tool-call step has a Content-Length; a hang, a huge body or a trickle closes)."""
+
+    protocol_version = "HTTP/1.1"
+
+
 class ScriptedModelServer:
     """A real HTTP model server on 127.0.0.1 answering from a script of steps.
 
@@ -564,6 +576,7 @@ class ScriptedModelServer:
         completion_tokens: int = 5,
         record_path: str | os.PathLike | None = None,
         prompt_cache: bool = False,
+        keep_alive: bool = False,
     ) -> None:
         if flavor not in FLAVORS:
             raise ValueError(f"flavor must be one of {FLAVORS}")
@@ -586,6 +599,9 @@ class ScriptedModelServer:
         self.aborted = threading.Event()
         self.aborts: list[str] = []
         self.stopping = threading.Event()
+        self.keep_alive = keep_alive
+        self.stop_fd = -1  # readable once the server stops (a held request wakes on it)
+        self._stop_w = -1
         self._lock = threading.Lock()
         self._new_request = threading.Condition(self._lock)
         self._httpd: _HTTPServer | None = None
@@ -596,10 +612,14 @@ class ScriptedModelServer:
     def start(self) -> ScriptedModelServer:
         if self._httpd is not None:
             return self
-        httpd = _HTTPServer((self.host, self._port), _Handler)
+        httpd = _HTTPServer(
+            (self.host, self._port), _KeepAliveHandler if self.keep_alive else _Handler
+        )
         httpd.owner = self
         self._httpd = httpd
         self.stopping.clear()
+        self.stop_fd, self._stop_w = os.pipe()
+        weakref.finalize(self, os.close, self.stop_fd)
         self._thread = threading.Thread(
             target=httpd.serve_forever, kwargs={"poll_interval": 0.05}, daemon=True
         )
@@ -611,10 +631,13 @@ class ScriptedModelServer:
         if httpd is None:
             return
         self.stopping.set()
+        os.write(self._stop_w, b"x")
         httpd.shutdown()
         httpd.server_close()
         if self._thread is not None:
             self._thread.join(timeout=5)
+        # The read end stays open while a handler may still select on it (closed with self).
+        os.close(self._stop_w)
 
     def __enter__(self) -> ScriptedModelServer:
         return self.start()
