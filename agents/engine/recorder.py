@@ -468,11 +468,18 @@ class Recorder:
         elif step.memory_from_run is not None:
             memory_services.copy_selection(from_run_id=step.memory_from_run, to_run=self.run)
         if step.system_prompt is not None:
-            Conversation.objects.create(
-                task_id=self.task_id,
-                system_prompt=step.system_prompt,
-                system_prompt_sha256=hashlib.sha256(step.system_prompt.encode()).hexdigest(),
-                tool_pins=step.tool_pins or {},
+            fastsql.Insert.of(Conversation).rows(  # once a task; the ORM's save compiles it
+                [
+                    {
+                        "task_id": self.task_id,
+                        "system_prompt": step.system_prompt,
+                        "system_prompt_sha256": hashlib.sha256(
+                            step.system_prompt.encode()
+                        ).hexdigest(),
+                        "tool_pins": step.tool_pins or {},
+                    }
+                ],
+                now,
             )
         elif step.tool_pins is not None:
             Conversation.objects.filter(task_id=self.task_id).update(tool_pins=step.tool_pins)
