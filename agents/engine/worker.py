@@ -377,7 +377,7 @@ class Worker:
             log.exception("worker.process_error", extra={"task_id": claim.task_id})
         finally:
             db.close()
-            release_thread_http()  # its event loop and model connection, for the next run
+            release_thread_http()  # its model connections, for the next run
             with self._lock:
                 self._threads.discard(threading.current_thread())
             self._wake()
