@@ -593,6 +593,7 @@ class _SyncStream(httpcore.NetworkStream):
         timeout: float | None = None,
     ) -> httpcore.NetworkStream:
         exchange = _exchange()
+        stream: _SyncStream = self  # the one to close on failure (the TLS socket, once made)
         try:
             sock = ssl_context.wrap_socket(
                 self._sock, server_hostname=server_hostname, do_handshake_on_connect=False
@@ -607,12 +608,12 @@ class _SyncStream(httpcore.NetworkStream):
                 except ssl.SSLWantWriteError:
                     stream._wait(exchange, select.POLLOUT)
         except (OSError, ssl.SSLError, EOFError) as exc:
-            self.close()
+            stream.close()
             if exchange.aborted:
                 raise _Cancelled from None
             raise httpcore.ConnectError(exc) from exc
         except BaseException:
-            self.close()
+            stream.close()
             raise
 
     def get_extra_info(self, info: str) -> Any:
