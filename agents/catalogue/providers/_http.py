@@ -204,7 +204,7 @@ def release_thread_http() -> None:
 _idle_direct: list[dict[_PoolKey, httpcore.ConnectionPool]] = []
 
 
-def _direct_pool(key: _PoolKey) -> httpcore.ConnectionPool:
+def _direct_pool(key: _PoolKey, target: _Target) -> httpcore.ConnectionPool:
     """This thread's pool for the endpoint (one connection: scheme, host, port); a thread
     starts with the pools an ended thread gave back, when there are some."""
     pools: dict[_PoolKey, httpcore.ConnectionPool] | None = getattr(_local, "pools", None)
@@ -215,7 +215,8 @@ def _direct_pool(key: _PoolKey) -> httpcore.ConnectionPool:
     pool = pools.get(key)
     if pool is None:
         pool = pools[key] = httpcore.ConnectionPool(
-            ssl_context=_ssl_context(),
+            # a plain-http endpoint (a local model) needs none
+            ssl_context=_ssl_context() if target.url.scheme == b"https" else None,
             max_connections=1,
             max_keepalive_connections=1,
             keepalive_expiry=_KEEPALIVE_EXPIRY,
@@ -243,7 +244,7 @@ def _sync_request(
     except (httpx.InvalidURL, httpcore.UnsupportedProtocol, TypeError, ValueError) as exc:
         raise provider.error(PROVIDER_UNREACHABLE, f"invalid URL {url!r}: {exc}") from None
     key = (type(provider).__name__, target.origin, timeout)
-    pool = _direct_pool(key)
+    pool = _direct_pool(key, target)
     exchange = _local.exchange = _Exchange(time.monotonic() + timeout, cancel_event)
     ok = False
     try:
@@ -722,10 +723,19 @@ def _connect_first(exchange: _Exchange, infos: list[Any]) -> socket.socket:
 _SYNC_BACKEND = _SyncBackend()
 
 
-@functools.cache
+_ssl_lock = threading.Lock()
+
+
 def _ssl_context() -> ssl.SSLContext:
-    """Building an SSL context (loading the CA bundle) costs ~50 ms; do it once.
-    SSLContext objects are safe to share between threads and event loops."""
+    """Building an SSL context (loading the CA bundle) costs ~50 ms; do it once, under a lock
+    (a worker's run threads start together: each built its own). SSLContext objects are safe
+    to share between threads and event loops."""
+    with _ssl_lock:
+        return _new_ssl_context()
+
+
+@functools.cache
+def _new_ssl_context() -> ssl.SSLContext:
     return httpx.create_ssl_context()
 
 
