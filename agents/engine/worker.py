@@ -38,7 +38,7 @@ from agents.engine.supervisor import supervise
 from agents.engine.supervisor import uses_model as supervisor_uses_model
 from agents.models import AgentRun
 from agents.states import FailureCode
-from core.dbpool import release_connection, reserve_connection
+from core.dbpool import check_idle, release_connection, reserve_connection
 from core.dburl import listen_conninfo
 from core.exceptions import AttemptLost
 from tasks.notify.delivery import deliver_in_maintenance
@@ -196,6 +196,7 @@ def configure_pool(size: int, *, worker_id: str = "") -> None:
         "max_size": size,
         "timeout": settings.ACTHELM_DB_POOL_TIMEOUT_SECONDS,
         "name": "acthelm-worker",
+        "check": check_idle,  # a poll of the idle socket, not a round trip per checkout
     }
     db.settings_dict["CONN_MAX_AGE"] = 0
     if worker_id:  # so that pg_stat_activity says whose connections these are
@@ -379,7 +380,7 @@ class Worker:
             log.exception("worker.process_error", extra={"task_id": claim.task_id})
         finally:
             db.close()
-            release_thread_http()  # its event loop and model connection, for the next run
+            release_thread_http()  # its model connections, for the next run
             with self._lock:
                 self._threads.discard(threading.current_thread())
             self._wake()

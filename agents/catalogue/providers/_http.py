@@ -1,18 +1,22 @@
 """Shared HTTP machinery for the HTTP providers.
 
-Every request runs on this thread's event loop so that it can be really aborted: the caller's
-cancel event cancels the request task (called back by a `CancelEvent`, polled for a plain
+A request runs in the caller's thread on httpcore's sync connection pool, over non-blocking
+sockets waited on with `poll`: no event loop per thread (a loop's task, timer and callbacks per
+request cost more CPU than a local model's answer). It can still be really aborted: the caller's
+cancel event shuts the socket down (called back by a `CancelEvent`, polled for a plain
 `threading.Event`), and the connection is closed. Each thread keeps one connection pool per
-provider endpoint (its loop's), so a worker reuses its connection to the model server from turn
-to turn; a cancelled, timed-out or failed request discards its pool. An overall deadline bounds
-the whole exchange (slow-loris servers), and the body is streamed with a byte cap.
+provider endpoint, so a worker reuses its connection to the model server from turn to turn (and
+hands it to its next run thread, `release_thread_http`); a cancelled, timed-out or failed
+request discards its pool. An overall deadline bounds the whole exchange (slow-loris servers):
+every wait on a socket ends at it. The body is streamed with a byte cap; redirects are never
+followed (httpcore does not).
 
 The request is sent with httpcore's connection pool directly (the transport under httpx): the
 client layers above it (request and response objects, header merging, cookies, auth and
 redirect flows, event hooks) cost more CPU than the exchange itself with a local model, and a
 model request needs none of them. When the environment names a proxy (``HTTP_PROXY``,
-``HTTPS_PROXY``, ``ALL_PROXY``), requests go through an ``httpx.AsyncClient`` instead, which
-applies it (and ``NO_PROXY``) as it always did.
+``HTTPS_PROXY``, ``ALL_PROXY``), requests go through an ``httpx.AsyncClient`` on this thread's
+event loop instead, which applies it (and ``NO_PROXY``) as it always did.
 """
 
 from __future__ import annotations
@@ -24,11 +28,14 @@ import email.utils
 import functools
 import json
 import math
+import os
 import re
+import select
+import socket
 import ssl
 import threading
 import time
-from collections.abc import AsyncIterable, Callable, Iterable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from decimal import Decimal, InvalidOperation
 from typing import Any
@@ -124,6 +131,8 @@ def request(
     if content is not None:
         headers = {"content-type": "application/json", **headers}
     timeout = timeout or provider.timeout
+    if not _proxied():
+        return _sync_request(provider, method, url, headers, content, cancel_event, timeout)
     if asyncio._get_running_loop() is None:
         return _thread_loop().run_until_complete(
             _request(provider, method, url, headers, content, cancel_event, timeout, reuse=True)
@@ -137,8 +146,8 @@ def request(
 
 # A thread's connection pool is kept per (provider class name, origin, timeout).
 type _PoolKey = tuple[str, str, float]
-#: httpcore's pool, or httpx's client when a proxy applies.
-type _Pool = httpcore.AsyncConnectionPool | httpx.AsyncClient
+#: httpx's client, when a proxy applies.
+type _Pool = httpx.AsyncClient
 
 _loops = threading.local()
 #: Loops (with their pools and kept-alive connections) that threads gave back
@@ -164,9 +173,19 @@ def _thread_loop() -> asyncio.AbstractEventLoop:
 
 
 def release_thread_http() -> None:
-    """This thread is done with model requests (a worker's run thread ending): its loop, with
-    its pools and their kept-alive connections, goes to the next thread that asks. Only a
-    loop that is not running is given back; beyond `_IDLE_MAX` idle loops it is closed."""
+    """This thread is done with model requests (a worker's run thread ending): its pools, with
+    their kept-alive connections, go to the next thread that asks (and its loop, with the
+    proxied clients, when a proxy applies). Only a loop that is not running is given back;
+    beyond `_IDLE_MAX` idle ones, they are closed."""
+    direct: dict[_PoolKey, httpcore.ConnectionPool] | None = getattr(_local, "pools", None)
+    _local.pools = None
+    if direct:
+        with _idle_lock:
+            if len(_idle_direct) < _IDLE_MAX:
+                _idle_direct.append(direct)
+                direct = None
+        for core_pool in (direct or {}).values():
+            core_pool.close()
     loop = getattr(_loops, "loop", None)
     pools: dict[_PoolKey, _Pool] = getattr(_loops, "pools", None) or {}
     _loops.loop, _loops.pools = None, None
@@ -179,6 +198,73 @@ def release_thread_http() -> None:
     for pool in pools.values():
         loop.run_until_complete(pool.aclose())
     loop.close()
+
+
+#: The direct pools threads gave back (`release_thread_http`), for the next thread.
+_idle_direct: list[dict[_PoolKey, httpcore.ConnectionPool]] = []
+
+
+def _direct_pool(key: _PoolKey, target: _Target) -> httpcore.ConnectionPool:
+    """This thread's pool for the endpoint (one connection: scheme, host, port); a thread
+    starts with the pools an ended thread gave back, when there are some."""
+    pools: dict[_PoolKey, httpcore.ConnectionPool] | None = getattr(_local, "pools", None)
+    if pools is None:
+        with _idle_lock:
+            pools = _idle_direct.pop() if _idle_direct else {}
+        _local.pools = pools
+    pool = pools.get(key)
+    if pool is None:
+        pool = pools[key] = httpcore.ConnectionPool(
+            # a plain-http endpoint (a local model) needs none
+            ssl_context=_ssl_context() if target.url.scheme == b"https" else None,
+            max_connections=1,
+            max_keepalive_connections=1,
+            keepalive_expiry=_KEEPALIVE_EXPIRY,
+            network_backend=_SYNC_BACKEND,
+        )
+    return pool
+
+
+def _sync_request(
+    provider: Provider,
+    method: str,
+    url: str,
+    headers: dict[str, str],
+    content: bytes | None,
+    cancel_event: threading.Event | None,
+    timeout: float,
+) -> HttpResponse:
+    """The exchange in the caller's thread, on its pool's kept-alive connection: no event loop
+    (a loop's turn per read, its task, timer and callbacks cost more CPU than a local model's
+    answer). The socket's waits end at the overall deadline; the caller's cancel event shuts
+    the socket down (`_Exchange`). A cancelled, timed-out or failed request discards the pool,
+    and with it its connection."""
+    try:
+        target = _target(url)
+    except (httpx.InvalidURL, httpcore.UnsupportedProtocol, TypeError, ValueError) as exc:
+        raise provider.error(PROVIDER_UNREACHABLE, f"invalid URL {url!r}: {exc}") from None
+    key = (type(provider).__name__, target.origin, timeout)
+    pool = _direct_pool(key, target)
+    exchange = _local.exchange = _Exchange(time.monotonic() + timeout, cancel_event)
+    ok = False
+    try:
+        result = _send(provider, pool, method, target, headers, content, timeout)
+        ok = True
+        return result
+    except _PastDeadline:
+        raise provider.error(
+            PROVIDER_TIMEOUT, f"no complete response within {timeout:g} s (overall deadline)"
+        ) from None
+    except _Cancelled:
+        raise provider.error(PROVIDER_CANCELLED, "request cancelled by the caller") from None
+    finally:
+        exchange.close()  # from here on, a cancel touches no socket
+        _local.exchange = None
+        if not ok:
+            pools = getattr(_local, "pools", None) or {}
+            if pools.get(key) is pool:
+                del pools[key]
+            pool.close()  # closes its connection
 
 
 @dataclass(frozen=True)
@@ -221,21 +307,11 @@ def _proxied() -> bool:
 
 
 def _new_pool(timeout: float, *, keep_alive: bool) -> _Pool:
-    if _proxied():
-        return httpx.AsyncClient(
-            verify=_ssl_context(),
-            timeout=httpx.Timeout(timeout),
-            follow_redirects=False,
-            limits=httpx.Limits(
-                max_connections=1, max_keepalive_connections=1 if keep_alive else 0
-            ),
-        )
-    return httpcore.AsyncConnectionPool(
-        ssl_context=_ssl_context(),
-        max_connections=1,
-        max_keepalive_connections=1 if keep_alive else 0,
-        keepalive_expiry=_KEEPALIVE_EXPIRY,
-        network_backend=_BACKEND,
+    return httpx.AsyncClient(
+        verify=_ssl_context(),
+        timeout=httpx.Timeout(timeout),
+        follow_redirects=False,
+        limits=httpx.Limits(max_connections=1, max_keepalive_connections=1 if keep_alive else 0),
     )
 
 
@@ -329,10 +405,7 @@ async def _request(
     ok = False
     try:
         async with asyncio.timeout(timeout):
-            if isinstance(pool, httpcore.AsyncConnectionPool):
-                result = await _send(provider, pool, method, target, headers, content, timeout)
-            else:
-                result = await _send_httpx(provider, pool, method, url, headers, content, timeout)
+            result = await _send_httpx(provider, pool, method, url, headers, content, timeout)
         ok = True
         return result
     except TimeoutError:
@@ -350,112 +423,319 @@ async def _request(
             await _discard(key, pool)
 
 
-class _Stream(httpcore.AsyncNetworkStream):
-    """A connection as asyncio's streams: what httpcore's default (anyio) backend does, without
-    its per-read and per-write cancel scopes. The per-operation timeouts httpcore passes are not
-    applied: they equal the overall deadline (`_request`), which starts before them and bounds
-    every read and write of the exchange."""
+# --------------------------------------------------------------------------------------
+# The direct exchange: httpcore's sync pool on blocking-style sockets, in the caller's thread
+# --------------------------------------------------------------------------------------
 
-    def __init__(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
-        self._reader = reader
-        self._writer = writer
 
-    async def read(self, max_bytes: int, timeout: float | None = None) -> bytes:
+class _Cancelled(Exception):
+    """The caller's cancel event was set while the exchange ran."""
+
+
+class _PastDeadline(Exception):
+    """The exchange's overall deadline passed."""
+
+
+_local = threading.local()
+
+
+def _shutdown(sock: socket.socket) -> None:
+    # The plain socket's shutdown, also for a TLS socket (whose own `shutdown` drops its SSL
+    # object under the reading thread): a blocked wait on it wakes up with the end of stream.
+    with contextlib.suppress(OSError):
+        socket.socket.shutdown(sock, socket.SHUT_RDWR)
+
+
+class _Exchange:
+    """One request's overall deadline and its caller's cancel event, as its sockets see them.
+    A `CancelEvent` calls back (in the thread that sets it): the socket the request waits on is
+    shut down, which wakes the wait at once. A plain `threading.Event` is polled: a wait lasts
+    at most `CANCEL_POLL_INTERVAL`. Once closed, a late cancel finds nothing to abort, and a
+    socket is detached (under the lock) before it is closed, so a cancel never reaches a
+    descriptor that was closed and reused meanwhile."""
+
+    __slots__ = ("aborted", "deadline", "event", "lock", "over", "polled", "sock")
+
+    def __init__(self, deadline: float, event: threading.Event | None) -> None:
+        self.deadline = deadline
+        self.event = event
+        self.polled = event is not None and not isinstance(event, CancelEvent)
+        self.aborted = self.over = False
+        self.sock: socket.socket | None = None
+        self.lock = threading.Lock()
+        if isinstance(event, CancelEvent):
+            event.add_callback(self.abort)
+
+    def abort(self) -> None:  # in the thread that set the event
+        with self.lock:
+            if self.over:
+                return
+            self.aborted = True
+            if self.sock is not None:
+                _shutdown(self.sock)
+
+    def attach(self, sock: socket.socket) -> None:
+        with self.lock:
+            self.sock = sock
+            if self.aborted:
+                _shutdown(sock)
+
+    def detach(self, sock: socket.socket) -> None:
+        with self.lock:
+            if self.sock is sock:
+                self.sock = None
+
+    def wait_ms(self, cap: float | None = None) -> int:
+        """How long the next wait on a socket may last, in ms; raises once cancelled or past
+        the deadline."""
+        if self.aborted or (self.polled and self.event.is_set()):  # type: ignore[union-attr]
+            self.aborted = True
+            raise _Cancelled
+        left = self.deadline - time.monotonic()
+        if left <= 0:
+            raise _PastDeadline
+        if self.polled:
+            left = min(left, CANCEL_POLL_INTERVAL)
+        if cap is not None:
+            left = min(left, cap)
+        return max(1, math.ceil(left * 1000))
+
+    def close(self) -> None:
+        with self.lock:
+            self.over = True
+            self.sock = None
+        if isinstance(self.event, CancelEvent):
+            self.event.remove_callback(self.abort)
+
+
+def _exchange() -> _Exchange:
+    exchange = getattr(_local, "exchange", None)
+    if exchange is None:  # pragma: no cover - a stream is used only inside `_sync_request`
+        raise httpcore.NetworkError("no exchange in progress")
+    return exchange
+
+
+_WANT_READ = (BlockingIOError, ssl.SSLWantReadError)
+_WANT_WRITE = (BlockingIOError, ssl.SSLWantWriteError)
+
+
+class _SyncStream(httpcore.NetworkStream):
+    """A non-blocking socket, waited on with `poll` up to the exchange's deadline (httpcore's
+    per-operation timeouts equal that deadline, which started before them: not applied). A
+    read tries the socket first: an answer that arrived costs one system call."""
+
+    def __init__(self, sock: socket.socket) -> None:
+        self._sock = sock
+        self._poll = select.poll()
+        self._poll.register(sock.fileno(), select.POLLIN | select.POLLPRI)
+
+    def _wait(self, exchange: _Exchange, events: int) -> None:
+        if exchange.sock is not self._sock:
+            exchange.attach(self._sock)
+        if events != select.POLLIN:
+            self._poll.modify(self._sock.fileno(), events)
         try:
-            return await self._reader.read(max_bytes)
-        except OSError as exc:
-            raise httpcore.ReadError(exc) from exc
+            self._poll.poll(exchange.wait_ms())
+        finally:
+            if events != select.POLLIN:
+                self._poll.modify(self._sock.fileno(), select.POLLIN | select.POLLPRI)
+        if exchange.aborted:
+            raise _Cancelled
 
-    async def write(self, buffer: bytes, timeout: float | None = None) -> None:
-        if not buffer:
-            return
-        try:
-            self._writer.write(buffer)
-            await self._writer.drain()
-        except (OSError, RuntimeError) as exc:  # RuntimeError: written after the close
-            raise httpcore.WriteError(exc) from exc
+    def read(self, max_bytes: int, timeout: float | None = None) -> bytes:
+        exchange = _exchange()
+        while True:
+            try:
+                data = self._sock.recv(max_bytes)
+            except _WANT_READ:
+                self._wait(exchange, select.POLLIN | select.POLLPRI)
+                continue
+            except ssl.SSLWantWriteError:  # pragma: no cover - TLS renegotiation
+                self._wait(exchange, select.POLLOUT)
+                continue
+            except OSError as exc:
+                if exchange.aborted:
+                    raise _Cancelled from None
+                raise httpcore.ReadError(exc) from exc
+            if not data and exchange.aborted:
+                raise _Cancelled
+            return data
 
-    async def aclose(self) -> None:
-        # Closed at once (a cancelled or failed exchange must not linger), and the socket let
-        # go before the loop stops.
-        self._writer.transport.abort()
-        await asyncio.sleep(0)
+    def write(self, buffer: bytes, timeout: float | None = None) -> None:
+        exchange = _exchange()
+        view = memoryview(buffer)
+        while view:
+            try:
+                sent = self._sock.send(view)
+            except _WANT_WRITE:
+                self._wait(exchange, select.POLLOUT)
+                continue
+            except ssl.SSLWantReadError:  # pragma: no cover - TLS renegotiation
+                self._wait(exchange, select.POLLIN)
+                continue
+            except OSError as exc:
+                if exchange.aborted:
+                    raise _Cancelled from None
+                raise httpcore.WriteError(exc) from exc
+            view = view[sent:]
 
-    async def start_tls(
+    def close(self) -> None:
+        exchange = getattr(_local, "exchange", None)
+        if exchange is not None:
+            exchange.detach(self._sock)
+        # Closed at once (a cancelled or failed exchange must not linger).
+        with contextlib.suppress(OSError):
+            self._sock.close()
+
+    def start_tls(
         self,
         ssl_context: ssl.SSLContext,
         server_hostname: str | None = None,
         timeout: float | None = None,
-    ) -> httpcore.AsyncNetworkStream:
+    ) -> httpcore.NetworkStream:
+        exchange = _exchange()
+        stream: _SyncStream = self  # the one to close on failure (the TLS socket, once made)
         try:
-            await self._writer.start_tls(ssl_context, server_hostname=server_hostname)
-        except (OSError, ssl.SSLError, EOFError, ConnectionError) as exc:
-            await self.aclose()
+            sock = ssl_context.wrap_socket(
+                self._sock, server_hostname=server_hostname, do_handshake_on_connect=False
+            )
+            stream = _SyncStream(sock)
+            while True:
+                try:
+                    sock.do_handshake()
+                    return stream
+                except ssl.SSLWantReadError:
+                    stream._wait(exchange, select.POLLIN)
+                except ssl.SSLWantWriteError:
+                    stream._wait(exchange, select.POLLOUT)
+        except (OSError, ssl.SSLError, EOFError) as exc:
+            stream.close()
+            if exchange.aborted:
+                raise _Cancelled from None
             raise httpcore.ConnectError(exc) from exc
         except BaseException:
-            await self.aclose()
+            stream.close()
             raise
-        return self
 
     def get_extra_info(self, info: str) -> Any:
-        if info in ("ssl_object", "socket"):
-            return self._writer.get_extra_info(info)
+        sock = self._sock
+        if info == "ssl_object":
+            return getattr(sock, "_sslobj", None)
+        if info == "socket":
+            return sock
         if info == "client_addr":
-            return self._writer.get_extra_info("sockname")
+            return sock.getsockname()
         if info == "server_addr":
-            return self._writer.get_extra_info("peername")
+            return sock.getpeername()
         if info == "is_readable":
-            # Data or the end of the stream, already read by the loop or still in the socket:
-            # an idle kept-alive connection that is readable was closed (or spoilt) by the server.
-            return (
-                self._writer.transport.is_closing()
-                or self._reader.at_eof()
-                or bool(getattr(self._reader, "_buffer", b""))
-                or is_socket_readable(self._writer.get_extra_info("socket"))
-            )
+            # Data or the end of the stream: an idle kept-alive connection that is readable was
+            # closed (or spoilt) by the server.
+            pending = isinstance(sock, ssl.SSLSocket) and sock.pending() > 0
+            return pending or is_socket_readable(sock)
         return None
 
 
-class _Backend(httpcore.AsyncNetworkBackend):
-    async def connect_tcp(
+#: A silent address is given this long before the next one is tried too (as asyncio's and
+#: anyio's happy eyeballs do: an unreachable IPv6 route).
+_NEXT_ADDRESS_DELAY = 0.25
+
+
+class _SyncBackend(httpcore.NetworkBackend):
+    def connect_tcp(
         self,
         host: str,
         port: int,
         timeout: float | None = None,
         local_address: str | None = None,
         socket_options: Iterable[Any] | None = None,
-    ) -> httpcore.AsyncNetworkStream:
+    ) -> httpcore.NetworkStream:
+        exchange = _exchange()
         try:
-            # asyncio sets TCP_NODELAY on its TCP connections, as anyio's did; and like anyio,
-            # tries the next address 0.25 s into a silent one (an unreachable IPv6 route).
-            reader, writer = await asyncio.open_connection(
-                host, port, limit=_READ_LIMIT, happy_eyeballs_delay=0.25
-            )
+            infos = socket.getaddrinfo(host, port, type=socket.SOCK_STREAM)
         except OSError as exc:
             raise httpcore.ConnectError(exc) from exc
-        return _Stream(reader, writer)
+        sock = _connect_first(exchange, infos)
+        sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+        return _SyncStream(sock)
 
-    async def connect_unix_socket(  # pragma: no cover - not used: URLs name hosts
+    def connect_unix_socket(  # pragma: no cover - not used: URLs name hosts
         self,
         path: str,
         timeout: float | None = None,
         socket_options: Iterable[Any] | None = None,
-    ) -> httpcore.AsyncNetworkStream:
+    ) -> httpcore.NetworkStream:
         raise httpcore.ConnectError("unix sockets are not used")
 
-    async def sleep(self, seconds: float) -> None:
-        await asyncio.sleep(seconds)
+    def sleep(self, seconds: float) -> None:  # pragma: no cover - no retries configured
+        time.sleep(seconds)
 
 
-#: The stream's read buffer: a read takes at most httpcore's 64 KiB anyway.
-_READ_LIMIT = 2**17
-_BACKEND = _Backend()
+def _connect_first(exchange: _Exchange, infos: list[Any]) -> socket.socket:
+    """The first of the addresses to accept a connection: the next one is started when the
+    ones before stay silent for `_NEXT_ADDRESS_DELAY` (or fail), the earlier ones keep trying;
+    the others are closed. Waits are at most `CANCEL_POLL_INTERVAL` long, so a cancel is seen."""
+    pending: dict[int, socket.socket] = {}
+    poller = select.poll()
+    queue = list(infos)
+    last: OSError | None = None
+    next_at = 0.0
+    try:
+        while True:
+            now = time.monotonic()
+            if queue and (now >= next_at or not pending):
+                family, kind, proto, _, address = queue.pop(0)
+                try:
+                    sock = socket.socket(family, kind, proto)
+                except OSError as exc:
+                    last = exc
+                    continue
+                sock.setblocking(False)
+                try:
+                    sock.connect(address)
+                except BlockingIOError:
+                    pass
+                except OSError as exc:
+                    sock.close()
+                    last = exc
+                    continue
+                pending[sock.fileno()] = sock
+                poller.register(sock, select.POLLOUT)
+                next_at = now + _NEXT_ADDRESS_DELAY
+            if not pending:
+                raise httpcore.ConnectError(last or OSError("no address to connect to"))
+            cap = max(0.0, next_at - now) if queue else None
+            cap = CANCEL_POLL_INTERVAL if cap is None else min(cap, CANCEL_POLL_INTERVAL)
+            for fd, _ in poller.poll(exchange.wait_ms(cap)):
+                sock = pending.pop(fd)
+                poller.unregister(fd)
+                error = sock.getsockopt(socket.SOL_SOCKET, socket.SO_ERROR)
+                if error == 0:
+                    return sock
+                sock.close()
+                last = OSError(error, os.strerror(error))
+            if exchange.aborted:
+                raise _Cancelled
+    finally:
+        for sock in pending.values():
+            sock.close()
+
+
+_SYNC_BACKEND = _SyncBackend()
+
+
+_ssl_lock = threading.Lock()
+
+
+def _ssl_context() -> ssl.SSLContext:
+    """Building an SSL context (loading the CA bundle) costs ~50 ms; do it once, under a lock
+    (a worker's run threads start together: each built its own). SSLContext objects are safe
+    to share between threads and event loops."""
+    with _ssl_lock:
+        return _new_ssl_context()
 
 
 @functools.cache
-def _ssl_context() -> ssl.SSLContext:
-    """Building an SSL context (loading the CA bundle) costs ~50 ms; do it once.
-    SSLContext objects are safe to share between threads and event loops."""
+def _new_ssl_context() -> ssl.SSLContext:
     return httpx.create_ssl_context()
 
 
@@ -495,7 +775,7 @@ def _core_request(
     )
 
 
-async def _read_body(provider: Provider, resp: httpcore.Response) -> bytes:
+def _read_body(provider: Provider, resp: httpcore.Response) -> bytes:
     """The body, decoded as its Content-Encoding says; over the byte cap (declared, or counted
     as it is decoded) raises ``provider_bad_response``."""
     cap = provider.max_response_bytes
@@ -517,8 +797,8 @@ async def _read_body(provider: Provider, resp: httpcore.Response) -> bytes:
     chunks: list[bytes] = []
     total = 0
     stream = resp.stream
-    assert isinstance(stream, AsyncIterable)
-    async for raw in stream:
+    assert isinstance(stream, Iterable)
+    for raw in stream:
         chunk = raw if decoder is None else decoder.decode(raw)
         total += len(chunk)
         if total > cap:
@@ -537,9 +817,9 @@ async def _read_body(provider: Provider, resp: httpcore.Response) -> bytes:
     return b"".join(chunks)
 
 
-async def _send(
+def _send(
     provider: Provider,
-    pool: httpcore.AsyncConnectionPool,
+    pool: httpcore.ConnectionPool,
     method: str,
     target: _Target,
     headers: dict[str, str],
@@ -547,13 +827,11 @@ async def _send(
     timeout: float,
 ) -> HttpResponse:
     try:
-        resp = await pool.handle_async_request(
-            _core_request(method, target, headers, content, timeout)
-        )
+        resp = pool.handle_request(_core_request(method, target, headers, content, timeout))
         try:
-            body = await _read_body(provider, resp)
+            body = _read_body(provider, resp)
         finally:
-            await resp.aclose()
+            resp.close()
         return HttpResponse(resp.status, httpx.Headers(resp.headers), body)
     except ProviderError:
         raise

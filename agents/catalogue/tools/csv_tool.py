@@ -26,11 +26,11 @@ from pydantic import Field, field_validator, model_validator
 from .base import Tool, ToolArgs, ToolContext, ToolError, ToolResult
 from .files import (
     _rel,
+    _resolve,
     _workspace_root,
     check_workspace_path,
     looks_binary,
     open_regular_file,
-    resolve_in_workspace,
 )
 from .recovery_class import RecoveryClass
 from .registry import register
@@ -751,7 +751,7 @@ class AnalyzeCsv(Tool[AnalyzeCsvArgs]):
 
     def run(self, args: AnalyzeCsvArgs, ctx: ToolContext) -> ToolResult:
         root = _workspace_root(ctx.workspace)
-        real = resolve_in_workspace(root, args.path)
+        real = _resolve(root, args.path)
         rel = _rel(root, str(real))
         csv.field_size_limit(CSV_FIELD_LIMIT)
         f, size = open_regular_file(real, args.path)

@@ -120,7 +120,12 @@ def resolve_in_workspace(workspace: Path | str, relpath: str, *, must_exist: boo
     exists it must be a regular file.  Codes: ``path_invalid``,
     ``path_outside_workspace``, ``path_not_found``, ``path_not_regular``.
     """
-    root = _workspace_root(workspace)
+    return _resolve(_workspace_root(workspace), relpath, must_exist=must_exist)
+
+
+def _resolve(root: str, relpath: str, *, must_exist: bool = True) -> Path:
+    """`resolve_in_workspace` under a workspace root already resolved (`_workspace_root`): a
+    tool that needs the root itself resolves it once, not twice."""
     parts = _check_relpath(relpath)
     if not parts:
         return Path(root)
@@ -273,7 +278,7 @@ class ListFiles(Tool[ListFilesArgs]):
 
     def run(self, args: ListFilesArgs, ctx: ToolContext) -> ToolResult:
         root = _workspace_root(ctx.workspace)
-        real = str(resolve_in_workspace(root, args.path))
+        real = str(_resolve(root, args.path))
         entries: list[dict[str, Any]] = []
         truncated = False
         if os.path.isfile(real):
@@ -468,7 +473,7 @@ class ReadFile(Tool[ReadFileArgs]):
 
     def run(self, args: ReadFileArgs, ctx: ToolContext) -> ToolResult:
         root = _workspace_root(ctx.workspace)
-        real = resolve_in_workspace(root, args.path)
+        real = _resolve(root, args.path)
         rel = _rel(root, str(real))
         f, size = open_regular_file(real, args.path)
         with f:
@@ -682,7 +687,7 @@ class SearchFiles(Tool[SearchFilesArgs]):
     def run(self, args: SearchFilesArgs, ctx: ToolContext) -> ToolResult:
         rx = compile_search_pattern(args.pattern, args.regex, args.case_sensitive)
         root = _workspace_root(ctx.workspace)
-        real = str(resolve_in_workspace(root, args.path))
+        real = str(_resolve(root, args.path))
         deadline = time.monotonic() + SEARCH_TIME_BUDGET
         matches: list[dict[str, Any]] = []
         skipped: list[dict[str, str]] = []
