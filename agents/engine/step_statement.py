@@ -1,25 +1,27 @@
 """The common step — its turns with their calls, its calls' moves, its events, the run row's usage
 and checkpoint — written as ONE statement in autocommit: no BEGIN, no COMMIT, one round trip.
 
-The statement is a data-modifying CTE. Its first part is the fence (`leases.FENCE_CTE`: the
-`_HOLDS` checks on the task row it locks, and the lease renewal); the new rows' ids come from their
-sequences in a one-row part drawn from the fence; the run row's UPDATE draws from those ids, and
-every INSERT and the calls' UPDATE draw from the run row's UPDATE. A run that lost its task
-therefore writes nothing: every part has zero rows. The last part then fails the statement on
-purpose (an integer cast of a marked text) — also when the run is no longer started or a call
-cannot make its move (TOOL_CALL_TRANSITIONS, checked by the UPDATE's `status = ANY(sources)`) — so
-that the statement's transaction rolls back, the lease renewal with it; the caller raises
-AttemptLost or TransitionNotAllowed as the transaction-per-step path does.
+The statement calls the PL/pgSQL function `acthelm_step` (`function_sql`, installed by migration
+agents 0015_step_function) with the step's rows as one jsonb object. PL/pgSQL caches the plans of
+its statements per session, so the server parses and plans the step's SQL once per connection
+instead of on every step, and the client prepares nothing: it works through any pooler, PgBouncer
+in transaction mode too. Its first statement is the fence (`leases.fence_update`: the `_HOLDS`
+checks on the task row it locks, and the lease renewal). A run that lost its task gets no status
+back and nothing is written (the statement commits as a read-only transaction; the caller raises
+AttemptLost). When the run is no longer started or a call cannot make its move
+(TOOL_CALL_TRANSITIONS, checked by each move's `status = ANY(sources)`) the function raises
+SQLSTATE AH001 / AH002, so that the statement's transaction rolls back, the lease renewal with it;
+the caller raises AttemptLost or TransitionNotAllowed as the transaction-per-step path does.
 
-Ids flow inside the statement: a turn's id into its calls' `turn_id`, a call's id into an event's
-`data.tool_call_id` (jsonb `||`) and into the checkpoint. The checkpoint is computed in Python
-before the statement with a marker in place of each new call's id; its JSON text is cut at the
-markers and put together in SQL around the ids.
+Ids flow inside the function: new turns' and calls' ids are drawn from their sequences, a turn's
+id goes into its calls' `turn_id`, a call's id into an event's `data.tool_call_id` (jsonb `||`)
+and into the checkpoint. The checkpoint is computed in Python before the statement with a marker
+in place of each new call's id; its JSON text is cut at the markers and put together in the
+function around the ids.
 
 What `Step` holds beyond that (memory, the conversation, approvals, reviews, artifacts, the plan,
 proposals, compaction, the outcome, an event that notifies a person) keeps the fenced-transaction
-path (`Recorder._commit`). The SQL is built once per shape (how many rows of each kind, where the
-ids go) and cached.
+path (`Recorder._commit`).
 """
 
 from __future__ import annotations
