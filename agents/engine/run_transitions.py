@@ -126,7 +126,7 @@ UPDATE agents_toolcall c SET
     arguments = coalesce(v.arguments, c.arguments),
     arguments_hash = coalesce(v.hash, c.arguments_hash),
     run_id = %s
-FROM {gate}(VALUES {rows}) AS v(id, status, result, rfm, code, finished, started, runs, arguments,
+FROM (VALUES {rows}) AS v(id, status, result, rfm, code, finished, started, runs, arguments,
                                hash, sources)
 WHERE c.id = v.id AND c.status = ANY(v.sources)
 """
@@ -151,13 +151,10 @@ def set_calls_status(run_id: int, updates: list[CallUpdate]) -> None:
         )
 
 
-def calls_status_statement(
-    run_id: int, updates: list[CallUpdate], *, gate: str = ""
-) -> tuple[str, list[Any]]:
+def calls_status_statement(run_id: int, updates: list[CallUpdate]) -> tuple[str, list[Any]]:
     """The UPDATE that moves `updates` (each row only from a state TOOL_CALL_TRANSITIONS allows
-    into its target) and its parameters. `gate` is a FROM item the rows are drawn from (the
-    recorder's one-statement step draws them from its fence, so a lost run moves none); the
-    caller checks that every row moved."""
+    into its target) and its parameters; the caller checks that every row moved. (The
+    one-statement step moves its calls one by one inside its function: `call_move_from_record`.)"""
     params: list[Any] = [run_id]  # SQL values and Jsonb, which the stubs do not list
     for u in updates:
         params += [
@@ -173,7 +170,7 @@ def calls_status_statement(
             u.arguments_hash,
             _sources(u.to),
         ]
-    return _calls_sql(len(updates), gate), params
+    return _calls_sql(len(updates)), params
 
 
 @functools.cache
@@ -183,8 +180,8 @@ def _sources(to: str) -> list[str]:
 
 
 @functools.cache
-def _calls_sql(rows: int, gate: str) -> str:
-    return _CALLS_SQL.format(rows=", ".join([_CALL_ROW] * rows), gate=gate)
+def _calls_sql(rows: int) -> str:
+    return _CALLS_SQL.format(rows=", ".join([_CALL_ROW] * rows))
 
 
 #: A move's fields as `call_move_from_record` reads them: the columns of a record taken from a
