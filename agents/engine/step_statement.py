@@ -452,7 +452,7 @@ def write(
         json.dumps(payload, cls=_RowEncoder, ensure_ascii=False),
     ]
     try:
-        row = fastsql.execute(_CALL, params).fetchone()
+        answer = fastsql.execute(_CALL, params).fetchone()
     except DatabaseError as exc:
         sqlstate = getattr(exc.__cause__, "sqlstate", None)
         if sqlstate == NOT_STARTED:
@@ -461,11 +461,11 @@ def write(
         if sqlstate == REFUSED:
             raise TransitionNotAllowed(str(exc.__cause__).splitlines()[0]) from None
         raise
-    assert row is not None  # a function's one row
-    status: str | None = row[0]
+    assert answer is not None  # a function's one row
+    status: str | None = answer[0]
     if status is None:
         log.warning("run.fenced_out", extra={"task_id": task_id, "run_id": run_id})
         raise AttemptLost(f"run {run_id} no longer holds task {task_id}")
-    for s, pk in zip(states, row[1] or [], strict=True):
+    for s, pk in zip(states, answer[1] or [], strict=True):
         s.pk = pk
     return status
