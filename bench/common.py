@@ -555,9 +555,15 @@ def statement_label(sql: str) -> str:
     return f"{kind} {table.group(1) if table else ''}".strip()
 
 
+#: A function that writes: the step function (agents.engine.step_statement), called by a SELECT.
+_WRITE_FUNCTION = re.compile(r"\bacthelm_step\s*\(", re.I)
+
+
 def is_write(sql: str) -> bool:
     return bool(
-        _WRITE.search(sql) or (sql.lstrip()[:4].upper() == "WITH" and _WRITE_CTE.search(sql))
+        _WRITE.search(sql)
+        or (sql.lstrip()[:4].upper() == "WITH" and _WRITE_CTE.search(sql))
+        or _WRITE_FUNCTION.search(sql)
     )
 
 

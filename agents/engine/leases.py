@@ -217,17 +217,24 @@ RETURNING {columns}, now()
 """
 )
 _FENCE_BRIEF = _FENCE_SQL.format(columns="t.status")
-# The same fence as the first part of a larger statement (the recorder's one-statement step, whose
-# every write draws its rows from it): positional parameters lease, task, run.
-FENCE_CTE = (
-    """
-UPDATE tasks_task t SET lease_expires_at = now() + make_interval(secs => %s)
+
+
+def fence_update(*, lease: str, task: str, run: str) -> str:
+    """The fence as one UPDATE for a larger piece of SQL (the step function of
+    `agents.engine.step_statement`): the `_HOLDS` checks on the task row it locks and the lease
+    renewal, `lease`, `task` and `run` being that SQL's expressions for the parameters. It
+    returns the task's status (`RETURNING t.status`); no row when the run has lost its task."""
+    return (
+        f"""
+UPDATE tasks_task t SET lease_expires_at = now() + make_interval(secs => {lease})
 FROM agents_agentrun r
-WHERE t.id = %s AND r.id = %s AND r.task_id = t.id"""
-    + _HOLDS
-    + """
+WHERE t.id = {task} AND r.id = {run} AND r.task_id = t.id"""
+        + _HOLDS
+        + """
 RETURNING t.status"""
-)
+    )
+
+
 _FENCE_FULL = _FENCE_SQL.format(columns="t.*").replace("now()\n", "now() AS fence_now\n")
 
 

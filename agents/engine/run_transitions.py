@@ -126,7 +126,7 @@ UPDATE agents_toolcall c SET
     arguments = coalesce(v.arguments, c.arguments),
     arguments_hash = coalesce(v.hash, c.arguments_hash),
     run_id = %s
-FROM {gate}(VALUES {rows}) AS v(id, status, result, rfm, code, finished, started, runs, arguments,
+FROM (VALUES {rows}) AS v(id, status, result, rfm, code, finished, started, runs, arguments,
                                hash, sources)
 WHERE c.id = v.id AND c.status = ANY(v.sources)
 """
@@ -151,13 +151,10 @@ def set_calls_status(run_id: int, updates: list[CallUpdate]) -> None:
         )
 
 
-def calls_status_statement(
-    run_id: int, updates: list[CallUpdate], *, gate: str = ""
-) -> tuple[str, list[Any]]:
+def calls_status_statement(run_id: int, updates: list[CallUpdate]) -> tuple[str, list[Any]]:
     """The UPDATE that moves `updates` (each row only from a state TOOL_CALL_TRANSITIONS allows
-    into its target) and its parameters. `gate` is a FROM item the rows are drawn from (the
-    recorder's one-statement step draws them from its fence, so a lost run moves none); the
-    caller checks that every row moved."""
+    into its target) and its parameters; the caller checks that every row moved. (The
+    one-statement step moves its calls one by one inside its function: `call_move_from_record`.)"""
     params: list[Any] = [run_id]  # SQL values and Jsonb, which the stubs do not list
     for u in updates:
         params += [
@@ -173,7 +170,7 @@ def calls_status_statement(
             u.arguments_hash,
             _sources(u.to),
         ]
-    return _calls_sql(len(updates), gate), params
+    return _calls_sql(len(updates)), params
 
 
 @functools.cache
@@ -183,5 +180,59 @@ def _sources(to: str) -> list[str]:
 
 
 @functools.cache
-def _calls_sql(rows: int, gate: str) -> str:
-    return _CALLS_SQL.format(rows=", ".join([_CALL_ROW] * rows), gate=gate)
+def _calls_sql(rows: int) -> str:
+    return _CALLS_SQL.format(rows=", ".join([_CALL_ROW] * rows))
+
+
+#: A move's fields as `call_move_from_record` reads them: the columns of a record taken from a
+#: jsonb object (`jsonb_to_recordset(...) AS m(<this>)`), one per CallUpdate field.
+CALL_MOVE_RECORD = (
+    "id bigint, status varchar, result text, rfm text, code varchar,\n      "
+    "finished timestamptz, started timestamptz, runs integer, arguments jsonb,\n      "
+    "hash varchar, sources varchar[]"
+)
+
+
+def call_move_from_record(record: str, run: str) -> str:
+    """One call's move (what `set_calls_status` writes for a row) as an UPDATE of the call whose
+    fields are the record variable `record` (columns `CALL_MOVE_RECORD`), by the run `run` (an
+    SQL expression): only from a state TOOL_CALL_TRANSITIONS allows into its target (`sources`,
+    as `call_move_json` gives it); the caller checks that the row moved. The step function of
+    `agents.engine.step_statement` runs it once per call (by id: a set-based UPDATE there got a
+    cached hash-join plan that was slow)."""
+    m = record
+    return f"""UPDATE agents_toolcall c SET
+    status = {m}.status,
+    result = coalesce({m}.result, c.result),
+    result_for_model = coalesce({m}.rfm, c.result_for_model),
+    error_code = coalesce({m}.code, c.error_code),
+    finished_at = coalesce({m}.finished, c.finished_at),
+    started_at = coalesce({m}.started, c.started_at),
+    run_count = c.run_count + {m}.runs,
+    arguments = coalesce({m}.arguments, c.arguments),
+    arguments_hash = coalesce({m}.hash, c.arguments_hash),
+    run_id = {run}
+  WHERE c.id = {m}.id AND c.status = ANY({m}.sources)"""
+
+
+def call_move_json(u: CallUpdate) -> dict[str, Any]:
+    """`u` as the JSON object `call_move_from_record` reads (a field left None is left out: the
+    UPDATE keeps the column's value), with the states it may move from."""
+    row: dict[str, Any] = {
+        "id": u.call_id,
+        "status": u.to,
+        "runs": u.runs,
+        "sources": _sources(u.to),
+    }
+    for key, value in (
+        ("result", u.result),
+        ("rfm", u.result_for_model),
+        ("code", u.error_code),
+        ("finished", u.finished_at),
+        ("started", u.started_at),
+        ("arguments", u.arguments),
+        ("hash", u.arguments_hash),
+    ):
+        if value is not None:
+            row[key] = value
+    return row

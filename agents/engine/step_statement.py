@@ -1,30 +1,31 @@
 """The common step — its turns with their calls, its calls' moves, its events, the run row's usage
 and checkpoint — written as ONE statement in autocommit: no BEGIN, no COMMIT, one round trip.
 
-The statement is a data-modifying CTE. Its first part is the fence (`leases.FENCE_CTE`: the
-`_HOLDS` checks on the task row it locks, and the lease renewal); the new rows' ids come from their
-sequences in a one-row part drawn from the fence; the run row's UPDATE draws from those ids, and
-every INSERT and the calls' UPDATE draw from the run row's UPDATE. A run that lost its task
-therefore writes nothing: every part has zero rows. The last part then fails the statement on
-purpose (an integer cast of a marked text) — also when the run is no longer started or a call
-cannot make its move (TOOL_CALL_TRANSITIONS, checked by the UPDATE's `status = ANY(sources)`) — so
-that the statement's transaction rolls back, the lease renewal with it; the caller raises
-AttemptLost or TransitionNotAllowed as the transaction-per-step path does.
+The statement calls the PL/pgSQL function `acthelm_step` (`function_sql`, installed by migration
+agents 0015_step_function) with the step's rows as one jsonb object. PL/pgSQL caches the plans of
+its statements per session, so the server parses and plans the step's SQL once per connection
+instead of on every step, and the client prepares nothing: it works through any pooler, PgBouncer
+in transaction mode too. Its first statement is the fence (`leases.fence_update`: the `_HOLDS`
+checks on the task row it locks, and the lease renewal). A run that lost its task gets no status
+back and nothing is written (the statement commits as a read-only transaction; the caller raises
+AttemptLost). When the run is no longer started or a call cannot make its move
+(TOOL_CALL_TRANSITIONS, checked by each move's `status = ANY(sources)`) the function raises
+SQLSTATE AH001 / AH002, so that the statement's transaction rolls back, the lease renewal with it;
+the caller raises AttemptLost or TransitionNotAllowed as the transaction-per-step path does.
 
-Ids flow inside the statement: a turn's id into its calls' `turn_id`, a call's id into an event's
-`data.tool_call_id` (jsonb `||`) and into the checkpoint. The checkpoint is computed in Python
-before the statement with a marker in place of each new call's id; its JSON text is cut at the
-markers and put together in SQL around the ids.
+Ids flow inside the function: new turns' and calls' ids are drawn from their sequences, a turn's
+id goes into its calls' `turn_id`, a call's id into an event's `data.tool_call_id` (jsonb `||`)
+and into the checkpoint. The checkpoint is computed in Python before the statement with a marker
+in place of each new call's id; its JSON text is cut at the markers and put together in the
+function around the ids.
 
 What `Step` holds beyond that (memory, the conversation, approvals, reviews, artifacts, the plan,
 proposals, compaction, the outcome, an event that notifies a person) keeps the fenced-transaction
-path (`Recorder._commit`). The SQL is built once per shape (how many rows of each kind, where the
-ids go) and cached.
+path (`Recorder._commit`).
 """
 
 from __future__ import annotations
 
-import functools
 import json
 import logging
 import re
@@ -32,15 +33,20 @@ import secrets
 from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import datetime
+from decimal import Decimal
 from typing import TYPE_CHECKING, Any, cast
 
-from django.db import DataError, models
+from django.db import DatabaseError, models
 from django.db import connection as db
 from django.db.models import Field
 from django.utils import timezone
 
-from agents.engine.leases import FENCE_CTE
-from agents.engine.run_transitions import CallUpdate, calls_status_statement
+from agents.engine.leases import fence_update
+from agents.engine.run_transitions import (
+    CALL_MOVE_RECORD,
+    call_move_from_record,
+    call_move_json,
+)
 from agents.engine.usage import FIELDS
 from agents.models import AgentRun, ToolCall, Turn
 from agents.states import TOOL_CALL_TRANSITIONS, RunStatus, ToolCallStatus
@@ -55,9 +61,6 @@ log = logging.getLogger("acthelm.tasks")
 if TYPE_CHECKING:
     from agents.engine.recorder import CallState, NewCall, Result, Step
 
-#: What the last part of the statement casts to an integer when a move or the run row failed.
-_REFUSED = "acthelm step refused"
-_REFUSED_RE = re.compile(_REFUSED + r": held (\d+), run (\d+), moved (\d+)")
 #: A new call's id in the checkpoint's JSON text, until the statement puts the id there. A NUL
 #: cannot be stored in jsonb, so no checkpoint holds one; the nonce makes it this process's own.
 _NONCE = secrets.token_hex(8)
@@ -81,134 +84,181 @@ class _Encoder(json.JSONEncoder):
 
 
 def _cast(field: Field[Any, Any]) -> str:
-    """The type a parameter of this column is cast to: the column's, a varchar without its length
+    """The type a value of this column is read as: the column's, a varchar without its length
     (so that a value too long fails as an INSERT's would, never cut)."""
     db_type = field.db_type(db) or "text"
     return re.sub(r"^varchar\(\d+\)$", "varchar", db_type)
 
 
-@dataclass(frozen=True)
-class _Table:
-    """An INSERT's columns (fastsql.Insert's, the id first) and each parameter's SQL."""
-
-    insert: fastsql.Insert
-    names: str
-    casts: tuple[str, ...]
-    index: dict[str, int]
-
-    @classmethod
-    @functools.cache
-    def of(cls, model: type[models.Model]) -> _Table:
-        insert = fastsql.Insert.of(model)
-        names = ", ".join(
-            ["id", *(db.ops.quote_name(c.field.column or "") for c in insert.columns)]
-        )
-        casts = tuple(f"%s::{_cast(c.field)}" for c in insert.columns)
-        index = {c.attname: i for i, c in enumerate(insert.columns)}
-        return cls(insert, names, casts, index)
-
-    def row(self, id_sql: str, replace: dict[str, str]) -> str:
-        """One row's SQL: the id's expression, then a parameter per column but those replaced."""
-        sqls = list(self.casts)
-        for attname, sql in replace.items():
-            sqls[self.index[attname]] = sql
-        return "(" + ", ".join([id_sql, *sqls]) + ")"
-
-    def values(self, given: dict[str, Any], now: datetime, skip: tuple[str, ...] = ()) -> list[Any]:
-        out = self.insert.values(given, now)
-        for attname in skip:
-            del out[self.index[attname]]  # in its place, SQL (skip is in column order, reversed)
-        return out
+#: The function's arguments: task, run, lease (seconds), the checkpoint's JSON text cut at the
+#: new calls' ids, which new call (1-based) each cut holds, the answer (NULL: none), the time it
+#: was stored, and the step's rows as one jsonb object (`_payload`).
+SIGNATURE = (
+    "acthelm_step(\n  p_task bigint, p_run bigint, p_lease double precision, p_texts text[],\n"
+    "  p_marks integer[], p_answer text, p_now timestamptz, p_step jsonb,\n"
+    "  OUT task_status varchar, OUT new_call_ids bigint[])"
+)
+#: How a DROP FUNCTION names it (a migration that changes the arguments drops it first).
+IDENTITY = (
+    "acthelm_step(bigint, bigint, double precision, text[], integer[], text, timestamptz, jsonb)"
+)
+_CALL = "SELECT task_status, new_call_ids FROM acthelm_step(%s, %s, %s, %s, %s, %s, %s, %s::jsonb)"
 
 
-@dataclass(frozen=True)
-class _Shape:
-    turns: int
-    calls: tuple[int, ...]  # each new call's turn (its position in the step's turns)
-    moves: int
-    events: tuple[int | None, ...]  # each event's new call, if it names one
-    checkpoint: tuple[int, ...]  # the new calls whose ids the checkpoint's text holds, in order
-    answer: bool
-
-
-@functools.cache
-def _usage_sets() -> str:
-    """The step's usage added to the run row, column by column (as `recorder._run_update`)."""
-    sets = []
-    for usage in FIELDS:
-        f = AgentRun._meta.get_field(usage.name)
-        assert isinstance(f, Field)  # a column of the run row
-        sets.append(f"{f.column} = {f.column} + %s::{f.db_type(db)}")
-    return ", ".join(sets)
-
-
-@functools.cache
-def _sql(shape: _Shape) -> str:
-    seq = "nextval(pg_get_serial_sequence('{table}', 'id'))"
-    ids = [f"{seq.format(table=Turn._meta.db_table)} AS t{i}" for i in range(shape.turns)]
-    ids += [f"{seq.format(table=ToolCall._meta.db_table)} AS c{k}" for k in range(len(shape.calls))]
-    parts = [
-        f"fence AS ({FENCE_CTE})",
-        f"ids AS (SELECT {', '.join(['1 AS one', *ids])} FROM fence)",
+def _columns(model: type[models.Model], skip: tuple[str, ...] = ()) -> list[tuple[str, str]]:
+    """The columns a step inserts into `model`'s table (all but the id; `fastsql.Insert`'s), each
+    with the type its value is read as from JSON."""
+    return [
+        (c.field.column or "", _cast(c.field))
+        for c in fastsql.Insert.of(model).columns
+        if c.attname not in skip
     ]
 
-    usage = _usage_sets()
-    pieces = ["%s::text"]
-    for k in shape.checkpoint:
-        pieces += [f"ids.c{k}::text", "%s::text"]
-    sets = [usage, f"checkpoint = concat({', '.join(pieces)})::jsonb"]
-    if shape.answer:
-        sets += ["answer = %s::text", "answer_stored_at = %s::timestamptz"]
-    parts.append(
-        f"run AS (UPDATE agents_agentrun SET {', '.join(sets)} FROM ids "
-        f"WHERE id = %s AND status = '{RunStatus.STARTED}' RETURNING 1 AS one)"
-    )
-    if shape.turns:
-        turns = _Table.of(Turn)
-        rows = ", ".join(turns.row(f"ids.t{i}", {}) for i in range(shape.turns))
-        parts.append(
-            f"turns AS (INSERT INTO {turns.insert.table} ({turns.names}) "
-            f"SELECT v.* FROM run, ids, LATERAL (VALUES {rows}) AS v)"
-        )
-    if shape.calls:
-        calls = _Table.of(ToolCall)
-        rows = ", ".join(
-            calls.row(f"ids.c{k}", {"turn_id": f"ids.t{turn}"})
-            for k, turn in enumerate(shape.calls)
-        )
-        parts.append(
-            f"calls AS (INSERT INTO {calls.insert.table} ({calls.names}) "
-            f"SELECT v.* FROM run, ids, LATERAL (VALUES {rows}) AS v)"
-        )
-    if shape.moves:
-        moves, _ = calls_status_statement(0, [CallUpdate(0, "")] * shape.moves, gate="run, ")
-        parts.append(f"moved AS ({moves} RETURNING c.id)")
-    if shape.events:
-        events = _Table.of(TaskEvent)
-        row_sqls = []
-        for call in shape.events:
-            data = (
-                {"data": f"(%s::jsonb || jsonb_build_object('tool_call_id', ids.c{call}))"}
-                if call is not None
-                else {}
-            )
-            row_sqls.append(events.row(seq.format(table=events.insert.table), data))
-        parts.append(
-            f"events AS (INSERT INTO {events.insert.table} ({events.names}) "
-            f"SELECT v.* FROM run, ids, LATERAL (VALUES {', '.join(row_sqls)}) AS v)"
-        )
-    held = "count(f.status)"  # 1 when the fence held; an aggregate has its one row either way
-    run_count = "(SELECT count(*) FROM run)"
-    moved = "(SELECT count(*) FROM moved)" if shape.moves else "0"
-    check = (
-        f"CASE WHEN {held} = 1 AND {run_count} = 1 AND {moved} = {shape.moves} THEN 0 "
-        f"ELSE ('{_REFUSED}: held ' || {held} || ', run ' || {run_count} || ', moved ' || "
-        f"{moved})::int END"
-    )
-    returned = ["min(f.status)", check, *(f"min(ids.c{k})" for k in range(len(shape.calls)))]
+
+def _insert(
+    model: type[models.Model],
+    key: str,
+    first: list[tuple[str, str, str]],
+    replace: dict[str, str],
+    skip: tuple[str, ...] = (),
+) -> str:
+    """INSERT of the step's `key` rows into `model`'s table: `first` are extra (column, SQL,
+    record field definition) pairs (the id from the drawn ones), `replace` a column's SQL in place
+    of its value (the turn id of a call, the event's data with its call's id)."""
+    table = model._meta.db_table
+    cols = _columns(model)
+    record = [f'"{c}" {t}' for c, t in _columns(model, skip)] + [d for _, _, d in first if d]
+    names = [c for c, _, _ in first if c] + [f'"{c}"' for c, _ in cols]
+    values = [v for c, v, _ in first if c] + [replace.get(c, f'r."{c}"') for c, _ in cols]
+    sep = ",\n      "
     return (
-        f"WITH {', '.join(parts)} SELECT {', '.join(returned)} FROM fence f LEFT JOIN ids ON true"
+        f"    INSERT INTO {table} (\n      {sep.join(names)})\n"
+        f"    SELECT\n      {sep.join(values)}\n"
+        f"    FROM jsonb_to_recordset(p_step->'{key}') AS r(\n      {sep.join(record)});\n"
     )
+
+
+def _ids(var: str, model: type[models.Model], key: str) -> str:
+    table = model._meta.db_table
+    return (
+        f"  {var} := ARRAY(SELECT nextval(pg_get_serial_sequence('{table}', 'id'))\n"
+        f"    FROM generate_series(1, jsonb_array_length(p_step->'{key}')));\n"
+    )
+
+
+def function_sql() -> str:
+    """`CREATE OR REPLACE FUNCTION acthelm_step(...)` as the models make it today (columns and
+    their types). A migration holds it as a frozen string (0015_step_function);
+    tests/agents/test_step_function.py fails when this changes and no newer migration does.
+
+    What it does, in the caller's one autocommitted statement: the fence (`leases.fence_update`);
+    a run that lost its task gets no status back and nothing is written. Then the run row's usage
+    and checkpoint (and answer), only while it is started (else SQLSTATE AH001), the turns and
+    the new calls (ids from their sequences: a turn's id into its calls' turn_id, a new call's id
+    into the checkpoint's text and into its event's data.tool_call_id), each saved call's move by
+    id (one it cannot make: SQLSTATE AH002), the events. Either error rolls the whole statement
+    back, lease renewal included. PL/pgSQL caches its statements' plans per session, so the
+    server parses and plans the step's SQL once per connection, not once per step — with no
+    prepared statement on the client, so through any pooler."""
+    usage = []
+    for u in FIELDS:
+        f = AgentRun._meta.get_field(u.name)
+        assert isinstance(f, Field)  # a column of the run row
+        usage.append(f"{f.column} = {f.column} + (v_usage->>'{u.name}')::{f.db_type(db)}")
+    sets = ",\n      ".join(usage)
+    fence = fence_update(lease="p_lease", task="p_task", run="p_run").strip()
+    fence = fence.replace("\n", "\n    ")
+    turns = _insert(Turn, "turns", [("id", "v_turns[r._i]", "_i integer")], {})
+    calls = _insert(
+        ToolCall,
+        "calls",
+        [("id", "v_calls[r._k]", "_k integer"), ("", "", "_turn integer")],
+        {"turn_id": "v_turns[r._turn]"},
+        skip=("turn_id",),
+    )
+    events = _insert(
+        TaskEvent,
+        "events",
+        [("", "", "_call integer")],  # its new call's id goes into data.tool_call_id
+        {
+            "data": "CASE WHEN r._call IS NULL THEN r.data "
+            "ELSE r.data || jsonb_build_object('tool_call_id', v_calls[r._call]) END"
+        },
+    )
+    move = call_move_from_record("m", "p_run").replace("\n", "\n      ")
+    return f"""CREATE OR REPLACE FUNCTION {SIGNATURE}
+LANGUAGE plpgsql AS $fn$
+DECLARE
+  v_usage jsonb := p_step->'usage';
+  v_turns bigint[];
+  v_calls bigint[];
+  v_text text;
+  m record;
+BEGIN
+  {fence}
+    INTO task_status;
+  IF task_status IS NULL THEN
+    RETURN;
+  END IF;
+{_ids("v_turns", Turn, "turns")}{_ids("v_calls", ToolCall, "calls")}  v_text := p_texts[1];
+  FOR i IN 1 .. coalesce(array_length(p_marks, 1), 0) LOOP
+    v_text := v_text || v_calls[p_marks[i]]::text || p_texts[i + 1];
+  END LOOP;
+  UPDATE agents_agentrun SET
+      {sets},
+      checkpoint = v_text::jsonb,
+      answer = coalesce(p_answer, answer),
+      answer_stored_at = CASE WHEN p_answer IS NULL THEN answer_stored_at ELSE p_now END
+    WHERE id = p_run AND agents_agentrun.status = '{RunStatus.STARTED}';
+  IF NOT FOUND THEN
+    RAISE EXCEPTION 'run % is not started', p_run USING ERRCODE = '{NOT_STARTED}';
+  END IF;
+  IF v_turns <> '{{}}' THEN
+{turns}  END IF;
+  IF v_calls <> '{{}}' THEN
+{calls}  END IF;
+  FOR m IN SELECT * FROM jsonb_to_recordset(p_step->'moves') AS x(
+      {CALL_MOVE_RECORD})
+  LOOP
+    {move};
+    IF NOT FOUND THEN
+      RAISE EXCEPTION 'tool call % cannot become %', m.id, m.status USING ERRCODE = '{REFUSED}';
+    END IF;
+  END LOOP;
+{events}  new_call_ids := v_calls;
+END
+$fn$"""
+
+
+#: The SQLSTATEs the function raises: the run is no longer started; a call cannot make its move.
+NOT_STARTED = "AH001"
+REFUSED = "AH002"
+
+
+class _RowEncoder(json.JSONEncoder):
+    """The step's rows as JSON: a time in ISO 8601 (to the microsecond), a decimal as its text."""
+
+    def default(self, o: Any) -> Any:
+        if isinstance(o, datetime):
+            return o.isoformat()
+        if isinstance(o, Decimal):
+            return str(o)
+        return super().default(o)
+
+
+def _row(model: type[models.Model], given: dict[str, Any], now: datetime) -> dict[str, Any]:
+    """A row as the function reads it: every column (by its name) the caller gives, `now` for an
+    auto_now(_add) one, the model's default for the rest (what `fastsql.Insert.values` binds)."""
+    row = {}
+    for c in fastsql.Insert.of(model).columns:
+        if c.attname in given:
+            value = given[c.attname]
+        elif c.stamp:
+            value = now
+        else:
+            value = c.field.get_default()
+        row[c.field.column or ""] = value
+    return row
 
 
 @dataclass
@@ -318,33 +368,28 @@ def write(
     lease: float,
     checkpoint: Callable[[], dict[str, Any]],
 ) -> str:
-    """Write the planned step in one autocommitted statement; the task's status. AttemptLost when
-    the run no longer holds its task (nothing written), TransitionNotAllowed when a call cannot
-    make its move (nothing written)."""
+    """Write the planned step in one autocommitted statement (the step function); the task's
+    status. AttemptLost when the run no longer holds its task (nothing written),
+    TransitionNotAllowed when a call cannot make its move (nothing written)."""
     now = timezone.now()
     states: list[CallState] = [c.state for _, c, _ in p.new]
     index = {id(s): k for k, s in enumerate(states)}
 
     # The checkpoint, with a marker where a new call's id goes.
     for k, s in enumerate(states):
-        s.pk = cast(int, _NewId(k))
+        s.pk = cast(int, _NewId(k + 1))
     try:
         text = json.dumps(checkpoint(), cls=_Encoder)
     finally:
         for s in states:
             s.pk = None
     cut = _MARK_RE.split(text)
-    texts, marks = cut[0::2], tuple(int(k) for k in cut[1::2])
+    texts, marks = cut[0::2], [int(k) for k in cut[1::2]]
 
-    params: list[Any] = [lease, task_id, run_id]
-    params += [getattr(step.usage, f.name) for f in FIELDS]
-    params += texts
-    if step.answer is not None:
-        params += [step.answer, now]
-    params.append(run_id)
-    turns = _Table.of(Turn)
-    for t in step.turns:
-        params += turns.values(
+    turns = []
+    for i, t in enumerate(step.turns, 1):
+        row = _row(
+            Turn,
             {
                 "task_id": task_id,
                 "run_id": run_id,
@@ -361,24 +406,22 @@ def write(
             },
             now,
         )
-    calls = _Table.of(ToolCall)
-    for _, c, r in p.new:
-        params += calls.values(_call_row(task_id, run_id, c, r, now), now, skip=("turn_id",))
-    if p.moves:
-        _, move_params = calls_status_statement(
-            run_id,
-            [r.update(now) for r in p.moves],
-        )
-        params += move_params
-    events = _Table.of(TaskEvent)
-    event_calls: list[int | None] = []
+        row["_i"] = i
+        turns.append(row)
+    calls = []
+    for k, (turn, c, r) in enumerate(p.new, 1):
+        row = _row(ToolCall, _call_row(task_id, run_id, c, r, now), now)
+        del row["turn_id"]
+        row["_k"], row["_turn"] = k, turn + 1
+        calls.append(row)
+    events = []
     for e in step.events:
         new_call = index.get(id(e.call)) if e.call is not None else None
-        event_calls.append(new_call)
         data = e.data
         if e.call is not None and new_call is None:
             data = {**e.data, "tool_call_id": e.call.pk}
-        params += events.values(
+        row = _row(
+            TaskEvent,
             {
                 "task_id": task_id,
                 "run_id": run_id,
@@ -389,29 +432,40 @@ def write(
             },
             now,
         )
-    shape = _Shape(
-        turns=len(step.turns),
-        calls=tuple(turn for turn, _, _ in p.new),
-        moves=len(p.moves),
-        events=tuple(event_calls),
-        checkpoint=marks,
-        answer=step.answer is not None,
-    )
+        row["_call"] = None if new_call is None else new_call + 1
+        events.append(row)
+    payload = {
+        "usage": {f.name: getattr(step.usage, f.name) for f in FIELDS},
+        "turns": turns,
+        "calls": calls,
+        "moves": [call_move_json(r.update(now)) for r in p.moves],
+        "events": events,
+    }
+    params = [
+        task_id,
+        run_id,
+        float(lease),
+        texts,
+        marks,
+        step.answer,
+        now,
+        json.dumps(payload, cls=_RowEncoder, ensure_ascii=False),
+    ]
     try:
-        row = fastsql.execute(_sql(shape), params).fetchone()
-    except DataError as exc:
-        found = _REFUSED_RE.search(str(exc))
-        if found is None:
-            raise
-        if found.group(1) != "1" or found.group(2) != "1":
+        answer = fastsql.execute(_CALL, params).fetchone()
+    except DatabaseError as exc:
+        sqlstate = getattr(exc.__cause__, "sqlstate", None)
+        if sqlstate == NOT_STARTED:
             log.warning("run.fenced_out", extra={"task_id": task_id, "run_id": run_id})
-            raise AttemptLost(f"run {run_id} no longer holds task {task_id}") from None
-        raise TransitionNotAllowed(
-            f"{len(p.moves) - int(found.group(3))} of {len(p.moves)} tool calls cannot make "
-            "their move"
-        ) from None
-    assert row is not None  # an aggregate's one row
-    for s, pk in zip(states, row[2:], strict=True):
+            raise AttemptLost(f"run {run_id} is no longer started") from None
+        if sqlstate == REFUSED:
+            raise TransitionNotAllowed(str(exc.__cause__).splitlines()[0]) from None
+        raise
+    assert answer is not None  # a function's one row
+    status: str | None = answer[0]
+    if status is None:
+        log.warning("run.fenced_out", extra={"task_id": task_id, "run_id": run_id})
+        raise AttemptLost(f"run {run_id} no longer holds task {task_id}")
+    for s, pk in zip(states, answer[1] or [], strict=True):
         s.pk = pk
-    status: str = row[0]
     return status

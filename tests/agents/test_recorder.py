@@ -155,18 +155,38 @@ def test_a_step_is_one_transaction_at_the_server():
     assert _transactions_of(lambda: None) == 0  # the counter sees no phantom transactions
 
 
-def test_a_stale_step_commits_nothing_at_the_server():
+def _server_counts() -> tuple[int, int, int]:
+    """Transactions committed, rolled back, and rows written (inserted, updated, deleted) in this
+    database so far, as the server counts them (this backend's pending counts flushed first)."""
+    with connection.cursor() as cursor:
+        cursor.execute("SELECT pg_stat_force_next_flush()")
+    with connection.cursor() as cursor:
+        cursor.execute("SELECT pg_stat_clear_snapshot()")
+        cursor.execute(
+            "SELECT xact_commit, xact_rollback, tup_inserted + tup_updated + tup_deleted "
+            "FROM pg_stat_database WHERE datname = current_database()"
+        )
+        commits, rollbacks, rows = cursor.fetchone()
+        return int(commits), int(rollbacks), int(rows)
+
+
+def test_a_stale_step_is_one_read_only_commit_at_the_server_and_writes_no_row():
+    """The step function finds the fence lost and returns without a status: its statement
+    commits having written nothing (no row, no lease renewal), nothing to roll back."""
     recorder, task = _claimed()
     first, call = _step(0)
     recorder.commit(first, checkpoint=_checkpoint)
     _lose_by_claim_count(task, recorder.run_id)
+    task.refresh_from_db()
     stale, _ = _step(1, previous=call)
-
-    def attempt() -> None:
-        with pytest.raises(AttemptLost):
-            recorder.commit(stale, checkpoint=_checkpoint)
-
-    assert _transactions_of(attempt) == 0  # rolled back: xact_commit does not move
+    empty = tuple(b - a for a, b in zip(_server_counts(), _server_counts(), strict=True))
+    before = _server_counts()
+    with pytest.raises(AttemptLost):
+        recorder.commit(stale, checkpoint=_checkpoint)
+    after = _server_counts()
+    commits, rollbacks, rows = (b - a - e for a, b, e in zip(before, after, empty, strict=True))
+    assert (commits, rollbacks, rows) == (1, 0, 0)
+    assert Task.objects.get(pk=task.pk).lease_expires_at == task.lease_expires_at
 
 
 def test_a_steps_new_call_ids_reach_its_events_and_checkpoint():
