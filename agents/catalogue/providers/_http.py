@@ -509,7 +509,7 @@ class _Exchange:
 
 
 def _exchange() -> _Exchange:
-    exchange = getattr(_local, "exchange", None)
+    exchange: _Exchange | None = getattr(_local, "exchange", None)
     if exchange is None:  # pragma: no cover - a stream is used only inside `_sync_request`
         raise httpcore.NetworkError("no exchange in progress")
     return exchange
