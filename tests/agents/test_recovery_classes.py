@@ -154,7 +154,9 @@ def test_a_run_again_that_is_lost_too_asks_the_person_again(loop_settings, targe
         # Started two hours ago: overdue, so recovered whatever its heartbeat does meanwhile.
         run = AgentRun.objects.get(task=task, status=RunStatus.STARTED)
         AgentRun.objects.filter(pk=run.pk).update(started_at=timezone.now() - timedelta(hours=2))
-        recover_stale()
+        # Recovery skips a task row locked at that moment (the worker's heartbeat renewing its
+        # lease): it takes the task on a later pass, as the periodic recovery does.
+        wait_for(lambda: task.pk in recover_stale(), message="recovery takes the task")
         run.refresh_from_db()
         assert (run.status, run.error_code) == (RunStatus.FAILED, "worker_lost")
         thread.join(30)
