@@ -98,17 +98,25 @@ class Insert:
         values = ", ".join([one] * rows)
         return f"INSERT INTO {self.table} ({names}) VALUES {values} RETURNING id"
 
-    def values(self, given: Mapping[str, Any], now: datetime) -> list[Any]:
+    def chosen(self, given: Mapping[str, Any], now: datetime) -> list[Any]:
+        """Each column's Python value: the caller's, `now` for an auto_now(_add) column, else
+        the model's default."""
         out = []
         for c in self.columns:
             if c.attname in given:
-                value = given[c.attname]
+                out.append(given[c.attname])
             elif c.stamp:
-                value = now
+                out.append(now)
             else:
-                value = c.field.get_default()
-            out.append(c.field.get_db_prep_save(value, connection) if c.prep else value)
+                out.append(c.field.get_default())
         return out
+
+    def values(self, given: Mapping[str, Any], now: datetime) -> list[Any]:
+        """`chosen`, bound as the field binds it."""
+        return [
+            c.field.get_db_prep_save(value, connection) if c.prep else value
+            for c, value in zip(self.columns, self.chosen(given, now), strict=True)
+        ]
 
     def rows(self, rows: Sequence[Mapping[str, Any]], now: datetime) -> list[int]:
         """Insert `rows` in one statement; their ids, in order."""

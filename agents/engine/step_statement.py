@@ -249,16 +249,11 @@ class _RowEncoder(json.JSONEncoder):
 def _row(model: type[models.Model], given: dict[str, Any], now: datetime) -> dict[str, Any]:
     """A row as the function reads it: every column (by its name) the caller gives, `now` for an
     auto_now(_add) one, the model's default for the rest (what `fastsql.Insert.values` binds)."""
-    row = {}
-    for c in fastsql.Insert.of(model).columns:
-        if c.attname in given:
-            value = given[c.attname]
-        elif c.stamp:
-            value = now
-        else:
-            value = c.field.get_default()
-        row[c.field.column or ""] = value
-    return row
+    insert = fastsql.Insert.of(model)
+    return {
+        c.field.column or "": value
+        for c, value in zip(insert.columns, insert.chosen(given, now), strict=True)
+    }
 
 
 @dataclass
