@@ -65,6 +65,29 @@ def _credential_destinations(request):
     )
 
 
+@pytest.fixture(scope="session", autouse=True)
+def _fast_password_hashing(request):
+    """The factories set a password on every user they make, and the deployed hasher (PBKDF2,
+    1.5 million rounds) costs ~0.65 s of CPU each: a quarter of the suite's CPU went there. Tests
+    hash with MD5; PBKDF2 stays in the list, so a hash a child process (a command, a server)
+    made still checks here."""
+    if not _django_active(request):
+        yield
+        return
+    from django.conf import settings
+    from django.test.utils import override_settings
+
+    fast = override_settings(
+        PASSWORD_HASHERS=[
+            "django.contrib.auth.hashers.MD5PasswordHasher",
+            *(h for h in settings.PASSWORD_HASHERS if not h.endswith("MD5PasswordHasher")),
+        ]
+    )
+    fast.enable()
+    yield
+    fast.disable()
+
+
 @pytest.fixture(autouse=True)
 def _media_root(request, tmp_path_factory):
     """Each test gets its own media root for task workspaces and artifacts."""

@@ -462,12 +462,6 @@ PROVIDER_CASES = [
 LOOP_CASES = MODEL_CASES + TOOL_CASES + PROVIDER_CASES
 
 
-@pytest.fixture(autouse=True)
-def _fast_password_hashing(settings):
-    """The factories set passwords; the default hasher costs ~0.5 s a user on a busy machine."""
-    settings.PASSWORD_HASHERS = ["django.contrib.auth.hashers.MD5PasswordHasher"]
-
-
 @pytest.fixture
 def loop_settings(settings):
     settings.ACTHELM_HEARTBEAT_SECONDS = 0.2
