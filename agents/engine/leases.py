@@ -219,19 +219,20 @@ RETURNING {columns}, now()
 _FENCE_BRIEF = _FENCE_SQL.format(columns="t.status")
 
 
-def fence_update(*, lease: str, task: str, run: str) -> str:
-    """The fence as one UPDATE for a larger piece of SQL (the step function of
-    `agents.engine.step_statement`): the `_HOLDS` checks on the task row it locks and the lease
-    renewal, `lease`, `task` and `run` being that SQL's expressions for the parameters. It
-    returns the task's status (`RETURNING t.status`); no row when the run has lost its task."""
+def fence_lock(*, task: str, run: str) -> str:
+    """The fence as one locking read for a larger piece of SQL (the step function of
+    `agents.engine.step_statement`): the `_HOLDS` checks on the task row it locks FOR NO KEY
+    UPDATE (the lock an UPDATE of the lease takes), `task` and `run` being that SQL's expressions
+    for the parameters. It returns the task's status; no row when the run has lost its task.
+    It does not renew the lease (the process heartbeat does): no new version of the task row, so
+    no CHECK constraints evaluated, no dead row left behind and less WAL at every step."""
     return (
         f"""
-UPDATE tasks_task t SET lease_expires_at = now() + make_interval(secs => {lease})
-FROM agents_agentrun r
-WHERE t.id = {task} AND r.id = {run} AND r.task_id = t.id"""
+SELECT t.status FROM tasks_task t JOIN agents_agentrun r ON r.task_id = t.id
+WHERE t.id = {task} AND r.id = {run}"""
         + _HOLDS
         + """
-RETURNING t.status"""
+FOR NO KEY UPDATE OF t"""
     )
 
 

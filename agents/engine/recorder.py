@@ -25,7 +25,6 @@ from datetime import datetime
 from decimal import Decimal
 from typing import TYPE_CHECKING, Any
 
-from django.conf import settings
 from django.contrib.postgres.fields import ArrayField
 from django.db import InterfaceError, OperationalError, transaction
 from django.db import connection as db
@@ -437,7 +436,6 @@ class Recorder:
                     task_id=self.task_id,
                     run_id=self.run_id,
                     actor=self.actor,
-                    lease=settings.ACTHELM_LEASE_SECONDS,
                     checkpoint=checkpoint,
                 )
         with transaction.atomic():

@@ -2,16 +2,17 @@
 and checkpoint — written as ONE statement in autocommit: no BEGIN, no COMMIT, one round trip.
 
 The statement calls the PL/pgSQL function `acthelm_step` (`function_sql`, installed by migration
-agents 0015_step_function) with the step's rows as one jsonb object. PL/pgSQL caches the plans of
-its statements per session, so the server parses and plans the step's SQL once per connection
-instead of on every step, and the client prepares nothing: it works through any pooler, PgBouncer
-in transaction mode too. Its first statement is the fence (`leases.fence_update`: the `_HOLDS`
-checks on the task row it locks, and the lease renewal). A run that lost its task gets no status
-back and nothing is written (the statement commits as a read-only transaction; the caller raises
-AttemptLost). When the run is no longer started or a call cannot make its move
-(TOOL_CALL_TRANSITIONS, checked by each move's `status = ANY(sources)`) the function raises
-SQLSTATE AH001 / AH002, so that the statement's transaction rolls back, the lease renewal with it;
-the caller raises AttemptLost or TransitionNotAllowed as the transaction-per-step path does.
+agents 0015_step_function, its fence by 0016_step_fence_lock) with the step's rows as one jsonb
+object. PL/pgSQL caches the plans of its statements per session, so the server parses and plans the
+step's SQL once per connection instead of on every step, and the client prepares nothing: it works
+through any pooler, PgBouncer in transaction mode too. Its first statement is the fence
+(`leases.fence_lock`: the `_HOLDS` checks on the task row it locks; the process heartbeat renews the
+lease, the step does not). A run that lost its task gets no status back and nothing is written (the
+statement commits as a read-only transaction; the caller raises AttemptLost). When the run is no
+longer started or a call cannot make its move (TOOL_CALL_TRANSITIONS, checked by each move's `status
+= ANY(sources)`) the function raises SQLSTATE AH001 / AH002, so that the statement's transaction
+rolls back; the caller raises AttemptLost or TransitionNotAllowed as the transaction-per-step path
+does.
 
 Ids flow inside the function: new turns' and calls' ids are drawn from their sequences, a turn's
 id goes into its calls' `turn_id`, a call's id into an event's `data.tool_call_id` (jsonb `||`)
@@ -41,7 +42,7 @@ from django.db import connection as db
 from django.db.models import Field
 from django.utils import timezone
 
-from agents.engine.leases import fence_update
+from agents.engine.leases import fence_lock
 from agents.engine.run_transitions import (
     CALL_MOVE_RECORD,
     call_move_from_record,
@@ -90,19 +91,17 @@ def _cast(field: Field[Any, Any]) -> str:
     return re.sub(r"^varchar\(\d+\)$", "varchar", db_type)
 
 
-#: The function's arguments: task, run, lease (seconds), the checkpoint's JSON text cut at the
+#: The function's arguments: task, run, the checkpoint's JSON text cut at the
 #: new calls' ids, which new call (1-based) each cut holds, the answer (NULL: none), the time it
 #: was stored, and the step's rows as one jsonb object (`_payload`).
 SIGNATURE = (
-    "acthelm_step(\n  p_task bigint, p_run bigint, p_lease double precision, p_texts text[],\n"
-    "  p_marks integer[], p_answer text, p_now timestamptz, p_step jsonb,\n"
+    "acthelm_step(\n  p_task bigint, p_run bigint, p_texts text[], p_marks integer[],\n"
+    "  p_answer text, p_now timestamptz, p_step jsonb,\n"
     "  OUT task_status varchar, OUT new_call_ids bigint[])"
 )
 #: How a DROP FUNCTION names it (a migration that changes the arguments drops it first).
-IDENTITY = (
-    "acthelm_step(bigint, bigint, double precision, text[], integer[], text, timestamptz, jsonb)"
-)
-_CALL = "SELECT task_status, new_call_ids FROM acthelm_step(%s, %s, %s, %s, %s, %s, %s, %s::jsonb)"
+IDENTITY = "acthelm_step(bigint, bigint, text[], integer[], text, timestamptz, jsonb)"
+_CALL = "SELECT task_status, new_call_ids FROM acthelm_step(%s, %s, %s, %s, %s, %s, %s::jsonb)"
 
 
 def _columns(model: type[models.Model], skip: tuple[str, ...] = ()) -> list[tuple[str, str]]:
@@ -151,22 +150,22 @@ def function_sql() -> str:
     their types). A migration holds it as a frozen string (0015_step_function);
     tests/agents/test_step_function.py fails when this changes and no newer migration does.
 
-    What it does, in the caller's one autocommitted statement: the fence (`leases.fence_update`);
+    What it does, in the caller's one autocommitted statement: the fence (`leases.fence_lock`);
     a run that lost its task gets no status back and nothing is written. Then the run row's usage
     and checkpoint (and answer), only while it is started (else SQLSTATE AH001), the turns and
     the new calls (ids from their sequences: a turn's id into its calls' turn_id, a new call's id
     into the checkpoint's text and into its event's data.tool_call_id), each saved call's move by
     id (one it cannot make: SQLSTATE AH002), the events. Either error rolls the whole statement
-    back, lease renewal included. PL/pgSQL caches its statements' plans per session, so the
-    server parses and plans the step's SQL once per connection, not once per step — with no
-    prepared statement on the client, so through any pooler."""
+    back. PL/pgSQL caches its statements' plans per session, so the server parses and plans the
+    step's SQL once per connection, not once per step — with no prepared statement on the client,
+    so through any pooler."""
     usage = []
     for u in FIELDS:
         f = AgentRun._meta.get_field(u.name)
         assert isinstance(f, Field)  # a column of the run row
         usage.append(f"{f.column} = {f.column} + (v_usage->>'{u.name}')::{f.db_type(db)}")
     sets = ",\n      ".join(usage)
-    fence = fence_update(lease="p_lease", task="p_task", run="p_run").strip()
+    fence = fence_lock(task="p_task", run="p_run").strip()
     fence = fence.replace("\n", "\n    ")
     turns = _insert(Turn, "turns", [("id", "v_turns[r._i]", "_i integer")], {})
     calls = _insert(
@@ -360,7 +359,6 @@ def write(
     task_id: int,
     run_id: int,
     actor: Actor,
-    lease: float,
     checkpoint: Callable[[], dict[str, Any]],
 ) -> str:
     """Write the planned step in one autocommitted statement (the step function); the task's
@@ -439,7 +437,6 @@ def write(
     params = [
         task_id,
         run_id,
-        float(lease),
         texts,
         marks,
         step.answer,

@@ -1,5 +1,6 @@
 """What a read-only step's write costs in CPU, the worker's and its PostgreSQL backend's, over
-STEPS steps of one run (not collected by the suite: run it by name, a tree against another).
+STEPS steps of one run, and the WAL it makes (not collected by the suite: run it by name, a tree
+against another).
 
     .venv/bin/python -m pytest tests/agents/bench_step_write.py -q -s
     STEPS=1500 PREPARE=1 .venv/bin/python -m pytest tests/agents/bench_step_write.py -q -s
@@ -34,6 +35,13 @@ def _backend_cpu(pid: int) -> float:
     with open(f"/proc/{pid}/stat") as f:
         fields = f.read().rsplit(")", 1)[1].split()
     return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
+def _wal() -> int:
+    """Bytes of WAL the server has written so far (every database's: run it on a quiet one)."""
+    with connection.cursor() as cursor:
+        cursor.execute("SELECT pg_current_wal_insert_lsn() - '0/0'::pg_lsn")
+        return int(cursor.fetchone()[0])
 
 
 def test_step_write_cpu() -> None:
@@ -95,11 +103,14 @@ def test_step_write_cpu() -> None:
 
     for i in range(WARM_UP):
         recorder.commit(step(i), checkpoint=checkpoint)
+    l0 = _wal()
     c0, b0, w0 = time.process_time(), _backend_cpu(pid), time.perf_counter()
     for i in range(WARM_UP, WARM_UP + STEPS):
         recorder.commit(step(i), checkpoint=checkpoint)
     c1, b1, w1 = time.process_time(), _backend_cpu(pid), time.perf_counter()
+    wal = _wal() - l0
     print(
         f"\nstep write, ms a step: client CPU {(c1 - c0) * 1000 / STEPS:.3f}, "
-        f"backend CPU {(b1 - b0) * 1000 / STEPS:.3f}, wall {(w1 - w0) * 1000 / STEPS:.3f}"
+        f"backend CPU {(b1 - b0) * 1000 / STEPS:.3f}, wall {(w1 - w0) * 1000 / STEPS:.3f}; "
+        f"WAL {wal / STEPS:.0f} bytes a step (the whole server's)"
     )

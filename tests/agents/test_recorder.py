@@ -6,7 +6,7 @@ AttemptLost — and a step is one transaction at the server, counted by PostgreS
 from typing import Any
 
 import pytest
-from django.db import connection
+from django.db import connection, transaction
 from django.utils import timezone
 
 from agents.engine.leases import claim_next
@@ -187,6 +187,84 @@ def test_a_stale_step_is_one_read_only_commit_at_the_server_and_writes_no_row():
     commits, rollbacks, rows = (b - a - e for a, b, e in zip(before, after, empty, strict=True))
     assert (commits, rollbacks, rows) == (1, 0, 0)
     assert Task.objects.get(pk=task.pk).lease_expires_at == task.lease_expires_at
+
+
+def _row_version(task: Task) -> tuple[str, str]:
+    """The task row's version (xmin: the transaction that wrote it) and its locker (xmax)."""
+    with connection.cursor() as cursor:
+        cursor.execute("SELECT xmin::text, xmax::text FROM tasks_task WHERE id = %s", [task.pk])
+        return cursor.fetchone()
+
+
+def test_a_step_locks_the_task_row_and_writes_no_new_version_of_it():
+    """The step's fence is a locking read (leases.fence_lock): the row is locked — its xmax is
+    the step's transaction — but not rewritten, and the lease is the heartbeat's to renew."""
+    recorder, task = _claimed()
+    written, _ = _row_version(task)
+    lease = Task.objects.get(pk=task.pk).lease_expires_at
+    first, call = _step(0)
+    recorder.commit(first, checkpoint=_checkpoint)
+    second, _ = _step(1, previous=call)
+    recorder.commit(second, checkpoint=_checkpoint)
+    xmin, xmax = _row_version(task)
+    assert xmin == written and xmax != "0"
+    assert Task.objects.get(pk=task.pk).lease_expires_at == lease
+    assert Turn.objects.filter(task=task).count() == 2
+
+
+def test_a_step_waits_for_a_persons_cancel_holding_the_row_and_then_writes_nothing():
+    """The lock is the one a person's transaction takes: a step that arrives while a cancel
+    holds the task row waits for it, re-reads the row after the wait and finds the run fenced
+    out — nothing of the step is written."""
+    import threading
+    import time
+
+    import psycopg
+
+    from tasks.transitions import lock_task
+    from tests.agents.scripted import conninfo
+
+    recorder, task = _claimed()
+    first, call = _step(0)
+    recorder.commit(first, checkpoint=_checkpoint)
+    holding, errors = threading.Event(), []
+
+    def step_waits() -> bool:
+        with psycopg.connect(conninfo(), autocommit=True) as watcher:
+            for _ in range(200):
+                row = watcher.execute(
+                    "SELECT count(*) FROM pg_stat_activity WHERE wait_event_type = 'Lock' "
+                    "AND datname = current_database() AND query LIKE '%acthelm_step%'"
+                ).fetchone()
+                if row and row[0]:
+                    return True
+                time.sleep(0.05)
+        return False
+
+    def person() -> None:
+        try:
+            with transaction.atomic():
+                lock_task(task.pk)
+                holding.set()
+                if not step_waits():
+                    errors.append("the step never waited for the person's lock")
+                task_cancel(actor=Actor.system("test"), task_id=task.pk)
+        except Exception as exc:  # noqa: BLE001 - reported below
+            errors.append(repr(exc))
+        finally:
+            connection.close()
+
+    thread = threading.Thread(target=person)
+    thread.start()
+    assert holding.wait(10)
+    before = _rows(task)
+    stale, _ = _step(1, previous=call)
+    with pytest.raises(AttemptLost):
+        recorder.commit(stale, checkpoint=_checkpoint)
+    thread.join(10)
+    assert not errors, errors
+    assert Task.objects.get(pk=task.pk).status == "cancelled"
+    assert _rows(task) == (before[0], before[1], before[2] + 1)  # the cancel's own event only
 
 
 def test_a_steps_new_call_ids_reach_its_events_and_checkpoint():
