@@ -114,6 +114,19 @@ def test_symlink_loop_is_refused(ws, ctx):
     assert refused("read_file", {"path": "loop1"}, ctx).code in ("path_invalid", "path_not_found")
 
 
+@pytest.mark.parametrize("tool", ["list_files", "read_file", "search_files"])
+def test_a_workspace_removed_or_replaced_by_a_symlink_after_use_is_refused(ws, ctx, tool):
+    """The workspace's real path is resolved once a process: a later call still finds the
+    folder gone, or a symlink where it was, and reads nothing through it."""
+    args = {"list_files": {}, "read_file": {"path": "a.txt"}, "search_files": {"pattern": "needle"}}
+    call(tool, args[tool], ctx)
+    moved = ws.parent / "moved"
+    ws.rename(moved)
+    assert refused(tool, args[tool], ctx).code == "path_not_found"
+    ws.symlink_to(ws.parent / "outside")
+    assert refused(tool, args[tool], ctx).code == "path_not_found"
+
+
 def test_symlink_inside_the_workspace_is_followed(ws, ctx):
     (ws / "alias.txt").symlink_to(ws / "a.txt")
     assert "alpha" in call("read_file", {"path": "alias.txt"}, ctx).text

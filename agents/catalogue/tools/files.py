@@ -20,6 +20,7 @@ by counting newlines in 1 MiB blocks, and over-long lines are cut.
 from __future__ import annotations
 
 import codecs
+import functools
 import os
 import re
 import stat
@@ -63,11 +64,22 @@ def _inside(real: str, root: str) -> bool:
     return real == root or real.startswith(root.rstrip(os.sep) + os.sep)
 
 
+@functools.lru_cache(maxsize=4096)
+def _real_path(path: str) -> str:
+    return os.path.realpath(path, strict=True)
+
+
 def _workspace_root(workspace: Path | str) -> str:
+    """The workspace's real path. Resolved once a process (a lstat of every component of the
+    path, a step's biggest share of its system calls), then only checked to be a folder still —
+    never a symlink — at every call: the worker made it, and no tool can replace it."""
     try:
-        return os.path.realpath(os.fspath(workspace), strict=True)
+        root = _real_path(os.fspath(workspace))
+        if not stat.S_ISDIR(os.lstat(root).st_mode):
+            raise FileNotFoundError(root)
     except OSError:
         raise ToolError("path_not_found", "The task workspace does not exist.") from None
+    return root
 
 
 def _check_relpath(relpath: Any) -> list[str]:
