@@ -20,29 +20,30 @@ from datetime import datetime
 from typing import Any
 
 import psycopg
-from django.db import DatabaseError, connection, models
+from django.db import DEFAULT_DB_ALIAS, DatabaseError, connection, connections, models
 from django.db.models.query import ModelIterable
 
 type Params = Sequence[Any] | Mapping[str, Any]
 
 
 def _run(cursor: psycopg.Cursor[Any], sql: str, params: Params, many: bool, context: Any) -> None:
-    with connection.wrap_database_errors:
+    with context["connection"].wrap_database_errors:
         cursor.execute(sql, params)
 
 
 def execute(sql: str, params: Params) -> psycopg.Cursor[Any]:
     """Run `sql` on this thread's connection (opened if need be) with server-side binding;
     returns the psycopg cursor to fetch from."""
-    with connection.wrap_database_errors:
-        connection.ensure_connection()
-        raw = connection.connection
+    db = connections[DEFAULT_DB_ALIAS]  # this thread's, looked up once (`connection` each time)
+    with db.wrap_database_errors:
+        db.ensure_connection()
+        raw = db.connection
         assert raw is not None  # ensure_connection opened it
         cursor: psycopg.Cursor[Any] = psycopg.Cursor(raw)
     executor: Callable[..., Any] = functools.partial(_run, cursor)
-    for wrapper in reversed(connection.execute_wrappers):
+    for wrapper in reversed(db.execute_wrappers):
         executor = functools.partial(wrapper, executor)
-    executor(sql, params, False, {"connection": connection, "cursor": cursor})
+    executor(sql, params, False, {"connection": db, "cursor": cursor})
     return cursor
 
 
@@ -113,8 +114,9 @@ class Insert:
 
     def values(self, given: Mapping[str, Any], now: datetime) -> list[Any]:
         """`chosen`, bound as the field binds it."""
+        db = connections[DEFAULT_DB_ALIAS]
         return [
-            c.field.get_db_prep_save(value, connection) if c.prep else value
+            c.field.get_db_prep_save(value, db) if c.prep else value
             for c, value in zip(self.columns, self.chosen(given, now), strict=True)
         ]
 
@@ -135,13 +137,14 @@ class Insert:
         if not objs:
             return []
         params: list[Any] = []
+        db = connections[DEFAULT_DB_ALIAS]
         for obj in objs:
             for c in self.columns:
                 value = getattr(obj, c.attname)
                 if c.stamp and value is None:
                     value = now
                     setattr(obj, c.attname, now)
-                params.append(c.field.get_db_prep_save(value, connection) if c.prep else value)
+                params.append(c.field.get_db_prep_save(value, db) if c.prep else value)
         cursor = execute(self.sql(len(objs)), params)
         for obj, row in zip(objs, cursor.fetchall(), strict=True):
             obj.pk = row[0]
@@ -165,6 +168,7 @@ class Select[M: models.Model]:
     def __init__(self, make: Callable[..., models.QuerySet[M, Any]], *names: str) -> None:
         self.make, self.names = make, names
         self._compiled: tuple[Any, str, list[Any], Any] | None = None
+        self._converters: dict[int, Any] | None = None
 
     def _compile(self) -> tuple[Any, str, list[Any], Any]:
         if self._compiled is None:
@@ -185,8 +189,15 @@ class Select[M: models.Model]:
         params = [values[p.name] if isinstance(p, _Slot) else p for p in template]
         fetched = execute(sql, params).fetchall()
         mine = copy.copy(compiler)  # this call's rows and this thread's connection
-        mine.connection = connection
+        mine.connection = connections[DEFAULT_DB_ALIAS]
         mine.execute_sql = lambda *args, **kwargs: [fetched]
+        if self._converters is None:
+            # The fields' converters (JSON, decimals, …; PostgreSQL's operations add none), the
+            # same for every run: worked out once, not for each of the columns on every call.
+            fields = [s[0] for s in mine.select[0 : mine.col_count]]
+            self._converters = mine.get_converters(fields)
+        converters = self._converters
+        mine.get_converters = lambda expressions: converters
         return mine, fetch_mode
 
     def rows(self, **values: int) -> list[M]:
@@ -269,9 +280,8 @@ class Update:
 
     def run(self, pk: int, values: Sequence[Any]) -> int:
         """Update the row `pk` with `values` (in the order of the fields); the rows updated."""
-        params = [
-            f.get_db_prep_save(v, connection) for f, v in zip(self.fields, values, strict=True)
-        ]
+        db = connections[DEFAULT_DB_ALIAS]
+        params = [f.get_db_prep_save(v, db) for f, v in zip(self.fields, values, strict=True)]
         params += [pk if isinstance(p, _Slot) else p for p in self.where]
         return execute(self.sql, params).rowcount
 
