@@ -294,6 +294,15 @@ class Worker:
         self._wake()
         if self.heartbeat is not None:
             self.heartbeat.poke(0)
+        # A maintenance or delivery pass under way finishes before the worker says it stopped
+        # (each is bounded, and waits between passes end at once): a worker run inside another
+        # program (the tests, `--burst`) leaves no thread writing to the database behind it.
+        deadline = time.monotonic() + settings.ACTHELM_NOTIFY_PASS_SECONDS + 10
+        for t in helpers:
+            if t.name != "listen":  # only its own LISTEN connection; it ends within a second
+                t.join(max(0.0, deadline - time.monotonic()))
+                if t.is_alive():
+                    log.warning("worker.helper_still_running", extra={"thread": t.name})
         log.info(
             "worker.stopped",
             extra={
