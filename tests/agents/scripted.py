@@ -5,8 +5,10 @@ rows in PostgreSQL; the worker is the real one (in-process, or a separate proces
 """
 
 import itertools
+import time
 from pathlib import Path
 
+import psycopg
 from django.db import connection
 from psycopg.conninfo import make_conninfo
 
@@ -87,6 +89,23 @@ def conninfo() -> str:
     return make_conninfo(
         **{k: v for k, v in params.items() if k in ("dbname", "user", "password", "host", "port")}
     )
+
+
+def waits_for_a_lock(query_like: str = "%", seconds: float = 10.0) -> bool:
+    """Whether a session of the test database comes to wait for a lock (pg_stat_activity, seen
+    from a session of its own) within `seconds`; `query_like` narrows it to the waiting
+    statement's text (a LIKE pattern)."""
+    with psycopg.connect(conninfo(), autocommit=True) as watcher:
+        for _ in range(int(seconds / 0.05)):
+            row = watcher.execute(
+                "SELECT count(*) FROM pg_stat_activity WHERE wait_event_type = 'Lock' "
+                "AND datname = current_database() AND query LIKE %s",
+                [query_like],
+            ).fetchone()
+            if row and row[0]:
+                return True
+            time.sleep(0.05)
+    return False
 
 
 def artifact_files(task) -> list[Path]:

@@ -217,36 +217,21 @@ def test_a_step_waits_for_a_persons_cancel_holding_the_row_and_then_writes_nothi
     holds the task row waits for it, re-reads the row after the wait and finds the run fenced
     out — nothing of the step is written."""
     import threading
-    import time
-
-    import psycopg
 
     from tasks.transitions import lock_task
-    from tests.agents.scripted import conninfo
+    from tests.agents.scripted import waits_for_a_lock
 
     recorder, task = _claimed()
     first, call = _step(0)
     recorder.commit(first, checkpoint=_checkpoint)
     holding, errors = threading.Event(), []
 
-    def step_waits() -> bool:
-        with psycopg.connect(conninfo(), autocommit=True) as watcher:
-            for _ in range(200):
-                row = watcher.execute(
-                    "SELECT count(*) FROM pg_stat_activity WHERE wait_event_type = 'Lock' "
-                    "AND datname = current_database() AND query LIKE '%acthelm_step%'"
-                ).fetchone()
-                if row and row[0]:
-                    return True
-                time.sleep(0.05)
-        return False
-
     def person() -> None:
         try:
             with transaction.atomic():
                 lock_task(task.pk)
                 holding.set()
-                if not step_waits():
+                if not waits_for_a_lock("%acthelm_step%"):
                     errors.append("the step never waited for the person's lock")
                 task_cancel(actor=Actor.system("test"), task_id=task.pk)
         except Exception as exc:  # noqa: BLE001 - reported below

@@ -1,5 +1,4 @@
 import threading
-import time
 from datetime import timedelta
 from itertools import product
 
@@ -243,34 +242,22 @@ def test_the_fence_sees_a_persons_action_committed_while_it_waited_for_the_lock(
     """The one-statement fence re-checks the task row after its lock wait (docs/worker.md): a
     person's action that commits while the worker's statement waits for the row fences it out —
     an event that leaves the status alone as well as a cancel."""
-    import psycopg
-
     from tasks.services import task_cancel
     from tasks.transitions import record_event
-    from tests.agents.scripted import conninfo
+    from tests.agents.scripted import waits_for_a_lock
 
     task = TaskFactory()
     claim = claim_next(worker_id="w1")
     holding = threading.Event()
     errors = []
 
-    def wait_until_the_fence_waits():
-        with psycopg.connect(conninfo(), autocommit=True) as watcher:
-            for _ in range(200):
-                if watcher.execute(
-                    "SELECT count(*) FROM pg_stat_activity "
-                    "WHERE wait_event_type = 'Lock' AND datname = current_database()"
-                ).fetchone()[0]:
-                    return
-                time.sleep(0.05)
-        errors.append("the fence never waited for the lock")
-
     def person():
         try:
             with transaction.atomic():
                 locked = lock_task(task.pk)
                 holding.set()
-                wait_until_the_fence_waits()
+                if not waits_for_a_lock():
+                    errors.append("the fence never waited for the lock")
                 if action == "event":
                     record_event(locked, actor=actor, kind=EventKind.LIMITS_CHANGED)
                 else:
