@@ -86,7 +86,10 @@ class Connection(models.Model):
 
 
 class Model(models.Model):
-    connection = models.ForeignKey(Connection, on_delete=models.CASCADE, related_name="models")
+    # Indexed by model_unique_per_conn (connection, name).
+    connection = models.ForeignKey(
+        Connection, on_delete=models.CASCADE, related_name="models", db_index=False
+    )
     name = models.CharField(max_length=200)
     context_window = models.PositiveIntegerField(
         null=True, blank=True, help_text="Tokens; empty when unknown."
@@ -138,7 +141,10 @@ class AgentRun(models.Model):
     that fails is a failed attempt (ACTHELM_MAX_ATTEMPTS counts them); one that stops for a
     pause, an approval or a hand-back is not, and the next run goes on with the attempt."""
 
-    task = models.ForeignKey("tasks.Task", on_delete=models.CASCADE, related_name="runs")
+    # No index of its own: run_number_unique's (task, number) serves every lookup by task.
+    task = models.ForeignKey(
+        "tasks.Task", on_delete=models.CASCADE, related_name="runs", db_index=False
+    )
     number = models.PositiveIntegerField(help_text="1, 2, 3… per task")
     # The task's claim counter when this run claimed it: the fencing token.
     claim_count = models.PositiveIntegerField()
@@ -222,7 +228,11 @@ class Conversation(models.Model):
 class Turn(models.Model):
     """One message of the conversation: the task's instruction, a model turn, or tool results."""
 
-    task = models.ForeignKey("tasks.Task", on_delete=models.CASCADE, related_name="turns")
+    # No index of its own: turn_index_unique's (task, index) serves every lookup by task, and
+    # each index less is one insert less in every step (the step function writes a turn).
+    task = models.ForeignKey(
+        "tasks.Task", on_delete=models.CASCADE, related_name="turns", db_index=False
+    )
     run = models.ForeignKey(AgentRun, on_delete=models.CASCADE, related_name="turns")
     index = models.PositiveIntegerField()
     role = models.CharField(max_length=16, choices=Role.choices)
@@ -255,7 +265,10 @@ class Turn(models.Model):
 class ToolCall(models.Model):
     task = models.ForeignKey("tasks.Task", on_delete=models.CASCADE, related_name="tool_calls")
     run = models.ForeignKey(AgentRun, on_delete=models.CASCADE, related_name="tool_calls")
-    turn = models.ForeignKey(Turn, on_delete=models.CASCADE, related_name="tool_calls")
+    # No index of its own: toolcall_position_unique's (turn, position) serves lookups by turn.
+    turn = models.ForeignKey(
+        Turn, on_delete=models.CASCADE, related_name="tool_calls", db_index=False
+    )
     position = models.PositiveIntegerField()
     call_id = models.CharField(max_length=200)
     tool = models.CharField(max_length=100)
@@ -300,7 +313,10 @@ class CompactionDecision(models.Model):
 
 
 class Artifact(models.Model):
-    task = models.ForeignKey("tasks.Task", on_delete=models.CASCADE, related_name="artifacts")
+    # Indexed by artifact_name_unique (task, name).
+    task = models.ForeignKey(
+        "tasks.Task", on_delete=models.CASCADE, related_name="artifacts", db_index=False
+    )
     run = models.ForeignKey(AgentRun, null=True, on_delete=models.SET_NULL, related_name="+")
     tool_call = models.ForeignKey(ToolCall, null=True, on_delete=models.SET_NULL, related_name="+")
     name = models.CharField(max_length=100)

@@ -53,7 +53,10 @@ class MemoryEntry(models.Model):
 class MemorySelection(models.Model):
     """Which entries a run was given, in the order they appear in its system prompt."""
 
-    run = models.ForeignKey("agents.AgentRun", on_delete=models.CASCADE, related_name="memory")
+    # Indexed by memory_selection_unique (run, position).
+    run = models.ForeignKey(
+        "agents.AgentRun", on_delete=models.CASCADE, related_name="memory", db_index=False
+    )
     entry = models.ForeignKey(MemoryEntry, null=True, on_delete=models.SET_NULL, related_name="+")
     position = models.PositiveIntegerField()
     rank = models.FloatField(default=0)

@@ -46,8 +46,14 @@ class Goal(models.Model):
 class Task(models.Model):
     title = models.CharField(max_length=200)
     instruction = models.TextField()
+    # Indexed by task_goal_status_idx (goal, status).
     goal = models.ForeignKey(
-        Goal, null=True, blank=True, on_delete=models.SET_NULL, related_name="tasks"
+        Goal,
+        null=True,
+        blank=True,
+        on_delete=models.SET_NULL,
+        related_name="tasks",
+        db_index=False,
     )
     kind = models.CharField(max_length=16, choices=TaskKind.choices, default=TaskKind.WORK)
     origin = models.CharField(max_length=16, choices=TaskOrigin.choices, default=TaskOrigin.PERSON)
@@ -172,7 +178,10 @@ class Task(models.Model):
 
 
 class TaskDependency(models.Model):
-    task = models.ForeignKey(Task, on_delete=models.CASCADE, related_name="dependency_links")
+    # Indexed by task_dependency_unique (task, depends_on).
+    task = models.ForeignKey(
+        Task, on_delete=models.CASCADE, related_name="dependency_links", db_index=False
+    )
     depends_on = models.ForeignKey(Task, on_delete=models.CASCADE, related_name="dependant_links")
 
     class Meta:

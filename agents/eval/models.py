@@ -73,7 +73,10 @@ class EvalRun(models.Model):
 class EvalResult(models.Model):
     """The graded outcome of one case in one repetition of a run."""
 
-    run = models.ForeignKey(EvalRun, on_delete=models.CASCADE, related_name="results")
+    # Indexed by evalresult_once_per_case (run, case_id, repetition).
+    run = models.ForeignKey(
+        EvalRun, on_delete=models.CASCADE, related_name="results", db_index=False
+    )
     case_id = models.CharField(max_length=100)
     repetition = models.PositiveIntegerField(default=1)
     task = models.ForeignKey(

@@ -122,8 +122,13 @@ class Notification(models.Model):
         related_name="notifications",
         db_index=False,
     )
+    # Indexed by notification_event_target_unique (event, target, part).
     event = models.ForeignKey(
-        "tasks.TaskEvent", null=True, on_delete=models.SET_NULL, related_name="notifications"
+        "tasks.TaskEvent",
+        null=True,
+        on_delete=models.SET_NULL,
+        related_name="notifications",
+        db_index=False,
     )
     event_kind = models.CharField(max_length=32, choices=NotifyEvent.choices)
     # Which of the event's messages for the target: a channel that posts one message per open
