@@ -26,6 +26,14 @@ from django.db.models.query import ModelIterable
 type Params = Sequence[Any] | Mapping[str, Any]
 
 
+def sequence(model: type[models.Model]) -> str:
+    """The sequence of `model`'s id column, by the name PostgreSQL gives an identity column's,
+    for `nextval('<it>'::regclass)`: a constant when the statement is planned, where
+    pg_get_serial_sequence() looks the catalogs up at each call. Migration agents 0018 checks
+    the names the worker uses against pg_get_serial_sequence."""
+    return f"{model._meta.db_table}_{model._meta.pk.column}_seq"
+
+
 def _run(cursor: psycopg.Cursor[Any], sql: str, params: Params, many: bool, context: Any) -> None:
     with context["connection"].wrap_database_errors:
         cursor.execute(sql, params)

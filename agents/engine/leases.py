@@ -115,8 +115,8 @@ WITH candidate AS (
     ORDER BY r.task_id, r.number DESC
 ), ids AS (
     SELECT c.id AS task_id,
-           nextval(pg_get_serial_sequence('agents_agentrun', 'id')) AS run_id,
-           nextval(pg_get_serial_sequence('tasks_taskevent', 'id')) AS event_id
+           nextval('{run_sequence}'::regclass) AS run_id,
+           nextval('{event_sequence}'::regclass) AS event_id
     FROM claimed c
 ), run AS (
     INSERT INTO agents_agentrun ({run_columns})
@@ -145,6 +145,8 @@ def _claim_statement() -> tuple[str, dict[str, Any]]:
         run_values=run_values,
         event_columns=event_columns,
         event_values=event_values,
+        run_sequence=fastsql.sequence(AgentRun),
+        event_sequence=fastsql.sequence(TaskEvent),
     )
     return sql, {**run_params, **event_params}
 

@@ -2,9 +2,11 @@
 and checkpoint — written as ONE statement in autocommit: no BEGIN, no COMMIT, one round trip.
 
 The statement calls the PL/pgSQL function `acthelm_step` (`function_sql`, installed by migration
-agents 0015_step_function, its fence by 0016_step_fence_lock) with the step's rows as one jsonb
-object. PL/pgSQL caches the plans of its statements per session, so the server parses and plans the
-step's SQL once per connection instead of on every step, and the client prepares nothing: it works
+agents 0015_step_function, its fence by 0016_step_fence_lock, its ids by 0018_step_ids_generic_plan)
+with the step's rows as one jsonb object. PL/pgSQL caches the plans of its statements per session,
+so the server parses and plans the step's SQL once per connection instead of on every step (each
+statement's plan is kept generic: none depends on the step's values), and the client prepares
+nothing: it works
 through any pooler, PgBouncer in transaction mode too. Its first statement is the fence
 (`leases.fence_lock`: the `_HOLDS` checks on the task row it locks; the process heartbeat renews the
 lease, the step does not). A run that lost its task gets no status back and nothing is written (the
@@ -138,10 +140,13 @@ def _insert(
 
 
 def _ids(var: str, model: type[models.Model], key: str) -> str:
-    table = model._meta.db_table
+    # The sequence as a constant (resolved when the statement is planned), the rows from
+    # jsonb_array_elements: the statement's plan does not depend on the step's values, so the
+    # session keeps one generic plan. With pg_get_serial_sequence() (a catalog lookup folded
+    # at planning) and generate_series(1, <the count>), every step planned it again.
     return (
-        f"  {var} := ARRAY(SELECT nextval(pg_get_serial_sequence('{table}', 'id'))\n"
-        f"    FROM generate_series(1, jsonb_array_length(p_step->'{key}')));\n"
+        f"  {var} := ARRAY(SELECT nextval('{fastsql.sequence(model)}'::regclass)\n"
+        f"    FROM jsonb_array_elements(p_step->'{key}'));\n"
     )
 
 

@@ -7,7 +7,8 @@ from datetime import timedelta
 from decimal import Decimal
 
 import pytest
-from django.db import DatabaseError
+from django.apps import apps
+from django.db import DatabaseError, connection
 from django.db.models import F
 from django.utils import timezone
 
@@ -81,3 +82,19 @@ def test_a_select_builds_what_the_queryset_builds():
     )
     assert values.tuples(pk=task.pk) == [(["a"], Decimal("1.5000"))]
     assert values.tuples(pk=task.pk + 1000) == []
+
+
+@pytest.mark.django_db
+@pytest.mark.parametrize(
+    "label", ["agents.Turn", "agents.ToolCall", "agents.AgentRun", "tasks.TaskEvent"]
+)
+def test_sequence_names_the_sequence_postgresql_uses_for_the_id(label):
+    """The worker's statements name these sequences as constants (the step function, the
+    claim); a name PostgreSQL did not give would fail at the first step, not here."""
+    model = apps.get_model(label)
+    with connection.cursor() as cursor:
+        cursor.execute(
+            "SELECT pg_get_serial_sequence(%s, 'id')::regclass = %s::regclass",
+            [model._meta.db_table, fastsql.sequence(model)],
+        )
+        assert cursor.fetchone() == (True,)
