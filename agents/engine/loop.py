@@ -58,7 +58,7 @@ from agents.engine.recorder import (
     TurnState,
     load_state,
 )
-from agents.engine.usage import ZERO, Usage, first_reached, headroom, is_mcp_tool, remaining
+from agents.engine.usage import Usage, first_reached, headroom, is_mcp_tool, remaining
 from agents.states import TOOL_CALL_DONE, CostTier, FailureCode, Role
 from agents.states import ToolCallStatus as TC
 from approvals.services import ApprovalRequest
@@ -319,7 +319,8 @@ class AgentLoop:
         self.offered: list[str] | None = None  # set by _validate
         self.memory_from_run = saved.memory_from_run
         # Usage of the earlier runs, read once; this run's own is counted here as it goes.
-        self.base, self.mine = saved.usage, ZERO
+        # Earlier runs' usage and this run's booked usage, one sum kept as _book adds to it.
+        self.used = saved.usage
 
     # -- 1. validate ------------------------------------------------------------------------------
 
@@ -415,12 +416,12 @@ class AgentLoop:
     def usage(self) -> Usage:
         """The task's usage now: earlier runs, this run's booked usage, and the time since the
         last commit."""
-        return self.base + self.mine + Usage(active_seconds=time.monotonic() - self._clock)
+        return self.used.plus_seconds(time.monotonic() - self._clock)
 
     def _book(self, delta: Usage) -> None:
         """The one place usage is booked: in memory (for the limits) and in the step (for the
         run row, written with the step)."""
-        self.mine += delta
+        self.used += delta
         self.step.usage += delta
 
     def _book_turn(self, completion: Completion, cost: Decimal | None) -> None:

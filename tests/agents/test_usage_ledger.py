@@ -32,6 +32,16 @@ def test_usage_adds_every_counter_and_zero_changes_nothing():
         a + 1  # noqa: B018
 
 
+@pytest.mark.parametrize("field", FIELDS, ids=lambda f: f.name)
+def test_usage_adds_each_field_alone(field):
+    """Usage.__add__ spells its fields out: a field it forgot would be dropped here."""
+    one = Usage(**{field.name: field.type(1)})
+    assert getattr(one + one, field.name) == field.type(2)
+    assert getattr(one.plus_seconds(0.5), field.name) == field.type(1) + (
+        0.5 if field.name == "active_seconds" else 0
+    )
+
+
 def test_usage_as_dict_keeps_tokens_as_one_number():
     data = Usage(input_tokens=7, output_tokens=3, cost=Decimal("0.5")).as_dict()
     assert data == {
