@@ -78,6 +78,10 @@ class History:
         # (only the last has open calls), so a step estimates what is new, not the conversation.
         self._settled = 0
         self._settled_tokens = 0
+        # The messages of entries[:_flat_upto], in order: every entry but the last keeps its
+        # messages until changed(), so a request copies this list instead of walking the turns.
+        self._flat: list[Message] = [self.system]
+        self._flat_upto = 0
 
     def add_turn(self, role: str, content: str, calls: Iterable[CallState] = ()) -> None:
         self.entries.append(_Entry(role=role, content=content, calls=list(calls)))
@@ -85,6 +89,7 @@ class History:
     def changed(self) -> None:
         """Compaction changed older results: rebuild the messages of every turn with calls."""
         self._settled, self._settled_tokens = 0, 0
+        self._flat, self._flat_upto = [self.system], 0
         for entry in self.entries:
             if entry.calls:
                 entry.messages = None
@@ -95,12 +100,20 @@ class History:
             self.entries[-1].messages = None
 
     def messages(self) -> list[Message]:
-        out = [self.system]
-        for entry in self.entries:
-            if entry.messages is None:
-                entry.messages = _messages_of(entry)
-            out.extend(entry.messages)
+        last = len(self.entries) - 1
+        while self._flat_upto < last:
+            self._flat.extend(self._messages_at(self._flat_upto))
+            self._flat_upto += 1
+        out = self._flat.copy()
+        if last >= 0:
+            out.extend(self._messages_at(last))
         return out
+
+    def _messages_at(self, i: int) -> list[Message]:
+        entry = self.entries[i]
+        if entry.messages is None:
+            entry.messages = _messages_of(entry)
+        return entry.messages
 
     def estimate(self) -> int:
         last = len(self.entries) - 1

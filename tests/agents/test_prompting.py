@@ -1,7 +1,8 @@
-"""The history's token estimate, kept as a running sum, agrees with counting every turn again."""
+"""The history's token estimate, kept as a running sum, and its messages, kept as a list of the
+settled turns', agree with counting and building every turn again."""
 
 from agents.catalogue.connections import estimate_tokens
-from agents.engine.prompting import PLACEHOLDER, History
+from agents.engine.prompting import PLACEHOLDER, History, _messages_of
 from agents.engine.recorder import CallState
 from agents.states import Role
 
@@ -48,3 +49,32 @@ def test_the_estimate_follows_new_turns_results_and_compaction():
     assert after < before and len(chosen) >= 2
     history.add_turn(Role.ASSISTANT, "the answer")
     assert history.estimate() == _counted(history)
+
+
+def _built(history: History) -> list:
+    out = [history.system]
+    for entry in history.entries:
+        out.extend(_messages_of(entry))
+    return out
+
+
+def test_the_messages_follow_new_turns_results_and_compaction():
+    history = History("system")
+    assert history.messages() == _built(history)
+    history.add_turn(Role.USER, "do it")
+    for i in range(12):
+        call = _call(i)
+        history.add_turn(Role.ASSISTANT, f"turn {i}", [call])
+        assert history.messages() == _built(history)
+        call.result_for_model = f"result {i} " * 300  # the last turn's call gets its result
+        history.touch_last()
+        assert history.messages() == _built(history)
+        first = history.messages()
+        assert first == history.messages() and first is not history.messages()  # a new list
+    found = history.compact(window=history.estimate() - 2000, reserve=0)
+    assert found is not None
+    messages = history.messages()
+    assert messages == _built(history)
+    assert sum(PLACEHOLDER in (m.content or "") for m in messages) == len(found[0]) >= 2
+    history.add_turn(Role.ASSISTANT, "the answer")
+    assert history.messages() == _built(history)

@@ -1,6 +1,6 @@
 """The OpenAI-compatible request body built from messages encoded once each
 (`OpenAICompatibleProvider.wire_body`): byte for byte what encoding the whole payload gives, turn
-after turn, with the history's rebuilt messages re-encoded and the stale ones let go."""
+after turn, with the history's rebuilt messages re-encoded and nothing stale kept."""
 
 import json
 
@@ -49,4 +49,8 @@ def test_a_rebuilt_message_is_encoded_again_and_the_old_one_let_go():
     body = _spliced(provider, messages, [])
     assert body == _whole(provider, messages, [])
     assert b"turn 3" not in body
-    assert len(provider.__dict__["_wire_cache"]) <= 2 * len(messages) + 16
+    messages[20] = Message(role="user", content="rebuilt in the middle")  # a compaction's
+    messages.append(Message(role="user", content="new"))
+    assert _spliced(provider, messages, []) == _whole(provider, messages, [])
+    assert _spliced(provider, messages[:10], []) == _whole(provider, messages[:10], [])
+    assert _spliced(provider, [], []) == _whole(provider, [], [])

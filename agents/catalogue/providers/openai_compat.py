@@ -10,6 +10,8 @@ from __future__ import annotations
 import json
 import threading
 import uuid
+from itertools import compress, count
+from operator import is_not
 from typing import Any
 
 import httpx
@@ -162,22 +164,24 @@ class OpenAICompatibleProvider(Provider):
         return body
 
     def wire_body(self, body: dict[str, Any], messages: list[Message]) -> bytes:
-        """`body` (the payload without its messages) with `messages` as JSON, each message
-        encoded once per provider (a run's) and reused while the history keeps the same
-        Message object, so a turn encodes only what is new however long the conversation is.
-        The same bytes `json.dumps` of the whole payload gives."""
-        cache: dict[int, tuple[Message, bytes]] = self.__dict__.setdefault("_wire_cache", {})
-        parts = []
-        for msg in messages:
-            hit = cache.get(id(msg))
-            if hit is None or hit[0] is not msg:
-                wire = self.wire_messages([msg])[0]
-                hit = cache[id(msg)] = (msg, json.dumps(wire, ensure_ascii=False).encode())
-            parts.append(hit[1])
-        if len(cache) > 2 * len(messages) + 16:  # messages the history rebuilt since
-            current = {id(m) for m in messages}
-            for key in [k for k in cache if k not in current]:
-                del cache[key]
+        """`body` (the payload without its messages) with `messages` as JSON. The messages the
+        last request began with, as the same Message objects, keep their encoding (a provider
+        is a run's); only what follows is encoded: a turn encodes what is new, and finding the
+        kept prefix runs in C (no Python step per message), so a step's cost does not grow with
+        the conversation. The same bytes `json.dumps` of the whole payload gives."""
+        last: tuple[list[Message], list[bytes]] | None = self.__dict__.get("_wire_last")
+        kept = 0
+        parts: list[bytes] = []
+        if last is not None:
+            before, encoded = last
+            # The first position whose message is not the same object, else the shorter length.
+            kept = next(
+                compress(count(), map(is_not, before, messages)), min(len(before), len(messages))
+            )
+            parts = encoded[:kept]
+        for msg in messages[kept:]:
+            parts.append(json.dumps(self.wire_messages([msg])[0], ensure_ascii=False).encode())
+        self.__dict__["_wire_last"] = (list(messages), parts)
         ordered = {"model": body.get("model"), "messages": _SPLICE, **body}  # payload's order
         head = json.dumps(ordered, ensure_ascii=False).encode()
         return head.replace(_SPLICE_JSON, b"[" + b", ".join(parts) + b"]", 1)
