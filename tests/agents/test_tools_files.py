@@ -9,6 +9,7 @@ from pathlib import Path
 import pytest
 
 from agents.catalogue.tools import ToolContext, ToolError, get_tool, resolve_in_workspace
+from agents.catalogue.tools.files import _rel
 
 pytestmark = pytest.mark.timeout(30)
 
@@ -401,3 +402,18 @@ def test_search_bad_arguments(ws, ctx):
     assert refused("search_files", {"pattern": "x", "max_matches": 5000}, ctx).code == (
         "invalid_arguments"
     )
+
+
+@pytest.mark.parametrize(
+    ("root", "real"),
+    [
+        ("/w/task", "/w/task"),
+        ("/w/task", "/w/task/a.txt"),
+        ("/w/task", "/w/task/sub/deeper/b.csv"),
+        ("/w/task", "/w/task-other/c.txt"),  # a sibling sharing the prefix: not inside
+        ("/", "/etc/hosts"),
+        ("/w/task/", "/w/task/a.txt"),
+    ],
+)
+def test_rel_is_relpath_with_forward_slashes(root, real):
+    assert _rel(root, real) == os.path.relpath(real, root)

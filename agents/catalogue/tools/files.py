@@ -179,8 +179,14 @@ def _resolve(root: str, relpath: str, *, must_exist: bool = True) -> Path:
 
 
 def _rel(root: str, real: str) -> str:
-    rel = os.path.relpath(real, root)
-    return "." if rel == "." else Path(rel).as_posix()
+    """`real`, a resolved path inside the resolved `root`, relative to it with "/" between its
+    parts. By its prefix: a listing computes this for every entry, and relpath (both paths
+    made absolute and split) cost more than the listing's own system calls."""
+    if real == root:
+        return "."
+    prefix = root if root.endswith(os.sep) else root + os.sep
+    rel = real[len(prefix) :] if real.startswith(prefix) else os.path.relpath(real, root)
+    return rel if os.sep == "/" else Path(rel).as_posix()
 
 
 def open_regular_file(real: Path | str, relpath: str = "") -> tuple[BinaryIO, int]:
