@@ -103,7 +103,9 @@ SIGNATURE = (
 )
 #: How a DROP FUNCTION names it (a migration that changes the arguments drops it first).
 IDENTITY = "acthelm_step(bigint, bigint, text[], integer[], text, timestamptz, jsonb)"
-_CALL = "SELECT task_status, new_call_ids FROM acthelm_step(%s, %s, %s, %s, %s, %s, %s::jsonb)"
+# The checkpoint's pieces go in binary (%b): psycopg's text format escapes every quote of the JSON
+# in them with a regular expression, a fifth of the write's client CPU; the binary format copies.
+_CALL = "SELECT task_status, new_call_ids FROM acthelm_step(%s, %s, %b, %s, %s, %s, %s::jsonb)"
 
 
 def _columns(model: type[models.Model], skip: tuple[str, ...] = ()) -> list[tuple[str, str]]:
