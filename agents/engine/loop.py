@@ -318,8 +318,7 @@ class AgentLoop:
         self.approvals, self.run_again = saved.approvals, saved.run_again
         self.offered: list[str] | None = None  # set by _validate
         self.memory_from_run = saved.memory_from_run
-        # Usage of the earlier runs, read once; this run's own is counted here as it goes.
-        # Earlier runs' usage and this run's booked usage, one sum kept as _book adds to it.
+        # Usage of the earlier runs, read once, and this run's own as _book adds it: one sum.
         self.used = saved.usage
 
     # -- 1. validate ------------------------------------------------------------------------------

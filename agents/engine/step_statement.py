@@ -6,15 +6,14 @@ agents 0015_step_function, its fence by 0016_step_fence_lock, its ids by 0018_st
 with the step's rows as one jsonb object. PL/pgSQL caches the plans of its statements per session,
 so the server parses and plans the step's SQL once per connection instead of on every step (each
 statement's plan is kept generic: none depends on the step's values), and the client prepares
-nothing: it works
-through any pooler, PgBouncer in transaction mode too. Its first statement is the fence
-(`leases.fence_lock`: the `_HOLDS` checks on the task row it locks; the process heartbeat renews the
-lease, the step does not). A run that lost its task gets no status back and nothing is written (the
-statement commits as a read-only transaction; the caller raises AttemptLost). When the run is no
-longer started or a call cannot make its move (TOOL_CALL_TRANSITIONS, checked by each move's `status
-= ANY(sources)`) the function raises SQLSTATE AH001 / AH002, so that the statement's transaction
-rolls back; the caller raises AttemptLost or TransitionNotAllowed as the transaction-per-step path
-does.
+nothing: it works through any pooler, PgBouncer in transaction mode too. Its first statement is the
+fence (`leases.fence_lock`: the `_HOLDS` checks on the task row it locks; the process heartbeat
+renews the lease, the step does not). A run that lost its task gets no status back and nothing is
+written (the statement commits as a read-only transaction; the caller raises AttemptLost). When the
+run is no longer started or a call cannot make its move (TOOL_CALL_TRANSITIONS, checked by each
+move's `status = ANY(sources)`) the function raises SQLSTATE AH001 / AH002, so that the statement's
+transaction rolls back; the caller raises AttemptLost or TransitionNotAllowed as the
+transaction-per-step path does.
 
 Ids flow inside the function: new turns' and calls' ids are drawn from their sequences, a turn's
 id goes into its calls' `turn_id`, a call's id into an event's `data.tool_call_id` (jsonb `||`)
@@ -104,7 +103,8 @@ SIGNATURE = (
 #: How a DROP FUNCTION names it (a migration that changes the arguments drops it first).
 IDENTITY = "acthelm_step(bigint, bigint, text[], integer[], text, timestamptz, jsonb)"
 # The checkpoint's pieces go in binary (%b): psycopg's text format escapes every quote of the JSON
-# in them with a regular expression, a fifth of the write's client CPU; the binary format copies.
+# in them with a regular expression (4 % of a read-only step's worker instructions, by
+# bench/step_instructions.py); the binary format copies the strings.
 _CALL = "SELECT task_status, new_call_ids FROM acthelm_step(%s, %s, %b, %s, %s, %s, %s::jsonb)"
 
 
