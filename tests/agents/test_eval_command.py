@@ -194,7 +194,8 @@ def test_an_interrupted_run_cancels_what_it_started(model, worker_env):
             "csv_*",
             "--no-worker",
         ],
-        env=worker_env,
+        # faulthandler: a SIGABRT makes the command print every thread's stack before it dies
+        env={**worker_env, "PYTHONFAULTHANDLER": "1"},
         stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,
         text=True,
@@ -210,9 +211,9 @@ def test_an_interrupted_run_cancels_what_it_started(model, worker_env):
             # needed more than 30 s here (cancelling three tasks, stopping the page server).
             proc.wait(90)
         except subprocess.TimeoutExpired:
-            proc.kill()
-            _, err = proc.communicate()
-            pytest.fail(f"the interrupted run did not exit within 90 s; its stderr: {err[-3000:]}")
+            proc.send_signal(signal.SIGABRT)  # its threads' stacks, then it dies
+            _, err = proc.communicate(timeout=30)
+            pytest.fail(f"the interrupted run did not exit within 90 s; its stderr: {err[-6000:]}")
     finally:
         if proc.poll() is None:
             proc.kill()
