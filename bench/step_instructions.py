@@ -39,19 +39,23 @@ PRODUCTION_ENV = {"DJANGO_DEBUG": "0", "DJANGO_SECRET_KEY": "step-instructions-"
 # One worker slot in this process until nothing is claimable (common.engine_run_inline), after
 # the start-up heap is frozen as acthelm_worker freezes it.
 CHILD = """
-import gc, django
+import gc, os, django
 django.setup()
 from agents.engine.worker import Worker
 gc.collect(); gc.freeze()
 worker = Worker(worker_id="step-instructions", concurrency=1, burst=True)
 worker.drain()
-assert worker.processed == 1, worker.processed
+expected = int(os.environ["STEP_INSTRUCTIONS_TASKS"])
+assert worker.processed == expected, (worker.processed, expected)
 """
 
 
-def instructions(db_url: str, root: Path, media: str, out: Path) -> int:
-    """Instructions the child process executed (callgrind's total), running the ready task."""
-    env = common.child_env(db_url, **PRODUCTION_ENV, ACTHELM_MEDIA_ROOT=media)
+def instructions(db_url: str, root: Path, media: str, out: Path, *, processed: int = 1) -> int:
+    """Instructions the child process executed (callgrind's total), running the `processed`
+    ready tasks."""
+    env = common.child_env(
+        db_url, **PRODUCTION_ENV, ACTHELM_MEDIA_ROOT=media, STEP_INSTRUCTIONS_TASKS=str(processed)
+    )
     env["PYTHONPATH"] = str(root) + os.pathsep + env.get("PYTHONPATH", "")
     child = subprocess.run(
         [

@@ -222,6 +222,46 @@ class Select[M: models.Model]:
 
 
 @dataclass(frozen=True)
+class Row[M: models.Model]:
+    """A model's whole row in hand-written SQL: `columns("t")` is the select list of every
+    concrete column (`t.id, t.title, …`), `instance(values)` the model instance from those
+    values, each through its field's converters (JSON, …) as the ORM's compiler applies them.
+    What `Model.objects.raw()` does, with the columns' order, names and converters worked out
+    once per model instead of at every call."""
+
+    model: type[M]
+    attnames: tuple[str, ...]
+    converters: tuple[tuple[int, tuple[Callable[..., Any], ...], Any], ...]
+
+    @classmethod
+    @functools.cache
+    def of(cls, model: type[M]) -> Row[M]:
+        db = connections[DEFAULT_DB_ALIAS]
+        fields = model._meta.concrete_fields
+        converters = []
+        for i, field in enumerate(fields):
+            col = field.get_col(model._meta.db_table)
+            found = db.ops.get_db_converters(col) + col.get_db_converters(db)
+            if found:
+                converters.append((i, tuple(found), col))
+        return cls(model, tuple(f.attname for f in fields), tuple(converters))
+
+    def columns(self, alias: str) -> str:
+        return ", ".join(
+            f"{alias}.{connection.ops.quote_name(f.column)}"
+            for f in self.model._meta.concrete_fields
+        )
+
+    def instance(self, values: Sequence[Any]) -> M:
+        values = list(values[: len(self.attnames)])
+        db = connections[DEFAULT_DB_ALIAS]
+        for i, found, col in self.converters:
+            for converter in found:
+                values[i] = converter(values[i], col, db)
+        return self.model.from_db(db.alias, self.attnames, values)
+
+
+@dataclass(frozen=True)
 class _Slot:
     name: str
 

@@ -3,6 +3,7 @@ write, that it still holds it (`holds_attempt`). The claim is the one status cha
 lock-then-write (`tasks.transitions`): a single conditional UPDATE whose WHERE clause decides the
 race, inserting the run and the claim event in the same statement."""
 
+import functools
 import logging
 from collections.abc import Iterable, Iterator
 from contextlib import contextmanager
@@ -238,7 +239,10 @@ FOR NO KEY UPDATE OF t"""
     )
 
 
-_FENCE_FULL = _FENCE_SQL.format(columns="t.*").replace("now()\n", "now() AS fence_now\n")
+@functools.cache
+def _fence_full() -> str:
+    """The fence returning the whole task row (`fastsql.Row`'s columns), then the clock."""
+    return _FENCE_SQL.format(columns=fastsql.Row.of(Task).columns("t"))
 
 
 @dataclass(frozen=True)
@@ -258,12 +262,11 @@ def fence(
     and renew the lease; raise AttemptLost otherwise (also when the task no longer exists)."""
     lease = settings.ACTHELM_LEASE_SECONDS if lease_seconds is None else lease_seconds
     params = {"lease": lease, "task": task_id, "run": run_id}
-    if full:  # through the ORM's raw query, so that every column gets its converter
-        rows = list(Task.objects.raw(_FENCE_FULL, params))
-        if rows:
-            # the raw query's extra column, set on the instance beside the model's fields
-            now: datetime = vars(rows[0])["fence_now"]
-            return Fence(status=rows[0].status, now=now, task=rows[0])
+    if full:  # the task's row, each column through its field's converters (fastsql.Row)
+        found = fastsql.execute(_fence_full(), params).fetchone()
+        if found is not None:
+            task = fastsql.Row.of(Task).instance(found)
+            return Fence(status=task.status, now=found[-1], task=task)
     else:  # every step's first statement: server-bound, without Django's quoting (core.fastsql)
         row = fastsql.execute(_FENCE_BRIEF, params).fetchone()
         if row is not None:

@@ -84,6 +84,30 @@ def test_a_select_builds_what_the_queryset_builds():
     assert values.tuples(pk=task.pk + 1000) == []
 
 
+def test_a_row_in_hand_written_sql_builds_what_the_orm_builds():
+    task = TaskFactory(
+        tags=["a", "b"],
+        limit_cost=Decimal("2.5000"),
+        tool_policies={"fetch_url": {"mode": "ask"}, "n": [1, 2.5, None]},
+        feedback="a 'quoted' text",
+    )
+    row = fastsql.Row.of(Task)
+    cursor = fastsql.execute(
+        f"SELECT {row.columns('t')}, now() FROM tasks_task t WHERE t.id = %s", [task.pk]
+    )
+    *columns, clock = cursor.fetchone()
+    built = row.instance([*columns, clock])  # what follows the row's columns is the caller's
+    orm = Task.objects.get(pk=task.pk)
+    assert {f.attname: getattr(built, f.attname) for f in Task._meta.concrete_fields} == {
+        f.attname: getattr(orm, f.attname) for f in Task._meta.concrete_fields
+    }
+    assert built.tool_policies == {"fetch_url": {"mode": "ask"}, "n": [1, 2.5, None]}
+    assert not built._state.adding and built.get_deferred_fields() == set()
+    built.title = "saved from the built row"
+    fastsql.save(built)
+    assert Task.objects.get(pk=task.pk).title == "saved from the built row"
+
+
 @pytest.mark.django_db
 @pytest.mark.parametrize(
     "label", ["agents.Turn", "agents.ToolCall", "agents.AgentRun", "tasks.TaskEvent"]
