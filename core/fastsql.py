@@ -78,6 +78,10 @@ _PLAIN = (
 )
 
 
+def _plain_field(field: models.Field[Any, Any]) -> bool:
+    return isinstance(field, _PLAIN) and not isinstance(field, models.JSONField)
+
+
 @dataclass(frozen=True)
 class Insert:
     """`INSERT INTO <table> (every concrete column but the id) VALUES (…) RETURNING id` for a
@@ -96,8 +100,7 @@ class Insert:
             if field.primary_key:
                 continue
             stamp = bool(getattr(field, "auto_now", False) or getattr(field, "auto_now_add", False))
-            plain = isinstance(field, _PLAIN) and not isinstance(field, models.JSONField)
-            columns.append(_Column(field.attname, field, stamp, prep=not plain))
+            columns.append(_Column(field.attname, field, stamp, prep=not _plain_field(field)))
         return cls(model._meta.db_table, tuple(columns))
 
     @functools.cache  # noqa: B019 (one per model and row count, for the process's life)
@@ -290,12 +293,14 @@ class Update:
     """`UPDATE <table> SET <columns> WHERE id = … [AND <filter>]` for some fields of a model:
     the SQL Django's update compiler writes for `filter(pk=…, **where).update(**values)`, compiled
     ONCE per model, fields and filter; each value goes through its field's get_db_prep_save as
-    there. Only for plain values (no expressions, no model instances: `plain` says) and models
-    whose fields' placeholders do not depend on the value (no binary or geometry field)."""
+    there, but for the fields whose values psycopg binds as they are (`_PLAIN`). Only for plain
+    values (no expressions, no model instances: `plain` says) and models whose fields'
+    placeholders do not depend on the value (no binary or geometry field)."""
 
     fields: tuple[models.Field[Any, Any], ...]
     sql: str
     where: tuple[Any, ...]  # the filter's parameters; _Slot("pk") for the row's id
+    prep: tuple[bool, ...]  # per field: through get_db_prep_save (as `Insert`'s columns)
 
     @classmethod
     @functools.cache
@@ -320,7 +325,8 @@ class Update:
         if len(params) != len(fields) + len(where) + 1 or sentinel not in given:
             raise ValueError(f"the UPDATE of {model.__name__} binds other parameters: {params}")
         slots = tuple(_Slot("pk") if p == sentinel else p for p in given)
-        return cls(tuple(fields), sql, slots)
+        prep = tuple(not _plain_field(f) for f in fields)
+        return cls(tuple(fields), sql, slots, prep)
 
     @staticmethod
     def plain(values: Sequence[Any]) -> bool:
@@ -329,7 +335,10 @@ class Update:
     def run(self, pk: int, values: Sequence[Any]) -> int:
         """Update the row `pk` with `values` (in the order of the fields); the rows updated."""
         db = connections[DEFAULT_DB_ALIAS]
-        params = [f.get_db_prep_save(v, db) for f, v in zip(self.fields, values, strict=True)]
+        params = [
+            f.get_db_prep_save(v, db) if prep else v
+            for f, v, prep in zip(self.fields, values, self.prep, strict=True)
+        ]
         params += [pk if isinstance(p, _Slot) else p for p in self.where]
         return execute(self.sql, params).rowcount
 
