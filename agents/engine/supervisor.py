@@ -24,7 +24,9 @@ supervisor's own connection, and could loop for as long as that connection is do
 The verdict reads everything it needs first (the run's record, the rules' reads, the supervisor's
 model row), then gives the run's connection back (`release_connection`): the checks (RE2 over the
 artifacts) and the model's request run with no connection held, so slow verdicts cannot starve
-the pool. The whole verdict has a budget, ACTHELM_SUPERVISOR_TIMEOUT_SECONDS: the checks run in
+the pool. The one exception is a verdict that can only be quick (`INLINE_CHECK_CHARS`): the
+default checks over a small answer, no model, no artifact, no check of the task's own. The whole
+verdict has a budget, ACTHELM_SUPERVISOR_TIMEOUT_SECONDS: the checks run in
 a thread of their own that is abandoned at the deadline (it holds no connection), the model's
 request gets no longer than what is left; a verdict out of its budget is *unverified*. The
 run's cancel event (a person's cancel, a lost lease) aborts it like the agent's own request.
@@ -207,6 +209,41 @@ def _read[T](fn: Callable[[], T]) -> T:
         return fn()
 
 
+#: Up to this many characters of answer and instruction together, a verdict with no model, no
+#: acceptance check of the task's own and no artifact runs its default checks in the run's own
+#: thread and keeps the run's connection for the outcome's transaction: those checks are linear
+#: scans of the answer, the instruction and the calls' names (agents.engine.acceptance), far
+#: under a millisecond here, where a thread of their own and a second turn in the pool's queue
+#: cost a task's end more than the checks at a fleet's end (bench/fleet.py). Anything that may
+#: take longer — a pattern of the task's, an artifact's content, a model — runs with no
+#: connection held.
+INLINE_CHECK_CHARS = 64 * 1024
+
+
+def _inline(checks: list[Check], record: RunRecord) -> bool:
+    return (
+        not checks
+        and not record.artifacts
+        and not uses_model()
+        and len(record.answer) + len(record.instruction) <= INLINE_CHECK_CHARS
+    )
+
+
+def _checked_within(
+    checks: list[Check], record: RunRecord, *, deadline: float, cancel: threading.Event | None
+) -> list[CheckResult]:
+    """2. The checks' results. From here on no connection is held (the checks and the model may
+    take their time), unless the checks can only be quick (`_inline`): then they run in this
+    thread and the run keeps its connection for the outcome's transaction, which follows."""
+    if not _inline(checks, record):
+        release_connection()
+        return _evaluate_within(checks, record, deadline=deadline, cancel=cancel)
+    results = evaluate(checks, record)
+    if cancel is not None and cancel.is_set():
+        raise AttemptLost("the run was cancelled or lost its lease during its verdict")
+    return results
+
+
 class _OutOfTime(Exception):
     """The verdict's budget ran out."""
 
@@ -300,10 +337,8 @@ def supervise(
         )
     )
     model = _read(_supervisor_model) if uses_model() else None
-    # 2. No connection is held from here on: the checks and the model may take their time.
-    release_connection()
     try:
-        results = _evaluate_within(
+        results = _checked_within(
             list(task.acceptance_checks or []), record, deadline=deadline, cancel=cancel
         )
     except _OutOfTime:
