@@ -17,7 +17,6 @@ proposal commits at once, because its result (the new task's id) goes to the mod
 from __future__ import annotations
 
 import functools
-import hashlib
 import logging
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -466,19 +465,10 @@ class Recorder:
         elif step.memory_from_run is not None:
             memory_services.copy_selection(from_run_id=step.memory_from_run, to_run=self.run)
         if step.system_prompt is not None:
-            fastsql.Insert.of(Conversation).rows(  # once a task; the ORM's save compiles it
-                [
-                    {
-                        "task_id": self.task_id,
-                        "system_prompt": step.system_prompt,
-                        "system_prompt_sha256": hashlib.sha256(
-                            step.system_prompt.encode()
-                        ).hexdigest(),
-                        "tool_pins": step.tool_pins or {},
-                    }
-                ],
-                now,
+            values = step_statement.conversation_values(
+                self.task_id, step.system_prompt, step.tool_pins
             )
+            fastsql.Insert.of(Conversation).rows([values], now)  # once a task
         elif step.tool_pins is not None:
             Conversation.objects.filter(task_id=self.task_id).update(tool_pins=step.tool_pins)
         self._insert_turns(step.turns, now)

@@ -2,7 +2,8 @@
 and checkpoint — written as ONE statement in autocommit: no BEGIN, no COMMIT, one round trip.
 
 The statement calls the PL/pgSQL function `acthelm_step` (`function_sql`, installed by migration
-agents 0015_step_function, its fence by 0016_step_fence_lock, its ids by 0018_step_ids_generic_plan)
+agents 0015_step_function, its fence by 0016_step_fence_lock, its ids by 0018_step_ids_generic_plan,
+the conversation by 0019_step_writes_the_conversation)
 with the step's rows as one jsonb object. PL/pgSQL caches the plans of its statements per session,
 so the server parses and plans the step's SQL once per connection instead of on every step (each
 statement's plan is kept generic: none depends on the step's values), and the client prepares
@@ -21,13 +22,15 @@ and into the checkpoint. The checkpoint is computed in Python before the stateme
 in place of each new call's id; its JSON text is cut at the markers and put together in the
 function around the ids.
 
-What `Step` holds beyond that (memory, the conversation, approvals, reviews, artifacts, the plan,
+A task's first step also writes its conversation (the system prompt and the tool pins). What
+`Step` holds beyond that (memory, new tool pins alone, approvals, reviews, artifacts, the plan,
 proposals, compaction, the outcome, an event that notifies a person) keeps the fenced-transaction
 path (`Recorder._commit`).
 """
 
 from __future__ import annotations
 
+import hashlib
 import json
 import logging
 import re
@@ -50,7 +53,7 @@ from agents.engine.run_transitions import (
     call_move_json,
 )
 from agents.engine.usage import FIELDS
-from agents.models import AgentRun, ToolCall, Turn
+from agents.models import AgentRun, Conversation, ToolCall, Turn
 from agents.states import TOOL_CALL_TRANSITIONS, RunStatus, ToolCallStatus
 from core import fastsql
 from core.actors import Actor, ActorKind
@@ -159,7 +162,8 @@ def function_sql() -> str:
 
     What it does, in the caller's one autocommitted statement: the fence (`leases.fence_lock`);
     a run that lost its task gets no status back and nothing is written. Then the run row's usage
-    and checkpoint (and answer), only while it is started (else SQLSTATE AH001), the turns and
+    and checkpoint (and answer), only while it is started (else SQLSTATE AH001), the task's
+    conversation with its first step, the turns and
     the new calls (ids from their sequences: a turn's id into its calls' turn_id, a new call's id
     into the checkpoint's text and into its event's data.tool_call_id), each saved call's move by
     id (one it cannot make: SQLSTATE AH002), the events. Either error rolls the whole statement
@@ -174,6 +178,7 @@ def function_sql() -> str:
     sets = ",\n      ".join(usage)
     fence = fence_lock(task="p_task", run="p_run").strip()
     fence = fence.replace("\n", "\n    ")
+    conversation = _insert(Conversation, "conversation", [], {})
     turns = _insert(Turn, "turns", [("id", "v_turns[r._i]", "_i integer")], {})
     calls = _insert(
         ToolCall,
@@ -219,6 +224,8 @@ BEGIN
   IF NOT FOUND THEN
     RAISE EXCEPTION 'run % is not started', p_run USING ERRCODE = '{NOT_STARTED}';
   END IF;
+  IF p_step ? 'conversation' THEN
+{conversation}  END IF;
   IF v_turns <> '{{}}' THEN
 {turns}  END IF;
   IF v_calls <> '{{}}' THEN
@@ -262,6 +269,18 @@ def _row(model: type[models.Model], given: dict[str, Any], now: datetime) -> dic
     }
 
 
+def conversation_values(
+    task_id: int, system_prompt: str, tool_pins: dict[str, Any] | None
+) -> dict[str, Any]:
+    """The task's conversation row, written with its first step (by either path)."""
+    return {
+        "task_id": task_id,
+        "system_prompt": system_prompt,
+        "system_prompt_sha256": hashlib.sha256(system_prompt.encode()).hexdigest(),
+        "tool_pins": tool_pins or {},
+    }
+
+
 @dataclass
 class _Plan:
     """The step laid out for the statement: new calls (with the Result that moves each, if one
@@ -277,8 +296,7 @@ def plan(step: Step, actor: Actor) -> _Plan | None:
     if (
         step.memory_chosen
         or step.memory_from_run is not None
-        or step.system_prompt is not None
-        or step.tool_pins is not None
+        or (step.tool_pins is not None and step.system_prompt is None)
         or step.clear_feedback
         or step.artifacts
         or step.plan is not None
@@ -434,7 +452,11 @@ def write(
         )
         row["_call"] = None if new_call is None else new_call + 1
         events.append(row)
-    payload = {
+    payload: dict[str, Any] = {}
+    if step.system_prompt is not None:  # the task's first step: its conversation, once
+        values = conversation_values(task_id, step.system_prompt, step.tool_pins)
+        payload["conversation"] = [_row(Conversation, values, now)]
+    payload |= {
         "usage": {f.name: getattr(step.usage, f.name) for f in FIELDS},
         "turns": turns,
         "calls": calls,

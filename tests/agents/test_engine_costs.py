@@ -10,6 +10,7 @@ A step's cost is measured as the difference between two tasks that differ only i
 steps, so what a run pays once (loading its state, the claim, the outcome) cancels out.
 """
 
+import hashlib
 import http.server
 import json
 import threading
@@ -20,6 +21,9 @@ from django.db import connection
 
 from agents.engine.leases import claim_next
 from agents.engine.worker import Worker
+from agents.models import Conversation, ToolCall
+from agents.states import ToolCallStatus
+from tasks.models import Task
 from tasks.states import TaskStatus
 from tasks.workspace import add_input_file
 from tests.agents.scripted import fast_settings, status_of, tool_task
@@ -60,10 +64,14 @@ def count(monkeypatch):
     monkeypatch.setattr(connection, "commit", commit)
 
     def measure(fn):
-        before = Counts(counts.statements, counts.commits)
+        before = Counts(counts.statements, counts.commits, list(counts.sql))
         with connection.execute_wrapper(wrapper):
             fn()
-        return Counts(counts.statements - before.statements, counts.commits - before.commits)
+        return Counts(
+            counts.statements - before.statements,
+            counts.commits - before.commits,
+            counts.sql[len(before.sql) :],
+        )
 
     return measure
 
@@ -123,6 +131,28 @@ def test_a_step_with_a_read_only_tool_costs_at_most_8_statements_and_1_commit(se
     print(f"\nread-only step: {statements:g} statements, {commits:g} commits")
     assert statements <= 8
     assert commits <= 1
+
+
+def test_a_tasks_first_step_writes_its_conversation_in_the_one_step_statement(settings, count):
+    """The first step carries the task's system prompt and tool pins: the step function writes
+    them with the step (migration agents 0019), so the first step costs what any step costs —
+    a fleet's tasks all take their first step at once."""
+    fast_settings(settings)
+    with ScriptedModelServer([reply_text("the answer")]) as server:
+        task = tool_task(server, [])
+        answer_only = count(lambda: _run_one(task))
+    one_step = _read_steps(settings, count, 1)
+    # The first step is one statement, and the conversation's INSERT leaves the end's
+    # transaction: no more statements than a task that only answers (4 more when the first step
+    # took a transaction of its own: the fence, the conversation, turns, calls, events, the run).
+    print(f"\nfirst step: {one_step.statements - answer_only.statements} statements more")
+    assert one_step.statements <= answer_only.statements, (one_step.sql, answer_only.sql)
+    conversation = Conversation.objects.get(task=Task.objects.latest("id"))
+    assert conversation.system_prompt and conversation.system_prompt_sha256 == (
+        hashlib.sha256(conversation.system_prompt.encode()).hexdigest()
+    )
+    assert conversation.tool_pins == {}  # built-in tools only: nothing to pin
+    assert ToolCall.objects.get(task=conversation.task).status == ToolCallStatus.SUCCEEDED
 
 
 def _server_commits() -> int:
