@@ -86,7 +86,6 @@ from django.conf import settings
 from agents.catalogue.tools import all_tools
 from agents.catalogue.tools.recovery_class import RecoveryClass
 from agents.engine.usage import is_mcp_tool
-from agents.models import Artifact, ToolCall
 from core import fastsql
 from core.exceptions import InvalidInput
 from tasks.models import Task
@@ -249,33 +248,32 @@ class RunRecord:
             return None
 
 
-#: The verdict's two reads, compiled once (fastsql.Select): every artifact's name, path and size
-#: (one more than MAX_ARTIFACT_NAMES, to know there were too many) and every tool call.
-_ARTIFACTS = fastsql.Select(
-    lambda task: (
-        Artifact.objects.filter(task_id=task)
-        .order_by("name")
-        .values_list("name", "path", "size")[: MAX_ARTIFACT_NAMES + 1]
-    ),
-    "task",
-)
-_CALLS = fastsql.Select(
-    lambda task: (
-        ToolCall.objects.filter(task_id=task)
-        .order_by("turn__index", "position")
-        .values_list("tool", "status", "error_code", "run_count")
-    ),
-    "task",
-)
+#: The verdict's read, one statement: every artifact's name, path and size, in name order (one
+#: more than MAX_ARTIFACT_NAMES, to know there were too many), then every tool call in the
+#: order it was made.
+_RECORD_SQL = """
+SELECT part, name, path, size, status, error_code, run_count FROM (
+  (SELECT 0 AS part, row_number() OVER (ORDER BY a.name) AS ord, a.name, a.path, a.size,
+      NULL::varchar AS status, NULL::varchar AS error_code, NULL::integer AS run_count
+    FROM agents_artifact a WHERE a.task_id = %(task)s ORDER BY a.name LIMIT %(names)s)
+  UNION ALL
+  (SELECT 1, row_number() OVER (ORDER BY t.index, c.position), c.tool, NULL, NULL,
+      c.status, c.error_code, c.run_count
+    FROM agents_toolcall c JOIN agents_turn t ON t.id = c.turn_id WHERE c.task_id = %(task)s)
+) AS seen ORDER BY part, ord"""
 
 
 def run_record(task: Task, answer: str) -> RunRecord:
     """Read what a verdict needs of `task` from the database: every artifact's name and file (up
     to MAX_ARTIFACT_NAMES), every tool call. No file content: the checks read it afterwards."""
-    rows = _ARTIFACTS.tuples(task=task.pk)
+    found = fastsql.execute(
+        _RECORD_SQL, {"task": task.pk, "names": MAX_ARTIFACT_NAMES + 1}
+    ).fetchall()
+    rows = [(name, path, size) for part, name, path, size, *_ in found if part == 0]
     calls = tuple(
         CallSeen(tool=tool, status=status, error_code=error_code, run_count=run_count)
-        for tool, status, error_code, run_count in _CALLS.tuples(task=task.pk)
+        for part, tool, _, _, status, error_code, run_count in found
+        if part == 1
     )
     return RunRecord(
         instruction=task.instruction,

@@ -27,11 +27,18 @@ from agents.engine.acceptance import (
 from agents.engine.intake import task_create
 from agents.engine.supervisor import supervise
 from agents.engine.usage import Usage
+from agents.models import Artifact, ToolCall
 from core.actors import Actor
 from core.exceptions import InvalidInput
 from tasks.models import Task
 from tasks.workspace import add_input_file, artifacts_dir
-from tests.factories import ArtifactFactory, TaskFactory, ToolCallFactory
+from tests.factories import (
+    AgentRunFactory,
+    ArtifactFactory,
+    TaskFactory,
+    ToolCallFactory,
+    TurnFactory,
+)
 
 
 def record(**kw) -> RunRecord:
@@ -434,6 +441,25 @@ def test_a_pattern_set_past_the_work_budget_is_unverified_never_passed(db):
     assert evaluate(validate_checks(["answer_contains=x"]), record(answer="x"), defaults=False)[
         0
     ].passed
+
+
+def test_run_record_lists_artifacts_and_calls_in_the_orms_order(db):
+    """One statement reads both (artifacts by name, calls as they were made): the same lists,
+    in the same order, as the ORM's two queries."""
+    task = TaskFactory()
+    for name in ("b.txt", "A.txt", "a.txt", "Ä.md", "_x"):
+        ArtifactFactory(task=task, name=name, size=len(name))
+    run = AgentRunFactory(task=task)
+    first, second = TurnFactory(run=run, index=1), TurnFactory(run=run, index=0)
+    for turn, position, tool, runs in [(first, 1, "z", 2), (first, 0, "y", 0), (second, 2, "x", 1)]:
+        ToolCallFactory(turn=turn, position=position, tool=tool, run_count=runs)
+    rec = run_record(task, "x")
+    by_orm = Artifact.objects.filter(task=task).order_by("name")
+    assert list(rec.artifacts) == [a.name for a in by_orm]
+    assert [f.size for f in rec.artifacts.values()] == [a.size for a in by_orm]
+    calls = ToolCall.objects.filter(task=task).order_by("turn__index", "position")
+    assert [c.tool for c in rec.calls] == [c.tool for c in calls] == ["x", "y", "z"]
+    assert [c.run_count for c in rec.calls] == [c.run_count for c in calls]
 
 
 def test_text_checks_stream_across_chunks_as_one_text(db):
