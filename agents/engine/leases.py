@@ -241,8 +241,14 @@ FOR NO KEY UPDATE OF t"""
 
 @functools.cache
 def _fence_full() -> str:
-    """The fence returning the whole task row (`fastsql.Row`'s columns), then the clock."""
-    return _FENCE_SQL.format(columns=fastsql.Row.of(Task).columns("t"))
+    """The fence that returns the whole task row (`fastsql.Row`'s columns), then the clock: the
+    locking read of `fence_lock`, no lease renewal. Its caller writes the row it returns (an
+    outcome's status change, an operation's transaction): one new version of the task row, not
+    a renewed lease and then that."""
+    columns = fastsql.Row.of(Task).columns("t")
+    return fence_lock(task="%(task)s", run="%(run)s").replace(
+        "SELECT t.status FROM", f"SELECT {columns}, now() FROM", 1
+    )
 
 
 @dataclass(frozen=True)
@@ -259,7 +265,8 @@ def fence(
     run_id: int, task_id: int, *, full: bool = False, lease_seconds: float | None = None
 ) -> Fence:
     """Prove, in one statement, that run `run_id` still holds task `task_id`, lock the task row
-    and renew the lease; raise AttemptLost otherwise (also when the task no longer exists)."""
+    and renew the lease (`full`: only lock it, and return it); raise AttemptLost otherwise (also
+    when the task no longer exists)."""
     lease = settings.ACTHELM_LEASE_SECONDS if lease_seconds is None else lease_seconds
     params = {"lease": lease, "task": task_id, "run": run_id}
     if full:  # the task's row, each column through its field's converters (fastsql.Row)
