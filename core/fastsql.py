@@ -225,20 +225,20 @@ class Select[M: models.Model]:
 
 
 @dataclass(frozen=True)
-class Row[M: models.Model]:
+class Row:
     """A model's whole row in hand-written SQL: `columns("t")` is the select list of every
     concrete column (`t.id, t.title, …`), `instance(values)` the model instance from those
     values, each through its field's converters (JSON, …) as the ORM's compiler applies them.
     What `Model.objects.raw()` does, with the columns' order, names and converters worked out
     once per model instead of at every call."""
 
-    model: type[M]
+    model: type[models.Model]
     attnames: tuple[str, ...]
     converters: tuple[tuple[int, tuple[Callable[..., Any], ...], Any], ...]
 
     @classmethod
     @functools.cache
-    def of(cls, model: type[M]) -> Row[M]:
+    def of(cls, model: type[models.Model]) -> Row:
         db = connections[DEFAULT_DB_ALIAS]
         fields = model._meta.concrete_fields
         converters = []
@@ -251,11 +251,11 @@ class Row[M: models.Model]:
 
     def columns(self, alias: str) -> str:
         return ", ".join(
-            f"{alias}.{connection.ops.quote_name(f.column)}"
+            f"{alias}.{connection.ops.quote_name(f.column or '')}"
             for f in self.model._meta.concrete_fields
         )
 
-    def instance(self, values: Sequence[Any]) -> M:
+    def instance(self, values: Sequence[Any]) -> models.Model:
         values = list(values[: len(self.attnames)])
         db = connections[DEFAULT_DB_ALIAS]
         for i, found, col in self.converters:

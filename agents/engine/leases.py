@@ -273,6 +273,7 @@ def fence(
         found = fastsql.execute(_fence_full(), params).fetchone()
         if found is not None:
             task = fastsql.Row.of(Task).instance(found)
+            assert isinstance(task, Task)  # Row.of(Task) builds tasks
             return Fence(status=task.status, now=found[-1], task=task)
     else:  # every step's first statement: server-bound, without Django's quoting (core.fastsql)
         row = fastsql.execute(_FENCE_BRIEF, params).fetchone()
