@@ -5,12 +5,14 @@ artifacts and the tool outcomes; a model supervisor that cannot be asked leaves 
 *unverified* in review, never "approved"."""
 
 import random
+import threading
 from decimal import Decimal
 
 import pytest
 
+from agents.engine import acceptance, supervisor
 from agents.engine.acceptance import parse_check, validate_checks
-from agents.engine.supervisor import rule_checks, supervise
+from agents.engine.supervisor import INLINE_CHECK_CHARS, rule_checks, supervise
 from agents.engine.usage import Usage
 from agents.models import AgentRun
 from agents.states import Verdict
@@ -279,3 +281,37 @@ def test_an_artifact_over_the_limit_rejects_from_the_record_or_from_the_database
     assert rule_checks(task, "done", artifact_sizes=[100, 101], open_operations=False) == [problem]
     verdict = supervise(task, "done", usage=Usage(), open_operations=False)
     assert not verdict.approved and problem in verdict.reason
+
+
+@pytest.mark.parametrize(
+    ("answer", "own_check", "artifact", "inline"),
+    [
+        ("Done.", False, False, True),  # the default checks over a few bytes: in this thread
+        ("x" * (INLINE_CHECK_CHARS + 1), False, False, False),  # an answer too long to be quick
+        ("Done.", True, False, False),  # a pattern of the task's own may take its time
+        ("Done.", False, True, False),  # an artifact's content may be read
+    ],
+)
+def test_only_a_verdict_that_can_only_be_quick_runs_in_the_runs_thread(
+    db, monkeypatch, answer, own_check, artifact, inline
+):
+    """A quick verdict keeps the run's thread (and its connection, for the outcome that follows);
+    anything that may take longer runs in a thread of its own, with no connection held."""
+    checks = [parse_check("answer_contains=done")] if own_check else []
+    task = TaskFactory(instruction="Say done.", acceptance_checks=validate_checks(checks))
+    if artifact:
+        ArtifactFactory(task=task, name="notes.md", size=5)
+    seen = []
+    real = acceptance.evaluate
+
+    def evaluate(*args, **kwargs):
+        seen.append(threading.current_thread())
+        return real(*args, **kwargs)
+
+    monkeypatch.setattr(supervisor, "evaluate", evaluate)
+    released = []
+    monkeypatch.setattr(supervisor, "release_connection", lambda: released.append(True))
+    verdict = supervise(task, answer, usage=Usage(), open_operations=False)
+    assert verdict.approved
+    assert (seen == [threading.current_thread()]) is inline and len(seen) == 1
+    assert released == ([] if inline else [True])
