@@ -25,6 +25,8 @@ import shutil
 import subprocess
 import sys
 import tempfile
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
@@ -80,26 +82,40 @@ def instructions(db_url: str, root: Path, media: str, out: Path, *, processed: i
     return int(found.group(1))
 
 
-def main() -> int:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--lengths", default="20,120,220")
+def counted_args(option: str, default: str) -> tuple[list[int], list[Path]]:
+    """The command line of a callgrind count: the sizes of `option` (two at least, in order) and
+    the trees to count (this checkout, then --engine-root's). Exits when valgrind is missing."""
+    parser = argparse.ArgumentParser(description=sys.modules["__main__"].__doc__.split("\n\n")[0])
+    parser.add_argument(option, default=default)
     parser.add_argument("--engine-root", type=Path)
     args = parser.parse_args()
-    lengths = sorted(int(n) for n in args.lengths.split(","))
-    if len(lengths) < 2:
-        parser.error("--lengths needs two lengths at least")
+    sizes = sorted(int(n) for n in getattr(args, option.lstrip("-").replace("-", "_")).split(","))
+    if len(sizes) < 2:
+        parser.error(f"{option} needs two values at least")
     if shutil.which("valgrind") is None:
-        print("valgrind is not installed (apt-get install valgrind)", file=sys.stderr)
-        return 2
-    roots = [common.ROOT] + ([args.engine_root.resolve()] if args.engine_root else [])
+        parser.exit(2, "valgrind is not installed (apt-get install valgrind)\n")
+    return sizes, [common.ROOT] + ([args.engine_root.resolve()] if args.engine_root else [])
 
+
+@contextmanager
+def scratch_database(name: str) -> Iterator[tuple[str, str, str]]:
+    """A scratch folder, the media root in it (where the tasks' input files go, for this process
+    and the counted children) and the database `name`, made anew: (scratch, media, its URL)."""
     with tempfile.TemporaryDirectory() as scratch:
         media = os.path.join(scratch, "media")
-        os.environ["ACTHELM_MEDIA_ROOT"] = media  # where create_task puts the input files
-        db_url = common.recreate_database(DB)
+        os.environ["ACTHELM_MEDIA_ROOT"] = media
+        db_url = common.recreate_database(name)
         common.django_on(db_url)
-        with ModelServerProcess("steps") as model_url:
-            rows = [_count(root, db_url, model_url, media, scratch, lengths) for root in roots]
+        yield scratch, media, db_url
+
+
+def main() -> int:
+    lengths, roots = counted_args("--lengths", "20,120,220")
+    with (
+        scratch_database(DB) as (scratch, media, db_url),
+        ModelServerProcess("steps") as model_url,
+    ):
+        rows = [_count(root, db_url, model_url, media, scratch, lengths) for root in roots]
     windows = list(itertools.pairwise(lengths))
     common.print_table(
         "Worker instructions per read-only step (millions; callgrind, one worker slot)",

@@ -19,12 +19,8 @@ nothing. Needs valgrind (Debian's package).
 
 from __future__ import annotations
 
-import argparse
 import itertools
-import os
-import shutil
 import sys
-import tempfile
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
@@ -32,31 +28,18 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 import common  # noqa: E402
 from dispatch import create_tasks  # noqa: E402
 from model_server import ModelServerProcess  # noqa: E402
-from step_instructions import instructions  # noqa: E402
+from step_instructions import counted_args, instructions, scratch_database  # noqa: E402
 
 DB = "acthelm_bench_task_instructions"
 
 
 def main() -> int:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--counts", default="10,60")
-    parser.add_argument("--engine-root", type=Path)
-    args = parser.parse_args()
-    counts = sorted(int(n) for n in args.counts.split(","))
-    if len(counts) < 2:
-        parser.error("--counts needs two counts at least")
-    if shutil.which("valgrind") is None:
-        print("valgrind is not installed (apt-get install valgrind)", file=sys.stderr)
-        return 2
-    roots = [common.ROOT] + ([args.engine_root.resolve()] if args.engine_root else [])
-
-    with tempfile.TemporaryDirectory() as scratch:
-        media = os.path.join(scratch, "media")
-        os.environ["ACTHELM_MEDIA_ROOT"] = media
-        db_url = common.recreate_database(DB)
-        common.django_on(db_url)
-        with ModelServerProcess("done") as model_url:
-            rows = [_count(root, db_url, model_url, media, scratch, counts) for root in roots]
+    counts, roots = counted_args("--counts", "10,60")
+    with (
+        scratch_database(DB) as (scratch, media, db_url),
+        ModelServerProcess("done") as model_url,
+    ):
+        rows = [_count(root, db_url, model_url, media, scratch, counts) for root in roots]
     common.print_table(
         "Worker instructions per one-turn task (millions; callgrind, one worker slot)",
         ["tree", *(f"tasks {a}–{b}" for a, b in itertools.pairwise(counts))],
