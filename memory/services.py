@@ -4,7 +4,7 @@ import re
 from typing import Protocol
 
 from django.db import connection
-from django.db.models import Model, Q, QuerySet
+from django.db.models import Exists, Model, Q, QuerySet
 
 from core import fastsql
 from memory.models import MemoryEntry, MemoryScope, MemorySelection
@@ -30,6 +30,13 @@ def entries_in_scope(task: Subject) -> QuerySet[MemoryEntry]:
     if task.tags:
         scope |= Q(scope=MemoryScope.TAG, tag__in=task.tags)
     return MemoryEntry.objects.filter(scope, active=True)
+
+
+def any_active() -> Exists:
+    """Whether any memory entry is active, as an expression a query of the task annotates: with
+    none, `rank_for_task` would rank nothing, and a task's start skips it (one statement less,
+    at every start of a deployment that keeps no memory)."""
+    return Exists(MemoryEntry.objects.filter(active=True))
 
 
 def _rank_sql() -> str:

@@ -54,6 +54,7 @@ from agents.engine.recorder import (
     NewTurn,
     Recorder,
     Result,
+    SavedState,
     Step,
     TurnState,
     load_state,
@@ -217,8 +218,17 @@ def pinned_tool(tool: Tool[Any], pins: dict[str, Any]) -> Tool[Any]:
 
 
 class AgentLoop:
-    def __init__(self, *, task_id: int, run_id: int, worker_id: str, signals: RunSignals) -> None:
+    def __init__(
+        self,
+        *,
+        task_id: int,
+        run_id: int,
+        worker_id: str,
+        signals: RunSignals,
+        saved: SavedState | None = None,
+    ) -> None:
         self.task_id = task_id
+        self.saved = saved  # the state read with the claim (`load_starts`), else read at the start
         self.run_id = run_id
         self.actor = Actor.worker(worker_id)
         self.signals = signals
@@ -295,7 +305,7 @@ class AgentLoop:
     # -- the saved state, read once ---------------------------------------------------------------
 
     def _load(self) -> None:
-        saved = load_state(self.task_id, self.run_id)
+        saved, self.saved = self.saved or load_state(self.task_id, self.run_id), None
         self.task, self.claim_count = saved.task, saved.claim_count
         self.recorder = Recorder(
             task_id=self.task_id,
@@ -318,6 +328,7 @@ class AgentLoop:
         self.approvals, self.run_again = saved.approvals, saved.run_again
         self.offered: list[str] | None = None  # set by _validate
         self.memory_from_run = saved.memory_from_run
+        self.memory_to_rank = saved.memory_to_rank
         # Usage of the earlier runs, read once, and this run's own as _book adds it: one sum.
         self.used = saved.usage
 
@@ -381,8 +392,13 @@ class AgentLoop:
     def _prepare(self) -> None:
         step = self.step
         if self.conversation is None:
-            chosen = memory_services.rank_for_task(
-                self.task, budget_chars=settings.ACTHELM_MEMORY_BUDGET_CHARS
+            # No active entry at the load: nothing to rank, and no statement to ask for it.
+            chosen = (
+                memory_services.rank_for_task(
+                    self.task, budget_chars=settings.ACTHELM_MEMORY_BUDGET_CHARS
+                )
+                if self.memory_to_rank
+                else []
             )
             assert self.offered is not None  # set by _validate
             prompt = system_prompt(

@@ -18,7 +18,7 @@ from __future__ import annotations
 
 import functools
 import logging
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime
 from decimal import Decimal
@@ -236,6 +236,7 @@ class SavedState:
     run_again: set[int]  # calls a person chose to run again
     usage: Usage
     memory_from_run: int | None  # the earlier run whose memory selection this run repeats
+    memory_to_rank: bool  # an active memory entry exists: a first run ranks them
 
 
 _FLOAT = tuple(name for name, kind in KINDS.items() if kind is float)
@@ -244,8 +245,25 @@ _EXACT = tuple(name for name in KINDS if name not in _FLOAT)
 
 def _task_with_run(task: int, run: int) -> QuerySet[Task]:
     """The task with its connection, model and conversation, and what `load_state` reads besides:
-    the run's claim and connection, whether the task has turns, and the usage of every run — one
-    statement (`fastsql.Select`: compiled once)."""
+    the run's claim and connection, whether the task has turns, whether any memory entry is
+    active (else a first run need not rank them), and the usage of every run — one statement
+    (`fastsql.Select`: compiled once)."""
+    return _loaded(
+        Task.objects.filter(pk=task), AgentRun.objects.filter(pk=run, task_id=OuterRef("pk"))
+    )
+
+
+def _tasks_with_runs(pairs: Sequence[tuple[int, int]]) -> QuerySet[Task]:
+    """`_task_with_run` for several (task, run) pairs, in one statement: each task with the run
+    of the pairs that is its own."""
+    tasks, runs = zip(*pairs, strict=True)
+    return _loaded(
+        Task.objects.filter(pk__in=tasks),
+        AgentRun.objects.filter(pk__in=runs, task_id=OuterRef("pk")),
+    )
+
+
+def _loaded(tasks: QuerySet[Task], this_run: QuerySet[AgentRun]) -> QuerySet[Task]:
     runs = AgentRun.objects.filter(task_id=OuterRef("pk")).order_by().values("task_id")
 
     def total(name: str) -> Coalesce:
@@ -262,14 +280,14 @@ def _task_with_run(task: int, run: int) -> QuerySet[Task]:
         "usage": Subquery(runs.annotate(totals=totals).values("totals")),
         **{f"usage_{name}": Subquery(runs.annotate(t=total(name)).values("t")) for name in _FLOAT},
     }
-    this_run = AgentRun.objects.filter(pk=run, task_id=OuterRef("pk"))
     return (
-        Task.objects.select_related("connection", "model", "conversation")
-        .filter(pk=task)
+        tasks.select_related("connection", "model", "conversation")
+        .order_by()
         .annotate(
             run_claim_count=Subquery(this_run.values("claim_count")),
             run_connection_id=Subquery(this_run.values("connection_id")),
             has_turns=Exists(Turn.objects.filter(task_id=OuterRef("pk"))),
+            has_memory=memory_services.any_active(),
             **sums,
         )
     )
@@ -280,6 +298,7 @@ _LOADED = (
     "run_claim_count",
     "run_connection_id",
     "has_turns",
+    "has_memory",
     "usage",
     *(f"usage_{name}" for name in _FLOAT),
 )
@@ -295,6 +314,29 @@ def load_state(task_id: int, run_id: int) -> SavedState:
     task = found[0] if found else None
     if task is None or task.run_claim_count is None:  # type: ignore[attr-defined]
         raise AttemptLost(f"task {task_id} or run {run_id} no longer exists")
+    return _saved(task, run_id)
+
+
+def load_starts(pairs: Sequence[tuple[int, int]]) -> dict[int, SavedState]:
+    """`load_state` for the (task, run) pairs of a claim that start afresh (no turns, no
+    conversation yet), in ONE statement for them all: a fleet's starts read one statement a
+    claim, not one a task. A task with turns, or gone since the claim, is left out: its run
+    reads its state itself (`load_state`: the turns, or AttemptLost)."""
+    if not pairs:
+        return {}
+    run_of = dict(pairs)
+    return {
+        task.pk: _saved(task, run_of[task.pk])
+        for task in _tasks_with_runs(pairs)
+        if task.run_claim_count is not None  # type: ignore[attr-defined]
+        and not task.has_turns  # type: ignore[attr-defined]
+        and getattr(task, "conversation", None) is None
+    }
+
+
+def _saved(task: Task, run_id: int) -> SavedState:
+    """The rest of `load_state` once the task's row with its annotations is read."""
+    task_id = task.pk
     loaded = {name: task.__dict__.pop(name) for name in _LOADED}
     totals = loaded["usage"] or ["0"] * len(_EXACT)  # no run at all: nothing used
     usage = Usage(
@@ -355,6 +397,7 @@ def load_state(task_id: int, run_id: int) -> SavedState:
         run_again=run_again,
         usage=usage,
         memory_from_run=memory_from_run,
+        memory_to_rank=loaded["has_memory"],
     )
 
 

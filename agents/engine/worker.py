@@ -32,6 +32,7 @@ from agents.engine.leases import Claim, claim_batch, claim_next, renew_leases
 from agents.engine.loop import AgentLoop, RunSignals
 from agents.engine.outcomes import Outcome, apply_outcome
 from agents.engine.reconciler import reconcile
+from agents.engine.recorder import SavedState, load_starts
 from agents.engine.recovery import recover_stale
 from agents.engine.seen import record_seen
 from agents.engine.supervisor import supervise
@@ -337,9 +338,9 @@ class Worker:
                     if not busy:
                         return
                     free = 0
-                claims = self._claim(free) if free > 0 else []
+                claims, starts = self._claim(free) if free > 0 else ([], {})
                 for claim in claims:
-                    self._start_run(claim)
+                    self._start_run(claim, starts.get(claim.task_id))
                 if claims:
                     idle_recovered = False
                     continue
@@ -356,9 +357,11 @@ class Worker:
             self._join_runs()
             db.close()
 
-    def _claim(self, free: int) -> list[Claim]:
+    def _claim(self, free: int) -> tuple[list[Claim], dict[int, SavedState]]:
+        """The claimed tasks, and the saved state of those that start afresh, read on the
+        claim's connection in one statement (`load_starts`); the others read their own."""
         try:
-            return claim_batch(
+            claims = claim_batch(
                 worker_id=self.worker_id,
                 limit=min(free, settings.ACTHELM_CLAIM_BATCH),
                 evaluation_only=self.evaluation_only,
@@ -366,25 +369,41 @@ class Worker:
         except DB_ERRORS:
             log.exception("worker.claim_failed", extra={"worker": self.worker_id})
             db.close()
+            release_connection()
             self.stopping.wait(1.0)
+            return [], {}
         except Exception:  # nothing may end the dispatcher
             log.exception("worker.claim_error", extra={"worker": self.worker_id})
+            release_connection()
             self.stopping.wait(1.0)
+            return [], {}
+        try:
+            # The claims are committed: whatever happens here, their runs start (and read their
+            # state themselves when it could not be read for them).
+            return claims, load_starts([(c.task_id, c.run_id) for c in claims])
+        except DB_ERRORS:
+            log.exception("worker.load_failed", extra={"worker": self.worker_id})
+            db.close()
+        except Exception:
+            log.exception("worker.load_error", extra={"worker": self.worker_id})
         finally:
             release_connection()
-        return []
+        return claims, {}
 
-    def _start_run(self, claim: Claim) -> None:
+    def _start_run(self, claim: Claim, saved: SavedState | None = None) -> None:
         thread = threading.Thread(
-            target=self._run_thread, args=(claim,), name=f"run-{claim.task_id}", daemon=True
+            target=self._run_thread,
+            args=(claim, saved),
+            name=f"run-{claim.task_id}",
+            daemon=True,
         )
         with self._lock:
             self._threads.add(thread)
         thread.start()
 
-    def _run_thread(self, claim: Claim) -> None:
+    def _run_thread(self, claim: Claim, saved: SavedState | None = None) -> None:
         try:
-            self.process(claim)
+            self.process(claim, saved)
         except Exception:  # nothing may end the worker
             log.exception("worker.process_error", extra={"task_id": claim.task_id})
         finally:
@@ -413,8 +432,9 @@ class Worker:
             self.process(claim)
         return self.processed
 
-    def process(self, claim: Claim) -> str | None:
-        """Run one claimed task to an outcome and record it with the run's last step."""
+    def process(self, claim: Claim, saved: SavedState | None = None) -> str | None:
+        """Run one claimed task to an outcome and record it with the run's last step (`saved`:
+        its state as read with the claim, else the run reads it)."""
         signals = RunSignals()
         if self.stopping.is_set():
             signals.stop.set()
@@ -430,6 +450,7 @@ class Worker:
                 run_id=claim.run_id,
                 worker_id=self.worker_id,
                 signals=signals,
+                saved=saved,
             )
             outcome = loop.run()
             if outcome.kind == Outcome.LOST:

@@ -10,8 +10,8 @@ import pytest
 from django.db import connection
 from django.utils import timezone
 
-from agents.engine.leases import claim_next
-from agents.engine.recorder import load_state
+from agents.engine.leases import claim_batch, claim_next
+from agents.engine.recorder import load_starts, load_state
 from agents.engine.usage import task_usage
 from agents.models import AgentRun
 from core.exceptions import AttemptLost
@@ -114,3 +114,42 @@ def test_a_run_that_is_gone_is_attempt_lost():
         load_state(created.pk, run_id)
     with pytest.raises(AttemptLost):
         load_state(created.pk + 1000, run_id)
+
+
+def test_a_claims_fresh_tasks_load_in_one_statement_as_each_loads_alone():
+    """`load_starts`, which the dispatcher calls with a claim: one statement for every task of
+    the claim that starts afresh, each state the one `load_state` reads for it alone."""
+    model = ModelFactory()
+    tasks = [TaskFactory(connection=model.connection, model=model, tags=[str(i)]) for i in range(3)]
+    claims = claim_batch(worker_id="w", limit=3)
+    pairs = [(c.task_id, c.run_id) for c in claims]
+    assert sorted(t for t, _ in pairs) == sorted(t.pk for t in tasks)
+    seen = _Statements()
+    with connection.execute_wrapper(seen):
+        starts = load_starts(pairs)
+    assert len(seen.sql) == 1, seen.sql
+    assert sorted(starts) == sorted(t.pk for t in tasks)
+    for task_id, run_id in pairs:
+        alone, batch = load_state(task_id, run_id), starts[task_id]
+        assert _values(batch.task) == _values(alone.task)
+        assert _values(batch.task.connection) == _values(alone.task.connection)
+        assert _values(batch.task.model) == _values(alone.task.model)
+        assert not hasattr(batch.task, "run_claim_count")
+        assert (batch.claim_count, batch.connection_id) == (alone.claim_count, alone.connection_id)
+        assert (batch.usage, batch.memory_to_rank) == (alone.usage, alone.memory_to_rank)
+        assert (batch.conversation, batch.turns, batch.next_index) == (None, [], 0)
+
+
+def test_a_claims_task_with_turns_or_gone_is_left_to_its_run():
+    """A resumed task's turns are read by its own run, not by the dispatcher for the whole
+    claim; a task gone since the claim is left out, and its run's own load says AttemptLost."""
+    fresh, fresh_run = _claimed()
+    resumed, resumed_run = _claimed()
+    gone, gone_run = _claimed()
+    ConversationFactory(task_id=resumed.pk)
+    TurnFactory(run=AgentRun.objects.get(pk=resumed_run), index=0)
+    AgentRun.objects.filter(pk=gone_run).delete()
+    starts = load_starts([(fresh.pk, fresh_run), (resumed.pk, resumed_run), (gone.pk, gone_run)])
+    assert list(starts) == [fresh.pk]
+    assert starts[fresh.pk].claim_count == 1
+    assert load_starts([]) == {}

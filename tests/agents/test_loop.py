@@ -4,8 +4,10 @@ import json
 import threading
 
 import pytest
+from django.db import connection
 
 from agents.actions.tasks import task_resume
+from agents.engine.leases import claim_next
 from agents.engine.worker import Worker
 from agents.models import AgentRun, CompactionDecision, Conversation, ToolCall, Turn
 from core.actors import Actor
@@ -74,6 +76,34 @@ def test_the_system_prompt_is_built_once_and_every_request_sends_the_same_prefix
     assert "Reports use short sentences." in conversation.system_prompt
     selected = list(MemorySelection.objects.filter(run__task=task).order_by("position"))
     assert selected[0].title == "House style"  # ranked by full-text match with the instruction
+
+
+@pytest.mark.parametrize("active", [False, True])
+def test_a_tasks_start_ranks_the_memory_only_when_an_entry_is_active(
+    model_server, http_model, loop_task, fast_worker_settings, active
+):
+    """The load reads whether any memory entry is active: with none, the first run's prompt has
+    no memory and the start asks for no ranking (one statement less at every start)."""
+    MemoryEntry.objects.create(
+        title="House style", body="Reports use short sentences.", active=active
+    )
+    server = model_server([reply_text("done")])
+    task = loop_task(http_model(server), instruction="Write a short report in house style.")
+    claim = claim_next(worker_id="w")
+    assert claim is not None and claim.task_id == task.pk
+    seen: list[str] = []
+
+    def wrapper(execute, sql, params, many, context):
+        seen.append(sql)
+        return execute(sql, params, many, context)
+
+    with connection.execute_wrapper(wrapper):
+        Worker(worker_id="w").process(claim)
+    assert status_of(task) == TaskStatus.REVIEW
+    assert any("ts_rank" in sql for sql in seen) is active
+    assert MemorySelection.objects.filter(run__task=task).exists() is active
+    prompt = Conversation.objects.get(task=task).system_prompt
+    assert ("Reports use short sentences." in prompt) is active
 
 
 def test_tools_not_on_the_list_are_never_offered_and_refused(

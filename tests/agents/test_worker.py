@@ -5,6 +5,7 @@ import sys
 from datetime import timedelta
 
 import pytest
+from django.db import OperationalError, connection
 from django.db.models import Count
 from django.utils import timezone
 
@@ -12,6 +13,7 @@ from agents.engine.intake import task_create
 from agents.engine.leases import claim_next
 from agents.engine.loop import Outcome
 from agents.engine.outcomes import apply_outcome
+from agents.engine.recorder import _LOAD
 from agents.engine.recovery import recover_stale
 from agents.engine.worker import Worker
 from agents.models import AgentRun, Connection, Turn
@@ -62,6 +64,51 @@ def test_a_task_the_command_line_creates_without_tools_runs_to_review_on_a_model
     run = AgentRun.objects.get(task=task)
     assert (run.status, run.answer) == ("succeeded", "three bullet points")
     assert cli_calls(cli_model.counter) == 1
+
+
+def test_a_claims_fresh_tasks_start_from_the_state_read_with_the_claim(
+    cli_model, cli_task, fast_worker_settings
+):
+    """The dispatcher reads the state of a claim's fresh tasks in one statement with the claim:
+    their runs start without a load of their own, and end as a run that loads itself does."""
+    model = cli_model("--mode", "echo")
+    tasks = [cli_task(model) for _ in range(2)]
+    worker = Worker(worker_id="w1", concurrency=2)
+    claims, starts = worker._claim(2)
+    assert sorted(c.task_id for c in claims) == sorted(t.pk for t in tasks)
+    assert sorted(starts) == sorted(t.pk for t in tasks)
+    load = _LOAD._compile()[1]
+    seen: list[str] = []
+
+    def wrapper(execute, sql, params, many, context):
+        seen.append(sql)
+        return execute(sql, params, many, context)
+
+    with connection.execute_wrapper(wrapper):
+        for claim in claims:
+            worker.process(claim, starts[claim.task_id])
+    assert load not in seen
+    assert [status_of(t) for t in tasks] == [TaskStatus.REVIEW] * 2
+    assert all(kinds(t) == ["created", "claimed", "model_turn", "submitted"] for t in tasks)
+
+
+def test_a_claim_whose_states_cannot_be_read_still_runs_its_tasks(
+    cli_model, cli_task, fast_worker_settings, monkeypatch
+):
+    """The claim is committed before the states are read: when that read fails, the claimed
+    tasks still start, and each run reads its own state."""
+    model = cli_model("--mode", "echo")
+    task = cli_task(model)
+
+    def broken(pairs):
+        raise OperationalError("the server went away")
+
+    monkeypatch.setattr("agents.engine.worker.load_starts", broken)
+    worker = Worker(worker_id="w1", concurrency=2)
+    claims, starts = worker._claim(2)
+    assert [c.task_id for c in claims] == [task.pk] and starts == {}
+    worker.process(claims[0])
+    assert status_of(task) == TaskStatus.REVIEW
 
 
 def test_race_8_processes_200_tasks_each_reaches_review_once(cli_model, cli_task, spawn_worker):

@@ -155,6 +155,9 @@ def test_4_a_database_error_mid_step_hands_the_task_back(loop_settings):
             hold.execute("LOCK TABLE agents_turn IN EXCLUSIVE MODE")
 
             def cut_the_waiter():
+                # pg_stat_activity is read once per transaction unless the snapshot is let go:
+                # without this, only a worker already waiting at the first look is seen.
+                hold.execute("SELECT pg_stat_clear_snapshot()")
                 row = hold.execute(
                     "SELECT count(pg_terminate_backend(pid)) FROM pg_stat_activity "
                     "WHERE datname = current_database() AND wait_event_type = 'Lock' "
