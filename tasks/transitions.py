@@ -50,6 +50,49 @@ def lock_task(task_id: int) -> Task:
         raise TaskNotFound(f"task {task_id} does not exist") from None
 
 
+def move_columns(current: str, to: str, fields: dict[str, Any]) -> dict[str, Any]:
+    """The task's columns a move from `current` to `to` writes, `fields` with them: its status,
+    and the lease ended when the task is no longer held. TransitionNotAllowed for a move the
+    table does not allow. What `set_status` writes, and what a worker's run writes when its end
+    moves the task in its last step's statement (agents.engine.step_statement.Handoff)."""
+    if not can_transition(current, to):
+        raise TransitionNotAllowed(f"a task that is {current} cannot move to {to}")
+    columns: dict[str, Any] = {"status": to}
+    if to not in HELD:
+        columns |= {"lease_owner": "", "lease_expires_at": None}
+    return columns | fields
+
+
+def event_values(
+    task_id: int,
+    *,
+    actor: Actor,
+    kind: str,
+    run_id: int | None = None,
+    data: dict[str, Any] | None = None,
+    from_status: str = "",
+    to_status: str = "",
+) -> dict[str, Any]:
+    """A TaskEvent's fields as `record_event` writes them."""
+    return {
+        "task_id": task_id,
+        "run_id": run_id,
+        "kind": kind,
+        "actor_kind": actor.kind,
+        "actor_user_id": actor.user.pk if actor.is_person and actor.user is not None else None,
+        "actor_label": actor.label,
+        "from_status": from_status,
+        "to_status": to_status,
+        "data": (data or {}) | actor.event_data,
+    }
+
+
+def log_move(task_id: int, kind: str, *, current: str, to: str, actor: Actor) -> None:
+    log.info(
+        "task.%s", kind, extra={"task_id": task_id, "from": current, "to": to, "actor": actor.label}
+    )
+
+
 def record_event(
     task: Task,
     *,
@@ -62,17 +105,17 @@ def record_event(
 ) -> TaskEvent:
     """Write one event of `task`. `run` is the agents.AgentRun it belongs to, if any (by its id:
     the tasks app sits below the agents app)."""
-    event = TaskEvent(
-        task=task,
-        run_id=None if run is None else run.pk,
+    values = event_values(
+        task.pk,
+        actor=actor,
         kind=kind,
-        actor_kind=actor.kind,
-        actor_user=actor.user if actor.is_person else None,
-        actor_label=actor.label,
+        run_id=None if run is None else run.pk,
+        data=data,
         from_status=from_status,
         to_status=to_status,
-        data=(data or {}) | actor.event_data,
     )
+    del values["task_id"], values["actor_user_id"]
+    event = TaskEvent(task=task, actor_user=actor.user if actor.is_person else None, **values)
     fastsql.Insert.of(TaskEvent).instances([event], timezone.now())  # create(), compiled once
     if actor.is_person and kind not in COOPERATIVE_EVENTS:
         # The fence reads this column of the row it locks: a person's action committed while a
@@ -129,11 +172,7 @@ def set_status(
         raise TransitionNotAllowed(
             f"task {task.pk} is {current}; it cannot move to {to} ({kind})",
         )
-    task.status = to
-    if to not in HELD:
-        task.lease_owner = ""
-        task.lease_expires_at = None
-    for name, value in fields.items():
+    for name, value in move_columns(current, to, fields).items():
         setattr(task, name, value)
     fastsql.save(task)  # task.save(), the UPDATE compiled once
     if to == TaskStatus.READY:
@@ -143,11 +182,7 @@ def set_status(
     event = record_event(
         task, actor=actor, kind=kind, run=run, data=data, from_status=current, to_status=to
     )
-    log.info(
-        "task.%s",
-        kind,
-        extra={"task_id": task.pk, "from": current, "to": to, "actor": actor.label},
-    )
+    log_move(task.pk, kind, current=current, to=to, actor=actor)
     return event
 
 

@@ -312,6 +312,7 @@ class AgentLoop:
             run_id=self.run_id,
             actor=self.actor,
             connection_id=saved.connection_id,
+            task=saved.task,
         )
         self.conversation = saved.conversation
         self.plan_exists = bool(self.conversation and self.conversation.plan is not None)

@@ -32,20 +32,33 @@ from agents.engine.decide import (
     error_signature,
 )
 from agents.engine.leases import fence
-from agents.engine.policies import auto_close_if_allowed
-from agents.engine.run_transitions import finish_run
+from agents.engine.policies import auto_close_if_allowed, may_auto_close
+from agents.engine.run_transitions import end_values, finish_run
+from agents.engine.step_statement import (
+    HANDOFF_RUN_COLUMNS,
+    HANDOFF_TASK_COLUMNS,
+    Handoff,
+)
 from agents.models import AgentRun, Connection, Model
 from agents.states import CostTier, FailureCode, RunStatus
 from core.actors import Actor
 from tasks.models import Task
+from tasks.notify.outbox import notification_of
 from tasks.services import note_stuck_dependants
 from tasks.states import EventKind
-from tasks.transitions import record_event, set_status
+from tasks.transitions import event_values, move_columns, record_event, set_status
 
 if TYPE_CHECKING:
     from agents.engine.supervisor import SupervisorVerdict
 
-__all__ = ["Outcome", "OutcomeKind", "apply_outcome", "error_signature", "handle"]
+__all__ = [
+    "Outcome",
+    "OutcomeKind",
+    "apply_outcome",
+    "error_signature",
+    "handle",
+    "handoff",
+]
 
 log = logging.getLogger("acthelm.worker")
 
@@ -245,6 +258,51 @@ def handle(
     plan = decide(gather(task, run, outcome, verdict, now, rules()))
     apply_plan(task, run, actor=actor, plan=plan, now=now)
     return task.status
+
+
+def handoff(
+    task: Task,
+    run: AgentRun,
+    *,
+    actor: Actor,
+    outcome: Outcome,
+    verdict: "SupervisorVerdict | None",
+    now: datetime,
+) -> Handoff | None:
+    """The run's end as its last step's one statement writes it (`step_statement.Handoff`):
+    an approved final answer moves the task to review, decided (`decide`) as `handle` decides
+    it, from the task as the run read it — the statement writes it only if the task's status
+    is still that one, and the run still holds it. None (the fenced transaction, `handle`) for
+    any other end, and for a plan that also writes events, a cooldown, or a move a policy may
+    follow (`policies.may_auto_close`). Reads nothing."""
+    judgement = _judgement(verdict)
+    if OutcomeKind(outcome.kind) != OutcomeKind.FINAL or not (judgement and judgement.approved):
+        return None
+    # An approved final answer is no failed attempt, hand-back or health error: `gather` reads
+    # nothing for it.
+    plan = decide(gather(task, run, outcome, verdict, now, rules()))
+    if plan.run is None or plan.events or plan.cooldown is not None or plan.note_stuck:
+        return None
+    if plan.auto_close and may_auto_close(task):
+        return None
+    move = plan.move
+    ended = end_values(plan.run.status, now, **plan.run.fields)
+    moved = move_columns(task.status, move.status, {**move.fields, "updated_at": now})
+    if not (set(ended) <= set(HANDOFF_RUN_COLUMNS) and set(moved) <= set(HANDOFF_TASK_COLUMNS)):
+        return None
+    event = event_values(
+        task.pk,
+        actor=actor,
+        kind=move.kind,
+        run_id=run.pk,
+        data=move.data,
+        from_status=task.status,
+        to_status=move.status,
+    )
+    notify = None
+    if not task.is_evaluation:  # the evaluation runner's own tasks notify nobody
+        notify = notification_of(move.kind, event["data"], task.status, move.status)
+    return Handoff(task.status, ended, moved, event, notify)
 
 
 def apply_outcome(

@@ -25,6 +25,16 @@ log = logging.getLogger("acthelm.tasks")
 AUTO_CLOSE_GOAL_NO_WORK = "AUTO_CLOSE_GOAL_NO_WORK"
 
 
+def may_auto_close(task: Task) -> bool:
+    """Whether the policy could close `task` once in review, by what the task itself says (the
+    setting, its kind, its origin); the rest is read when it is."""
+    return bool(
+        settings.ACTHELM_AUTO_CLOSE_GOAL_NO_WORK
+        and task.kind == TaskKind.PLANNING
+        and task.origin == TaskOrigin.RECONCILER
+    )
+
+
 def auto_close_if_allowed(task: Task, run: AgentRun | None, *, actor: Actor) -> bool:
     """Close `task` by policy if every condition holds; else change nothing and return False.
 
@@ -34,10 +44,8 @@ def auto_close_if_allowed(task: Task, run: AgentRun | None, *, actor: Actor) -> 
     if not connection.in_atomic_block:
         raise RuntimeError("auto_close_if_allowed must run inside the transaction that locked it")
     if not (
-        settings.ACTHELM_AUTO_CLOSE_GOAL_NO_WORK
+        may_auto_close(task)
         and task.status == TaskStatus.REVIEW
-        and task.kind == TaskKind.PLANNING
-        and task.origin == TaskOrigin.RECONCILER
         and run is not None
         and run.task_id == task.pk
         and run.verdict == Verdict.APPROVED

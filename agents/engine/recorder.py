@@ -46,7 +46,7 @@ from agents.catalogue.tools import ArtifactWritten
 from agents.engine import step_statement
 from agents.engine.intake import propose_follow_up
 from agents.engine.leases import fence, renew_lease
-from agents.engine.outcomes import handle
+from agents.engine.outcomes import handle, handoff
 from agents.engine.run_transitions import CallUpdate, set_calls_status
 from agents.engine.usage import FIELDS, KINDS, ZERO, Usage
 from agents.models import AgentRun, Artifact, CompactionDecision, Conversation, ToolCall, Turn
@@ -60,7 +60,7 @@ from core.exceptions import AttemptLost
 from memory import services as memory_services
 from tasks.models import Task, TaskEvent
 from tasks.states import EventKind
-from tasks.transitions import record_events
+from tasks.transitions import log_move, record_events
 
 if TYPE_CHECKING:
     from agents.catalogue.tools.plan import ProposeTaskArgs
@@ -429,12 +429,19 @@ class Recorder:
     rows exist, for what remains of each limit and which operations are pending."""
 
     def __init__(
-        self, *, task_id: int, run_id: int, actor: Actor, connection_id: int | None = None
+        self,
+        *,
+        task_id: int,
+        run_id: int,
+        actor: Actor,
+        connection_id: int | None = None,
+        task: Task | None = None,
     ) -> None:
         self.task_id = task_id
         self.run_id = run_id
         self.actor = actor
         self.run = AgentRun(pk=run_id, task_id=task_id, connection_id=connection_id)
+        self.task = task  # as the run read it: what a hand-off is decided from
 
     def status(self) -> str:
         """The task's status, through the fence (one statement; AttemptLost when lost)."""
@@ -467,19 +474,15 @@ class Recorder:
         outcome: Outcome | None,
         verdict: SupervisorVerdict | None,
     ) -> str:
-        if outcome is None and not db.in_atomic_block:
-            # The common step: one statement, autocommitted (agents.engine.step_statement). Inside
-            # a caller's transaction the fenced savepoint below keeps that transaction usable.
+        if not db.in_atomic_block:
+            # The common step: one statement, autocommitted (agents.engine.step_statement), with
+            # the run's end when it is a hand-off (`outcomes.handoff`). Inside a caller's
+            # transaction the fenced savepoint below keeps that transaction usable.
             planned = step_statement.plan(step, self.actor)
             if planned is not None:
-                return step_statement.write(
-                    planned,
-                    step,
-                    task_id=self.task_id,
-                    run_id=self.run_id,
-                    actor=self.actor,
-                    checkpoint=checkpoint,
-                )
+                written = self._statement(planned, step, checkpoint, outcome, verdict)
+                if written is not None:
+                    return written
         with transaction.atomic():
             held = fence(self.run_id, self.task_id, full=outcome is not None)
             self._write(step, held.task, checkpoint)
@@ -497,6 +500,45 @@ class Recorder:
                     verdict=verdict,
                     now=held.now,
                 )
+        return status
+
+    def _statement(
+        self,
+        planned: Any,
+        step: Step,
+        checkpoint: Checkpoint,
+        outcome: Outcome | None,
+        verdict: SupervisorVerdict | None,
+    ) -> str | None:
+        """The step as one statement, with the run's end when that is a hand-off; None when the
+        end is not one, or the statement declined it (nothing written)."""
+        given = None
+        if outcome is not None:
+            if self.task is None:
+                return None
+            given = handoff(
+                self.task,
+                self.run,
+                actor=self.actor,
+                outcome=outcome,
+                verdict=verdict,
+                now=timezone.now(),
+            )
+            if given is None:
+                return None
+        status = step_statement.write(
+            planned,
+            step,
+            task_id=self.task_id,
+            run_id=self.run_id,
+            actor=self.actor,
+            checkpoint=checkpoint,
+            handoff=given,
+        )
+        if status is not None and given is not None:
+            self.task.status = status  # type: ignore[union-attr]  # given: the task is known
+            kind = given.event["kind"]
+            log_move(self.task_id, kind, current=given.from_status, to=status, actor=self.actor)
         return status
 
     # -- the writes, in the order their foreign keys need -----------------------------------------

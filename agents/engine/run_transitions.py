@@ -25,15 +25,23 @@ from core.exceptions import TransitionNotAllowed
 from tasks.models import Task
 
 
+def end_values(status: str, now: datetime, **fields: object) -> dict[str, object]:
+    """The run row's columns as a started run ends as `status` at `now` (its text fields made
+    storable). TransitionNotAllowed for a status a started run cannot end as. What `finish_run`
+    writes, and what a run writes when it ends in its last step's statement
+    (agents.engine.step_statement.Handoff)."""
+    if status not in RUN_TRANSITIONS[RunStatus.STARTED]:
+        raise TransitionNotAllowed(f"a run cannot finish as {status}")
+    stored = {k: storable.text(v) if isinstance(v, str) else v for k, v in fields.items()}
+    return {"status": status, "finished_at": now, **stored}
+
+
 def finish_run(run: AgentRun | int, status: str, **fields: object) -> None:
     """Move a started run to succeeded, failed or cancelled, with its result fields."""
     if not connection.in_atomic_block:
         raise RuntimeError("run transitions must run inside transaction.atomic()")
-    if status not in RUN_TRANSITIONS[RunStatus.STARTED]:
-        raise TransitionNotAllowed(f"a run cannot finish as {status}")
     run_id = run.pk if isinstance(run, AgentRun) else run
-    fields = {k: storable.text(v) if isinstance(v, str) else v for k, v in fields.items()}
-    values = {"status": status, "finished_at": timezone.now(), **fields}
+    values = end_values(status, timezone.now(), **fields)
     if fastsql.Update.plain(list(values.values())):
         # The worker ends every run here: SQL built once per set of fields (fastsql.Update).
         update = fastsql.Update.of(AgentRun, tuple(values), (("status", RunStatus.STARTED),))
@@ -44,8 +52,8 @@ def finish_run(run: AgentRun | int, status: str, **fields: object) -> None:
         raise TransitionNotAllowed(f"run {run_id} is not started; it cannot become {status}")
     if isinstance(run, AgentRun):
         run.status = status
-        for name, value in fields.items():
-            setattr(run, name, value)
+        for name in fields:
+            setattr(run, name, values[name])
 
 
 def end_started_runs(task_id: int, status: str, **fields: object) -> list[int]:

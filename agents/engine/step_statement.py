@@ -22,10 +22,15 @@ and into the checkpoint. The checkpoint is computed in Python before the stateme
 in place of each new call's id; its JSON text is cut at the markers and put together in the
 function around the ids.
 
-A task's first step also writes its conversation (the system prompt and the tool pins). What
-`Step` holds beyond that (memory, new tool pins alone, approvals, reviews, artifacts, the plan,
-proposals, compaction, the outcome, an event that notifies a person) keeps the fenced-transaction
-path (`Recorder._commit`).
+A task's first step also writes its conversation (the system prompt and the tool pins). A run's
+last step also writes its end when that is a hand-off (`Handoff`, decided by
+`agents.engine.outcomes.handoff`: an approved final answer moves the task to review): the run's
+end and the task's move with its event, after the same fence, when the task's status is still the
+one the end was decided for and no notification target wants the move; else the function
+declines it (`handed_off` false), writing nothing, and the fenced transaction writes the end.
+What `Step` holds beyond that (memory, new tool pins alone, approvals, reviews, artifacts, the
+plan, proposals, compaction, any other outcome, an event that notifies a person) keeps the
+fenced-transaction path (`Recorder._commit`).
 """
 
 from __future__ import annotations
@@ -58,7 +63,8 @@ from agents.states import TOOL_CALL_TRANSITIONS, RunStatus, ToolCallStatus
 from core import fastsql
 from core.actors import Actor, ActorKind
 from core.exceptions import AttemptLost, TransitionNotAllowed
-from tasks.models import TaskEvent
+from tasks.models import Task, TaskEvent
+from tasks.notify.models import NotificationTarget
 from tasks.notify.outbox import notification_of
 
 log = logging.getLogger("acthelm.tasks")
@@ -101,14 +107,37 @@ def _cast(field: Field[Any, Any]) -> str:
 SIGNATURE = (
     "acthelm_step(\n  p_task bigint, p_run bigint, p_texts text[], p_marks integer[],\n"
     "  p_answer text, p_now timestamptz, p_step jsonb,\n"
-    "  OUT task_status varchar, OUT new_call_ids bigint[])"
+    "  OUT task_status varchar, OUT new_call_ids bigint[], OUT handed_off boolean)"
 )
 #: How a DROP FUNCTION names it (a migration that changes the arguments drops it first).
 IDENTITY = "acthelm_step(bigint, bigint, text[], integer[], text, timestamptz, jsonb)"
 # The checkpoint's pieces go in binary (%b): psycopg's text format escapes every quote of the JSON
 # in them with a regular expression (4 % of a read-only step's worker instructions, by
 # bench/step_instructions.py); the binary format copies the strings.
-_CALL = "SELECT task_status, new_call_ids FROM acthelm_step(%s, %s, %b, %s, %s, %s, %s::jsonb)"
+_CALL = (
+    "SELECT task_status, new_call_ids, handed_off"
+    " FROM acthelm_step(%s, %s, %b, %s, %s, %s, %s::jsonb)"
+)
+
+#: The columns a hand-off (`Handoff`) may write: of the run, as it ends; of the task, as it moves.
+#: One the hand-off does not give keeps its value.
+HANDOFF_RUN_COLUMNS = (
+    "status",
+    "finished_at",
+    "verdict",
+    "verdict_reason",
+    "answer",
+    "error_code",
+    "error_message",
+)
+HANDOFF_TASK_COLUMNS = (
+    "status",
+    "lease_owner",
+    "lease_expires_at",
+    "failure_code",
+    "failure_message",
+    "updated_at",
+)
 
 
 def _columns(model: type[models.Model], skip: tuple[str, ...] = ()) -> list[tuple[str, str]]:
@@ -197,6 +226,9 @@ def function_sql() -> str:
         },
     )
     move = call_move_from_record("m", "p_run").replace("\n", "\n      ")
+    run_end = _handoff_sets(AgentRun, "r", HANDOFF_RUN_COLUMNS, "run")
+    task_move = _handoff_sets(Task, "t", HANDOFF_TASK_COLUMNS, "task")
+    targets = NotificationTarget._meta.db_table
     return f"""CREATE OR REPLACE FUNCTION {SIGNATURE}
 LANGUAGE plpgsql AS $fn$
 DECLARE
@@ -205,11 +237,23 @@ DECLARE
   v_calls bigint[];
   v_text text;
   m record;
+  v_handoff jsonb := p_step->'handoff';
 BEGIN
   {fence}
     INTO task_status;
   IF task_status IS NULL THEN
     RETURN;
+  END IF;
+  IF v_handoff IS NOT NULL THEN
+    -- Declined, nothing written: the task is not in the status the run's end was decided for,
+    -- or a notification target wants the move (its outbox rows are written in Python).
+    IF task_status IS DISTINCT FROM v_handoff->>'from' OR (
+        v_handoff->>'notify' IS NOT NULL AND EXISTS (
+          SELECT 1 FROM {targets} n
+          WHERE n.enabled AND n.events @> ARRAY[v_handoff->>'notify']::varchar[])) THEN
+      handed_off := false;
+      RETURN;
+    END IF;
   END IF;
 {_ids("v_turns", Turn, "turns")}{_ids("v_calls", ToolCall, "calls")}  v_text := p_texts[1];
   FOR i IN 1 .. coalesce(array_length(p_marks, 1), 0) LOOP
@@ -239,8 +283,37 @@ BEGIN
     END IF;
   END LOOP;
 {events}  new_call_ids := v_calls;
+  IF v_handoff IS NOT NULL THEN
+    UPDATE agents_agentrun r SET
+      {run_end}
+      FROM jsonb_populate_record(NULL::agents_agentrun, v_handoff->'run') v
+      WHERE r.id = p_run AND r.status = '{RunStatus.STARTED}';
+    IF NOT FOUND THEN
+      RAISE EXCEPTION 'run % is not started', p_run USING ERRCODE = '{NOT_STARTED}';
+    END IF;
+    UPDATE tasks_task t SET
+      {task_move}
+      FROM jsonb_populate_record(NULL::tasks_task, v_handoff->'task') v
+      WHERE t.id = p_task;
+    task_status := v_handoff->'task'->>'status';
+    handed_off := true;
+  END IF;
 END
 $fn$"""
+
+
+def _handoff_sets(model: type[models.Model], alias: str, names: tuple[str, ...], key: str) -> str:
+    """`column = <the hand-off's value, if it gives one, else the row's>` for each of `names`,
+    the value `v` read from the hand-off's `key` object by jsonb_populate_record (so in the
+    column's own type)."""
+    sets = []
+    for name in names:
+        column = _column(model, name)
+        sets.append(
+            f"{column} = CASE WHEN v_handoff->'{key}' ? '{column}' "
+            f"THEN v.{column} ELSE {alias}.{column} END"
+        )
+    return ",\n      ".join(sets)
 
 
 #: The SQLSTATEs the function raises: the run is no longer started; a call cannot make its move.
@@ -269,6 +342,17 @@ def _row(model: type[models.Model], given: dict[str, Any], now: datetime) -> dic
     }
 
 
+def _column(model: type[models.Model], name: str) -> str:
+    field = model._meta.get_field(name)
+    assert isinstance(field, Field) and field.column  # a concrete column of the row
+    return field.column
+
+
+def _columns_of(model: type[models.Model], values: dict[str, Any]) -> dict[str, Any]:
+    """`values` by field name as the hand-off's JSON gives them: by column name."""
+    return {_column(model, name): value for name, value in values.items()}
+
+
 def conversation_values(
     task_id: int, system_prompt: str, tool_pins: dict[str, Any] | None
 ) -> dict[str, Any]:
@@ -279,6 +363,22 @@ def conversation_values(
         "system_prompt_sha256": hashlib.sha256(system_prompt.encode()).hexdigest(),
         "tool_pins": tool_pins or {},
     }
+
+
+@dataclass(frozen=True)
+class Handoff:
+    """A run's end written by its last step's statement (`agents.engine.outcomes.handoff`):
+    the status the task must still have (`from_status`: the one the end was decided for), the
+    run's columns as it ends and the task's as it moves (by name, within HANDOFF_RUN_COLUMNS and
+    HANDOFF_TASK_COLUMNS), the move's event (a TaskEvent's fields) and the notification it is
+    (None: none). The function declines it, writing nothing, when the task's status is another
+    or a notification target wants it."""
+
+    from_status: str
+    run: dict[str, Any]
+    task: dict[str, Any]
+    event: dict[str, Any]
+    notify: str | None
 
 
 @dataclass
@@ -385,10 +485,13 @@ def write(
     run_id: int,
     actor: Actor,
     checkpoint: Callable[[], dict[str, Any]],
-) -> str:
+    handoff: Handoff | None = None,
+) -> str | None:
     """Write the planned step in one autocommitted statement (the step function); the task's
     status. AttemptLost when the run no longer holds its task (nothing written),
-    TransitionNotAllowed when a call cannot make its move (nothing written)."""
+    TransitionNotAllowed when a call cannot make its move (nothing written). With `handoff`, the
+    run ends and the task moves in the same statement; None when the function declined it
+    (nothing written: the caller takes the transaction path)."""
     now = timezone.now()
     states: list[CallState] = [c.state for _, c, _ in p.new]
     index = {id(s): k for k, s in enumerate(states)}
@@ -456,6 +559,16 @@ def write(
     if step.system_prompt is not None:  # the task's first step: its conversation, once
         values = conversation_values(task_id, step.system_prompt, step.tool_pins)
         payload["conversation"] = [_row(Conversation, values, now)]
+    if handoff is not None:
+        row = _row(TaskEvent, handoff.event, now)
+        row["_call"] = None
+        events.append(row)
+        payload["handoff"] = {
+            "from": handoff.from_status,
+            "run": _columns_of(AgentRun, handoff.run),
+            "task": _columns_of(Task, handoff.task),
+            "notify": handoff.notify,
+        }
     payload |= {
         "usage": {f.name: getattr(step.usage, f.name) for f in FIELDS},
         "turns": turns,
@@ -487,6 +600,8 @@ def write(
     if status is None:
         log.warning("run.fenced_out", extra={"task_id": task_id, "run_id": run_id})
         raise AttemptLost(f"run {run_id} no longer holds task {task_id}")
+    if handoff is not None and not answer[2]:
+        return None
     for s, pk in zip(states, answer[1] or [], strict=True):
         s.pk = pk
     return status

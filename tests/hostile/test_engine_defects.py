@@ -144,7 +144,11 @@ def test_3_the_run_start_is_the_database_clock(loop_settings):
 # --- 4. A database blip does not spend the one requeue -------------------------------------------
 
 
-def test_4_a_database_error_mid_step_hands_the_task_back(loop_settings):
+@pytest.mark.parametrize("cuts", [1, 2])
+def test_4_a_database_error_mid_step_is_written_again_or_hands_the_task_back(loop_settings, cuts):
+    """The end's one statement waits on a lock and its connection is cut: written again once on
+    a new connection (one cut), else the task is handed back (two cuts) — never left for
+    recovery to count as a lost worker."""
     script = [reply_text("the answer", delay=1.0), reply_text("the answer")]
     with ScriptedModelServer(script) as server:
         task = tool_task(server, [])
@@ -161,11 +165,12 @@ def test_4_a_database_error_mid_step_hands_the_task_back(loop_settings):
                 row = hold.execute(
                     "SELECT count(pg_terminate_backend(pid)) FROM pg_stat_activity "
                     "WHERE datname = current_database() AND wait_event_type = 'Lock' "
-                    "AND pid <> pg_backend_pid()"
+                    "AND wait_event = 'relation' AND pid <> pg_backend_pid()"
                 ).fetchone()
                 return row[0] >= 1
 
-            wait_for(cut_the_waiter, timeout=10, message="the worker waiting on the lock")
+            for _ in range(cuts):
+                wait_for(cut_the_waiter, timeout=10, message="the worker waiting on the lock")
             hold.rollback()
             thread.join(20)
         finally:
@@ -177,6 +182,8 @@ def test_4_a_database_error_mid_step_hands_the_task_back(loop_settings):
     assert task.status == TaskStatus.REVIEW
     assert task.lost_count == 0
     assert not TaskEvent.objects.filter(task=task, kind=EventKind.LOST).exists()
+    handed_back = TaskEvent.objects.filter(task=task, kind=EventKind.HANDED_BACK).exists()
+    assert handed_back is (cuts == 2)
 
 
 # --- 5. Retries: 1, 5 and 30 minutes; a bad request is not retried -------------------------------
