@@ -158,16 +158,24 @@ def test_4_a_database_error_mid_step_is_written_again_or_hands_the_task_back(loo
             assert server.wait_for_requests(1, 10)
             hold.execute("LOCK TABLE agents_turn IN EXCLUSIVE MODE")
 
+            cut: set[int] = set()
+
             def cut_the_waiter():
                 # pg_stat_activity is read once per transaction unless the snapshot is let go:
-                # without this, only a worker already waiting at the first look is seen.
+                # without this, only a worker already waiting at the first look is seen. A
+                # backend already cut may still be listed for a moment: only a new one counts.
                 hold.execute("SELECT pg_stat_clear_snapshot()")
-                row = hold.execute(
-                    "SELECT count(pg_terminate_backend(pid)) FROM pg_stat_activity "
+                waiting = hold.execute(
+                    "SELECT pid FROM pg_stat_activity "
                     "WHERE datname = current_database() AND wait_event_type = 'Lock' "
-                    "AND wait_event = 'relation' AND pid <> pg_backend_pid()"
-                ).fetchone()
-                return row[0] >= 1
+                    "AND wait_event = 'relation' AND pid <> pg_backend_pid() "
+                    "AND NOT pid = ANY(%s)",
+                    [sorted(cut)],
+                ).fetchall()
+                for (pid,) in waiting:
+                    hold.execute("SELECT pg_terminate_backend(%s)", [pid])
+                    cut.add(pid)
+                return bool(waiting)
 
             for _ in range(cuts):
                 wait_for(cut_the_waiter, timeout=10, message="the worker waiting on the lock")
