@@ -536,7 +536,6 @@ class Recorder:
             handoff=given,
         )
         if status is not None and given is not None:
-            self.task.status = status  # type: ignore[union-attr]  # given: the task is known
             kind = given.event["kind"]
             log_move(self.task_id, kind, current=given.from_status, to=status, actor=self.actor)
         return status
