@@ -21,6 +21,7 @@ from typing import Any
 
 import psycopg
 from django.db import DEFAULT_DB_ALIAS, DatabaseError, connection, connections, models
+from django.db.models.expressions import RawSQL
 from django.db.models.query import ModelIterable
 
 type Params = Sequence[Any] | Mapping[str, Any]
@@ -171,7 +172,9 @@ class Select[M: models.Model]:
     `ModelIterable` — select_related objects, annotations and every field's converters (JSON,
     decimals, arrays, datetimes) as the ORM would have built them. Only the compile is skipped.
 
-    The arguments must be integers (ids) that appear in the compiled parameters as they are."""
+    The arguments must be integers (ids) that appear in the compiled parameters as they are, or
+    lists of ids: the queryset then filters with `id_list(argument)` (`pk__in=id_list(tasks)`), one
+    array parameter whatever the length, so that the compiled SQL serves any number of ids."""
 
     #: Far below any id; each argument gets its own.
     _SENTINEL = -7_310_000_000
@@ -188,16 +191,16 @@ class Select[M: models.Model]:
             compiler = queryset.query.get_compiler(using=queryset.db)
             sql, params = compiler.as_sql()
             slots = {value: name for name, value in sentinels.items()}
-            template = [_Slot(slots[p]) if type(p) is int and p in slots else p for p in params]
+            template = [_slot(p, slots) for p in params]
             found = {p.name for p in template if isinstance(p, _Slot)}
             if found != set(self.names):
                 raise ValueError(f"arguments {set(self.names) - found} are not parameters")
             self._compiled = (compiler, sql, template, queryset._fetch_mode)  # type: ignore[attr-defined]
         return self._compiled
 
-    def _run(self, values: Mapping[str, int]) -> tuple[Any, Any]:
+    def _run(self, values: Mapping[str, int | Sequence[int]]) -> tuple[Any, Any]:
         compiler, sql, template, fetch_mode = self._compile()
-        params = [values[p.name] if isinstance(p, _Slot) else p for p in template]
+        params = [_bound(p, values) if isinstance(p, _Slot) else p for p in template]
         fetched = execute(sql, params).fetchall()
         mine = copy.copy(compiler)  # this call's rows and this thread's connection
         mine.connection = connections[DEFAULT_DB_ALIAS]
@@ -211,13 +214,13 @@ class Select[M: models.Model]:
         mine.get_converters = lambda expressions: converters
         return mine, fetch_mode
 
-    def rows(self, **values: int) -> list[M]:
+    def rows(self, **values: int | Sequence[int]) -> list[M]:
         """The queryset's model instances (a queryset of instances, not of values)."""
         compiler, fetch_mode = self._run(values)
         source = _Source(compiler.query.model, compiler, fetch_mode)
         return list(ModelIterable(source))  # type: ignore[arg-type]
 
-    def tuples(self, **values: int) -> list[tuple[Any, ...]]:
+    def tuples(self, **values: int | Sequence[int]) -> list[tuple[Any, ...]]:
         """The selected columns of each row, converted (for a `values_list`/`values` queryset:
         in its order of fields)."""
         compiler, _ = self._run(values)
@@ -267,6 +270,30 @@ class Row:
 @dataclass(frozen=True)
 class _Slot:
     name: str
+    many: bool = False  # a list of ids (`id_list`), bound as one array
+
+
+def id_list(ids: int | Sequence[int]) -> RawSQL:
+    """The right-hand side of `pk__in=` for a list of ids bound as ONE array parameter
+    (`IN (SELECT unnest(%s::bigint[]))`): the SQL is the same for any number of ids, so that a
+    `Select` compiles it once (and gives the argument's sentinel, an int, here)."""
+    return RawSQL("SELECT unnest(%s::bigint[])", ([ids] if isinstance(ids, int) else list(ids),))
+
+
+def _slot(param: Any, slots: Mapping[int, str]) -> Any:
+    """A compiled parameter, or the `_Slot` of the argument whose sentinel it is."""
+    if type(param) is int and param in slots:
+        return _Slot(slots[param])
+    if type(param) is list and len(param) == 1 and type(param[0]) is int and param[0] in slots:
+        return _Slot(slots[param[0]], many=True)
+    return param
+
+
+def _bound(slot: _Slot, values: Mapping[str, int | Sequence[int]]) -> Any:
+    value = values[slot.name]
+    if slot.many != (not isinstance(value, int)):
+        raise TypeError(f"{slot.name}: {'a list of ids' if slot.many else 'an id'} expected")
+    return list(value) if isinstance(value, Sequence) else value
 
 
 class _Source:

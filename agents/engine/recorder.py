@@ -253,13 +253,13 @@ def _task_with_run(task: int, run: int) -> QuerySet[Task]:
     )
 
 
-def _tasks_with_runs(pairs: Sequence[tuple[int, int]]) -> QuerySet[Task]:
-    """`_task_with_run` for several (task, run) pairs, in one statement: each task with the run
-    of the pairs that is its own."""
-    tasks, runs = zip(*pairs, strict=True)
+def _tasks_with_runs(tasks: int | Sequence[int], runs: int | Sequence[int]) -> QuerySet[Task]:
+    """`_task_with_run` for several tasks and their runs, in one statement: each task with the
+    run among `runs` that is its own. The ids are bound as arrays (`fastsql.id_list`): compiled
+    once for any number of them (`_LOAD_STARTS`)."""
     return _loaded(
-        Task.objects.filter(pk__in=tasks),
-        AgentRun.objects.filter(pk__in=runs, task_id=OuterRef("pk")),
+        Task.objects.filter(pk__in=fastsql.id_list(tasks)),
+        AgentRun.objects.filter(pk__in=fastsql.id_list(runs), task_id=OuterRef("pk")),
     )
 
 
@@ -294,6 +294,7 @@ def _loaded(tasks: QuerySet[Task], this_run: QuerySet[AgentRun]) -> QuerySet[Tas
 
 
 _LOAD = fastsql.Select(_task_with_run, "task", "run")
+_LOAD_STARTS = fastsql.Select(_tasks_with_runs, "tasks", "runs")
 _LOADED = (
     "run_claim_count",
     "run_connection_id",
@@ -327,7 +328,7 @@ def load_starts(pairs: Sequence[tuple[int, int]]) -> dict[int, SavedState]:
     run_of = dict(pairs)
     return {
         task.pk: _saved(task, run_of[task.pk])
-        for task in _tasks_with_runs(pairs)
+        for task in _LOAD_STARTS.rows(tasks=list(run_of), runs=list(run_of.values()))
         if task.run_claim_count is not None  # type: ignore[attr-defined]
         and not task.has_turns  # type: ignore[attr-defined]
         and getattr(task, "conversation", None) is None

@@ -84,6 +84,30 @@ def test_a_select_builds_what_the_queryset_builds():
     assert values.tuples(pk=task.pk + 1000) == []
 
 
+def test_a_select_takes_lists_of_ids_as_one_array_compiled_once():
+    tasks = TaskFactory.create_batch(3)
+    select = fastsql.Select(
+        lambda ids, other: Task.objects.filter(pk__in=fastsql.id_list(ids), id__gte=other).order_by(
+            "pk"
+        ),
+        "ids",
+        "other",
+    )
+    assert [t.pk for t in select.rows(ids=[tasks[0].pk, tasks[2].pk], other=0)] == [
+        tasks[0].pk,
+        tasks[2].pk,
+    ]
+    assert [t.pk for t in select.rows(ids=[t.pk for t in tasks], other=tasks[1].pk)] == [
+        tasks[1].pk,
+        tasks[2].pk,
+    ]
+    assert select.rows(ids=[], other=0) == []
+    with pytest.raises(TypeError, match="ids: a list of ids expected"):
+        select.rows(ids=tasks[0].pk, other=0)
+    with pytest.raises(TypeError, match="other: an id expected"):
+        select.rows(ids=[tasks[0].pk], other=[0])
+
+
 def test_a_row_in_hand_written_sql_builds_what_the_orm_builds():
     task = TaskFactory(
         tags=["a", "b"],
