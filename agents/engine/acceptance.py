@@ -263,12 +263,16 @@ SELECT part, name, path, size, status, error_code, run_count FROM (
 ) AS seen ORDER BY part, ord"""
 
 
-def run_record(task: Task, answer: str) -> RunRecord:
+def run_record(task: Task, answer: str, *, read: bool = True) -> RunRecord:
     """Read what a verdict needs of `task` from the database: every artifact's name and file (up
-    to MAX_ARTIFACT_NAMES), every tool call. No file content: the checks read it afterwards."""
-    found = fastsql.execute(
-        _RECORD_SQL, {"task": task.pk, "names": MAX_ARTIFACT_NAMES + 1}
-    ).fetchall()
+    to MAX_ARTIFACT_NAMES), every tool call. No file content: the checks read it afterwards.
+    `read=False`: the caller knows the task has made no tool call, so it has no artifact either
+    (only a call writes one): nothing to read (the task's input files are still listed)."""
+    found = (
+        fastsql.execute(_RECORD_SQL, {"task": task.pk, "names": MAX_ARTIFACT_NAMES + 1}).fetchall()
+        if read
+        else []
+    )
     rows = [(name, path, size) for part, name, path, size, *_ in found if part == 0]
     calls = tuple(
         CallSeen(tool=tool, status=status, error_code=error_code, run_count=run_count)

@@ -319,6 +319,7 @@ class AgentLoop:
         self.next_index = saved.next_index
         self.history = History(self.conversation.system_prompt if self.conversation else "")
         self.calls: list[CallState] = []
+        self.started_fresh = not saved.turns  # every call the task has made is in self.calls
         self.last: TurnState | None = None  # the last turn that was not discarded
         for turn in saved.turns:
             self.calls += turn.calls
@@ -456,6 +457,12 @@ class AgentLoop:
         so that the run's mcp_calls commits with the call's run_count (a crash loses neither)."""
         if is_mcp_tool(call.tool):
             self._book(Usage(mcp_calls=1))
+
+    def no_calls(self) -> bool:
+        """The task has made no tool call: none in this run, and it had no turn when the run
+        started (a run holds its task: no one else adds one meanwhile). Hence no artifact either:
+        only a call writes one. The verdict then has nothing to read (`supervise(no_calls=)`)."""
+        return self.started_fresh and not self.calls
 
     def open_operations(self) -> list[CallState]:
         return [c for c in self.calls if c.status not in TOOL_CALL_DONE]

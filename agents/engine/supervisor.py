@@ -318,14 +318,16 @@ def supervise(
     open_operations: bool | None = None,
     cancel: threading.Event | None = None,
     budget: float | None = None,
+    no_calls: bool = False,
 ) -> SupervisorVerdict:
     """The verdict on a final answer. Reads first, then gives the connection back, then
     computes within `budget` seconds (ACTHELM_SUPERVISOR_TIMEOUT_SECONDS): the checks, the rules'
-    answer, the model's. `cancel` (the run's) aborts it with AttemptLost."""
+    answer, the model's. `cancel` (the run's) aborts it with AttemptLost. `no_calls`: the run
+    knows the task has made no tool call, so there are no calls and no artifacts to read."""
     budget = float(settings.ACTHELM_SUPERVISOR_TIMEOUT_SECONDS if budget is None else budget)
     deadline = time.monotonic() + budget
     # 1. Every read the verdict needs.
-    record = _read(lambda: run_record(task, answer))
+    record = _read(lambda: run_record(task, answer, read=not no_calls))
     # The record holds every artifact unless there were too many to name: then they are counted.
     files = [a for a in record.artifacts.values() if isinstance(a, ArtifactFile)]
     sizes = None

@@ -468,6 +468,7 @@ class Worker:
                     usage=loop.usage(),
                     open_operations=bool(loop.open_operations()),
                     cancel=signals.cancel,
+                    no_calls=loop.no_calls(),
                 )
             signals.ending.set()
             status = loop.finish(outcome, verdict)

@@ -7,13 +7,14 @@ import pytest
 from django.db import connection
 
 from agents.actions.tasks import task_resume
+from agents.engine import worker as worker_module
 from agents.engine.leases import claim_next
 from agents.engine.worker import Worker
 from agents.models import AgentRun, CompactionDecision, Conversation, ToolCall, Turn
 from core.actors import Actor
 from memory.models import MemoryEntry, MemorySelection
 from tasks.models import Task
-from tasks.services import task_cancel, task_pause
+from tasks.services import task_cancel, task_pause, task_retry_now
 from tasks.states import TaskStatus
 from tasks.workspace import add_input_file
 from tests.agents.conftest import run_burst
@@ -58,6 +59,37 @@ def test_plan_first_then_tools_then_a_final_answer(
     assert "hello from the notes" in tool_messages(requests[3])[-1]["content"]
     assert Conversation.objects.get(task=task).plan["steps"][0]["step"] == "Read the notes"
     assert AgentRun.objects.get(task=task).answer == "The notes say hello."
+
+
+def test_the_verdict_reads_calls_and_artifacts_unless_the_task_made_no_call(
+    model_server, http_model, loop_task, fast_worker_settings, monkeypatch
+):
+    told: list[bool] = []
+    real = worker_module.supervise
+
+    def spy(*args, no_calls=False, **kwargs):
+        told.append(no_calls)
+        return real(*args, no_calls=no_calls, **kwargs)
+
+    monkeypatch.setattr(worker_module, "supervise", spy)
+    loop_task(http_model(model_server([reply_text("Done.")])))
+    run_burst()
+    calls = model_server(
+        [reply_tool_calls([("read_file", {"path": "notes.txt"})]), reply_text("ok")]
+    )
+    task = loop_task(http_model(calls))
+    add_input_file(task.pk, name="notes.txt", data="hello")
+    run_burst()
+    # A retried task's run starts from the earlier run's turns: it does not know them all.
+    retried = loop_task(
+        http_model(model_server([reply_text("Done."), reply_text("Done.")])),
+        instruction="Write it to summary.md.",
+    )
+    run_burst()  # the default check rejects the answer: no summary.md
+    task_retry_now(actor=Actor.system("test"), task_id=retried.pk)
+    run_burst()
+    assert told == [True, False, True, False]
+    assert AgentRun.objects.filter(task=retried).count() == 2
 
 
 def test_the_system_prompt_is_built_once_and_every_request_sends_the_same_prefix(

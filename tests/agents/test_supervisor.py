@@ -9,6 +9,7 @@ import threading
 from decimal import Decimal
 
 import pytest
+from django.db import connection
 
 from agents.engine import acceptance, supervisor
 from agents.engine.acceptance import parse_check, validate_checks
@@ -107,6 +108,27 @@ def test_default_checks_can_be_turned_off(
     run_burst()
     assert newest_run(task).verdict == Verdict.APPROVED
     assert "default check" not in newest_run(task).verdict_reason
+
+
+def test_a_task_that_made_no_call_is_judged_without_reading_calls_or_artifacts(db):
+    """The worker says so when the task has made no tool call (`AgentLoop.no_calls`): the
+    verdict is the one the read would give (no call, so no artifact), with one statement less."""
+    task = TaskFactory(instruction="Write the launch date to summary.md.")
+    seen: list[str] = []
+
+    def record(execute, sql, params, many, context):
+        seen.append(sql)
+        return execute(sql, params, many, context)
+
+    with connection.execute_wrapper(record):
+        read = supervise(task, "Done: the summary.")
+    read_sql, seen[:] = list(seen), []
+    with connection.execute_wrapper(record):
+        skipped = supervise(task, "Done: the summary.", no_calls=True)
+    assert skipped == read
+    assert [c.check for c in skipped.checks] == [c.check for c in read.checks]
+    assert any("agents_artifact" in sql for sql in read_sql)
+    assert not any("agents_artifact" in sql for sql in seen)
 
 
 def test_every_cumulative_limit_is_a_rule_money_included(db):

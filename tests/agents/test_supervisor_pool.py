@@ -64,6 +64,13 @@ def _task(model, kind: str, n: int) -> Task:
     )
 
 
+def _list_once(request: dict):
+    """List the files once, then answer."""
+    if any(m.get("role") == "tool" for m in request.get("messages") or []):
+        return reply_text("Done: nothing to change.")
+    return reply_tool_calls([("list_files", {})])
+
+
 def _backends(name: str) -> int:
     with connection.cursor() as cursor:
         cursor.execute("SELECT count(*) FROM pg_stat_activity WHERE application_name = %s", [name])
@@ -133,11 +140,12 @@ def test_a_run_stuck_on_the_database_with_the_whole_pool_does_not_stop_the_heart
     lease = 4.0
     env = {**worker_env, **ENV, "ACTHELM_DB_POOL_SIZE": "1", "ACTHELM_SUPERVISOR_CONNECTION": ""}
     env.update(ACTHELM_LEASE_SECONDS=str(lease), ACTHELM_HEARTBEAT_SECONDS="0.5")
-    with ScriptedModelServer(default=reply_text("Done: nothing to change.")) as agents:
+    with ScriptedModelServer(default=_list_once) as agents:
         model = scripted_model(agents)
         ids = [_task(model, "quick", n).pk for n in range(3)]
         with psycopg.connect(conninfo()) as locker:
-            # The verdict reads the run's artifacts first (agents.engine.acceptance.run_record).
+            # The verdict reads the run's artifacts first (agents.engine.acceptance.run_record):
+            # a task that made a tool call, so that there is something to read.
             locker.execute("LOCK TABLE agents_artifact IN ACCESS EXCLUSIVE MODE")
             stuck = WorkerProcess(env, "--concurrency", "3", worker_id="stuck")
             rescuer = None
