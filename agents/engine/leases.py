@@ -4,14 +4,15 @@ lock-then-write (`tasks.transitions`): a single conditional UPDATE whose WHERE c
 race, inserting the run and the claim event in the same statement."""
 
 import functools
+import json
 import logging
 from collections.abc import Iterable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
 from datetime import datetime
-from typing import Any
 
 from django.conf import settings
+from django.core.serializers.json import DjangoJSONEncoder
 from django.db import connection, models, transaction
 
 from agents.models import AgentRun
@@ -33,25 +34,30 @@ class Claim:
 
 
 def _insert_columns(
-    model: type[models.Model], given: dict[str, str], prefix: str
-) -> tuple[str, str, dict[str, Any]]:
-    """Column list, SELECT expressions and parameters for an INSERT … SELECT of `model` inside
-    the claim statement: `given` maps columns to SQL; every other column gets its model default
-    as a parameter (so a column added later needs no change here)."""
+    model: type[models.Model], given: dict[str, str], alias: str
+) -> tuple[str, str]:
+    """Column list and SELECT expressions for an INSERT … SELECT of `model` inside the claim
+    function: `given` maps columns to SQL; every other column is read from `alias`, the row of the
+    model's defaults the caller passes (`_defaults`)."""
     columns: list[str] = []
     values: list[str] = []
-    params: dict[str, Any] = {}
     for field in model._meta.concrete_fields:
         column = field.column
         assert column is not None  # a concrete field has a column
         columns.append(column)
-        if column in given:
-            values.append(given[column])
-        else:
-            key = f"{prefix}_{column}"
-            values.append(f"%({key})s")
-            params[key] = field.get_db_prep_save(field.get_default(), connection)
-    return ", ".join(columns), ", ".join(values), params
+        values.append(given.get(column, f'{alias}."{column}"'))
+    return ", ".join(columns), ", ".join(values)
+
+
+def _defaults(model: type[models.Model], given: dict[str, str]) -> str:
+    """The model's defaults for the columns the claim does not give, as the JSON object the
+    function turns into a row of the table (`jsonb_populate_record`): a column added later needs
+    no new function, only a default."""
+    values = {}
+    for field in model._meta.concrete_fields:
+        if field.column not in given:
+            values[field.column] = field.get_default()
+    return json.dumps(values, cls=DjangoJSONEncoder)
 
 
 _RUN_COLUMNS = {
@@ -61,7 +67,7 @@ _RUN_COLUMNS = {
     "claim_count": "c.claim_count",
     "claim_event_id": "ids.event_id",
     "status": "'started'",
-    "worker_id": "%(worker)s",
+    "worker_id": "p_worker",
     "started_at": "now()",
     "connection_id": "c.connection_id",
     "model_id": "c.model_id",
@@ -73,7 +79,7 @@ _EVENT_COLUMNS = {
     "kind": "'claimed'",
     "actor_kind": "'worker'",
     "actor_user_id": "NULL",
-    "actor_label": "%(worker)s",
+    "actor_label": "p_worker",
     "from_status": "'ready'",
     "to_status": "'in_progress'",
     "data": "jsonb_build_object('run_id', ids.run_id, 'newest_run_id_before', p.id, "
@@ -81,14 +87,15 @@ _EVENT_COLUMNS = {
     "created_at": "now()",
 }
 
-# The claim, the runs and the claim events in ONE statement, for up to %(limit)s tasks. SKIP
+# The claim, the runs and the claim events in ONE statement, for up to p_limit tasks. SKIP
 # LOCKED spreads workers over rows; the `t.status = 'ready'` guard of the UPDATE decides a race
 # (the loser updates nothing, so it inserts nothing). The ids come from their sequences inside the
 # statement, one pair per claimed task (the foreign keys are checked at commit). A task whose
 # connection cools down is not a candidate. A worker started by an evaluation
-# (`evaluation_only`) takes the evaluation's tasks only.
+# (`p_evaluation_only`) takes the evaluation's tasks only. It is the body of the function
+# `acthelm_claim` (`claim_function_sql`), whose plan PL/pgSQL keeps per session.
 _CLAIM_SQL = """
-WITH candidate AS (
+  WITH candidate AS (
     SELECT t.id FROM tasks_task t
     WHERE t.status = 'ready'
       AND (t.not_before IS NULL OR t.not_before <= now())
@@ -99,14 +106,14 @@ WITH candidate AS (
       AND NOT EXISTS (
           SELECT 1 FROM agents_connection k
           WHERE k.id = t.connection_id AND k.cooldown_until > now())
-      AND (t.is_evaluation OR NOT %(evaluation_only)s)
+      AND (t.is_evaluation OR NOT p_evaluation_only)
     ORDER BY t.priority DESC, t.id
-    LIMIT %(limit)s
+    LIMIT p_limit
     FOR UPDATE OF t SKIP LOCKED
 ), claimed AS (
     UPDATE tasks_task t
-    SET status = 'in_progress', claim_count = t.claim_count + 1, lease_owner = %(worker)s,
-        lease_expires_at = now() + make_interval(secs => %(lease)s), not_before = NULL,
+    SET status = 'in_progress', claim_count = t.claim_count + 1, lease_owner = p_worker,
+        lease_expires_at = now() + make_interval(secs => p_lease), not_before = NULL,
         updated_at = now()
     FROM candidate WHERE t.id = candidate.id AND t.status = 'ready'
     RETURNING t.id, t.claim_count, t.connection_id, t.model_id, t.priority
@@ -122,15 +129,17 @@ WITH candidate AS (
 ), run AS (
     INSERT INTO agents_agentrun ({run_columns})
     SELECT {run_values}
-    FROM claimed c JOIN ids ON ids.task_id = c.id LEFT JOIN previous p ON p.task_id = c.id
+    FROM claimed c JOIN ids ON ids.task_id = c.id LEFT JOIN previous p ON p.task_id = c.id,
+      jsonb_populate_record(NULL::agents_agentrun, p_run) AS run_default
     RETURNING id
 ), event AS (
     INSERT INTO tasks_taskevent ({event_columns})
     SELECT {event_values}
-    FROM claimed c JOIN ids ON ids.task_id = c.id LEFT JOIN previous p ON p.task_id = c.id
+    FROM claimed c JOIN ids ON ids.task_id = c.id LEFT JOIN previous p ON p.task_id = c.id,
+      jsonb_populate_record(NULL::tasks_taskevent, p_event) AS event_default
     RETURNING id
 )
-SELECT c.id, ids.run_id, c.claim_count, ids.event_id
+SELECT c.id::bigint, ids.run_id::bigint, c.claim_count::integer, ids.event_id::bigint
 FROM claimed c JOIN ids ON ids.task_id = c.id
 WHERE (SELECT count(*) FROM run) = (SELECT count(*) FROM claimed)
   AND (SELECT count(*) FROM event) = (SELECT count(*) FROM claimed)
@@ -138,10 +147,15 @@ ORDER BY c.priority DESC, c.id
 """
 
 
-def _claim_statement() -> tuple[str, dict[str, Any]]:
-    run_columns, run_values, run_params = _insert_columns(AgentRun, _RUN_COLUMNS, "run")
-    event_columns, event_values, event_params = _insert_columns(TaskEvent, _EVENT_COLUMNS, "ev")
-    sql = _CLAIM_SQL.format(
+def claim_function_sql() -> str:
+    """`CREATE OR REPLACE FUNCTION acthelm_claim(...)` as the models make it today (the run's and
+    the claim event's columns). A migration holds it as a frozen string (0021_claim_function);
+    tests/agents/test_leases.py fails when this changes and no newer migration does. The claim
+    is one statement either way; as a function its plan is made once per session instead of at
+    every claim — with no prepared statement on the client, so through any pooler."""
+    run_columns, run_values = _insert_columns(AgentRun, _RUN_COLUMNS, "run_default")
+    event_columns, event_values = _insert_columns(TaskEvent, _EVENT_COLUMNS, "event_default")
+    body = _CLAIM_SQL.format(
         run_columns=run_columns,
         run_values=run_values,
         event_columns=event_columns,
@@ -149,7 +163,24 @@ def _claim_statement() -> tuple[str, dict[str, Any]]:
         run_sequence=fastsql.sequence(AgentRun),
         event_sequence=fastsql.sequence(TaskEvent),
     )
-    return sql, {**run_params, **event_params}
+    return (
+        "CREATE OR REPLACE FUNCTION acthelm_claim(\n"
+        "  p_worker text, p_lease double precision, p_limit integer, p_evaluation_only boolean,\n"
+        "  p_run jsonb, p_event jsonb)\n"
+        "RETURNS TABLE (task_id bigint, run_id bigint, claim_count integer, event_id bigint)\n"
+        "LANGUAGE plpgsql AS $fn$\n"
+        "#variable_conflict use_column\n"
+        "BEGIN\n"
+        f"  RETURN QUERY{body.rstrip()};\n"
+        "END\n"
+        "$fn$"
+    )
+
+
+_CLAIM_CALL = (
+    "SELECT task_id, run_id, claim_count, event_id "
+    "FROM acthelm_claim(%s, %s::float8, %s::integer, %s, %s::jsonb, %s::jsonb)"
+)
 
 
 def claim_batch(
@@ -166,17 +197,16 @@ def claim_batch(
     never reaches real work. A worker without it claims every task, evaluation tasks included
     (`acthelm_eval run --no-worker` relies on it)."""
     lease = settings.ACTHELM_LEASE_SECONDS if lease_seconds is None else lease_seconds
-    sql, defaults = _claim_statement()
-    params = {
-        "worker": worker_id,
-        "lease": lease,
-        "limit": max(1, int(limit)),
-        "evaluation_only": bool(evaluation_only),
-        **defaults,
-    }
-    with transaction.atomic(), connection.cursor() as cursor:
-        cursor.execute(sql, params)
-        rows = cursor.fetchall()
+    params = [
+        worker_id,
+        float(lease),
+        max(1, int(limit)),
+        bool(evaluation_only),
+        _defaults(AgentRun, _RUN_COLUMNS),
+        _defaults(TaskEvent, _EVENT_COLUMNS),
+    ]
+    with transaction.atomic():
+        rows = fastsql.execute(_CLAIM_CALL, params).fetchall()
     claims = []
     for task_id, run_id, claim_count, event_id in rows:
         log.info("task.claimed", extra={"task_id": task_id, "run_id": run_id, "worker": worker_id})

@@ -2,17 +2,30 @@
 tasks only; a normal worker claims both (issue 21 item 7). The statements that find held tasks
 hold exactly the states of `tasks.states.HELD`."""
 
+import importlib
+import pkgutil
 from datetime import timedelta
 
 import pytest
-from django.db import transaction
+from django.db import connection, transaction
 from django.utils import timezone
 
-from agents.engine.leases import claim_batch, claim_next, fence, holds_now, renew_leases
+import agents.migrations
+from agents.engine import leases
+from agents.engine.leases import (
+    claim_batch,
+    claim_function_sql,
+    claim_next,
+    fence,
+    holds_now,
+    renew_leases,
+)
 from agents.engine.recovery import _stale_ids
 from agents.engine.worker import Worker
+from agents.models import AgentRun
 from agents.states import RunStatus
 from core.exceptions import AttemptLost
+from tasks.models import TaskEvent
 from tasks.states import HELD, HELD_SQL, TaskStatus, sql_list
 from tests.factories import AgentRunFactory, TaskFactory
 
@@ -63,3 +76,55 @@ def test_a_state_list_is_made_of_states_only():
         sql_list(["in_progress", "x') OR ('1"])
     with pytest.raises(ValueError):
         sql_list([])
+
+
+def test_the_claim_functions_migration_holds_the_function_the_models_make():
+    """Migration agents 0021 freezes `claim_function_sql()`'s text: a change of the run's or the
+    event's columns needs a newer migration with the new text."""
+    found = None
+    for info in sorted(pkgutil.iter_modules(agents.migrations.__path__), key=lambda m: m.name):
+        sql = getattr(importlib.import_module(f"agents.migrations.{info.name}"), "SQL", None)
+        if isinstance(sql, str) and "FUNCTION acthelm_claim(" in sql:
+            found = sql
+    assert found == claim_function_sql(), (
+        "the claim function changed with the models: add a migration with "
+        "leases.claim_function_sql()'s text (as 0021_claim_function holds it)"
+    )
+    with connection.cursor() as cursor:
+        cursor.execute("SELECT prosrc FROM pg_proc WHERE proname = 'acthelm_claim'")
+        assert [row[0] for row in cursor.fetchall()] == [found.split("$fn$")[1]]
+
+
+def test_a_claimed_run_and_its_event_are_the_rows_the_models_would_write():
+    """The columns the claim does not give get the model's defaults (passed as JSON)."""
+    task = TaskFactory()
+    earlier = AgentRunFactory(
+        task=task, number=3, status=RunStatus.FAILED, finished_at=timezone.now()
+    )
+    (claim,) = claim_batch(worker_id="w-9", limit=5)
+    run = AgentRun.objects.get(pk=claim.run_id)
+    assert (run.task_id, run.number, run.claim_count, run.status, run.worker_id) == (
+        task.pk,
+        4,
+        1,
+        RunStatus.STARTED,
+        "w-9",
+    )
+    assert run.claim_event_id == claim.claim_event_id
+    for field in AgentRun._meta.concrete_fields:
+        if field.column not in leases._RUN_COLUMNS:
+            assert getattr(run, field.attname) == field.get_default(), field.name
+    event = TaskEvent.objects.get(pk=claim.claim_event_id)
+    assert (event.kind, event.actor_label, event.from_status, event.to_status) == (
+        "claimed",
+        "w-9",
+        "ready",
+        "in_progress",
+    )
+    assert event.data == {
+        "run_id": run.pk,
+        "newest_run_id_before": earlier.pk,
+        "claim_count": 1,
+    }
+    task.refresh_from_db()
+    assert (task.status, task.lease_owner, task.claim_count) == ("in_progress", "w-9", 1)
