@@ -555,8 +555,9 @@ def statement_label(sql: str) -> str:
     return f"{kind} {table.group(1) if table else ''}".strip()
 
 
-#: A function that writes: the step function (agents.engine.step_statement), called by a SELECT.
-_WRITE_FUNCTION = re.compile(r"\bacthelm_step\s*\(", re.I)
+#: A function that writes, called by a SELECT: the step function (agents.engine.step_statement)
+#: and the claim (agents.engine.leases.claim_function_sql).
+_WRITE_FUNCTION = re.compile(r"\bacthelm_(step|claim)\s*\(", re.I)
 
 
 def is_write(sql: str) -> bool:
