@@ -5,15 +5,19 @@ UPDATE and one fenced completion UPDATE per job.
 
     .venv/bin/python bench/dispatch.py [--tasks 400] [--procs 1,2,8] [--count-tasks 100]
                                        [--profile-tasks 150] [--no-profile] [--concurrency 1]
+                                       [--repeat 3]
 
 `--concurrency C`: each worker process of both systems runs C at once (Acthelm's
 `acthelm_worker --concurrency C`, whose dispatcher claims for its free places in one statement;
 Procrastinate's `run_worker(concurrency=C)`); its results go to a section of their own
 (`dispatch_c<C>`), next to the concurrency-1 one.
 
-Each system gets the same shape of run: its worker processes are started first and wait idle
-(LISTEN), then all N jobs become visible in one commit; the clock runs from just after that commit
-to the last job's completion time as recorded in the database. Process start-up is not counted.
+Acthelm and both Procrastinate peers run `--repeat` times (3), interleaved run by run, and each
+keeps its median run; the floor runs as often, after them. Each system gets the same shape of run:
+its worker processes are started first and wait idle (LISTEN), then all N jobs become visible in
+one commit; the clock runs from just after that commit to the last job's completion time as
+recorded in the database.
+Process start-up is not counted.
 The scripted model (`bench/model_server.py done`, a process of its own, OpenAI-compatible on
 loopback) answers "done" at once; no tools are offered. Goals (issue 12): at 2 processes
 ≥ 1.0× Procrastinate's no-op jobs/s, at least 0.3×; the floor is for reference.
@@ -452,7 +456,9 @@ def main() -> int:
     parser.add_argument(
         "--concurrency", type=int, default=1, help="runs at once in each worker process (both)"
     )
-    parser.add_argument("--repeat", type=int, default=3, help="runs of the peers (median)")
+    parser.add_argument(
+        "--repeat", type=int, default=3, help="interleaved runs of each system (median)"
+    )
     args = parser.parse_args()
     if args.floor_worker:
         return floor_worker(*args.floor_worker)
@@ -469,19 +475,19 @@ def main() -> int:
     results = []
     with ModelServerProcess("done") as model_url:
         for procs in procs_list:
-            print(f"… {procs} process(es): Acthelm", flush=True)
-            acthelm = run_acthelm(db_url, model_url, procs, args.tasks, args.concurrency)
-            print(f"… {procs} process(es): Procrastinate ×{args.repeat}", flush=True)
-            pq = median_run(
-                [run_procrastinate(db_url, procs, args.tasks, args.concurrency) for _ in reps]
-            )
-            print(f"… {procs} process(es): Procrastinate asking the model ×{args.repeat}")
-            pq_model = median_run(
-                [
+            # The three interleaved, run by run, so that a machine whose speed drifts during
+            # the benchmark moves them alike; each system's median run is kept.
+            runs: dict[str, list[dict]] = {"acthelm": [], "pq": [], "pq_model": []}
+            for rep in reps:
+                print(f"… {procs} process(es), round {rep + 1}/{args.repeat}", flush=True)
+                runs["acthelm"].append(
+                    run_acthelm(db_url, model_url, procs, args.tasks, args.concurrency)
+                )
+                runs["pq"].append(run_procrastinate(db_url, procs, args.tasks, args.concurrency))
+                runs["pq_model"].append(
                     run_procrastinate(db_url, procs, args.tasks, args.concurrency, model_url)
-                    for _ in reps
-                ]
-            )
+                )
+            acthelm, pq, pq_model = (median_run(runs[k]) for k in ("acthelm", "pq", "pq_model"))
             print(f"… {procs} process(es): floor ×{args.repeat}", flush=True)
             floor = median_run([run_floor(db_url, procs, args.tasks) for _ in reps])
             results.append(
