@@ -447,6 +447,12 @@ def wal_commits(datadir: str, start: str, end: str) -> int | None:
     return 0 if out.returncode == 0 else None
 
 
+def cpu_seconds(pid: int) -> float:
+    """User + system CPU seconds of a live process (/proc/<pid>/stat, its own threads only)."""
+    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
 def postgres_cpu_seconds(datadir: str) -> float | None:
     """User + system CPU seconds of the postmaster and all its children (those that exited are in
     the postmaster's cutime/cstime). None if the server is not on this machine."""

@@ -268,12 +268,14 @@ def run_procrastinate(
                 )
 
             common.wait_until(registered, timeout=60, interval=0.05, what="procrastinate workers")
+            meter = CpuMeter(children)
             with app.open():
                 if model_url:
                     app.tasks["model_turn"].batch_defer(*({"job": i} for i in range(jobs)))
                 else:
                     app.tasks["noop"].batch_defer(*([{}] * jobs))
             t0 = time.time()
+            meter.jobs_visible()
 
             def finished():
                 done, failed = conn.execute(
@@ -285,6 +287,7 @@ def run_procrastinate(
                 return done == jobs
 
             common.wait_until(finished, timeout=600, interval=0.05, what="procrastinate jobs")
+            cpu = meter.done(jobs)
             end = conn.execute(
                 "SELECT extract(epoch FROM max(at)) FROM procrastinate_events "
                 "WHERE type = 'succeeded'"
@@ -303,7 +306,34 @@ def run_procrastinate(
                 os.killpg(child.pid, signal.SIGKILL)
                 child.wait()
     elapsed = float(end) - t0
-    return {"jobs": jobs, "seconds": elapsed, "per_s": jobs / elapsed}
+    return {"jobs": jobs, "seconds": elapsed, "per_s": jobs / elapsed, **cpu}
+
+
+# --- CPU a job -------------------------------------------------------------------------------
+
+
+class CpuMeter:
+    """The CPU one run cost, per job: its worker processes' (from just before the jobs became
+    visible; their start-up is not counted) and the server's (from just after: the jobs' insert
+    is not counted), until the last job was done. /proc, so only for a server on this machine."""
+
+    def __init__(self, children) -> None:
+        self.children = children
+        self.datadir = common.server_snapshot(DB)["datadir"]
+        self.workers = sum(common.cpu_seconds(c.pid) for c in children)
+
+    def jobs_visible(self) -> None:
+        self.server = common.postgres_cpu_seconds(self.datadir)
+
+    def done(self, jobs: int) -> dict:
+        workers = sum(common.cpu_seconds(c.pid) for c in self.children) - self.workers
+        server = common.postgres_cpu_seconds(self.datadir)
+        return {
+            "worker_cpu_ms": workers * 1000 / jobs,
+            "server_cpu_ms": None
+            if server is None or self.server is None
+            else (server - self.server) * 1000 / jobs,
+        }
 
 
 # --- Acthelm ----------------------------------------------------------------------------------
@@ -349,14 +379,17 @@ def run_acthelm(db_url: str, model_url: str, procs: int, jobs: int, concurrency:
             what="idle Acthelm workers",
         )
         time.sleep(0.3)  # let each worker's first maintenance pass finish
+        meter = CpuMeter(children)
         create_tasks(model, jobs)
         t0 = time.time()
+        meter.jobs_visible()
         common.wait_until(
             lambda: Task.objects.filter(status="review").count() == jobs,
             timeout=900,
             interval=0.1,
             what="every task in review",
         )
+        cpu = meter.done(jobs)
         end = AgentRun.objects.aggregate(end=Max("finished_at"))["end"].timestamp()
     finally:
         for child in children:
@@ -371,7 +404,7 @@ def run_acthelm(db_url: str, model_url: str, procs: int, jobs: int, concurrency:
     if runs:
         raise RuntimeError(f"{runs} tasks were run more than once")
     elapsed = end - t0
-    return {"jobs": jobs, "seconds": elapsed, "per_s": jobs / elapsed}
+    return {"jobs": jobs, "seconds": elapsed, "per_s": jobs / elapsed, **cpu}
 
 
 # --- what one task costs, counted --------------------------------------------------------------
@@ -531,6 +564,23 @@ def main() -> int:
         "Acthelm ÷ floor",
     ]
     table = common.print_table(f"dispatch: {args.tasks} tasks per run", headers, rows)
+
+    def cpu(run: dict) -> str:
+        return f"{fmt(run.get('worker_cpu_ms'))} / {fmt(run.get('server_cpu_ms'))}"
+
+    cpu_table = common.print_table(
+        "dispatch: CPU ms a task or job, worker processes / PostgreSQL (each system's median run)",
+        ["worker processes", "Acthelm", "Procrastinate no-op", "Procrastinate asking the model"],
+        [
+            [
+                r["procs"],
+                cpu(r["acthelm"]),
+                cpu(r["procrastinate"]),
+                cpu(r["procrastinate_model"]),
+            ]
+            for r in results
+        ],
+    )
     ct = counted["per_task"]
     pt = profile["per_task"] if profile else {}
     count_rows = [
@@ -605,12 +655,13 @@ def main() -> int:
     command = (
         f"`.venv/bin/python bench/dispatch.py --tasks {args.tasks} --procs {args.procs} "
         f"--count-tasks {args.count_tasks} --profile-tasks {args.profile_tasks}"
-        f"{f' --concurrency {args.concurrency}' if args.concurrency != 1 else ''}`"
+        f"{f' --concurrency {args.concurrency}' if args.concurrency != 1 else ''}"
+        f"{f' --repeat {args.repeat}' if args.repeat != 3 else ''}`"
     )
     name = NAME if args.concurrency == 1 else f"{NAME}_c{args.concurrency}"
     section = (
         f"### {name}\n\n{command}\n\n{common.facts_line(facts, vers)}\n\n{table}\n\n"
-        f"{goals_table}\n\n{count_table}\n\n{prof_md}"
+        f"{cpu_table}\n\n{goals_table}\n\n{count_table}\n\n{prof_md}"
     )
     common.record(
         name,

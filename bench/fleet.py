@@ -122,12 +122,6 @@ def stop_model(model) -> dict:
 # --- memory -------------------------------------------------------------------------------------
 
 
-def cpu_seconds(pid: int) -> float:
-    """User + system CPU seconds of a live process (/proc/<pid>/stat, its own threads only)."""
-    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
-    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
-
-
 def rss_kb(pid: int) -> int:
     for line in Path(f"/proc/{pid}/status").read_text().splitlines():
         if line.startswith("VmRSS:"):
@@ -251,7 +245,7 @@ def run_acthelm(args, db_url: str, datadir: str, root: Path) -> dict:
                 what="workers listening",
             )
             time.sleep(1.0)  # past their first maintenance pass
-            cpu["workers_before"] = sum(cpu_seconds(c.pid) for c in children)
+            cpu["workers_before"] = sum(common.cpu_seconds(c.pid) for c in children)
             cpu["server_before"] = common.postgres_cpu_seconds(datadir)
             with connection.cursor() as cursor:
                 cursor.execute("UPDATE tasks_task SET not_before = NULL")
@@ -273,7 +267,7 @@ def run_acthelm(args, db_url: str, datadir: str, root: Path) -> dict:
                 if finished():
                     break
                 time.sleep(0.5)
-            cpu["workers_after"] = sum(cpu_seconds(c.pid) for c in children)
+            cpu["workers_after"] = sum(common.cpu_seconds(c.pid) for c in children)
             cpu["server_after"] = common.postgres_cpu_seconds(datadir)
             if not sampled:
                 plateau = [rss_kb(c.pid) for c in children]
