@@ -97,16 +97,16 @@ def test_the_claim_functions_migration_holds_the_function_the_models_make():
 
 def test_a_claimed_run_and_its_event_are_the_rows_the_models_would_write():
     """The columns the claim does not give get the model's defaults (passed as JSON)."""
-    task = TaskFactory()
+    task = TaskFactory(claim_count=1)  # claimed once before, by the earlier run
     earlier = AgentRunFactory(
-        task=task, number=3, status=RunStatus.FAILED, finished_at=timezone.now()
+        task=task, number=3, claim_count=1, status=RunStatus.FAILED, finished_at=timezone.now()
     )
     (claim,) = claim_batch(worker_id="w-9", limit=5)
     run = AgentRun.objects.get(pk=claim.run_id)
     assert (run.task_id, run.number, run.claim_count, run.status, run.worker_id) == (
         task.pk,
         4,
-        1,
+        2,
         RunStatus.STARTED,
         "w-9",
     )
@@ -124,7 +124,7 @@ def test_a_claimed_run_and_its_event_are_the_rows_the_models_would_write():
     assert event.data == {
         "run_id": run.pk,
         "newest_run_id_before": earlier.pk,
-        "claim_count": 1,
+        "claim_count": 2,
     }
     task.refresh_from_db()
-    assert (task.status, task.lease_owner, task.claim_count) == ("in_progress", "w-9", 1)
+    assert (task.status, task.lease_owner, task.claim_count) == ("in_progress", "w-9", 2)
