@@ -87,7 +87,7 @@ lint: $(STAMP)
 	@# Strict types on every package but the migrations ([tool.mypy] in pyproject.toml). The
 	@# settings module is imported by django-stubs; any DATABASE_URL keeps it from starting a server.
 	DATABASE_URL=postgresql://mypy@127.0.0.1:1/unused $(VENV)/bin/mypy \
-		core memory tasks approvals agents console acthelm_site --exclude '/migrations/'
+		core memory tasks approvals agents schedules console acthelm_site --exclude '/migrations/'
 
 fmt: $(STAMP)
 	$(VENV)/bin/ruff format .

@@ -70,6 +70,7 @@ INSTALLED_APPS = [
     "agents",
     "approvals",
     "memory",
+    "schedules",
     "console",
     "acthelm_site.api",
 ]
@@ -144,6 +145,8 @@ ACTHELM_HEARTBEAT_SECONDS = env_float("ACTHELM_HEARTBEAT_SECONDS", 10)
 ACTHELM_RUN_TIMEOUT_SECONDS = env_float("ACTHELM_RUN_TIMEOUT_SECONDS", 900)
 ACTHELM_RECOVER_INTERVAL_SECONDS = env_float("ACTHELM_RECOVER_INTERVAL_SECONDS", 30)
 ACTHELM_RECONCILE_INTERVAL_SECONDS = env_float("ACTHELM_RECONCILE_INTERVAL_SECONDS", 60)
+# Schedules: with catch-up "none", a slot decided later than this after its time is missed.
+ACTHELM_SCHEDULE_CATCH_UP_GRACE_SECONDS = env_float("ACTHELM_SCHEDULE_CATCH_UP_GRACE_SECONDS", 300)
 ACTHELM_POLL_SECONDS = env_float("ACTHELM_POLL_SECONDS", 5)
 # How often the console's pages refresh what needs a person (the nav's counts, the task list, the
 # inbox, the review page) without a reload.

@@ -25,6 +25,7 @@ from pydantic import BaseModel, Field
 
 from acthelm_site.api import schemas as s
 from acthelm_site.api.models import ApiToken
+from acthelm_site.api.schedules import router as schedules_router
 from acthelm_site.api.selectors import PendingOperations, pending_operations, task_detail
 from acthelm_site.api.tokens import TokenRefused, token_authenticate
 from agents.actions import tasks as person_tasks
@@ -97,6 +98,7 @@ api = NinjaAPI(
     urls_namespace="api",
     docs_decorator=staff_member_required,
 )
+api.add_router("/schedules", schedules_router)
 
 
 # --- Errors ---------------------------------------------------------------------------------

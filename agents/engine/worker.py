@@ -30,6 +30,7 @@ from django.db import connection as db
 from agents.catalogue.providers import release_thread_http
 from agents.engine.leases import Claim, claim_batch, claim_next, renew_leases
 from agents.engine.loop import AgentLoop, RunSignals
+from agents.engine.maintenance import run_maintenance
 from agents.engine.outcomes import Outcome, apply_outcome
 from agents.engine.reconciler import reconcile
 from agents.engine.recorder import SavedState, load_starts
@@ -598,6 +599,7 @@ class Worker:
             now = time.monotonic()
             if now >= next_reconcile:
                 self._reconcile_once()
+                run_maintenance()  # what apps registered (the schedules' tick); never raises
                 next_reconcile = now + settings.ACTHELM_RECONCILE_INTERVAL_SECONDS
             expiry = self._seconds_to_earliest_expiry()
             if now >= next_recover or (expiry is not None and expiry <= 0):

@@ -1,5 +1,5 @@
 """Every page of the console, each group under its own namespace (tasks, agents, approvals, needs,
-scorecard, notify, eval, decisions, ops). Included at / by the site's URLconf."""
+scorecard, notify, eval, schedules, decisions, ops). Included at / by the site's URLconf."""
 
 from django.urls import include, path
 
@@ -10,6 +10,7 @@ urlpatterns = [
     path("scorecard/", include("console.urls.scorecard")),
     path("notifications/", include("console.urls.notify")),
     path("eval/", include("console.urls.eval")),
+    path("schedules/", include("console.urls.schedules")),
     path("decide/", include("console.urls.decisions")),
     path("", include("console.urls.tasks")),
 ]
