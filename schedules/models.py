@@ -137,3 +137,10 @@ class ScheduleSlot(models.Model):
 
     def __str__(self) -> str:
         return f"{self.schedule} @ {self.slot_at:%Y-%m-%d %H:%M} {self.outcome}"
+
+    @property
+    def reason_text(self) -> str:
+        """A skip's reason in words; a failure's code as it is."""
+        if self.reason in SkipReason.values:
+            return str(SkipReason(self.reason).label)
+        return self.reason
