@@ -7,13 +7,14 @@ import ast
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
-APPS = ("acthelm_site", "console", "agents", "approvals", "tasks", "memory", "core")
+APPS = ("acthelm_site", "console", "schedules", "agents", "approvals", "tasks", "memory", "core")
 # Where an import inside a function is the rule rather than a dodge: Django's AppConfig.ready()
 # (the app registry is not ready at import time), and the embedded PostgreSQL, which imports the
 # pgserver package only when no DATABASE_URL is set.
 ALLOWED = {
     ("agents/apps.py", "ready"),
     ("approvals/apps.py", "ready"),
+    ("schedules/apps.py", "ready"),
     ("acthelm_site/settings.py", "_database_url"),
 }
 

@@ -24,7 +24,16 @@ import pytest
 ROOT = Path(__file__).resolve().parent.parent
 # Log lines the docs cite by name ("the `tasks.pruned` log line"), not modules.
 LOG_EVENTS = frozenset({"tasks.pruned"})
-PACKAGES = ("acthelm_site", "console", "agents", "approvals", "tasks", "memory", "core")
+PACKAGES = (
+    "acthelm_site",
+    "console",
+    "schedules",
+    "agents",
+    "approvals",
+    "tasks",
+    "memory",
+    "core",
+)
 DOCS = (*tuple(sorted(str(p.relative_to(ROOT)) for p in (ROOT / "docs").glob("*.md"))), "README.md")
 
 TICKED = re.compile(r"`([^`\n]+)`")

@@ -9,15 +9,25 @@ from django.contrib.auth.models import Permission
 
 from agents import permissions as agent_perms
 from approvals import permissions as approval_perms
+from schedules import permissions as schedule_perms
 from tasks import permissions as task_perms
 
 ROOT = Path(__file__).resolve().parent.parent
-MODULES = (task_perms, approval_perms, agent_perms)
+MODULES = (task_perms, approval_perms, agent_perms, schedule_perms)
 # A permission's name as a string literal: "tasks.close_task", "agents.view_connection".
 LITERAL = re.compile(
-    r"""["'](?:tasks|approvals|agents)\.(?:view|add|change|delete|operate|close|decide|manage)_"""
+    r"""["'](?:tasks|approvals|agents|schedules)\.(?:view|add|change|delete|operate|close|decide|manage)_"""
 )
-APP_CODE = ("acthelm_site", "agents", "approvals", "console", "core", "memory", "tasks")
+APP_CODE = (
+    "acthelm_site",
+    "agents",
+    "approvals",
+    "console",
+    "core",
+    "memory",
+    "schedules",
+    "tasks",
+)
 
 
 def _names() -> dict[str, str]:

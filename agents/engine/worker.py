@@ -5,7 +5,8 @@ statement) and starts a thread per claimed task, which ends with its run; free p
 thread and no connection. One heartbeat renews every lease the process holds in one statement,
 on a connection of its own outside the pool, so that no run can make it wait. One listener
 (`LISTEN`) wakes the dispatcher for new work and the heartbeat for a person's action on a task
-that runs here. A maintenance thread runs `recover_stale()` and the reconciler; a thread of its
+that runs here. A maintenance thread runs `recover_stale()`, the reconciler and what apps
+registered with it (`agents.engine.maintenance`: the schedules' tick); a thread of its
 own delivers the notification outbox, so no receiver can delay recovery. A run borrows a pooled
 connection only to read or write (`configure_pool`), its verdict included
 (`agents.engine.supervisor`). The first SIGTERM/SIGINT stops claiming and lets every run hand its

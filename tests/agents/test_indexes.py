@@ -9,7 +9,7 @@ from django.db import connection
 
 pytestmark = pytest.mark.django_db
 
-PROJECT_APPS = ("agents", "approvals", "console", "memory", "tasks")
+PROJECT_APPS = ("agents", "approvals", "console", "memory", "tasks", "schedules")
 
 # Index name, its table, whether it is unique, its predicate (partial index) and its key columns
 # in order; an expression index has no key columns here.
