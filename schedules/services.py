@@ -17,7 +17,7 @@ from datetime import UTC, datetime
 from typing import Any
 
 from django.conf import settings
-from django.db import IntegrityError, transaction
+from django.db import InterfaceError, OperationalError, transaction
 from django.utils import timezone
 
 from agents.actions.tasks import connection_named, goal_create, model_named
@@ -220,7 +220,8 @@ def schedule_update(
     re-plans from now: the next slot is the first after now under the new rule."""
     actor.require(CHANGE_SCHEDULE)
     editable = {f.name for f in Schedule._meta.get_fields() if getattr(f, "editable", False)}
-    unknown = set(changes) - editable - {"paused"}
+    # Pausing and resuming are their own actions (a resume records the slots it passed).
+    unknown = set(changes) - (editable - {"paused"})
     if unknown:
         raise InvalidInput(f"cannot change {', '.join(sorted(unknown))}", field=sorted(unknown)[0])
     clean = clean_fields(changes)
@@ -350,26 +351,37 @@ class TickReport:
 
 def schedules_tick(*, now: datetime | None = None, batch: int = TICK_BATCH) -> TickReport:
     """One pass: every active schedule whose next slot is due is decided, each in its own
-    transaction under its row lock (SKIP LOCKED: a schedule another ticker holds is its)."""
+    transaction under its row lock (SKIP LOCKED: a schedule another ticker holds is its).
+
+    A schedule whose decision raises is rolled back whole (no task, no slot row, its next slot
+    unchanged: the next pass decides it again), logged, and left out of the rest of this pass,
+    so one bad schedule does not hold up the others. A lost database connection ends the pass."""
     report = TickReport()
+    passed_over: set[int] = set()
     for _ in range(batch):
         at = now or timezone.now()
+        schedule_id = None
         try:
             with transaction.atomic():
                 schedule = (
                     Schedule.objects.select_for_update(skip_locked=True)
                     .filter(paused=False, next_slot_at__lte=at)
+                    .exclude(pk__in=passed_over)
                     .order_by("next_slot_at", "id")
                     .first()
                 )
                 if schedule is None:
                     break
+                schedule_id = schedule.pk
                 _decide_due(schedule, at, report)
-        except IntegrityError:
-            # The slot's row exists: another ticker decided it (the lock makes this a bug
-            # elsewhere, e.g. a schedule's row rewritten by hand); nothing was written here.
-            log.exception("schedule.slot_exists")
-            break
+        except (OperationalError, InterfaceError):
+            raise
+        except Exception:  # one schedule's error is logged; the others are decided
+            log.exception("schedule.tick_error", extra={"schedule_id": schedule_id})
+            if schedule_id is None:
+                raise
+            passed_over.add(schedule_id)
+            continue
         report.schedules += 1
     if report.created or report.skipped or report.failed:
         log.info("schedule.tick", extra={f"slots_{k}": v for k, v in report.as_dict().items()})

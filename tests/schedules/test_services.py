@@ -254,3 +254,38 @@ def test_remove_keeps_the_tasks_it_made(make_schedule, planner):
     services.schedules_tick(now=at(1, 8))
     services.schedule_delete(actor=planner, schedule_id=schedule.pk)
     assert Task.objects.count() == 1 and ScheduleSlot.objects.count() == 0
+
+
+def test_a_crash_between_deciding_and_committing_leaves_nothing_and_the_slot_runs_once_later(
+    make_schedule, monkeypatch
+):
+    schedule = make_schedule(at(1, 7))
+    other = make_schedule(at(1, 7), name="other", cron="0 8 * * *")
+    real_create = services._create
+
+    def crash_after_creating(sched, slot_at):
+        made = real_create(sched, slot_at)
+        if sched.pk == schedule.pk:
+            raise RuntimeError("the process died here")
+        return made
+
+    monkeypatch.setattr(services, "_create", crash_after_creating)
+    report = services.schedules_tick(now=at(1, 8))
+    # The crashed schedule left nothing; the other one was decided in the same pass.
+    assert not ScheduleSlot.objects.filter(schedule=schedule).exists()
+    assert Task.objects.count() == 1 and report.created == 1
+    schedule.refresh_from_db()
+    assert schedule.next_slot_at == at(1, 8) and schedule.last_slot_at is None
+    assert ScheduleSlot.objects.get(schedule=other).outcome == SlotOutcome.CREATED
+
+    monkeypatch.setattr(services, "_create", real_create)
+    assert services.schedules_tick(now=at(1, 8, 1)).created == 1
+    assert services.schedules_tick(now=at(1, 8, 2)).created == 0
+    assert ScheduleSlot.objects.filter(schedule=schedule, outcome=SlotOutcome.CREATED).count() == 1
+    assert Task.objects.count() == 2
+
+
+def test_paused_is_changed_only_by_pause_and_resume(make_schedule, planner):
+    schedule = make_schedule(at(1, 7))
+    with pytest.raises(InvalidInput):
+        services.schedule_update(actor=planner, schedule_id=schedule.pk, changes={"paused": True})
