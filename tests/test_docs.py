@@ -221,7 +221,7 @@ def link_problem(doc: str, target: str) -> str | None:
     if not path.exists():
         return f"no file {file}"
     if anchor and path.suffix == ".md" and anchor not in anchors(path.resolve()):
-        return f"no heading #{anchor} in {path.relative_to(ROOT)}"
+        return f"no heading #{anchor} in {path.resolve().relative_to(ROOT)}"
     return None
 
 
