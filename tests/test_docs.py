@@ -25,7 +25,9 @@ What is read as a citation, and what it is checked against:
 - **a command**, `manage.py NAME …` in backticks or on a line of a code block, and
   `` `acthelm_NAME --flag …` `` / `` `acthelm_NAME subcommand …` `` in backticks: the command
   exists, every option (`--json`, `-o`) is one its parser (`create_parser`) or the subcommand's
-  accepts, and the first word where a subcommand goes is one of its subcommands;
+  accepts, and the first word where a subcommand goes is one of its subcommands. An option in
+  backticks with a default stated beside it (`` `--workers` (default 1) ``) has that default in
+  the parser of the command the doc named last before it that has the option;
 - **a make target**, `make NAME` in backticks or at the start of a code block's line: the
   Makefile defines it;
 - **a figure from a benchmark**: a citation `` `bench/results/NAME.json#/json/pointer` `` (RFC 6901;
@@ -504,6 +506,49 @@ def command_problem(words: str) -> str | None:
     return None
 
 
+def _actions(parser: argparse.ArgumentParser) -> list[argparse.Action]:
+    """A parser's actions and its subcommands', all levels down."""
+    found = list(parser._actions)
+    for sub in _subcommands(parser).values():
+        found += _actions(sub)
+    return found
+
+
+OPTION = re.compile(r"`(--[a-z][\w-]*)(?: [A-Z]+)?`")
+COMMAND_NAMED = re.compile(r"(?:manage\.py |`)(acthelm_\w+)")
+
+
+def option_default_problem(named: list[str], option: str, after: str) -> str | None:
+    """Why the default a doc states for `option` is not its parser's. The option is the one of
+    the command the doc named last before it that has such an option (`named`: the commands
+    named before it, in order); no such command is a problem too."""
+    stated = stated_default(after, keyword_only=True)
+    if stated is None:
+        return None
+    for command in reversed(named):
+        actions = [a for a in _actions(parser_for(command)) if option in a.option_strings]
+        if not actions:
+            continue
+        if any(default_matches(stated, a.default, option.upper()) for a in actions):
+            return None
+        default = actions[0].default
+        return f"{command} {option}: the doc says default {stated}, the parser says {default!r}"
+    return f"no command named before it has an option {option}"
+
+
+def option_defaults_problems(text: str) -> list[tuple[str, str]]:
+    """Every option cited in backticks with a default beside it, checked against the commands
+    the doc named before it (`manage.py acthelm_eval …`, `` `acthelm_eval` ``)."""
+    named = [(m.start(), m.group(1)) for m in COMMAND_NAMED.finditer(text)]
+    found = []
+    for m in OPTION.finditer(text):
+        before = [name for at, name in named if at < m.start() and name in commands()]
+        after = text[m.end() : m.end() + 80].replace("\n", " ")
+        if before and (why := option_default_problem(before, m.group(1), after)):
+            found.append((m.group(1), why))
+    return found
+
+
 @cache
 def make_targets() -> frozenset[str]:
     found: set[str] = set()
@@ -630,6 +675,8 @@ def doc_problems(doc: str, text: str) -> list[str]:
             note(line.strip(), make_problem(m.group(1)))
     for m in LINK.finditer(text):
         note(m.group(1), link_problem(doc, m.group(1)))
+    for option, why in option_defaults_problems(text):
+        note(option, why)
     return sorted(found)
 
 
@@ -729,6 +776,20 @@ def test_the_check_catches_a_command_or_an_option_that_is_gone():
     ]
     block = "```sh\n.venv/bin/python manage.py acthelm_worker \\\n  --bogus\n```\n"
     assert len(doc_problems("x.md", block)) == 1
+
+
+def test_the_check_catches_an_options_wrong_default():
+    text = "`acthelm_eval` starts `--workers` (default {}) processes.\n"
+    assert doc_problems("x.md", text.format(1)) == []
+    assert doc_problems("x.md", text.format(3)) == [
+        "x.md: `--workers` — acthelm_eval --workers: the doc says default 3, the parser says 1"
+    ]
+    named = ["acthelm_prune", "acthelm_task"]  # the last named has no --batch-size
+    assert option_default_problem(named, "--batch-size", " tasks (default 500)") is None
+    assert option_default_problem(named, "--batch-size", " tasks (default 50)") is not None
+    assert option_default_problem(named, "--batch", " (default 500)") == (
+        "no command named before it has an option --batch"
+    )
 
 
 def test_the_check_catches_a_make_target_that_is_gone():
