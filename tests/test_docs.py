@@ -1,7 +1,7 @@
-"""The docs say what is true, as far as a machine can tell. Every doc in docs/ and the README cites
-code, files, settings, commands and measured figures; each citation is checked here against what
-it names, so that a rename, a removal, a changed default or a new measurement fails here rather
-than leaving a doc that sends a reader nowhere, or the wrong way.
+"""The docs say what is true, as far as a machine can tell. Every doc in docs/, the README and
+bench/README.md cites code, files, settings, commands and measured figures; each citation is
+checked here against what it names, so that a rename, a removal, a changed default or a new
+measurement fails here rather than leaving a doc that sends a reader nowhere, or the wrong way.
 
 What is read as a citation, and what it is checked against:
 - **code**, in backticks: a path with a slash under one of the project's folders (`tasks/`,
@@ -56,7 +56,11 @@ PACKAGES = ("acthelm_site", "console", "agents", "approvals", "tasks", "memory",
 FOLDERS = (*PACKAGES, "templates", "tests", "bench", "bin", "docs")
 EXTENSIONS = (".py", ".html", ".md", ".sql", ".toml", ".yml", ".yaml", ".txt", ".json", ".css")
 EXTENSIONS += (".js", ".png", ".lock", ".example")
-DOCS = (*tuple(sorted(str(p.relative_to(ROOT)) for p in (ROOT / "docs").glob("*.md"))), "README.md")
+DOCS = (
+    *tuple(sorted(str(p.relative_to(ROOT)) for p in (ROOT / "docs").glob("*.md"))),
+    "README.md",
+    "bench/README.md",
+)
 
 TICKED = re.compile(r"`([^`\n]+)`")
 PATH = re.compile(rf"^(?:{'|'.join(FOLDERS)})/[\w/.\-#]*$")
@@ -68,7 +72,9 @@ PLACEHOLDER = re.compile(r"[<>*{}…]")
 
 
 # SQL's own functions, cited in the docs' SQL.
-SQL_FUNCTIONS = frozenset({"now", "count", "min", "max", "coalesce", "greatest", "least"})
+SQL_FUNCTIONS = frozenset(
+    {"now", "count", "min", "max", "coalesce", "greatest", "least", "jsonb_array_elements"}
+)
 
 
 def _attributes_set_on_self(method: ast.FunctionDef | ast.AsyncFunctionDef) -> set[str]:
@@ -171,10 +177,21 @@ def problem(cited: str) -> str | None:
         return None if name in members[cls] else f"class {cls} has no {name}"
     if match := CALL.match(text):
         name = match.group(1)
-        if name in names or name in SQL_FUNCTIONS:
+        if name in names or name in SQL_FUNCTIONS or _library_function(text.removesuffix("()")):
             return None
         return f"no def or class named {name}"
     return None
+
+
+def _library_function(dotted: str) -> bool:
+    """`time.thread_time`: a function of a module outside the project."""
+    module, _, name = dotted.rpartition(".")
+    if not module or module.split(".")[0] in PACKAGES:
+        return False
+    try:
+        return hasattr(importlib.import_module(module), name)
+    except ImportError:
+        return False
 
 
 # --- files and links -------------------------------------------------------------------------
@@ -298,6 +315,8 @@ def setting_names_and_defaults() -> tuple[frozenset[str], dict[str, object]]:
                 defaults[read[0]] = _default_value(read[1], assigned)
         # a setting of that name not read from the environment
         names.update(name for name in own if SETTING.match(name))
+    for path in sorted((ROOT / "bench").glob("*.py")):  # what the benchmarks read
+        names.update(re.findall(r"""["']((?:ACTHELM|DJANGO)_[A-Z0-9_]+)["']""", path.read_text()))
     from tasks.limits import LIMITS  # the limits' defaults live in their table
 
     for limit in LIMITS:
@@ -701,6 +720,8 @@ def test_the_check_catches_a_name_that_is_gone():
     assert problem("Recorder.commit") is None
     assert problem("Recorder.no_such_method") == "class Recorder has no no_such_method"
     assert problem("SELECT 1") is None  # not a citation
+    assert problem("time.thread_time()") is None  # the standard library's
+    assert problem("time.no_such_function()") == "no def or class named no_such_function"
 
 
 def test_the_check_catches_a_file_of_any_kind_that_is_gone():
