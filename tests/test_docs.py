@@ -9,6 +9,8 @@ What is read as a citation, and what it is checked against:
   .sql, .toml, .yml, .yaml, .txt, .json, .css, .js, .png, .lock; an `#anchor` after it is left
   out): the file or folder exists. A path with a placeholder (`<id>`, `*`, `{…}`, `…`) is not
   checked;
+- a test, `tests/x.py::test_name`: the file defines it; a migration, `agents/0019` or in words
+  "migrations agents 0015, 0016 and 0021": the app has a migration of each number;
 - a dotted name starting with a package (`agents.engine.leases.renew_leases`): the longest
   importable module prefix is imported and the rest resolves as attributes;
 - a call `name()` or `Class.method` / `Class.method()`: a `def` or `class` of that name (the last
@@ -44,7 +46,9 @@ import json
 import re
 import shlex
 import unicodedata
+from collections.abc import Iterator
 from functools import cache
+from itertools import chain
 from pathlib import Path
 
 import pytest
@@ -160,9 +164,32 @@ def resolves(dotted: str) -> bool:
     return False
 
 
+TEST_ID = re.compile(rf"^((?:{'|'.join(FOLDERS)})/[\w/.\-]+\.py)::(\w+)(?:::(\w+))?$")
+MIGRATION = re.compile(rf"^({'|'.join(PACKAGES)})/(\d{{4}})$")
+MIGRATIONS_IN_WORDS = re.compile(r"\bmigrations? ([a-z_]+) ((?:\d{4}(?:, | and )?)+)")
+
+
+def migration_problem(app: str, number: str) -> str | None:
+    """`agents/0019`, "migration agents 0021": the app has a migration of that number."""
+    if not list((ROOT / app / "migrations").glob(f"{number}_*.py")):
+        return f"no migration {app}/{number}"
+    return None
+
+
 def problem(cited: str) -> str | None:
     """Why `cited` names nothing that exists; None when it does, or is not a citation."""
     text = cited.strip()
+    if match := TEST_ID.match(text):  # tests/x.py::test_name (or ::Class::test_name)
+        path, *names = (g for g in match.groups() if g)
+        if not (ROOT / path).exists():
+            return f"no file {path}"
+        source = (ROOT / path).read_text()
+        for name in names:
+            if not re.search(rf"^\s*(?:async def|def|class) {name}\b", source, re.M):
+                return f"{path} defines no {name}"
+        return None
+    if match := MIGRATION.match(text):
+        return migration_problem(*match.groups())
     if PATH.match(text):
         return path_problem(text)
     if text in LOG_EVENTS:
@@ -662,41 +689,54 @@ def code_block_lines(text: str) -> list[str]:
     return lines
 
 
-def doc_problems(doc: str, text: str) -> list[str]:
-    found: set[str] = set()
+Found = Iterator[tuple[str, str | None]]  # (what is cited, why it is wrong, or None)
 
-    def note(cited: str, why: str | None) -> None:
-        if why:
-            found.add(f"{doc}: `{cited}` — {why}")
 
-    for line in text.splitlines():
+def ticked_problems(text: str) -> Found:
+    """What is cited in backticks: code, files, settings with their defaults, commands, make
+    targets, figures."""
+    lines = text.splitlines()
+    for n, line in enumerate(lines):
         for m in TICKED.finditer(line):
             cited = m.group(1)
-            note(cited, problem(cited))
-            note(cited, figure_problem(cited, line[: m.start()]))
+            yield cited, problem(cited)
+            yield cited, figure_problem(cited, line[: m.start()])
             after = line[m.end() :]
-            # a default stated on the next line of the same paragraph counts too
-            nxt = text[text.find(line) + len(line) :].split("\n", 2)
-            if len(after) < 60 and len(nxt) > 1:
-                after += " " + nxt[1]
-            note(cited, setting_problem(cited, after))
+            if len(after) < 60 and n + 1 < len(lines):  # a default on the paragraph's next line
+                after += " " + lines[n + 1]
+            yield cited, setting_problem(cited, after)
             words = cited.strip()
             if "manage.py " in words:
-                note(cited, command_problem(words.split("manage.py ", 1)[1]))
+                yield cited, command_problem(words.split("manage.py ", 1)[1])
             elif COMMAND_IN_TICKS.match(words):
-                note(cited, command_problem(words))
-            if m2 := re.match(r"^(?:\w+=\S+\s+)*make\s+(.+)$", words):
-                note(cited, make_problem(m2.group(1)))
+                yield cited, command_problem(words)
+            if make := re.match(r"^(?:\w+=\S+\s+)*make\s+(.+)$", words):
+                yield cited, make_problem(make.group(1))
+
+
+def block_problems(text: str) -> Found:
+    """Commands and make targets on the lines of code blocks."""
     for line in code_block_lines(text):
         if " manage.py " in f" {line}" or "/manage.py " in line:
-            note(line.strip(), command_problem(line.split("manage.py ", 1)[1]))
-        if m := re.match(r"^\s*(?:\$ )?(?:\w+=\S+\s+)*make\s+(.+)$", line):
-            note(line.strip(), make_problem(m.group(1)))
+            yield line.strip(), command_problem(line.split("manage.py ", 1)[1])
+        if make := re.match(r"^\s*(?:\$ )?(?:\w+=\S+\s+)*make\s+(.+)$", line):
+            yield line.strip(), make_problem(make.group(1))
+
+
+def prose_problems(doc: str, text: str) -> Found:
+    """Links, migrations named in words, options' stated defaults."""
     for m in LINK.finditer(text):
-        note(m.group(1), link_problem(doc, m.group(1)))
-    for option, why in option_defaults_problems(text):
-        note(option, why)
-    return sorted(found)
+        yield m.group(1), link_problem(doc, m.group(1))
+    for m in MIGRATIONS_IN_WORDS.finditer(text.replace("\n", " ")):
+        if m.group(1) in PACKAGES:
+            for number in re.findall(r"\d{4}", m.group(2)):
+                yield m.group(0), migration_problem(m.group(1), number)
+    yield from option_defaults_problems(text)
+
+
+def doc_problems(doc: str, text: str) -> list[str]:
+    found = chain(ticked_problems(text), block_problems(text), prose_problems(doc, text))
+    return sorted({f"{doc}: `{cited}` — {why}" for cited, why in found if why})
 
 
 @pytest.mark.parametrize("doc", DOCS)
@@ -722,6 +762,20 @@ def test_the_check_catches_a_name_that_is_gone():
     assert problem("SELECT 1") is None  # not a citation
     assert problem("time.thread_time()") is None  # the standard library's
     assert problem("time.no_such_function()") == "no def or class named no_such_function"
+
+
+def test_the_check_catches_a_migration_or_a_test_that_is_gone():
+    assert problem("agents/0019") is None
+    assert problem("agents/0999") == "no migration agents/0999"
+    assert doc_problems("x.md", "in migrations agents 0015, 0016 and 0021.\n") == []
+    assert doc_problems("x.md", "in migrations agents 0015, 0998\n") == [
+        "x.md: `migrations agents 0015, 0998` — no migration agents/0998"
+    ]
+    assert problem("tests/test_docs.py::test_every_claim_a_doc_makes_holds") is None
+    assert problem("tests/test_docs.py::test_no_such_test") == (
+        "tests/test_docs.py defines no test_no_such_test"
+    )
+    assert problem("tests/no_such_file.py::test_x") == "no file tests/no_such_file.py"
 
 
 def test_the_check_catches_a_file_of_any_kind_that_is_gone():
