@@ -23,7 +23,8 @@ What is read as a citation, and what it is checked against:
   it — `` `ACTHELM_LEASE_SECONDS` (default 60) ``, `, default 0`, `default: …`, `on`/`off`/
   `empty` `by default` or `(the default)` — is the default the code gives it (units: s, minutes,
   hours, days for a `_SECONDS` setting; KB, MB, GB). A Django setting cited by name
-  (`DATA_UPLOAD_MAX_MEMORY_SIZE`) with a stated default is checked against the project's value;
+  (`DATA_UPLOAD_MAX_MEMORY_SIZE`) with a stated default is checked against the project's value,
+  and a Makefile variable (`PYTEST_WORKERS`, default 4) against the Makefile's `?=`;
 - **a command**, `manage.py NAME …` in backticks or on a line of a code block, and
   `` `acthelm_NAME --flag …` `` / `` `acthelm_NAME subcommand …` `` in backticks: the command
   exists, every option (`--json`, `-o`) is one its parser (`create_parser`) or the subcommand's
@@ -428,6 +429,13 @@ def default_matches(stated: str, actual: object, name: str) -> bool:
 
 
 @cache
+def make_variables() -> dict[str, str]:
+    """The Makefile's variables a person may set (`PYTEST_WORKERS ?= 4`), with their defaults."""
+    found = re.findall(r"^([A-Z][A-Z0-9_]*) \?= ?(.*)$", (ROOT / "Makefile").read_text(), re.M)
+    return {name: value.strip() for name, value in found}
+
+
+@cache
 def django_setting_names() -> frozenset[str]:
     from django.conf import global_settings
 
@@ -439,6 +447,12 @@ def setting_problem(cited: str, after: str) -> str | None:
     read by the code, or the default stated beside it is not the code's. None when it is right
     or not a setting."""
     text = cited.strip()
+    if text in make_variables():
+        stated = stated_default(after)
+        actual = make_variables()[text]
+        if stated is None or stated == actual:
+            return None
+        return f"{text}: the doc says default {stated}, the Makefile says {actual}"
     if text in django_setting_names():
         stated = stated_default(after, keyword_only=True)
         if stated is None:
@@ -826,6 +840,10 @@ def test_the_check_catches_a_setting_that_is_gone_or_a_wrong_default():
     assert setting_problem("DJANGO_STATIC_ROOT", " | where (default `static/`) |") is not None
     assert setting_problem("ACTHELM_MCP_EXECUTABLES", " | …; empty (the default): only") is None
     assert setting_problem("CONN_MAX_AGE", "") is None  # a Django setting, no default stated
+    assert setting_problem("PYTEST_WORKERS", ", default 4)") is None  # the Makefile's
+    assert setting_problem("PYTEST_WORKERS", ", default 2)") == (
+        "PYTEST_WORKERS: the doc says default 2, the Makefile says 4"
+    )
     assert setting_problem("DATA_UPLOAD_MAX_MEMORY_SIZE", " (default 1) is") is not None
 
 
