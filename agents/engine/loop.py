@@ -248,6 +248,7 @@ class AgentLoop:
         self.admitted: tuple[CallState, Decision] | None = None
         self.intended = False
         self.tool_context: ToolContext | None = None  # the fixed part, built at first use
+        self.feedback_after_round = False  # the task's feedback waits for open calls to run
 
     # -- entry points ----------------------------------------------------------------------------
 
@@ -424,9 +425,23 @@ class AgentLoop:
             self._user_turn(task_message(self.task.instruction))
         elif self.memory_from_run:
             step.memory_from_run = self.memory_from_run
+        last = self.last
         if self.task.feedback:
-            self._user_turn(feedback_message(self.task.feedback))
-            step.clear_feedback = True
+            if (
+                last is not None
+                and last.role == Role.ASSISTANT
+                and any(c.status not in TOOL_CALL_DONE for c in last.calls)
+            ):
+                # Calls of the last turn are still open (a person changed a paused task): they
+                # run first, and the feedback follows their results (`_loop`).
+                self.feedback_after_round = True
+            else:
+                self._give_feedback()
+
+    def _give_feedback(self) -> None:
+        self._user_turn(feedback_message(self.task.feedback))
+        self.step.clear_feedback = True
+        self.feedback_after_round = False
 
     def _user_turn(self, content: str) -> None:
         self.step.turns.append(NewTurn(index=self.next_index, role=Role.USER, content=content))
@@ -537,6 +552,8 @@ class AgentLoop:
                     return Outcome(Outcome.FINAL, answer=self.last.content)
                 self._round(calls)
                 self._safe_point()
+                if self.feedback_after_round:
+                    self._give_feedback()
             self._check_limits()
             self._model_turn()
 

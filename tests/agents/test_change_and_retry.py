@@ -5,23 +5,27 @@ new instruction. Through the API and `acthelm_task edit`, with a real worker pro
 PostgreSQL and the scripted OpenAI-compatible model server, which records what it was sent."""
 
 import json
+import threading
 
 import pytest
 
 from agents.actions import tasks as person_tasks
 from agents.engine.intake import task_create
 from agents.engine.prompting import CHANGE_HEAD, FEEDBACK_HEAD
-from agents.models import AgentRun, Conversation, Turn
+from agents.engine.worker import Worker
+from agents.models import AgentRun, Conversation, ToolCall, Turn
 from agents.selectors import task_run_facts
 from agents.states import Verdict
 from core.actors import Actor
 from core.exceptions import InvalidInput
 from tasks.models import Task, TaskEvent
+from tasks.services import task_pause
 from tasks.states import EventKind, TaskStatus
+from tests.agents.conftest import run_burst
 from tests.agents.rejections import rejected_task
 from tests.api.conftest import client_for
 from tests.factories import UserFactory
-from tests.fakes.model_server import reply_text
+from tests.fakes.model_server import reply_text, reply_tool_calls
 
 INSTRUCTION = "Report the quarter's revenue and its churn."
 CHANGED = "Report the quarter's revenue only, in millions."
@@ -223,3 +227,48 @@ def test_starting_over_needs_the_retry(actor):
             actor=actor, task_id=task.pk, changes={"instruction": "x"}, retry=False, start_over=True
         )
     assert Task.objects.get(pk=task.pk).instruction != "x"
+
+
+@pytest.mark.django_db(transaction=True)
+def test_a_change_to_a_paused_task_follows_the_results_of_its_open_calls(
+    model_server, http_model, loop_task, fast_worker_settings, person
+):
+    """Paused with a call of its last turn still open, changed (Save, no retry), resumed: the
+    open call runs first and the change follows its result, so the model is never sent a tool
+    call without its result, and the call is not left unrun."""
+    plan = ("update_plan", {"steps": [{"step": "List the files"}, {"step": "Report"}]})
+    server = model_server(
+        [
+            reply_tool_calls([plan]),
+            reply_tool_calls([("list_files", {})], delay=1.0),
+            reply_text("The report: nothing new."),
+        ]
+    )
+    task = loop_task(http_model(server))
+    worker = Worker(worker_id="w", burst=True)
+    thread = threading.Thread(target=worker.run)
+    thread.start()
+    assert server.wait_for_requests(2, 10)
+    task_pause(actor=Actor.person(person), task_id=task.pk)
+    thread.join(15)
+    assert Task.objects.get(pk=task.pk).status == TaskStatus.PAUSED
+    call = ToolCall.objects.get(task=task, tool="list_files")
+    assert call.run_count == 0  # stopped at the safe point before its round
+
+    person_tasks.task_change_and_retry(
+        actor=Actor.person(person),
+        task_id=task.pk,
+        changes={"instruction": "Write a short report on the notes, in French."},
+        retry=False,
+    )
+    person_tasks.task_resume(actor=Actor.person(person), task_id=task.pk)
+    run_burst("w2")
+
+    assert Task.objects.get(pk=task.pk).status == TaskStatus.REVIEW
+    messages = server.completion_requests[2].json["messages"]
+    roles = ["system", "user", "assistant", "tool", "assistant", "tool", "user"]
+    assert [m["role"] for m in messages] == roles
+    assert messages[5]["tool_call_id"] == call.call_id and messages[5]["content"]
+    assert messages[6]["content"].startswith(CHANGE_HEAD) and "in French" in messages[6]["content"]
+    call.refresh_from_db()
+    assert call.run_count == 1
