@@ -19,6 +19,7 @@ import enum
 import logging
 import threading
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field, replace
 from decimal import Decimal
 from typing import TYPE_CHECKING, Any
@@ -44,6 +45,7 @@ from agents.catalogue.tools import (
 from agents.catalogue.tools.artifacts import stamp_fence
 from agents.catalogue.tools.mcp import McpTool, RemoteTool
 from agents.catalogue.tools.plan import ProposeTaskArgs
+from agents.catalogue.tools.schemas import CheckStopped, stop_checks_when
 from agents.engine import storable
 from agents.engine.leases import holds_now
 from agents.engine.outcomes import Outcome, OutcomeKind, apply_outcome
@@ -172,11 +174,19 @@ def _refuse(code: str, message: str) -> Decision:
 # (`agents.actions.decisions.approval_approve` with edited arguments calls these, not a copy)
 
 
-def parse_operation(tool: Tool[Any], arguments: dict[str, Any] | None) -> Decision:
-    """The arguments valid against the tool's model or schema (an MCP tool's, offline), hashed as
-    the approval binds them and in the order jsonb stores them: a decision to run, or a refusal."""
+def parse_operation(
+    tool: Tool[Any],
+    arguments: dict[str, Any] | None,
+    *,
+    should_stop: Callable[[], bool] | None = None,
+) -> Decision:
+    """The arguments valid against the tool's model or schema (an MCP tool's, offline, within
+    its budget: ``arguments_too_costly`` past it), hashed as the approval binds them and in the
+    order jsonb stores them: a decision to run, or a refusal. A schema check that
+    ``should_stop`` stops raises ``CheckStopped``."""
     try:
-        args = tool.parse(arguments)
+        with stop_checks_when(should_stop):
+            args = tool.parse(arguments)
         digest = operation_hash(tool.name, args)
         canonical = args.model_dump(mode="json")
     except ToolError as exc:
@@ -758,7 +768,13 @@ class AgentLoop:
         fresh = call.status == TC.PENDING
         if fresh and call.tool != "update_plan" and "update_plan" in self.tools and not plan_exists:
             return _refuse("plan_required", "call update_plan with your plan first")
-        decision = parse_operation(self.tools[call.tool], call.arguments)
+        try:
+            # A cancel or a lost lease stops a long check of an MCP schema at its next poll.
+            decision = parse_operation(
+                self.tools[call.tool], call.arguments, should_stop=self.signals.cancel.is_set
+            )
+        except CheckStopped:
+            raise AttemptLost("cancelled while the call's arguments were checked") from None
         if decision.verdict == CallVerdict.REFUSE:
             return decision
         tool, args = decision.operation()
