@@ -205,6 +205,10 @@ ACTHELM_MEMORY_BUDGET_CHARS = env_int("ACTHELM_MEMORY_BUDGET_CHARS", 8_000)
 # cut to this many characters and framed as the server's text before the model sees it.
 ACTHELM_MCP_MAX_RESULT_BYTES = env_int("ACTHELM_MCP_MAX_RESULT_BYTES", 1_000_000)
 ACTHELM_MCP_DESCRIPTION_MAX_CHARS = env_int("ACTHELM_MCP_DESCRIPTION_MAX_CHARS", 1_000)
+# One check of a call's arguments against an MCP tool's input schema may take this much thread
+# CPU time (ms) and this many keyword steps; past either the call is arguments_too_costly.
+ACTHELM_MCP_CHECK_CPU_MS = env_int("ACTHELM_MCP_CHECK_CPU_MS", 100)
+ACTHELM_MCP_CHECK_STEPS = env_int("ACTHELM_MCP_CHECK_STEPS", 200_000)
 # Input files: each file, and all of a task's files together, at most this many bytes (counted
 # while the upload streams; more is refused with a field error).
 ACTHELM_INPUT_FILE_MAX_BYTES = env_int("ACTHELM_INPUT_FILE_MAX_BYTES", 25_000_000)

@@ -188,6 +188,8 @@ def server_spec(server: ToolServer) -> ServerSpec:
         timeout=_bounded_timeout(server.timeout_seconds),
         max_result_bytes=settings.ACTHELM_MCP_MAX_RESULT_BYTES,
         description_max_chars=settings.ACTHELM_MCP_DESCRIPTION_MAX_CHARS,
+        check_cpu_seconds=settings.ACTHELM_MCP_CHECK_CPU_MS / 1000,
+        check_steps=settings.ACTHELM_MCP_CHECK_STEPS,
     )
 
 

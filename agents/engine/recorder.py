@@ -204,6 +204,9 @@ class Step:
     memory_chosen: list[tuple[MemoryEntry, float]] = field(default_factory=list)
     memory_from_run: int | None = None
     system_prompt: str | None = None
+    # The system prompt is that of a conversation a person started over: the task's
+    # conversation row exists, and is rewritten rather than inserted.
+    restart: bool = False
     tool_pins: dict[str, Any] | None = None  # every MCP tool pinned so far, when one was added
     clear_feedback: bool = False
     turns: list[NewTurn] = field(default_factory=list)
@@ -230,7 +233,7 @@ class SavedState:
     claim_count: int
     connection_id: int | None
     conversation: Conversation | None
-    turns: list[TurnState]
+    turns: list[TurnState]  # of the current conversation (from `Conversation.first_turn` on)
     next_index: int
     approvals: dict[int, str]  # approved call -> the hash a person approved
     run_again: set[int]  # calls a person chose to run again
@@ -346,9 +349,11 @@ def _saved(task: Task, run_id: int) -> SavedState:
     )
     conversation: Conversation | None = getattr(task, "conversation", None)
     rows = []
+    # Turns of a conversation a person started over stay on record and are not sent again.
+    first_turn = conversation.first_turn if conversation is not None else 0
     if loaded["has_turns"]:
         rows = list(
-            Turn.objects.filter(task_id=task_id)
+            Turn.objects.filter(task_id=task_id, index__gte=first_turn)
             .order_by("index")
             .prefetch_related(
                 Prefetch(
@@ -393,7 +398,7 @@ def _saved(task: Task, run_id: int) -> SavedState:
         connection_id=loaded["run_connection_id"] or task.connection_id,
         conversation=conversation,
         turns=turns,
-        next_index=rows[-1].index + 1 if rows else 0,
+        next_index=rows[-1].index + 1 if rows else first_turn,
         approvals=approvals,
         run_again=run_again,
         usage=usage,
@@ -553,7 +558,11 @@ class Recorder:
             values = step_statement.conversation_values(
                 self.task_id, step.system_prompt, step.tool_pins
             )
-            fastsql.Insert.of(Conversation).rows([values], now)  # once a task
+            if step.restart:  # the conversation a person started over: its new prompt
+                del values["task_id"]
+                Conversation.objects.filter(task_id=self.task_id).update(**values)
+            else:
+                fastsql.Insert.of(Conversation).rows([values], now)  # once a task
         elif step.tool_pins is not None:
             Conversation.objects.filter(task_id=self.task_id).update(tool_pins=step.tool_pins)
         self._insert_turns(step.turns, now)

@@ -397,6 +397,7 @@ def plan(step: Step, actor: Actor) -> _Plan | None:
         step.memory_chosen
         or step.memory_from_run is not None
         or (step.tool_pins is not None and step.system_prompt is None)
+        or step.restart
         or step.clear_feedback
         or step.artifacts
         or step.plan is not None

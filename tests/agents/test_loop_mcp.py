@@ -13,7 +13,7 @@ from agents.engine.worker import Worker
 from agents.models import AgentRun, Conversation, ToolCall, ToolServer
 from agents.states import ToolCallStatus
 from approvals.models import Approval, ReviewDecision
-from approvals.states import ReviewChoice
+from approvals.states import ApprovalStatus, ReviewChoice
 from tasks.states import TaskStatus
 from tests.agents.conftest import ROOT, wait_for
 from tests.agents.scripted import (
@@ -466,4 +466,168 @@ def test_a_looping_or_unknown_type_schema_refuses_the_call_and_the_run_goes_on(
     assert (run.model_turns, run.input_tokens, run.output_tokens) == (3, 600, 60)
     assert Turn.objects.filter(task=task, role="assistant").count() == 3
     assert task_usage(task.pk).tokens == 660
+    assert status_of(task) == TaskStatus.REVIEW
+
+
+# -- what a tool's schema may cost (issue 48 item 1) -------------------------------------------
+
+#: Passes the listing (200 schemas in place of each item, at most 1,000 allowed), but checking
+#: thousands of items against it costs more than one call may spend.
+MANY = {"type": "array", "items": {"allOf": [{"type": "string"}] * 200}}
+
+
+@pytest.fixture
+def costly_mcp(tmp_path):
+    """A server whose tools' schemas cost what their arguments make them cost: ``many`` checks
+    each item against 200 schemas; ``slow`` first asks ``uniqueItems`` of ``a`` (objects: the
+    old checker compared every pair, 151 s for 8,000) and then checks ``b`` as ``many`` does."""
+    from agents.catalogue.toolservers import toolserver_test
+    from core.actors import Actor
+    from tests.factories import UserFactory
+
+    count = tmp_path / "mcp-calls.txt"
+    schemas = tmp_path / "schemas.json"
+    schemas.write_text(
+        json.dumps(
+            {
+                "many": {"type": "object", "properties": {"xs": MANY}},
+                "slow": {
+                    "type": "object",
+                    "properties": {"a": {"type": "array", "uniqueItems": True}, "b": MANY},
+                },
+            }
+        )
+    )
+    ToolServer.objects.create(
+        name="costly",
+        transport="stdio",
+        command=[
+            sys.executable,
+            str(ROOT / "tests" / "fakes" / "mcp_server.py"),
+            "--count-file",
+            str(count),
+            "--schema-tools",
+            str(schemas),
+        ],
+        timeout_seconds=60,
+    )
+    ops = Actor.person(UserFactory(username="costly-ops", perms=["agents.manage_toolservers"]))
+    result = toolserver_test(actor=ops, name="costly")
+    assert result["ok"] and result["refused_tools"] == []
+
+    def ran(tool):
+        return count.read_text().split().count(tool) if count.exists() else 0
+
+    return ran
+
+
+def test_a_call_too_costly_to_check_is_refused_and_the_run_goes_on(
+    loop_settings, spawn_worker, settings, costly_mcp
+):
+    """Through a worker process: the model calls ``many`` with 5,000 items (a million schema
+    applications); the check stops at its budget, the model reads ``arguments_too_costly``,
+    calls again with three items (checked and run), and its answer ends the run in review."""
+    script = [
+        reply_tool_calls([("costly__many", {"xs": ["x"] * 5_000}, "c1")]),
+        reply_tool_calls([("costly__many", {"xs": ["x", "y", "z"]}, "c2")]),
+        reply_text("Done."),
+    ]
+    with ScriptedModelServer(script) as server:
+        task = tool_task(server, ["costly__many"], tool_policies={"costly__many": "allow"})
+        worker = spawn_worker(
+            "--burst", env={"ACTHELM_MEDIA_ROOT": str(settings.ACTHELM_MEDIA_ROOT)}
+        )
+        assert worker.wait(timeout=120) == 0, worker.output[-3000:]
+        requests = server.completion_requests
+        told = tool_result_for(requests[1], "c1")
+    assert len(requests) == 3
+    assert told.startswith("Error (arguments_too_costly)"), told
+    assert [(c.status, c.error_code) for c in calls_of(task)] == [
+        (ToolCallStatus.REFUSED, "arguments_too_costly"),
+        (ToolCallStatus.SUCCEEDED, ""),
+    ]
+    assert costly_mcp("many") == 1  # the refused call never reached the server
+    run = AgentRun.objects.get(task=task)
+    assert (run.status, run.error_code) == ("succeeded", "")
+    assert status_of(task) == TaskStatus.REVIEW
+
+
+def test_a_cancel_stops_a_long_check_in_a_worker_process(
+    loop_settings, spawn_worker, settings, costly_mcp, person
+):
+    """An operator allowed checks ten minutes of CPU (the settings below); the model calls
+    ``slow`` with 8,000 objects in ``a`` and 10,000 items in ``b`` (~20 s of checking). A
+    person's cancel during the check stops it: the burst worker exits a moment later, the tool
+    never ran and the model was not asked again. (The old checker went on for minutes.)"""
+    import time
+
+    from core.actors import Actor
+    from tasks.services import task_cancel
+
+    arguments = {"a": [{"k": n} for n in range(8_000)], "b": ["x"] * 10_000}
+    script = [reply_tool_calls([("costly__slow", arguments, "s1")]), reply_text("Done.")]
+    with ScriptedModelServer(script) as server:
+        task = tool_task(server, ["costly__slow"], tool_policies={"costly__slow": "allow"})
+        worker = spawn_worker(
+            "--burst",
+            env={
+                "ACTHELM_MEDIA_ROOT": str(settings.ACTHELM_MEDIA_ROOT),
+                "ACTHELM_MCP_CHECK_CPU_MS": "600000",
+                "ACTHELM_MCP_CHECK_STEPS": "1000000000",
+            },
+        )
+        wait_for(
+            lambda: len(server.completion_requests) == 1, timeout=60, message="the model's call"
+        )
+        time.sleep(1.0)  # the worker is checking the arguments now
+        assert worker.proc.poll() is None
+        task_cancel(actor=Actor.person(person), task_id=task.pk)
+        cancelled = time.monotonic()
+        # Within a second the check stops; the burst worker then finds nothing and exits. The
+        # margin is for a loaded machine, not for the check.
+        assert worker.wait(timeout=15) == 0, worker.output[-3000:]
+        stopped_after = time.monotonic() - cancelled
+        assert len(server.completion_requests) == 1
+    assert status_of(task) == TaskStatus.CANCELLED
+    assert costly_mcp("slow") == 0
+    assert ToolCall.objects.filter(task=task, status=ToolCallStatus.SUCCEEDED).count() == 0
+    print(f"the worker exited {stopped_after:.2f} s after the cancel")
+
+
+def test_an_approvers_edit_too_costly_to_check_is_refused_and_decides_nothing(
+    loop_settings, costly_mcp, actor
+):
+    """The web process checks an approver's edit as the worker checks a model's call: within
+    the same budget (thread CPU well under the generous bound below), ``arguments_too_costly``
+    with nothing decided; a small edit is then approved and runs."""
+    import time
+
+    from core.exceptions import InvalidInput
+
+    script = [reply_tool_calls([("costly__many", {"xs": ["x"]}, "m1")]), reply_text("Done.")]
+    with ScriptedModelServer(script) as server:
+        task = tool_task(server, ["costly__many"])  # an untrusted server's tool: a person asks
+        work()
+        assert status_of(task) == TaskStatus.AWAITING_APPROVAL
+        approval = Approval.objects.get(task=task)
+        started = time.thread_time()
+        with pytest.raises(InvalidInput) as refused:
+            approval_approve(
+                actor=actor,
+                approval_id=approval.pk,
+                arguments_hash=approval.arguments_hash,
+                arguments={"xs": ["x"] * 5_000},
+            )
+        assert time.thread_time() - started < 2.0
+        assert refused.value.code == "arguments_too_costly"
+        approval.refresh_from_db()
+        assert approval.status == ApprovalStatus.PENDING
+        approval_approve(
+            actor=actor,
+            approval_id=approval.pk,
+            arguments_hash=approval.arguments_hash,
+            arguments={"xs": ["y"]},
+        )
+        work()
+    assert costly_mcp("many") == 1
     assert status_of(task) == TaskStatus.REVIEW

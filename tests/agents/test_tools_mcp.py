@@ -268,23 +268,28 @@ def test_the_catastrophic_pattern_does_not_freeze_a_process():
     assert done.stdout.strip() == "invalid_arguments", done.stderr[-2000:]
 
 
-def test_patterns_are_re2s_and_ones_re2_cannot_compile_are_not_enforced():
+def test_patterns_are_re2s_and_ones_re2_cannot_compile_are_refused():
+    """RE2's syntax is the one checked; a pattern RE2 cannot compile (look-ahead) is refused
+    when listed (issue 48) and, in a schema pinned before that rule, refuses the call."""
     schema = {
         "type": "object",
-        "properties": {
-            "upper": {"type": "string", "pattern": "^\\p{Lu}"},  # RE2 syntax, not Python's re
-            "look": {"type": "string", "pattern": "^(?=x)y"},  # look-ahead: RE2 refuses it
-        },
+        "properties": {"upper": {"type": "string", "pattern": "^\\p{Lu}"}},
         "patternProperties": {"^(a+)+$": {"type": "integer"}},
         "additionalProperties": False,
     }
     tool = McpTool(
         ServerSpec(name="s", transport="stdio", command=("x",)), RemoteTool("t", "", schema)
     )
-    assert tool.parse({"upper": "Abc", "look": "zzz", "aaaa": "not checked"})
+    assert tool.parse({"upper": "Abc", "aaaa": "not checked"})
     with pytest.raises(ToolError) as err:
         tool.parse({"upper": "abc"})
     assert err.value.details["fields"] == ["upper"]
+
+    look = {"type": "object", "properties": {"look": {"type": "string", "pattern": "^(?=x)y"}}}
+    assert tool_refusal(RemoteTool("t", "", look))[0] == "schema_not_allowed"
+    with pytest.raises(ToolError) as err:
+        McpTool(tool.spec, RemoteTool("t", "", look)).parse({"look": "zzz"})
+    assert err.value.code == "invalid_arguments" and "RE2" in err.value.message
 
 
 # -- the server's schema stays inside itself (issue 32 item 1) --------------------------------
@@ -402,9 +407,9 @@ NESTED_DIALECT = {
 
 
 def test_a_schema_cannot_take_the_workers_thread():
-    """In a process of its own: 2**40 checks of one argument, and a nested $schema that would
-    hand the pattern to Python's backtracking re (hours with 40 characters). Both answer long
-    before the generous deadline."""
+    """In a process of its own: 2**40 checks of one argument (``arguments_too_costly`` at the
+    check's CPU budget), and a nested $schema that would hand the pattern to Python's
+    backtracking re (hours with 40 characters). Both answer long before the generous deadline."""
     cases = [[_fan_out(40), {"x": 1}], [NESTED_DIALECT, {"q": "a" * 39 + "!"}]]
     code = (
         "import json, sys\n"
@@ -420,9 +425,10 @@ def test_a_schema_cannot_take_the_workers_thread():
     done = subprocess.run(
         [sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True, timeout=120
     )
-    assert done.stdout.split("\n")[:2] == ["invalid_arguments None", "invalid_arguments ['q']"], (
-        done.stderr[-2000:]
-    )
+    assert done.stdout.split("\n")[:2] == [
+        "arguments_too_costly None",
+        "invalid_arguments ['q']",
+    ], done.stderr[-2000:]
 
 
 @pytest.mark.parametrize(

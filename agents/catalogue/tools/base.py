@@ -76,6 +76,8 @@ ERROR_CODES: frozenset[str] = frozenset(
         # an MCP tool's input schema, when its server is tested (agents.catalogue.tools.schemas)
         "schema_not_allowed",
         "schema_invalid",
+        # one call's arguments cost more than a check may spend (CPU, memory, steps)
+        "arguments_too_costly",
     }
 )
 

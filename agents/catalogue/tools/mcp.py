@@ -40,7 +40,16 @@ from core.credentials import EXEC_PREFIX, CredentialRefused, credential_for, red
 
 from .base import Tool, ToolContext, ToolError, ToolResult
 from .recovery_class import RecoveryClass
-from .schemas import OutsideSchema, Refusal, UnusableSchema, cached_refusal
+from .schemas import (
+    ARGUMENTS_TOO_COSTLY,
+    MAX_CHECK_CPU_SECONDS,
+    MAX_CHECK_STEPS,
+    OutsideSchema,
+    Refusal,
+    TooCostly,
+    UnusableSchema,
+    cached_refusal,
+)
 
 if TYPE_CHECKING:  # the SDK and httpx are imported where a session starts, not with the tools
     import httpx
@@ -133,6 +142,10 @@ class ServerSpec:
     max_result_bytes: int = 1_000_000
     #: A tool's description is cut to this many characters before the model sees it.
     description_max_chars: int = 1_000
+    #: One check of a call's arguments against a tool's schema may take this much thread CPU
+    #: time and this many keyword steps; past either the call is ``arguments_too_costly``.
+    check_cpu_seconds: float = MAX_CHECK_CPU_SECONDS
+    check_steps: int = MAX_CHECK_STEPS
 
     @property
     def destination(self) -> str:
@@ -751,7 +764,9 @@ class McpTool(Tool[McpArgs]):
         #: The policy a task gets for this tool when its author sets none.
         self.default_policy = POLICY_ALLOW if read_only else POLICY_ASK
         self._schema = self.object_schema(remote.input_schema)
-        self._checker = OutsideSchema(self._schema)
+        self._checker = OutsideSchema(
+            self._schema, cpu_seconds=spec.check_cpu_seconds, max_steps=spec.check_steps
+        )
 
     @staticmethod
     def object_schema(schema: dict[str, Any]) -> dict[str, Any]:
@@ -766,6 +781,9 @@ class McpTool(Tool[McpArgs]):
         return copy
 
     def parse(self, arguments: dict[str, Any] | None) -> McpArgs:
+        """The arguments checked against the server's schema. A check past its budget is
+        ``arguments_too_costly``; a check that ``stop_checks_when`` stops raises
+        ``CheckStopped`` (the caller's cancel, not the model's fault)."""
         if not isinstance(arguments, dict):
             got = "none" if arguments is None else type(arguments).__name__
             raise ToolError(
@@ -780,6 +798,12 @@ class McpTool(Tool[McpArgs]):
                 "invalid_arguments",
                 f"Tool '{self.name}' cannot be called: the input schema that MCP server "
                 f"{self.spec.name!r} gave for {self.remote.name!r} cannot be used ({exc}).",
+            ) from None
+        except TooCostly as exc:
+            raise ToolError(
+                ARGUMENTS_TOO_COSTLY,
+                f"The arguments for tool '{self.name}' were not checked: {exc}, more than one "
+                "call may cost. Call it with fewer or smaller arguments.",
             ) from None
         if errors:
             lines = [f"Invalid arguments for tool '{self.name}':"]
