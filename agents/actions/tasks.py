@@ -47,6 +47,7 @@ from tasks.services import (
 )
 from tasks.services import goal_create as ledger_goal_create
 from tasks.states import (
+    OPEN,
     EventKind,
     TaskKind,
     TaskStatus,
@@ -293,10 +294,24 @@ def _normalize_domains(domains: object) -> list[str]:
 
 def _check_tools(clean: dict[str, Any], merged: Mapping[str, Any]) -> None:
     """The tools, their policies and the acceptance checks of an edit, as the task will have
-    them; the checks are stored normalized (`clean` is updated)."""
+    them; the checks are stored normalized (`clean` is updated). As task_create_by_name: a
+    policy given names a tool of the task's list; a tool that leaves the list takes its stored
+    policy with it (the `edited` event keeps it)."""
+    if "tools" in clean and not isinstance(clean["tools"], list | tuple):
+        raise InvalidInput("tools must be a list of tool names ([] for none)", field="tools")
     tools = list(merged["tools"] or [])
     if {"tools", "tool_policies"} & set(clean):
-        _validate_tools(tools, merged["tool_policies"])
+        policies = merged["tool_policies"]
+        if "tool_policies" not in clean and isinstance(policies, dict):
+            kept = {tool: policy for tool, policy in policies.items() if tool in tools}
+            if kept != policies:
+                clean["tool_policies"] = policies = kept
+        _validate_tools(tools, policies)
+        if stray := sorted(set(policies) - set(tools)):
+            raise InvalidInput(
+                f"a policy names tools the task does not use: {', '.join(stray)}",
+                field="tool_policies",
+            )
     if {CHECKS_FIELD, "tools"} & set(clean):
         # Against the tools the task will have: `tool_ran` of a tool it lacks never passes.
         checks = validate_checks(merged[CHECKS_FIELD], tools=tools)
@@ -352,14 +367,19 @@ def _event_value(value: object) -> object:
 def task_update(*, actor: Actor, task_id: int, changes: Mapping[str, Any]) -> Task:
     """A person's edit of a task's settings (the admin page, the console's Change form,
     `acthelm_task edit`, `PATCH /api/tasks/{id}`): checked like a new task, refused while a
-    worker holds the task, written with an `edited` event naming each change with its value
-    before and after (an instruction up to EVENT_INSTRUCTION_CHARS)."""
+    worker holds the task and once it is done or cancelled, written with an `edited` event
+    naming each change with its value before and after (an instruction up to
+    EVENT_INSTRUCTION_CHARS)."""
     actor.require(OPERATE_TASK)
     with transaction.atomic():
         task = lock_task(task_id)
         if task.is_held:
             raise TransitionNotAllowed(
                 f"task {task_id} is {task.status}: a worker holds it; pause it to edit it"
+            )
+        if task.status not in OPEN:
+            raise TransitionNotAllowed(
+                f"task {task_id} is {task.status}: a closed or cancelled task is not edited"
             )
         clean = task_edit_check(task=task, changes=changes)
         changed = {k: v for k, v in clean.items() if getattr(task, k) != v}

@@ -273,6 +273,50 @@ def test_edit_is_refused_while_a_worker_holds_the_task(actor, status):
     assert Task.objects.get(pk=task.pk).instruction == "Summarise the input files."
 
 
+@pytest.mark.parametrize("status", [TaskStatus.DONE, TaskStatus.CANCELLED])
+def test_a_closed_or_cancelled_task_is_not_edited(actor, status):
+    task = TaskFactory(status=status)
+    with pytest.raises(TransitionNotAllowed, match="a closed or cancelled task is not edited"):
+        person_tasks.task_update(actor=actor, task_id=task.pk, changes={"instruction": "New"})
+    assert Task.objects.get(pk=task.pk).instruction == "Summarise the input files."
+    assert not TaskEvent.objects.filter(task=task, kind=EventKind.EDITED).exists()
+
+
+@pytest.mark.parametrize(
+    "changes",
+    [
+        {"tool_policies": {"fetch_url": "ask"}},
+        {"tools": ["read_file"], "tool_policies": {"write_artifact": "ask"}},
+    ],
+    ids=["policy-only", "with-tools"],
+)
+def test_edit_refuses_a_policy_for_a_tool_off_the_list_as_create_does(actor, changes):
+    task = rejected_task(failed=True)
+    with pytest.raises(InvalidInput, match="a policy names tools the task does not use") as no:
+        person_tasks.task_update(actor=actor, task_id=task.pk, changes=changes)
+    assert no.value.field == "tool_policies"
+    assert Task.objects.get(pk=task.pk).tool_policies == {}
+    assert not TaskEvent.objects.filter(task=task, kind=EventKind.EDITED).exists()
+
+
+def test_a_tool_that_leaves_the_list_takes_its_policy_along(actor):
+    task = rejected_task(failed=True, tool_policies={"write_artifact": "ask"})
+    person_tasks.task_update(actor=actor, task_id=task.pk, changes={"tools": ["read_file"]})
+    task.refresh_from_db()
+    assert task.tools == ["read_file"] and task.tool_policies == {}
+    event = TaskEvent.objects.get(task=task, kind=EventKind.EDITED)
+    assert event.data["before"]["tool_policies"] == {"write_artifact": "ask"}
+    assert event.data["after"]["tool_policies"] == {}
+
+
+@pytest.mark.parametrize("tools", [None, "read_file", {"read_file": True}])
+def test_edit_refuses_tools_that_are_not_a_list(actor, tools):
+    task = rejected_task(failed=True)
+    with pytest.raises(InvalidInput, match="tools must be a list") as refused:
+        person_tasks.task_update(actor=actor, task_id=task.pk, changes={"tools": tools})
+    assert refused.value.field == "tools"
+
+
 def test_change_and_retry_a_failed_task_runs_it_again_from_its_checkpoint(actor):
     task = rejected_task(failed=True)
     person_tasks.task_change_and_retry(
