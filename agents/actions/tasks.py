@@ -534,17 +534,25 @@ def _set_feedback(task: Task, feedback: str) -> None:
         Task.objects.filter(pk=task.pk).update(feedback=feedback)
 
 
+# A person's later decision about a rejected run's task, in the words of an accept's refusal.
+_CHOICE: dict[str, str] = {
+    EventKind.REOPENED: "reopen it with feedback",
+    EventKind.RETRIED: "run it again",
+}
+
+
 def task_accept(*, actor: Actor, task_id: int, reason: str) -> Task:
     """A person overrules the supervisor: the run it rejected goes to review as it is.
 
     Only a person holding `tasks.close_task`, with a reason, and only while the task's newest run
     is the one the supervisor rejected (the task failed after its attempts, or waits ready for
-    its retry). Under the task's row lock: the scheduled retry is dropped, the task moves to
-    `review` keeping that run's answer and the artifacts as they are, and an `accepted` event
-    records who, why, the run and the checks that failed. No model is asked. A retry that falls
-    due meanwhile is not claimed (the claim skips the row this lock holds, and finds it in review
-    once the accept commits); a run that claimed the task first holds it, and the accept is
-    refused (`in_progress` allows no accept)."""
+    its retry); once per run, and never after a person's later decision about the task (a reopen
+    with feedback, a retry: `agents.selectors.LATER_DECISIONS`). Under the task's row lock: the
+    scheduled retry is dropped, the task moves to `review` keeping that run's answer and the
+    artifacts as they are, and an `accepted` event records who, why, the run and the checks that
+    failed. No model is asked. A retry that falls due meanwhile is not claimed (the claim skips
+    the row this lock holds, and finds it in review once the accept commits); a run that claimed
+    the task first holds it, and the accept is refused (`in_progress` allows no accept)."""
     reason = (reason or "").strip()
     if not reason:
         raise InvalidInput("say why the rejected run is accepted", field="reason")
@@ -558,6 +566,19 @@ def task_accept(*, actor: Actor, task_id: int, reason: str) -> Task:
                 f"task {task_id}'s last run was not rejected by the supervisor: nothing to accept"
             )
         run = rejection.run
+        # Once, and never over a person: a second accept after a reopen would erase its feedback
+        # and undo the reopen; one after a retry would undo the choice to run it again.
+        if rejection.accepted is not None:
+            raise TransitionNotAllowed(
+                f"run {run.number} of task {task_id} was already accepted by "
+                f"{rejection.accepted.actor_label}; it is accepted once"
+            )
+        if (later := rejection.later_decision) is not None:
+            raise TransitionNotAllowed(
+                f"after the supervisor rejected run {run.number} of task {task_id}, "
+                f"{later.actor_label} chose to {_CHOICE.get(later.kind, later.kind)}: an accept "
+                "does not overrule it; the next run's verdict decides"
+            )
         if not run.answer.strip():
             raise TransitionNotAllowed(
                 f"run {run.number} of task {task_id} gave no answer: nothing to accept; "

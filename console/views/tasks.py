@@ -409,7 +409,7 @@ def task_page_context(request: AuthenticatedHttpRequest, pk: int) -> dict[str, A
         rejection = last_rejection(task, newest_run=runs[-1])
         if rejection is not None:
             rejection_previews = artifact_previews(task.pk, task.artifacts.order_by("name"))
-    if rejection is None:  # accept applies to a rejected run only
+    if rejection is None or not rejection.acceptable:  # a rejected run, once, over no person
         entries = [e for e in entries if e.name != Action.ACCEPT]
         actions = [a for a in actions if a["entry"] in entries]
         action_names.discard(Action.ACCEPT)

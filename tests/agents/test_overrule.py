@@ -20,7 +20,7 @@ from tasks import services
 from tasks.models import Task, TaskEvent
 from tasks.states import EventKind, TaskKind, TaskOrigin, TaskStatus
 from tasks.transitions import lock_task
-from tests.agents.rejections import ANSWER, REPORT, rejected_task
+from tests.agents.rejections import ANSWER, REPORT, reject, rejected_task
 from tests.factories import AgentRunFactory, TaskFactory, UserFactory
 
 pytestmark = pytest.mark.django_db
@@ -161,6 +161,65 @@ def test_a_second_accept_is_refused(actor):
     with pytest.raises(TransitionNotAllowed):
         person_tasks.task_accept(actor=actor, task_id=task.pk, reason="again")
     assert TaskEvent.objects.filter(task=task, kind=EventKind.ACCEPTED).count() == 1
+
+
+def test_an_accept_after_a_reopen_is_refused_and_the_feedback_stays(actor):
+    """Accept, reopen with feedback, accept the same rejected run again: the second accept would
+    put the task back in review and erase the reopen's feedback. It is refused."""
+    task = rejected_task()
+    person_tasks.task_accept(actor=actor, task_id=task.pk, reason="fine")
+    services.task_reopen(actor=actor, task_id=task.pk, feedback="Write summary.md as asked")
+    with pytest.raises(TransitionNotAllowed, match="already accepted by"):
+        person_tasks.task_accept(actor=actor, task_id=task.pk, reason="fine after all")
+    task.refresh_from_db()
+    assert task.status == TaskStatus.READY
+    assert task.feedback == "Write summary.md as asked"
+    assert TaskEvent.objects.filter(task=task, kind=EventKind.ACCEPTED).count() == 1
+    rejection = last_rejection(task)
+    assert rejection is not None and not rejection.acceptable
+
+
+def _retry(actor, task):
+    person_tasks.task_retry(actor=actor, task_id=task.pk)
+
+
+def _retry_now(actor, task):
+    services.task_retry_now(actor=actor, task_id=task.pk)
+
+
+def _change_and_retry(actor, task):
+    person_tasks.task_change_and_retry(
+        actor=actor, task_id=task.pk, changes={"instruction": "Write them to report.md"}
+    )
+
+
+@pytest.mark.parametrize(
+    ("failed", "decide"),
+    [(True, _retry), (False, _retry_now), (True, _change_and_retry)],
+    ids=["retry", "retry-now", "change-and-retry"],
+)
+def test_an_accept_never_overrules_a_persons_later_retry(actor, failed, decide):
+    task = rejected_task(failed=failed)
+    decide(actor, task)
+    with pytest.raises(TransitionNotAllowed, match="chose to run it again"):
+        person_tasks.task_accept(actor=actor, task_id=task.pk, reason="fine")
+    task.refresh_from_db()
+    assert task.status == TaskStatus.READY and task.not_before is None
+    assert not TaskEvent.objects.filter(task=task, kind=EventKind.ACCEPTED).exists()
+
+
+def test_the_next_rejected_run_can_be_accepted_once_again(actor):
+    """The rule is per rejected run: after the reopen, the next run the supervisor rejects is
+    the newest, and a person may accept that one (once)."""
+    task = rejected_task()
+    person_tasks.task_accept(actor=actor, task_id=task.pk, reason="fine")
+    services.task_reopen(actor=actor, task_id=task.pk, feedback="Write summary.md")
+    second = reject(task)
+    assert second.number == 2
+    person_tasks.task_accept(actor=actor, task_id=task.pk, reason="run 2 will do")
+    assert Task.objects.get(pk=task.pk).status == TaskStatus.REVIEW
+    runs = TaskEvent.objects.filter(task=task, kind=EventKind.ACCEPTED).order_by("id")
+    assert [e.run_id for e in runs] == [AgentRun.objects.get(task=task, number=1).pk, second.pk]
 
 
 @pytest.mark.django_db(transaction=True)

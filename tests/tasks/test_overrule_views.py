@@ -45,6 +45,21 @@ def test_accept_is_not_offered_without_a_rejected_run(boss):
     assert 'id="accept-form"' not in page and 'id="rejected-run"' not in page
 
 
+def test_accept_is_not_offered_again_after_a_reopen(boss):
+    """Accepted, then reopened with feedback: the same run is not offered (nor taken) again."""
+    task = rejected_task()
+    boss.post(reverse("tasks:accept", args=[task.pk]), {"reason": "fine"})
+    boss.post(reverse("tasks:reopen", args=[task.pk]), {"feedback": "Write summary.md"})
+    task.refresh_from_db()
+    assert task.status == TaskStatus.READY and task.feedback == "Write summary.md"
+    page = boss.get(detail(task)).content.decode()
+    assert 'id="accept-form"' not in page
+    boss.post(reverse("tasks:accept", args=[task.pk]), {"reason": "fine after all"})
+    task.refresh_from_db()
+    assert task.status == TaskStatus.READY and task.feedback == "Write summary.md"
+    assert TaskEvent.objects.filter(task=task, kind=EventKind.ACCEPTED).count() == 1
+
+
 def test_accept_is_not_offered_without_the_close_permission(client):
     task = rejected_task()
     client.force_login(UserFactory(perms=["tasks.view_task", "tasks.operate_task"]))
