@@ -78,7 +78,7 @@ from tasks.selectors import (
     timeline_page,
     transcript_page,
 )
-from tasks.states import Action, EventKind, TaskKind, TaskStatus, allowed_actions
+from tasks.states import OPEN, Action, EventKind, TaskKind, TaskStatus, allowed_actions
 from tasks.uploads import upload_refusal
 from tasks.workspace import artifacts_dir, list_input_files, safe_file_name
 
@@ -453,7 +453,10 @@ def task_page_context(request: AuthenticatedHttpRequest, pk: int) -> dict[str, A
         "rejection": rejection,
         "rejection_previews": rejection_previews,
         "can_accept": Action.ACCEPT in action_names,
-        "can_edit": request.user.has_perm(OPERATE_TASK) and not task.is_held,
+        # task_update refuses a task a worker holds and a done or cancelled one.
+        "can_edit": request.user.has_perm(OPERATE_TASK)
+        and not task.is_held
+        and task.status in OPEN,
     }
     if action_names & {Action.RESUME, Action.RETRY}:
         context["models"] = list(model_queryset())

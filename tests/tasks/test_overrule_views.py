@@ -146,6 +146,20 @@ def test_the_change_form_refuses_a_running_task(boss):
     assert Task.objects.get(pk=task.pk).instruction == "Summarise the input files."
 
 
+@pytest.mark.parametrize("status", [TaskStatus.DONE, TaskStatus.CANCELLED])
+def test_a_closed_or_cancelled_task_offers_no_change_and_refuses_one(boss, status):
+    task = TaskFactory(status=status)
+    page = boss.get(detail(task)).content.decode()
+    assert 'id="edit-task"' not in page
+    response = boss.post(
+        reverse("tasks:edit", args=[task.pk]), _edit_form(task, instruction="Other")
+    )
+    assert response.status_code == 409
+    assert "a closed or cancelled task is not edited" in response.content.decode()
+    assert Task.objects.get(pk=task.pk).instruction == "Summarise the input files."
+    assert not TaskEvent.objects.filter(task=task, kind=EventKind.EDITED).exists()
+
+
 # --- The admin -----------------------------------------------------------------------------
 
 CHANGELIST = reverse("admin:tasks_task_changelist")
