@@ -7,6 +7,7 @@ DATABASE_URL selects the PostgreSQL server; when it is unset an embedded server 
 import ipaddress
 import os
 from pathlib import Path
+from urllib.parse import urlsplit
 
 from django.core.exceptions import ImproperlyConfigured
 
@@ -318,9 +319,16 @@ ACTHELM_NOTIFY_MESSAGE_ID_DOMAIN = os.environ.get("ACTHELM_NOTIFY_MESSAGE_ID_DOM
 ACTHELM_DECISION_LINK_SECONDS = env_int("ACTHELM_DECISION_LINK_SECONDS", 86400)
 # Slack targets: the Web API's base URL, and the prefixes a message's response_url may have.
 ACTHELM_SLACK_API_URL = os.environ.get("ACTHELM_SLACK_API_URL", "https://slack.com/api").strip()
+# Each is matched by scheme, host and port, then path (tasks.notify.slack.response_url_allowed).
 ACTHELM_SLACK_RESPONSE_URL_PREFIXES = env_list(
     "ACTHELM_SLACK_RESPONSE_URL_PREFIXES", ["https://hooks.slack.com/"]
 )
+for _entry in ACTHELM_SLACK_RESPONSE_URL_PREFIXES:
+    if urlsplit(_entry).scheme not in ("http", "https") or not urlsplit(_entry).hostname:
+        raise ImproperlyConfigured(
+            f"ACTHELM_SLACK_RESPONSE_URL_PREFIXES: {_entry!r} is not a URL such as "
+            "https://hooks.slack.com/"
+        )
 
 
 # Email (Django's MAILERS): SMTP when EMAIL_HOST is set in the environment, else the console

@@ -7,13 +7,23 @@ from decimal import Decimal
 from pathlib import Path
 from typing import Any, TypedDict
 
-from django.db.models import Count, DecimalField, IntegerField, OuterRef, QuerySet, Subquery, Sum
+from django.db.models import (
+    Count,
+    DecimalField,
+    IntegerField,
+    OuterRef,
+    Q,
+    QuerySet,
+    Subquery,
+    Sum,
+)
 from django.db.models.functions import Coalesce
 
 from agents.engine.usage import task_usage
 from agents.failure_codes import FailureCode, failure_words
 from agents.models import AgentRun, Artifact, Turn
 from agents.states import Role, RunState, RunStatus, Verdict, run_state
+from core.actors import ActorKind
 from core.exceptions import InvalidInput
 from tasks.models import Task, TaskEvent
 from tasks.selectors import event_as_dict, task_as_dict
@@ -304,15 +314,28 @@ def failed_checks(checks: object) -> list[FailedCheck]:
     return out
 
 
+#: What a person decides about a rejected run's task after the rejection, besides accepting
+#: it: reopening it with feedback (after an accept) or running it again (a retry, a retry now, a
+#: change and retry). An accept comes after none of them.
+LATER_DECISIONS = (EventKind.REOPENED, EventKind.RETRIED)
+
+
 @dataclass(frozen=True)
 class Rejection:
     """The supervisor's rejection of a task's newest run: the run (its answer), the reason, the
-    checks that failed, and the person's acceptance of it into review, once there is one."""
+    checks that failed, the person's acceptance of it into review, once there is one, and the
+    newest decision a person made about the task since (`LATER_DECISIONS`)."""
 
     run: AgentRun
     reason: str
     failed_checks: list[FailedCheck]
     accepted: TaskEvent | None = None
+    later_decision: TaskEvent | None = None
+
+    @property
+    def acceptable(self) -> bool:
+        """A person may still accept the run into review: once, and over no later decision."""
+        return self.accepted is None and self.later_decision is None
 
     def as_dict(self) -> dict[str, Any]:
         accepted = self.accepted
@@ -333,19 +356,32 @@ class Rejection:
 
 def last_rejection(task: Task, *, newest_run: AgentRun | None = None) -> Rejection | None:
     """The rejection of `task`'s newest run (read here unless the caller has it), or None when
-    that run was not rejected by the supervisor (or there is no run). One or two queries."""
+    that run was not rejected by the supervisor (or there is no run). One or two queries: the
+    run's rejection and acceptance, and a person's reopen or retry since the run began."""
     run = newest_run or task.runs.order_by("-number").first()
     if run is None or run.verdict != Verdict.REJECTED:
         return None
-    events = TaskEvent.objects.filter(
-        task_id=task.pk, run_id=run.pk, kind__in=(EventKind.REJECTED, EventKind.ACCEPTED)
-    ).order_by("-id")
+    events = list(
+        TaskEvent.objects.filter(task_id=task.pk)
+        .filter(
+            Q(run_id=run.pk, kind__in=(EventKind.REJECTED, EventKind.ACCEPTED))
+            | Q(
+                kind__in=LATER_DECISIONS,
+                actor_kind=ActorKind.PERSON,
+                created_at__gte=run.started_at,
+            )
+        )
+        .order_by("-id")[:100]
+    )
     rejected = next((e for e in events if e.kind == EventKind.REJECTED), None)
     accepted = next((e for e in events if e.kind == EventKind.ACCEPTED), None)
+    since = rejected.pk if rejected is not None else 0
+    later = next((e for e in events if e.kind in LATER_DECISIONS and e.pk > since), None)
     data = rejected.data if rejected is not None and isinstance(rejected.data, dict) else {}
     return Rejection(
         run=run,
         reason=run.verdict_reason or str(data.get("reason", "")),
         failed_checks=failed_checks(data.get("checks")),
         accepted=accepted,
+        later_decision=later,
     )

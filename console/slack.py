@@ -3,7 +3,8 @@ decided through the console's own services.
 
 `handle_interaction()` is everything the endpoint does, in order:
 
-1. the timestamp is at most `TOLERANCE_SECONDS` old, and the signature is Slack's `v0`
+1. the timestamp is seconds since 1970 in ASCII digits (anything else is a 401, never an
+   error of ours) at most `TOLERANCE_SECONDS` old, and the signature is Slack's `v0`
    (HMAC-SHA256 of ``v0:{timestamp}:{body}``) under the signing secret of an enabled Slack
    target (compared in constant time);
 2. the signature was never seen before (`SlackRequestSeen`, written in the decision's
@@ -14,14 +15,18 @@ decided through the console's own services.
    one transaction with the queued update of the message (an outbox row), so the answer to
    Slack does not wait for any call to Slack.
 
-Every refusal says why and changes nothing. The answer is JSON for people reading logs and
-tests; Slack itself only needs the 200.
+Every refusal says why and changes nothing. A refused click on an operation that still waits
+(a stale hash) is answered to the clicker alone and leaves the card and its buttons; the card of
+an operation decided elsewhere gives way to who decided it. What a model or a person wrote is
+one escaped line in every answer (`tasks.notify.slack.line`). The answer is JSON for people
+reading logs and tests; Slack itself only needs the 200.
 """
 
 import hashlib
 import hmac
 import json
 import logging
+import re
 import time
 from dataclasses import dataclass
 from datetime import timedelta
@@ -42,12 +47,13 @@ from core.actors import Actor, Via
 from core.credentials import CredentialRefused, credential_for
 from core.exceptions import ActhelmError
 from tasks.notify.models import NotificationTarget
-from tasks.notify.outbox import clip, console_url, enqueue_reply
+from tasks.notify.outbox import console_url, enqueue_reply
 from tasks.notify.slack import (
     APPROVE_ACTION,
     DENY_ACTION,
     RESPONSE_KEY,
     SlackChannel,
+    line,
     response_url_allowed,
 )
 
@@ -55,6 +61,10 @@ log = logging.getLogger("acthelm.slack")
 
 TOLERANCE_SECONDS = 300  # Slack's documented window
 MAX_BODY_BYTES = 256 * 1024
+# Seconds since the epoch, as Slack sends them: ASCII digits only (`str.isdigit` also passes
+# "²" and other digits int() refuses), at most 12 of them, so that int() and the float
+# arithmetic of the window always succeed.
+_TIMESTAMP = re.compile(r"[0-9]{1,12}")
 
 
 @dataclass(frozen=True)
@@ -178,29 +188,32 @@ def _reply(
 
 
 def _operation(approval_id: int) -> tuple[int | None, str]:
+    """The approval's task and the operation in a person's words (a model's target: one line,
+    Slack's control characters escaped)."""
     approval = Approval.objects.filter(pk=approval_id).first()
     if approval is None:
         return None, f"operation {approval_id}"
     return (
         approval.task_id,
-        f"{approval.tool} {clip(approval.target, 200)} (task #{approval.task_id})",
+        f"{line(approval.tool, 100)} {line(approval.target, 200)} (task #{approval.task_id})",
     )
 
 
-def _why_not(approval_id: int, exc: ActhelmError) -> str:
+def _why_not(approval: Approval | None, exc: ActhelmError) -> str:
     """A refusal in a person's words: who decided it already, or the service's reason."""
-    approval = Approval.objects.select_related("decided_by").filter(pk=approval_id).first()
     if approval is not None and approval.status != ApprovalStatus.PENDING:
-        by = f" by {approval.decided_by.get_username()}" if approval.decided_by else ""
+        by = f" by {line(approval.decided_by.get_username(), 150)}" if approval.decided_by else ""
         return f"it was already {approval.status}{by}"
-    return exc.message
+    return line(exc.message, 600)
 
 
 def handle_interaction(*, body: bytes, timestamp: str, signature: str) -> Answer:
     if len(body) > MAX_BODY_BYTES:
         return Answer(413, "too_large", "the request is too large")
-    if not timestamp.isdigit():
-        return Answer(401, "bad_timestamp", "X-Slack-Request-Timestamp is missing")
+    if not _TIMESTAMP.fullmatch(timestamp):
+        return Answer(
+            401, "bad_timestamp", "X-Slack-Request-Timestamp is missing or not seconds since 1970"
+        )
     if abs(time.time() - int(timestamp)) > TOLERANCE_SECONDS:
         return Answer(401, "stale_timestamp", f"the request is more than {TOLERANCE_SECONDS} s old")
     target = _signing_target(timestamp, body, signature)
@@ -224,7 +237,7 @@ def _decide(target: NotificationTarget, click: Click) -> Answer:
     task_id, what = _operation(click.approval_id)
     verb = "approve" if click.action == APPROVE_ACTION else "deny"
     inbox = console_url(reverse("approvals:inbox"))
-    who = f"<@{click.slack_user}>"
+    who = f"<@{line(click.slack_user, 40)}>"
     with transaction.atomic():
         person = _person(click.slack_user)
         if person is None:
@@ -235,8 +248,9 @@ def _decide(target: NotificationTarget, click: Click) -> Answer:
             _reply(target, click, text, task_id=task_id, replace=False)
             return Answer(200, "unknown_person", text)
         name = person.get_username()
+        shown = line(name, 150)
         if not person.has_perm(DECIDE_APPROVAL):
-            text = f"Nothing was decided: {name} ({who}) may not approve or deny operations."
+            text = f"Nothing was decided: {shown} ({who}) may not approve or deny operations."
             _reply(target, click, text, task_id=task_id, replace=False)
             return Answer(200, "permission_denied", text)
         service = approval_approve if click.action == APPROVE_ACTION else approval_deny
@@ -247,15 +261,21 @@ def _decide(target: NotificationTarget, click: Click) -> Answer:
                 arguments_hash=click.arguments_hash,
             )
         except ActhelmError as exc:
-            text = (
-                f"Nothing was decided: {name} ({who}) asked to {verb} {what}, but "
-                f"{_why_not(click.approval_id, exc)}. The inbox shows it as it is now: {inbox}"
+            approval = (
+                Approval.objects.select_related("decided_by").filter(pk=click.approval_id).first()
             )
-            _reply(target, click, text, task_id=task_id, replace=True)
+            text = (
+                f"Nothing was decided: {shown} ({who}) asked to {verb} {what}, but "
+                f"{_why_not(approval, exc)}. The inbox shows it as it is now: {inbox}"
+            )
+            # A decided operation's message says so in place of its buttons; one that still
+            # waits (a stale hash, a refused state) keeps its card: only the clicker is told.
+            still_open = approval is not None and approval.status == ApprovalStatus.PENDING
+            _reply(target, click, text, task_id=task_id, replace=not still_open)
             log.info("slack.refused", extra={"code": exc.code, "approval_id": click.approval_id})
             return Answer(200, exc.code, text)
         done = "Approved" if click.action == APPROVE_ACTION else "Denied"
-        text = f"{done} by {name} ({who}): {what}."
+        text = f"{done} by {shown} ({who}): {what}."
         _reply(target, click, text, task_id=task_id, replace=True)
     log.info(
         "slack.decision",

@@ -503,7 +503,7 @@ def edit_task(request: ApiRequest, task_id: int, payload: s.TaskEditIn) -> dict[
         for name in ("instruction", "acceptance_checks", "tools", "tool_policies")
         if (value := getattr(payload, name)) is not None
     }
-    changes |= payload.limits
+    changes |= payload.limits.model_dump(exclude_unset=True)
     _task_or_404(task_id)
     person_tasks.task_change_and_retry(
         actor=actor,

@@ -380,6 +380,29 @@ class AcceptIn(BodyIn):
     )
 
 
+class _LimitsObject(TextIn):
+    """A JSON object of limits by their names in the limits table (tasks/limits.py); any other
+    name is refused by name (422 unknown_field, `limits.priority`), never set."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    @model_validator(mode="before")
+    @classmethod
+    def _an_object(cls, value: Any) -> Any:
+        inner = value._obj if isinstance(value, DjangoGetter) else value
+        if not isinstance(inner, dict):
+            raise ValueError(
+                f'limits must be an object such as {{"limit_turns": 40}}, not {_json_kind(value)}'
+            )
+        return value
+
+
+if TYPE_CHECKING:
+    LimitsChangeIn = _LimitsObject  # its fields are the limits table's, made at run time
+else:
+    LimitsChangeIn = create_model("LimitsChangeIn", __base__=_LimitsObject, **_LIMIT_FIELDS)
+
+
 class TaskEditIn(BodyIn):
     """What to change on a task that is not running; a field left out stays as it is."""
 
@@ -387,11 +410,14 @@ class TaskEditIn(BodyIn):
     acceptance_checks: list[str | dict[str, Any]] | None = Field(
         None, description="The new list, replacing the task's: KIND=VALUE texts or objects"
     )
-    tools: list[str] | None = Field(None, description="The new tool list")
-    tool_policies: dict[str, str] | None = Field(None, description="{tool: 'allow' | 'ask'}")
-    limits: dict[str, PositiveDecimal | None] = Field(
-        default={},
-        description="Limits to set, e.g. {'limit_turns': 40} or {'limit_cost': null} (no budget)",
+    tools: list[str] | None = Field(None, description="The new tool list ([] for none)")
+    tool_policies: dict[str, str] | None = Field(
+        None, description="{tool: 'allow' | 'ask'}, each a tool of the task's (new) list"
+    )
+    limits: LimitsChangeIn = Field(
+        default_factory=LimitsChangeIn,
+        description="Limits to set, e.g. {'limit_turns': 40} or {'limit_cost': null} (no budget); "
+        "only the limits' names (another is refused, 422 unknown_field)",
     )
     retry: bool = Field(
         False,
@@ -404,6 +430,14 @@ class TaskEditIn(BodyIn):
         description="With `retry`: a fresh conversation from the new instruction instead, with "
         "a newly built system prompt (the earlier runs and turns stay on record)",
     )
+
+    @field_validator("instruction", "acceptance_checks", "tools", "tool_policies", mode="before")
+    @classmethod
+    def _not_null(cls, value: Any) -> Any:
+        # A null would read as "left out" and change nothing while the caller meant something.
+        if value is None:
+            raise ValueError("null is not a value here: leave the field out to keep the task's")
+        return value
 
 
 class ModelOut(Schema):

@@ -47,6 +47,7 @@ from tasks.services import (
 )
 from tasks.services import goal_create as ledger_goal_create
 from tasks.states import (
+    OPEN,
     EventKind,
     TaskKind,
     TaskStatus,
@@ -293,10 +294,24 @@ def _normalize_domains(domains: object) -> list[str]:
 
 def _check_tools(clean: dict[str, Any], merged: Mapping[str, Any]) -> None:
     """The tools, their policies and the acceptance checks of an edit, as the task will have
-    them; the checks are stored normalized (`clean` is updated)."""
+    them; the checks are stored normalized (`clean` is updated). As task_create_by_name: a
+    policy given names a tool of the task's list; a tool that leaves the list takes its stored
+    policy with it (the `edited` event keeps it)."""
+    if "tools" in clean and not isinstance(clean["tools"], list | tuple):
+        raise InvalidInput("tools must be a list of tool names ([] for none)", field="tools")
     tools = list(merged["tools"] or [])
     if {"tools", "tool_policies"} & set(clean):
-        _validate_tools(tools, merged["tool_policies"])
+        policies = merged["tool_policies"]
+        if "tool_policies" not in clean and isinstance(policies, dict):
+            kept = {tool: policy for tool, policy in policies.items() if tool in tools}
+            if kept != policies:
+                clean["tool_policies"] = policies = kept
+        _validate_tools(tools, policies)
+        if stray := sorted(set(policies) - set(tools)):
+            raise InvalidInput(
+                f"a policy names tools the task does not use: {', '.join(stray)}",
+                field="tool_policies",
+            )
     if {CHECKS_FIELD, "tools"} & set(clean):
         # Against the tools the task will have: `tool_ran` of a tool it lacks never passes.
         checks = validate_checks(merged[CHECKS_FIELD], tools=tools)
@@ -352,14 +367,19 @@ def _event_value(value: object) -> object:
 def task_update(*, actor: Actor, task_id: int, changes: Mapping[str, Any]) -> Task:
     """A person's edit of a task's settings (the admin page, the console's Change form,
     `acthelm_task edit`, `PATCH /api/tasks/{id}`): checked like a new task, refused while a
-    worker holds the task, written with an `edited` event naming each change with its value
-    before and after (an instruction up to EVENT_INSTRUCTION_CHARS)."""
+    worker holds the task and once it is done or cancelled, written with an `edited` event
+    naming each change with its value before and after (an instruction up to
+    EVENT_INSTRUCTION_CHARS)."""
     actor.require(OPERATE_TASK)
     with transaction.atomic():
         task = lock_task(task_id)
         if task.is_held:
             raise TransitionNotAllowed(
                 f"task {task_id} is {task.status}: a worker holds it; pause it to edit it"
+            )
+        if task.status not in OPEN:
+            raise TransitionNotAllowed(
+                f"task {task_id} is {task.status}: a closed or cancelled task is not edited"
             )
         clean = task_edit_check(task=task, changes=changes)
         changed = {k: v for k, v in clean.items() if getattr(task, k) != v}
@@ -514,17 +534,25 @@ def _set_feedback(task: Task, feedback: str) -> None:
         Task.objects.filter(pk=task.pk).update(feedback=feedback)
 
 
+# A person's later decision about a rejected run's task, in the words of an accept's refusal.
+_CHOICE: dict[str, str] = {
+    EventKind.REOPENED: "reopen it with feedback",
+    EventKind.RETRIED: "run it again",
+}
+
+
 def task_accept(*, actor: Actor, task_id: int, reason: str) -> Task:
     """A person overrules the supervisor: the run it rejected goes to review as it is.
 
     Only a person holding `tasks.close_task`, with a reason, and only while the task's newest run
     is the one the supervisor rejected (the task failed after its attempts, or waits ready for
-    its retry). Under the task's row lock: the scheduled retry is dropped, the task moves to
-    `review` keeping that run's answer and the artifacts as they are, and an `accepted` event
-    records who, why, the run and the checks that failed. No model is asked. A retry that falls
-    due meanwhile is not claimed (the claim skips the row this lock holds, and finds it in review
-    once the accept commits); a run that claimed the task first holds it, and the accept is
-    refused (`in_progress` allows no accept)."""
+    its retry); once per run, and never after a person's later decision about the task (a reopen
+    with feedback, a retry: `agents.selectors.LATER_DECISIONS`). Under the task's row lock: the
+    scheduled retry is dropped, the task moves to `review` keeping that run's answer and the
+    artifacts as they are, and an `accepted` event records who, why, the run and the checks that
+    failed. No model is asked. A retry that falls due meanwhile is not claimed (the claim skips
+    the row this lock holds, and finds it in review once the accept commits); a run that claimed
+    the task first holds it, and the accept is refused (`in_progress` allows no accept)."""
     reason = (reason or "").strip()
     if not reason:
         raise InvalidInput("say why the rejected run is accepted", field="reason")
@@ -538,6 +566,19 @@ def task_accept(*, actor: Actor, task_id: int, reason: str) -> Task:
                 f"task {task_id}'s last run was not rejected by the supervisor: nothing to accept"
             )
         run = rejection.run
+        # Once, and never over a person: a second accept after a reopen would erase its feedback
+        # and undo the reopen; one after a retry would undo the choice to run it again.
+        if rejection.accepted is not None:
+            raise TransitionNotAllowed(
+                f"run {run.number} of task {task_id} was already accepted by "
+                f"{rejection.accepted.actor_label}; it is accepted once"
+            )
+        if (later := rejection.later_decision) is not None:
+            raise TransitionNotAllowed(
+                f"after the supervisor rejected run {run.number} of task {task_id}, "
+                f"{later.actor_label} chose to {_CHOICE.get(later.kind, later.kind)}: an accept "
+                "does not overrule it; the next run's verdict decides"
+            )
         if not run.answer.strip():
             raise TransitionNotAllowed(
                 f"run {run.number} of task {task_id} gave no answer: nothing to accept; "

@@ -78,7 +78,7 @@ from tasks.selectors import (
     timeline_page,
     transcript_page,
 )
-from tasks.states import Action, EventKind, TaskKind, TaskStatus, allowed_actions
+from tasks.states import OPEN, Action, EventKind, TaskKind, TaskStatus, allowed_actions
 from tasks.uploads import upload_refusal
 from tasks.workspace import artifacts_dir, list_input_files, safe_file_name
 
@@ -409,7 +409,7 @@ def task_page_context(request: AuthenticatedHttpRequest, pk: int) -> dict[str, A
         rejection = last_rejection(task, newest_run=runs[-1])
         if rejection is not None:
             rejection_previews = artifact_previews(task.pk, task.artifacts.order_by("name"))
-    if rejection is None:  # accept applies to a rejected run only
+    if rejection is None or not rejection.acceptable:  # a rejected run, once, over no person
         entries = [e for e in entries if e.name != Action.ACCEPT]
         actions = [a for a in actions if a["entry"] in entries]
         action_names.discard(Action.ACCEPT)
@@ -453,7 +453,10 @@ def task_page_context(request: AuthenticatedHttpRequest, pk: int) -> dict[str, A
         "rejection": rejection,
         "rejection_previews": rejection_previews,
         "can_accept": Action.ACCEPT in action_names,
-        "can_edit": request.user.has_perm(OPERATE_TASK) and not task.is_held,
+        # task_update refuses a task a worker holds and a done or cancelled one.
+        "can_edit": request.user.has_perm(OPERATE_TASK)
+        and not task.is_held
+        and task.status in OPEN,
     }
     if action_names & {Action.RESUME, Action.RETRY}:
         context["models"] = list(model_queryset())

@@ -16,6 +16,7 @@ import json
 import re
 from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any, TypedDict
+from urllib.parse import unquote, urlsplit
 
 from django.conf import settings
 
@@ -53,10 +54,49 @@ def button_value(approval_id: int, arguments_hash: str) -> str:
     return json.dumps({"approval_id": approval_id, "arguments_hash": arguments_hash})
 
 
+_DEFAULT_PORTS = {"https": 443, "http": 80}
+
+
+def _url_parts(url: str) -> tuple[str, str, int, str] | None:
+    """(scheme, host, port, path) of an http(s) URL with a host and no user info; None for
+    anything else, or for a URL a client might read otherwise than `urlsplit` does (a space, a
+    control character, a backslash, a ``.``/``..`` segment)."""
+    if any(c <= " " or c in "\\\x7f" for c in url):
+        return None
+    try:
+        parts = urlsplit(url)
+        port = parts.port
+    except ValueError:  # a port that is not a number, or out of range
+        return None
+    scheme = parts.scheme.lower()
+    if scheme not in _DEFAULT_PORTS or not parts.hostname or "@" in parts.netloc:
+        return None
+    if any(unquote(seg) in (".", "..") for seg in parts.path.split("/")):
+        return None
+    return scheme, parts.hostname, port or _DEFAULT_PORTS[scheme], parts.path
+
+
+def _under(path: str, prefix: str) -> bool:
+    """`path` is `prefix` or below it, by whole segments (/respond admits /respond/1, never
+    /responder)."""
+    if prefix in ("", "/") or prefix.endswith("/"):
+        return path.startswith(prefix or "/")
+    return path == prefix or path.startswith(prefix + "/")
+
+
 def response_url_allowed(url: str) -> bool:
     """A response_url is Slack's (ACTHELM_SLACK_RESPONSE_URL_PREFIXES): a signed request's, but
-    the request's body is still a remote's words."""
-    return any(url.startswith(prefix) for prefix in settings.ACTHELM_SLACK_RESPONSE_URL_PREFIXES)
+    the request's body is still a remote's words. Matched by scheme, host and port exactly, then
+    by path, never as text: `https://hooks.slack.com` does not admit
+    `https://hooks.slack.com.evil/` or `https://hooks.slack.com@evil/`."""
+    parts = _url_parts(url)
+    if parts is None:
+        return False
+    for prefix in settings.ACTHELM_SLACK_RESPONSE_URL_PREFIXES:
+        allowed = _url_parts(prefix)
+        if allowed is not None and parts[:3] == allowed[:3] and _under(parts[3], allowed[3]):
+            return True
+    return False
 
 
 def _clip(text: object, limit: int = TEXT_LIMIT) -> str:
@@ -64,9 +104,25 @@ def _clip(text: object, limit: int = TEXT_LIMIT) -> str:
     return text if len(text) <= limit else text[: limit - 1] + "…"
 
 
-def _escape(text: object) -> str:
-    """Slack's mrkdwn control characters, escaped as Slack documents."""
+def escape(text: object) -> str:
+    """Slack's mrkdwn control characters, escaped as Slack documents (`<` would open a link or a
+    mention, `&` an entity)."""
     return str(text).replace("&", "&amp;").replace("<", "&lt;").replace(">", "&gt;")
+
+
+def line(text: object, limit: int) -> str:
+    """Words a person or a model wrote, as a message shows them: on one line (every run of
+    whitespace one space, as the outbox's `clip`), escaped, at most `limit` characters of the
+    escaped text (never cut inside an ``&amp;``). A title's newline cannot draw a line of its
+    own, a fake ``*Tool:*`` above the real one; its ``<`` cannot make a link."""
+    flat = escape(" ".join(str(text).split()))
+    if len(flat) <= limit:
+        return flat
+    cut = flat[: limit - 1]
+    entity = cut.rfind("&")
+    if entity != -1 and ";" not in cut[entity:]:
+        cut = cut[:entity]
+    return cut + "…"
 
 
 def _section(text: str) -> dict[str, Any]:
@@ -76,13 +132,15 @@ def _section(text: str) -> dict[str, Any]:
 def approval_blocks(payload: Mapping[str, Any], approval: Mapping[str, Any]) -> list[Any]:
     """One approval's card: the facts the console's card shows, Approve / Deny, and the link."""
     task = payload.get("task") or {}
-    title = _escape(_clip(task.get("title", ""), 150))
+    # Each fact one line: what the task's author, a planning model or a tool wrote cannot
+    # add a line (the card's total stays under TEXT_LIMIT).
+    title = line(task.get("title", ""), 300)
     facts = [
-        f"*Approval needed* — task #{task.get('id')} “{title}”",
-        f"*Tool:* `{_escape(approval.get('tool', ''))}`",
-        f"*Target:* `{_escape(_clip(approval.get('target', ''), 500))}`",
-        f"*Arguments:* `{_escape(approval.get('arguments', ''))}`",
-        f"*Effect:* {_escape(_clip(approval.get('effect', ''), 500))}",
+        f"*Approval needed* — task #{line(task.get('id'), 20)} “{title}”",
+        f"*Tool:* `{line(approval.get('tool', ''), 200)}`",
+        f"*Target:* `{line(approval.get('target', ''), 800)}`",
+        f"*Arguments:* `{line(approval.get('arguments', ''), 800)}`",
+        f"*Effect:* {line(approval.get('effect', ''), 600)}",
     ]
     value = button_value(int(approval["id"]), str(approval.get("arguments_hash", "")))
     buttons: list[dict[str, Any]] = [
@@ -115,7 +173,7 @@ def approval_blocks(payload: Mapping[str, Any], approval: Mapping[str, Any]) -> 
         {
             "type": "context",
             "elements": [
-                {"type": "mrkdwn", "text": f"hash `{str(approval.get('arguments_hash'))[:16]}…`"}
+                {"type": "mrkdwn", "text": f"hash `{line(approval.get('arguments_hash'), 17)}`"}
             ],
         },
         {"type": "actions", "block_id": f"approval-{approval['id']}", "elements": buttons},
@@ -131,10 +189,12 @@ def message_body(target: "NotificationTarget", message: Message) -> dict[str, An
         for approval in approvals:
             blocks.extend(approval_blocks(payload, approval))
     else:
-        blocks.append(_section(f"*{_escape(message.subject)}*\n{_escape(message.text)}"))
+        subject = line(message.subject, 400)
+        blocks.append(_section(f"*{subject}*\n{line(message.text, TEXT_LIMIT - 410)}"))
     return {
         "channel": target.address,
-        "text": _clip(message.subject),  # the notification's words where blocks are not shown
+        # The notification's words where blocks are not shown (mrkdwn too).
+        "text": line(message.subject, TEXT_LIMIT),
         "blocks": blocks,
         "unfurl_links": False,
     }

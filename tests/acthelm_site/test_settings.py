@@ -256,6 +256,19 @@ def test_a_real_key_turns_debug_off_unless_asked():
     assert on.stdout.strip() == "True"
 
 
+@pytest.mark.parametrize("prefix", ["hooks.slack.com/", "ftp://hooks.slack.com/", "https://"])
+def test_a_slack_response_url_prefix_must_be_a_url(prefix):
+    """A prefix is matched by scheme and host: one without them would match nothing, silently."""
+    result = _python(_plain_env(ACTHELM_SLACK_RESPONSE_URL_PREFIXES=prefix), _SHOW_DEBUG)
+    assert result.returncode != 0
+    assert "ImproperlyConfigured" in result.stderr
+    assert "ACTHELM_SLACK_RESPONSE_URL_PREFIXES" in result.stderr
+    ok = _python(
+        _plain_env(ACTHELM_SLACK_RESPONSE_URL_PREFIXES="https://hooks.slack.com"), _SHOW_DEBUG
+    )
+    assert ok.returncode == 0, ok.stderr
+
+
 def test_a_developer_machine_without_a_key_still_runs_with_debug_on():
     """`make run` and the test settings: no key, no DJANGO_DEBUG."""
     assert _python(_plain_env(), _SHOW_DEBUG).stdout.strip() == "True"

@@ -20,7 +20,7 @@ from tasks import services
 from tasks.models import Task, TaskEvent
 from tasks.states import EventKind, TaskKind, TaskOrigin, TaskStatus
 from tasks.transitions import lock_task
-from tests.agents.rejections import ANSWER, REPORT, rejected_task
+from tests.agents.rejections import ANSWER, REPORT, reject, rejected_task
 from tests.factories import AgentRunFactory, TaskFactory, UserFactory
 
 pytestmark = pytest.mark.django_db
@@ -163,6 +163,65 @@ def test_a_second_accept_is_refused(actor):
     assert TaskEvent.objects.filter(task=task, kind=EventKind.ACCEPTED).count() == 1
 
 
+def test_an_accept_after_a_reopen_is_refused_and_the_feedback_stays(actor):
+    """Accept, reopen with feedback, accept the same rejected run again: the second accept would
+    put the task back in review and erase the reopen's feedback. It is refused."""
+    task = rejected_task()
+    person_tasks.task_accept(actor=actor, task_id=task.pk, reason="fine")
+    services.task_reopen(actor=actor, task_id=task.pk, feedback="Write summary.md as asked")
+    with pytest.raises(TransitionNotAllowed, match="already accepted by"):
+        person_tasks.task_accept(actor=actor, task_id=task.pk, reason="fine after all")
+    task.refresh_from_db()
+    assert task.status == TaskStatus.READY
+    assert task.feedback == "Write summary.md as asked"
+    assert TaskEvent.objects.filter(task=task, kind=EventKind.ACCEPTED).count() == 1
+    rejection = last_rejection(task)
+    assert rejection is not None and not rejection.acceptable
+
+
+def _retry(actor, task):
+    person_tasks.task_retry(actor=actor, task_id=task.pk)
+
+
+def _retry_now(actor, task):
+    services.task_retry_now(actor=actor, task_id=task.pk)
+
+
+def _change_and_retry(actor, task):
+    person_tasks.task_change_and_retry(
+        actor=actor, task_id=task.pk, changes={"instruction": "Write them to report.md"}
+    )
+
+
+@pytest.mark.parametrize(
+    ("failed", "decide"),
+    [(True, _retry), (False, _retry_now), (True, _change_and_retry)],
+    ids=["retry", "retry-now", "change-and-retry"],
+)
+def test_an_accept_never_overrules_a_persons_later_retry(actor, failed, decide):
+    task = rejected_task(failed=failed)
+    decide(actor, task)
+    with pytest.raises(TransitionNotAllowed, match="chose to run it again"):
+        person_tasks.task_accept(actor=actor, task_id=task.pk, reason="fine")
+    task.refresh_from_db()
+    assert task.status == TaskStatus.READY and task.not_before is None
+    assert not TaskEvent.objects.filter(task=task, kind=EventKind.ACCEPTED).exists()
+
+
+def test_the_next_rejected_run_can_be_accepted_once_again(actor):
+    """The rule is per rejected run: after the reopen, the next run the supervisor rejects is
+    the newest, and a person may accept that one (once)."""
+    task = rejected_task()
+    person_tasks.task_accept(actor=actor, task_id=task.pk, reason="fine")
+    services.task_reopen(actor=actor, task_id=task.pk, feedback="Write summary.md")
+    second = reject(task)
+    assert second.number == 2
+    person_tasks.task_accept(actor=actor, task_id=task.pk, reason="run 2 will do")
+    assert Task.objects.get(pk=task.pk).status == TaskStatus.REVIEW
+    runs = TaskEvent.objects.filter(task=task, kind=EventKind.ACCEPTED).order_by("id")
+    assert [e.run_id for e in runs] == [AgentRun.objects.get(task=task, number=1).pk, second.pk]
+
+
 @pytest.mark.django_db(transaction=True)
 def test_a_retry_timer_firing_during_the_accept_claims_nothing(actor):
     """The retry falls due while the person's accept holds the row: the claim skips the locked
@@ -271,6 +330,50 @@ def test_edit_is_refused_while_a_worker_holds_the_task(actor, status):
     with pytest.raises(TransitionNotAllowed, match="a worker holds it; pause it"):
         person_tasks.task_update(actor=actor, task_id=task.pk, changes={"instruction": "New"})
     assert Task.objects.get(pk=task.pk).instruction == "Summarise the input files."
+
+
+@pytest.mark.parametrize("status", [TaskStatus.DONE, TaskStatus.CANCELLED])
+def test_a_closed_or_cancelled_task_is_not_edited(actor, status):
+    task = TaskFactory(status=status)
+    with pytest.raises(TransitionNotAllowed, match="a closed or cancelled task is not edited"):
+        person_tasks.task_update(actor=actor, task_id=task.pk, changes={"instruction": "New"})
+    assert Task.objects.get(pk=task.pk).instruction == "Summarise the input files."
+    assert not TaskEvent.objects.filter(task=task, kind=EventKind.EDITED).exists()
+
+
+@pytest.mark.parametrize(
+    "changes",
+    [
+        {"tool_policies": {"fetch_url": "ask"}},
+        {"tools": ["read_file"], "tool_policies": {"write_artifact": "ask"}},
+    ],
+    ids=["policy-only", "with-tools"],
+)
+def test_edit_refuses_a_policy_for_a_tool_off_the_list_as_create_does(actor, changes):
+    task = rejected_task(failed=True)
+    with pytest.raises(InvalidInput, match="a policy names tools the task does not use") as no:
+        person_tasks.task_update(actor=actor, task_id=task.pk, changes=changes)
+    assert no.value.field == "tool_policies"
+    assert Task.objects.get(pk=task.pk).tool_policies == {}
+    assert not TaskEvent.objects.filter(task=task, kind=EventKind.EDITED).exists()
+
+
+def test_a_tool_that_leaves_the_list_takes_its_policy_along(actor):
+    task = rejected_task(failed=True, tool_policies={"write_artifact": "ask"})
+    person_tasks.task_update(actor=actor, task_id=task.pk, changes={"tools": ["read_file"]})
+    task.refresh_from_db()
+    assert task.tools == ["read_file"] and task.tool_policies == {}
+    event = TaskEvent.objects.get(task=task, kind=EventKind.EDITED)
+    assert event.data["before"]["tool_policies"] == {"write_artifact": "ask"}
+    assert event.data["after"]["tool_policies"] == {}
+
+
+@pytest.mark.parametrize("tools", [None, "read_file", {"read_file": True}])
+def test_edit_refuses_tools_that_are_not_a_list(actor, tools):
+    task = rejected_task(failed=True)
+    with pytest.raises(InvalidInput, match="tools must be a list") as refused:
+        person_tasks.task_update(actor=actor, task_id=task.pk, changes={"tools": tools})
+    assert refused.value.field == "tools"
 
 
 def test_change_and_retry_a_failed_task_runs_it_again_from_its_checkpoint(actor):

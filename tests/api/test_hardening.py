@@ -232,3 +232,72 @@ def test_events_older_than_the_newest_200_can_be_read(api):
         seen |= {e["id"] for e in page["events"]}
         cursor = page["older_events"]
     assert first.pk in seen and len(seen) == task.events.count()
+
+
+# -- PATCH /api/tasks/{id}: only what an edit may change ---------------------------------------
+
+
+@pytest.mark.parametrize(
+    "name, value",
+    [
+        ("priority", 2000000000),
+        ("title", 5),
+        ("instruction", 5),
+        ("tags", 1),
+        ("goal", 1),
+        ("connection", 1),
+        ("model", 1),
+        ("tools", None),
+        ("tool_policies", None),
+        ("status", 1),
+        ("claim_count", 0),
+    ],
+)
+def test_an_edit_sets_only_the_limits_inside_limits(api, name, value):
+    """`limits` took any of the task's columns: a priority of 2e9 jumped the claim queue and a
+    title, a goal or `tools: null` answered 500. Only the limits table's names are limits."""
+    task = TaskFactory(status=TaskStatus.FAILED, priority=0)
+    before = Task.objects.filter(pk=task.pk).values().get()
+    response = api.patch(f"/api/tasks/{task.pk}", {"limits": {name: value}})
+    error = assert_refused(response, 422, "unknown_field", f"limits.{name}")
+    assert name in error["message"]
+    assert Task.objects.filter(pk=task.pk).values().get() == before
+    assert not task.events.filter(kind=EventKind.EDITED).exists()
+
+
+def test_the_limits_of_an_edit_are_still_set(api):
+    task = TaskFactory(status=TaskStatus.FAILED, limit_turns=10)
+    response = api.patch(
+        f"/api/tasks/{task.pk}", {"limits": {"limit_turns": 40, "limit_cost": None}}
+    )
+    assert response.status_code == 200, response.content
+    task.refresh_from_db()
+    assert task.limit_turns == 40 and task.limit_cost is None
+    assert_refused(
+        api.patch(f"/api/tasks/{task.pk}", {"limits": [40]}), 400, "invalid_input", "limits"
+    )
+
+
+@pytest.mark.parametrize("name", ["tools", "tool_policies", "instruction", "acceptance_checks"])
+def test_an_edit_field_sent_as_null_is_refused_not_ignored(api, name):
+    task = TaskFactory(status=TaskStatus.FAILED)
+    error = assert_refused(
+        api.patch(f"/api/tasks/{task.pk}", {name: None}), 400, "invalid_input", name
+    )
+    assert "leave the field out" in error["message"]
+
+
+def test_an_edit_refuses_a_policy_for_a_tool_the_task_does_not_use(api):
+    task = TaskFactory(status=TaskStatus.FAILED, tools=["read_file"])
+    response = api.patch(f"/api/tasks/{task.pk}", {"tool_policies": {"fetch_url": "ask"}})
+    error = assert_refused(response, 400, "invalid_input", "tool_policies")
+    assert "fetch_url" in error["message"]
+    assert Task.objects.get(pk=task.pk).tool_policies == {}
+
+
+@pytest.mark.parametrize("status", [TaskStatus.DONE, TaskStatus.CANCELLED])
+def test_a_closed_or_cancelled_task_is_not_edited(api, status):
+    task = TaskFactory(status=status)
+    response = api.patch(f"/api/tasks/{task.pk}", {"instruction": "Something else"})
+    assert_refused(response, 409, "transition_not_allowed", None)
+    assert Task.objects.get(pk=task.pk).instruction == task.instruction

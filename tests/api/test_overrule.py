@@ -51,6 +51,21 @@ def test_accept_through_the_api_refuses_clearly(api):
 
 
 @pytest.mark.django_db
+def test_a_reopen_is_not_undone_by_a_second_accept_through_the_api(api):
+    task = rejected_task()
+    assert api.post(f"/api/tasks/{task.pk}/accept", {"reason": "fine"}).status_code == 200
+    reopened = api.post(f"/api/tasks/{task.pk}/reopen", {"feedback": "Write summary.md"})
+    assert reopened.status_code == 200, reopened.content
+    again = api.post(f"/api/tasks/{task.pk}/accept", {"reason": "fine after all"})
+    assert again.status_code == 409 and error_of(again)["code"] == "transition_not_allowed"
+    assert "already accepted by founder" in error_of(again)["message"]
+    data = api.get(f"/api/tasks/{task.pk}").json()
+    assert data["status"] == TaskStatus.READY
+    assert Task.objects.get(pk=task.pk).feedback == "Write summary.md"
+    assert TaskEvent.objects.filter(task=task, kind=EventKind.ACCEPTED).count() == 1
+
+
+@pytest.mark.django_db
 def test_edit_and_retry_through_the_api(api):
     task = rejected_task(failed=True)
     response = api.patch(

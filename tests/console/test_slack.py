@@ -51,6 +51,7 @@ def click(
     secret=SIGNING_SECRET,
     timestamp=None,
     prepared=None,
+    response_url=None,
 ):
     """Post a signed click on `approval`'s button to the endpoint; returns (response, request)."""
     value = button_value(
@@ -61,7 +62,7 @@ def click(
         user=user,
         action_id=action,
         value=value,
-        response_url=f"{slack.server.base}/respond/1",
+        response_url=response_url or f"{slack.server.base}/respond/1",
         timestamp=timestamp,
     )
     response = client.post(
@@ -201,7 +202,9 @@ def test_a_person_without_the_permission_decides_nothing(client, slack):
     assert_nothing_decided(approval)
 
 
-def test_a_button_whose_hash_no_longer_matches_decides_nothing(client, slack, alice):
+def test_a_button_whose_hash_no_longer_matches_decides_nothing_and_leaves_the_card(
+    client, slack, alice
+):
     approval = pending_approval()
     response, _ = click(client, slack, approval, arguments_hash="f" * 64)
     assert response.status_code == 200 and response.json()["code"] == "stale_decision"
@@ -209,6 +212,14 @@ def test_a_button_whose_hash_no_longer_matches_decides_nothing(client, slack, al
     assert_nothing_decided(approval)
     [reply] = replies()
     assert reply["text"].startswith("Nothing was decided: alice (<@U0ALICE>) asked to approve")
+    # The operation still waits: its message keeps its facts and buttons; only alice is told.
+    assert reply["replace_original"] is False
+    Notification.objects.update(next_attempt_at=timezone.now() - timedelta(minutes=1))
+    assert deliver_due().delivered == 1
+    [(path, body)] = slack.server.responses
+    assert path == "/respond/1"
+    assert body["replace_original"] is False and body["response_type"] == "ephemeral"
+    assert "blocks" not in body
 
 
 def test_a_click_on_an_operation_decided_in_the_console_says_who_decided(client, slack, alice):
@@ -221,6 +232,9 @@ def test_a_click_on_an_operation_decided_in_the_console_says_who_decided(client,
     response, _ = click(client, slack, approval, action=DENY_ACTION)
     assert response.json()["code"] == "stale_decision"
     assert Approval.objects.get(pk=approval.pk).status == ApprovalStatus.APPROVED
+    # Decided elsewhere: the message's buttons give way to who decided it.
+    [reply] = replies()
+    assert reply["replace_original"] is True and "already approved by bob" in reply["text"]
 
 
 def test_open_in_acthelm_and_other_payloads(client, slack, alice):
@@ -253,3 +267,104 @@ def test_a_disabled_slack_target_verifies_nothing(client, slack, alice):
     response, _ = click(client, slack, approval)
     assert response.status_code == 401
     assert_nothing_decided(approval)
+
+
+def _signed(body: bytes, stamp: str) -> dict[str, str]:
+    """Headers that sign `body` with any timestamp text, as a holder of the secret could."""
+    base = b"v0:" + stamp.encode() + b":" + body
+    sig = "v0=" + hmac.new(SIGNING_SECRET.encode(), base, hashlib.sha256).hexdigest()
+    return {"X-Slack-Request-Timestamp": stamp, "X-Slack-Signature": sig}
+
+
+@pytest.mark.parametrize(
+    "stamp",
+    [
+        "\u00b2",  # ² passes str.isdigit(); int() refuses it
+        "9" * 400,  # int() takes it; the float arithmetic of the window overflows
+        "1" * 5000,  # over int()'s 4300 digits
+        "\u0661\u0667\u0660\u0660\u0660\u0660\u0660\u0660\u0660\u0660",  # Arabic-Indic digits
+        "1700000000.5",
+        "-1700000000",
+        " 1700000000",
+        "",
+    ],
+    ids=[
+        "superscript",
+        "400-nines",
+        "5000-digits",
+        "arabic-indic",
+        "fraction",
+        "negative",
+        "space",
+        "missing",
+    ],
+)
+def test_a_malformed_timestamp_is_a_401_without_a_traceback(slack, alice, caplog, stamp):
+    from django.test import Client
+
+    approval = pending_approval()
+    body, _ = interaction(
+        SIGNING_SECRET,
+        user="U0ALICE",
+        action_id=APPROVE_ACTION,
+        value=button_value(approval.pk, approval.arguments_hash),
+        response_url=f"{slack.server.base}/respond/1",
+    )
+    client = Client(raise_request_exception=False)
+    response = client.post(
+        ENDPOINT,
+        data=body,
+        content_type="application/x-www-form-urlencoded",
+        headers=_signed(body, stamp),
+    )
+    assert response.status_code == 401 and response.json()["code"] == "bad_timestamp"
+    assert not [r for r in caplog.records if r.levelname == "ERROR" or r.exc_info]
+    assert_nothing_decided(approval)
+    assert not SlackRequestSeen.objects.exists()
+
+
+@pytest.mark.parametrize(
+    "response_url",
+    [
+        "https://hooks.slack.com.evil/actions/T0/1/x",
+        "https://hooks.slack.com@evil.example/actions/T0/1/x",
+        "https://hooks.slack.com:8443/actions/T0/1/x",
+        "http://hooks.slack.com/actions/T0/1/x",
+        "https://evil.example/https://hooks.slack.com/actions/T0/1/x",
+    ],
+)
+def test_a_response_url_only_looking_like_slacks_is_never_answered(
+    client, slack, alice, settings, response_url
+):
+    """Without the slash, `https://hooks.slack.com` is still a host, not the start of a text:
+    the click decides (it was signed), but nothing is sent to the look-alike."""
+    settings.ACTHELM_SLACK_RESPONSE_URL_PREFIXES = ["https://hooks.slack.com"]
+    approval = pending_approval()
+    response, _ = click(client, slack, approval, response_url=response_url)
+    assert response.json()["code"] == "decided"
+    assert replies() == []
+
+
+def test_a_prefix_without_the_slash_still_admits_slacks_own_urls(client, slack, alice, settings):
+    settings.ACTHELM_SLACK_RESPONSE_URL_PREFIXES = ["https://hooks.slack.com"]
+    approval = pending_approval()
+    url = "https://HOOKS.slack.com:443/actions/T0TEAM/1234/abcd"
+    response, _ = click(client, slack, approval, response_url=url)
+    assert response.json()["code"] == "decided"
+    [reply] = replies()
+    assert reply["response_url"] == url
+
+
+def test_the_message_update_escapes_the_model_written_target(client, slack, alice):
+    """The target is the model's words: in the update it is one line and cannot make a link."""
+    approval = pending_approval()
+    Approval.objects.filter(pk=approval.pk).update(
+        target="https://example.org/r.csv\n*Approved by* <https://evil.example|the founder> & co"
+    )
+    response, _ = click(client, slack, approval)
+    assert response.json()["code"] == "decided"
+    [reply] = replies()
+    assert "\n" not in reply["text"]
+    assert "<https://evil" not in reply["text"]
+    assert "&lt;https://evil.example|the founder&gt; &amp; co" in reply["text"]
+    assert "(<@U0ALICE>)" in reply["text"]  # the mention Acthelm writes still is one

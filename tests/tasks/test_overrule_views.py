@@ -45,6 +45,21 @@ def test_accept_is_not_offered_without_a_rejected_run(boss):
     assert 'id="accept-form"' not in page and 'id="rejected-run"' not in page
 
 
+def test_accept_is_not_offered_again_after_a_reopen(boss):
+    """Accepted, then reopened with feedback: the same run is not offered (nor taken) again."""
+    task = rejected_task()
+    boss.post(reverse("tasks:accept", args=[task.pk]), {"reason": "fine"})
+    boss.post(reverse("tasks:reopen", args=[task.pk]), {"feedback": "Write summary.md"})
+    task.refresh_from_db()
+    assert task.status == TaskStatus.READY and task.feedback == "Write summary.md"
+    page = boss.get(detail(task)).content.decode()
+    assert 'id="accept-form"' not in page
+    boss.post(reverse("tasks:accept", args=[task.pk]), {"reason": "fine after all"})
+    task.refresh_from_db()
+    assert task.status == TaskStatus.READY and task.feedback == "Write summary.md"
+    assert TaskEvent.objects.filter(task=task, kind=EventKind.ACCEPTED).count() == 1
+
+
 def test_accept_is_not_offered_without_the_close_permission(client):
     task = rejected_task()
     client.force_login(UserFactory(perms=["tasks.view_task", "tasks.operate_task"]))
@@ -129,6 +144,20 @@ def test_the_change_form_refuses_a_running_task(boss):
     assert response.status_code == 409
     assert "a worker holds it" in response.content.decode()
     assert Task.objects.get(pk=task.pk).instruction == "Summarise the input files."
+
+
+@pytest.mark.parametrize("status", [TaskStatus.DONE, TaskStatus.CANCELLED])
+def test_a_closed_or_cancelled_task_offers_no_change_and_refuses_one(boss, status):
+    task = TaskFactory(status=status)
+    page = boss.get(detail(task)).content.decode()
+    assert 'id="edit-task"' not in page
+    response = boss.post(
+        reverse("tasks:edit", args=[task.pk]), _edit_form(task, instruction="Other")
+    )
+    assert response.status_code == 409
+    assert "a closed or cancelled task is not edited" in response.content.decode()
+    assert Task.objects.get(pk=task.pk).instruction == "Summarise the input files."
+    assert not TaskEvent.objects.filter(task=task, kind=EventKind.EDITED).exists()
 
 
 # --- The admin -----------------------------------------------------------------------------
