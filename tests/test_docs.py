@@ -1,12 +1,12 @@
 """The docs name code that exists. Every doc in docs/ and the README cites modules, files,
 functions, classes, permissions and models in backticks (`tasks/transitions.py`,
-`agents.engine.leases`, `renew_leases()`, `Recorder.commit`); each of those must still be there,
+`agents.engine.store`, `renew_leases()`, `Recorder.commit`); each of those must still be there,
 so that a rename or a removal fails here rather than leaving a doc that sends a reader nowhere.
 
 What is read as a citation:
 - a path with a slash ending in `.py`, `.html` or `/` under one of the packages: the file or
   folder exists;
-- a dotted name starting with a package (`agents.engine.leases.renew_leases`): the longest
+- a dotted name starting with a package (`agents.engine.store.fence.renew_leases`): the longest
   importable module prefix is imported and the rest resolves as attributes;
 - a call `name()` or `Class.method` / `Class.method()`: a `def` or `class` of that name (the last
   part) is defined somewhere in the project's code.
@@ -154,8 +154,8 @@ def test_every_name_a_doc_cites_exists(doc):
 def test_the_check_catches_a_name_that_is_gone():
     assert problem("tasks/transitions.py") is None
     assert problem("tasks/no_such_module.py") == "no file or folder tasks/no_such_module.py"
-    assert problem("agents.engine.leases.renew_leases") is None
-    assert problem("agents.engine.leases.no_such_function") is not None
+    assert problem("agents.engine.store.fence.renew_leases") is None
+    assert problem("agents.engine.store.fence.no_such_function") is not None
     assert problem("renew_leases()") is None
     assert (
         problem("no_such_function_anywhere()") == "no def or class named no_such_function_anywhere"

@@ -45,7 +45,6 @@ from agents.catalogue.tools.artifacts import stamp_fence
 from agents.catalogue.tools.mcp import McpTool, RemoteTool
 from agents.catalogue.tools.plan import ProposeTaskArgs
 from agents.engine import storable
-from agents.engine.leases import holds_now
 from agents.engine.outcomes import Outcome, OutcomeKind, apply_outcome
 from agents.engine.prompting import DISCARDED_NOTE, History, result_for_model, system_prompt
 from agents.engine.recorder import (
@@ -59,6 +58,7 @@ from agents.engine.recorder import (
     TurnState,
     load_state,
 )
+from agents.engine.store import holds_now
 from agents.engine.usage import Usage, first_reached, headroom, is_mcp_tool, remaining
 from agents.states import TOOL_CALL_DONE, CostTier, FailureCode, Role
 from agents.states import ToolCallStatus as TC

@@ -1,16 +1,11 @@
 """What a task has used across all its runs, and what remains of its limits. The limits
 themselves (names, settings, labels, counters, failure codes) are the table `tasks.limits`."""
 
-import functools
 from collections.abc import Iterable
 from dataclasses import dataclass, fields
 from decimal import Decimal
 from typing import cast
 
-from django.db.models import Field
-
-from agents.models import AgentRun
-from core import fastsql
 from tasks.limits import CUMULATIVE, Limit
 from tasks.models import Task
 
@@ -85,28 +80,13 @@ KINDS = {f.name: cast(type, f.type) for f in FIELDS}
 ZERO = Usage()
 
 
-@functools.cache
-def _task_usage_sql() -> str:
-    """The aggregate, built once (the ORM's compile of seven sums cost a task ~1 ms of CPU)."""
-    meta = AgentRun._meta
-
-    def column(name: str) -> str:
-        found = meta.get_field(name)
-        assert isinstance(found, Field) and found.column  # a column of the run row
-        return found.column
-
-    sums = ", ".join(f"coalesce(sum({column(name)}), 0)" for name in KINDS)
-    return f"SELECT {sums} FROM {meta.db_table} WHERE {column('task')} = %s"
-
-
 def task_usage(task_id: int) -> Usage:
     """Usage summed over every run of the task, in one aggregate: limits hold across pauses and
-    restarts."""
-    row = fastsql.execute(_task_usage_sql(), [task_id]).fetchone()
-    assert row is not None  # an aggregate without GROUP BY returns one row
-    return Usage(
-        **{name: kind(value) for (name, kind), value in zip(KINDS.items(), row, strict=True)}
-    )
+    restarts. The run's store runs it (`agents.engine.store.usage`); imported here when called,
+    because the store is built on this module's `Usage`."""
+    from agents.engine.store.usage import task_usage as summed
+
+    return summed(task_id)
 
 
 def is_mcp_tool(name: str) -> bool:
