@@ -10,6 +10,7 @@ SQL for a run (tests/agents/test_store_boundary.py keeps it so).
   fenced transaction (`writes`); a step is the values of `values` (`Step`, `Result`, ...),
   built into rows once for both paths;
 - the run's end and the calls' moves (`runs`: the only writer of a run's and a call's status);
+- what a task used over its runs (`usage`: the `Usage` value and its sum);
 - the database functions' templates (`sql/*.sql`) and their rendering (`functions`).
 
 The store takes values and imports nothing above it: the verdict (`agents.engine.outcomes`)
@@ -40,6 +41,7 @@ from agents.engine.store.runs import (
 from agents.engine.store.statement import Handoff, StepPlan
 from agents.engine.store.statement import plan as plan_step
 from agents.engine.store.statement import write as write_step
+from agents.engine.store.usage import Usage, task_usage
 from agents.engine.store.values import (
     CallState,
     Checkpoint,
@@ -67,6 +69,7 @@ __all__ = [
     "Step",
     "StepPlan",
     "TurnState",
+    "Usage",
     "claim_batch",
     "claim_next",
     "end_started_runs",
@@ -86,6 +89,7 @@ __all__ = [
     "set_calls_status",
     "settle_for_cancelled_task",
     "stale_task_ids",
+    "task_usage",
     "write_run_row",
     "write_step",
 ]

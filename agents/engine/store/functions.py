@@ -17,9 +17,10 @@ from django.db import connection as db
 from django.db import models
 from django.db.models import Field
 
+from agents.engine.store.claim import EVENT_COLUMNS, RUN_COLUMNS
 from agents.engine.store.fence import fence_lock
 from agents.engine.store.literal import literal
-from agents.engine.usage import FIELDS
+from agents.engine.store.usage import FIELDS
 from agents.models import AgentRun, Conversation, ToolCall, Turn
 from agents.states import RunStatus
 from core import fastsql
@@ -199,8 +200,6 @@ def claim_function_sql() -> str:
     """`CREATE OR REPLACE FUNCTION acthelm_claim(...)` as the template and the models make it
     today (sql/acthelm_claim.sql): the run's and the claim event's columns
     (`claim.RUN_COLUMNS`, `claim.EVENT_COLUMNS`)."""
-    from agents.engine.store.claim import EVENT_COLUMNS, RUN_COLUMNS
-
     run_columns, run_values = _insert_columns(AgentRun, RUN_COLUMNS, "run_default")
     event_columns, event_values = _insert_columns(TaskEvent, EVENT_COLUMNS, "event_default")
     return render(

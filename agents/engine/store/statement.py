@@ -50,6 +50,7 @@ from django.utils import timezone
 
 from agents.engine.store.functions import NOT_STARTED, REFUSED, column
 from agents.engine.store.runs import call_move_json
+from agents.engine.store.usage import FIELDS
 from agents.engine.store.values import (
     CallState,
     NewCall,
@@ -59,7 +60,6 @@ from agents.engine.store.values import (
     new_call_row,
     turn_row,
 )
-from agents.engine.usage import FIELDS
 from agents.models import AgentRun, Conversation, ToolCall, Turn
 from agents.states import TOOL_CALL_TRANSITIONS
 from core import fastsql

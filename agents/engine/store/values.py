@@ -13,7 +13,7 @@ from decimal import Decimal
 from typing import TYPE_CHECKING, Any
 
 from agents.catalogue.tools import ArtifactWritten
-from agents.engine.usage import ZERO, Usage
+from agents.engine.store.usage import ZERO, Usage
 from agents.models import ToolCall
 from agents.states import ToolCallStatus
 from approvals.services import ApprovalRequest

@@ -13,8 +13,8 @@ from django.db import connection as db
 from django.db.models import Field
 
 from agents.engine.store.literal import literal
+from agents.engine.store.usage import FIELDS, Usage
 from agents.engine.store.values import NewCall, NewTurn, conversation_values, new_call_row, turn_row
-from agents.engine.usage import FIELDS, Usage
 from agents.models import AgentRun, Conversation, ToolCall, Turn
 from agents.states import RunStatus
 from core import fastsql
