@@ -3,7 +3,7 @@
 from django.conf import settings
 from django.core.exceptions import ValidationError
 from django.db import models
-from django.db.models import Q
+from django.db.models import JSONField, Q, Value
 
 from agents.catalogue.connection_rules import connection_kind_choices, validate_connection
 from agents.catalogue.tools.recovery_class import CHOICES as RECOVERY_CHOICES
@@ -220,6 +220,12 @@ class Conversation(models.Model):
     plan = models.JSONField(null=True, blank=True)
     plan_updated_at = models.DateTimeField(null=True, blank=True)
     created_at = models.DateTimeField(auto_now_add=True)
+    # A person who changed the task may start it over (`agents.actions.tasks`): the turns
+    # before `first_turn` stay on record but are never sent again, and the next run builds a
+    # new system prompt. `earlier` keeps each earlier conversation's prompt, pins and plan, with
+    # the turns it spanned. Database defaults: the step function inserts this row by name.
+    first_turn = models.PositiveIntegerField(default=0, db_default=0)
+    earlier = models.JSONField(default=list, blank=True, db_default=Value([], JSONField()))
 
     def __str__(self) -> str:
         return f"conversation of task {self.task_id}"

@@ -154,22 +154,13 @@ def is_failed_attempt(run: AgentRun) -> bool:
 
 
 def task_run_facts(task_id: int) -> list[RunFacts]:
-    """The facts of a task's runs, oldest first, in two queries. Attempts are numbered as the
-    task counts them: from 1, one more after each failed attempt, from 1 again after a
-    person's retry (which starts the count afresh)."""
-    retries = sorted(
-        TaskEvent.objects.filter(task_id=task_id, kind=EventKind.RETRIED).values_list(
-            "id", flat=True
-        )
-    )
+    """The facts of a task's runs, oldest first, in one query. Attempts are numbered over the
+    task's life: from 1, one more after each failed attempt. A person's retry (which gives the
+    task its attempts again) or retry now does not number them afresh: the run after a
+    rejected one is the next attempt."""
     facts: list[RunFacts] = []
-    attempt, previous_claim = 1, 0
+    attempt = 1
     for run in task_runs(task_id):
-        claim = run.claim_event_id
-        if claim is not None:
-            if any(previous_claim < retry < claim for retry in retries):
-                attempt = 1
-            previous_claim = claim
         failed = is_failed_attempt(run)
         facts.append(_run_facts(run, attempt=attempt, failed_attempt=failed))
         attempt += failed

@@ -64,9 +64,9 @@ GOAL_COMMITS_EXTERNAL = 2
 TAIL = 9
 HEARTBEAT_PROBE = 0.25  # s, the heartbeat interval while its cost is measured
 
-# The server the capacity table is worked out for (docs/operations.md, "Past one machine, on
-# paper"): stated assumptions, not measurements. Server CPU per step is measured on this machine
-# and assumed to scale per core.
+# The server the capacity table is worked out for (bench/README.md, "Capacity on paper, round by
+# round"; docs/operations.md, "Past one machine, on paper"): stated assumptions, not
+# measurements. Server CPU per step is measured on this machine and assumed to scale per core.
 SERVER = {
     "cores": 16,
     "cpu_budget": 0.7,  # of the cores, for the agents' steps

@@ -166,6 +166,9 @@ class TaskCreateForm(forms.Form):
         }
 
 
+CONTINUE, START_OVER = "continue", "start_over"
+
+
 class TaskEditForm(forms.Form):
     """Change a task that is not running: its instruction, acceptance checks, tools and limits
     (`agents.actions.tasks.task_update` checks and records the change). Only the fields the
@@ -176,6 +179,25 @@ class TaskEditForm(forms.Form):
     tools = forms.MultipleChoiceField(required=False, widget=forms.CheckboxSelectMultiple)
     ask_tools = forms.MultipleChoiceField(
         required=False, widget=forms.CheckboxSelectMultiple, label="Ask a person first"
+    )
+    # How "Save and retry now" runs it again (`agents.actions.tasks.task_change_and_retry`).
+    then = forms.ChoiceField(
+        required=False,
+        initial=CONTINUE,
+        widget=forms.RadioSelect,
+        label="How the retry goes on",
+        choices=[
+            (
+                CONTINUE,
+                "Continue the conversation: the model keeps what it has done and is told, in "
+                "one message, the task as changed and the checks now in force",
+            ),
+            (
+                START_OVER,
+                "Start over: a fresh conversation from the new instruction (the earlier runs "
+                "stay on record)",
+            ),
+        ],
     )
 
     def __init__(self, *args: Any, task: Task, **kwargs: Any) -> None:
@@ -214,6 +236,9 @@ class TaskEditForm(forms.Form):
 
     def clean_acceptance_checks(self) -> list[str]:
         return checks_from_lines(self.cleaned_data.get("acceptance_checks") or "")
+
+    def start_over(self) -> bool:
+        return self.cleaned_data.get("then") == START_OVER
 
     def changes(self) -> dict[str, Any]:
         """What the person changed, as `task_update` takes it."""

@@ -68,6 +68,10 @@ def _on_model(data: EventData) -> list[str]:
         lines.append(f"After: {data['previous_failure']}")
     if data.get("model"):
         lines.append(f"On {data['model']}")
+    if data.get("start_over"):
+        lines.append("Started over: a fresh conversation from the instruction")
+    elif data.get("change_sent"):
+        lines.append("The model is told what changed: " + ", ".join(map(str, data["change_sent"])))
     return lines
 
 

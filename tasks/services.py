@@ -183,10 +183,10 @@ def task_close(*, actor: Actor, task_id: int) -> Task:
     return task
 
 
-def task_retry_now(*, actor: Actor, task_id: int) -> Task:
+def task_retry_now(*, actor: Actor, task_id: int, data: Mapping[str, object] | None = None) -> Task:
     """A ready task waiting for its retry back-off (or a cooldown) becomes claimable now: the
     wait is dropped and the workers are woken. Only a ready task with a wait; its attempts
-    still count."""
+    still count. `data` adds to the `retried` event (what a person's change made of the run)."""
     actor.require(OPERATE_TASK)
     with transaction.atomic():
         task = lock_task(task_id)
@@ -201,7 +201,7 @@ def task_retry_now(*, actor: Actor, task_id: int) -> Task:
             task,
             actor=actor,
             kind=EventKind.RETRIED,
-            data={"retry_now": True, "not_before_was": waited_until.isoformat()},
+            data={"retry_now": True, "not_before_was": waited_until.isoformat(), **(data or {})},
         )
         notify_ready()
     return task

@@ -493,7 +493,8 @@ def accept_task(request: ApiRequest, task_id: int, payload: s.AcceptIn) -> dict[
 def edit_task(request: ApiRequest, task_id: int, payload: s.TaskEditIn) -> dict[str, Any]:
     """Change a task that is not running (409 while a worker holds it): its instruction,
     acceptance checks, tools, policies and limits; the `edited` event records each before and
-    after. With `retry`, it then runs again now (all or nothing)."""
+    after. With `retry`, it then runs again now (all or nothing): the model is told what
+    changed, or with `start_over` begins a fresh conversation."""
     actor = _require(request, OPERATE_TASK)
     changes: dict[str, Any] = {
         name: value
@@ -503,7 +504,11 @@ def edit_task(request: ApiRequest, task_id: int, payload: s.TaskEditIn) -> dict[
     changes |= payload.limits
     _task_or_404(task_id)
     person_tasks.task_change_and_retry(
-        actor=actor, task_id=task_id, changes=changes, retry=payload.retry
+        actor=actor,
+        task_id=task_id,
+        changes=changes,
+        retry=payload.retry,
+        start_over=payload.start_over,
     )
     return _done(request, task_id, "edit")
 

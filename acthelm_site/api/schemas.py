@@ -395,8 +395,14 @@ class TaskEditIn(BodyIn):
     )
     retry: bool = Field(
         False,
-        description="Then retry now: a failed task from its checkpoint; a ready one waiting for "
-        "its retry drops the wait",
+        description="Then retry now: a failed task, or a ready one waiting for its retry (which "
+        "drops the wait). The model continues its conversation and is told, in one message, the "
+        "task as changed and the checks now in force",
+    )
+    start_over: bool = Field(
+        False,
+        description="With `retry`: a fresh conversation from the new instruction instead, with "
+        "a newly built system prompt (the earlier runs and turns stay on record)",
     )
 
 

@@ -19,11 +19,12 @@ from django.db import transaction
 
 from agents.catalogue.connections import model_check_for_task
 from agents.engine.acceptance import FIELD as CHECKS_FIELD
-from agents.engine.acceptance import validate_checks
+from agents.engine.acceptance import check_text, default_checks_on, validate_checks
 from agents.engine.intake import _validate_tools, task_create
+from agents.engine.prompting import CHANGE_HEAD, change_message
 from agents.engine.usage import exhausted_limits
-from agents.models import Connection, Model
-from agents.selectors import last_rejection
+from agents.models import Connection, Conversation, Model, Turn
+from agents.selectors import DEFAULT_CHECK, TASK_CHECK, Rejection, last_rejection
 from agents.states import FailureCode
 from core.actors import Actor
 from core.exceptions import (
@@ -204,10 +205,15 @@ def task_retry(
     model: Model | None = None,
     limits: dict[str, Any] | None = None,
     raised_limit: int | None = None,
+    data: Mapping[str, Any] | None = None,
 ) -> Task:
     """Queue a failed task again from its checkpoint. After a limit, the limit must be raised:
     `limits` are set first, in the same transaction (all or nothing; unchanged ones are skipped).
-    `raised_limit` is a new value for the limit the task stopped at, whichever that is."""
+    `raised_limit` is a new value for the limit the task stopped at, whichever that is.
+
+    When the supervisor rejected the newest run and no feedback waits for the next attempt,
+    the rejection becomes that feedback: the next run asks the model again with it, rather than
+    judging the stored answer once more. `data` adds to the `retried` event."""
 
     if raised_limit is not None:
         code = Task.objects.filter(pk=task_id).values_list("failure_code", flat=True).first()
@@ -228,18 +234,27 @@ def task_retry(
             raise LimitNotRaised(
                 f"task {task_id} stopped at {task.failure_code}; raise that limit before retrying"
             )
-        data: dict[str, Any] = {"previous_failure": task.failure_code}
+        event: dict[str, Any] = {"previous_failure": task.failure_code, **(data or {})}
         if model is not None:
             check = model_check_for_task(task=task, model=model)
             check.raise_if_failed()
-            data |= {"model_id": model.pk, "model": str(model), "check": check.as_dict()}
+            event |= {"model_id": model.pk, "model": str(model), "check": check.as_dict()}
             task.connection, task.model = model.connection, model
+        feedback = task.feedback
+        if (
+            not feedback
+            and not event.get("start_over")  # a fresh conversation begins from the instruction
+            and (rejection := last_rejection(task)) is not None
+            and rejection.accepted is None
+        ):
+            feedback = rejection.reason
         set_status(
             task,
             TaskStatus.READY,
             actor=actor,
             kind=EventKind.RETRIED,
-            data=data,
+            data=event,
+            feedback=feedback,
             failure_code="",
             failure_message="",
             failed_attempts=0,
@@ -364,24 +379,139 @@ def task_update(*, actor: Actor, task_id: int, changes: Mapping[str, Any]) -> Ta
     return task
 
 
+#: What a model continuing its conversation is told of when a person changes it.
+TOLD_FIELDS = ("instruction", CHECKS_FIELD, "tools")
+
+
 def task_change_and_retry(
-    *, actor: Actor, task_id: int, changes: Mapping[str, Any], retry: bool = True
+    *,
+    actor: Actor,
+    task_id: int,
+    changes: Mapping[str, Any],
+    retry: bool = True,
+    start_over: bool = False,
 ) -> Task:
     """Change a task that is not running (`task_update`), then, with `retry`, run it again now:
-    a failed task is retried from its checkpoint (`task_retry`), a ready task waiting for its
-    retry drops the wait (`task_retry_now`). All or nothing: a refused retry undoes the edit."""
+    a failed task is retried (`task_retry`), a ready task waiting for its retry drops the wait
+    (`task_retry_now`). All or nothing: a refused retry undoes the edit.
+
+    The change reaches the model's next request (`next_attempt`). By default the conversation
+    continues: its stored prefix is sent as it was, and one message says what changed. With
+    `start_over` (only with `retry`) the next run begins a fresh conversation from the new
+    instruction; the earlier turns, runs and calls stay on record."""
+    if start_over and not retry:
+        raise InvalidInput("starting over is a way to retry: ask for the retry too", field="retry")
     with transaction.atomic():
+        task = lock_task(task_id)
+        before = {name: getattr(task, name) for name in TOLD_FIELDS}
         task = task_update(actor=actor, task_id=task_id, changes=changes)
+        changed = {name for name, value in before.items() if getattr(task, name) != value}
         if not retry:
+            next_attempt(task, changed=changed, start_over=False)
             return task
         if task.status == TaskStatus.FAILED:
-            return task_retry(actor=actor, task_id=task_id)
+            data = next_attempt(task, changed=changed, start_over=start_over)
+            return task_retry(actor=actor, task_id=task_id, data=data)
         if task.status == TaskStatus.READY and task.not_before is not None:
-            return task_retry_now(actor=actor, task_id=task_id)
+            data = next_attempt(task, changed=changed, start_over=start_over)
+            return task_retry_now(actor=actor, task_id=task_id, data=data)
         raise TransitionNotAllowed(
             f"task {task_id} is {task.status}: only a failed task or one waiting for its retry "
             "can be retried now"
         )
+
+
+def next_attempt(task: Task, *, changed: set[str], start_over: bool) -> dict[str, Any]:
+    """What the next run of `task` starts from after a person changed `changed` (the caller
+    holds the task's row lock). Returns what the `retried` event records of it.
+
+    Continue: when the instruction, the checks or the tools changed and the task has a
+    conversation, `Task.feedback` becomes one message (`change_message`) with the task as it is
+    now, the rejection of the previous attempt as far as it still applies (a check taken away,
+    or a default check of an instruction since changed, is dropped) and the person's own
+    feedback; the run sends it after the stored prefix, unchanged. Start over: the turns so far
+    become an earlier conversation (`Conversation.first_turn`, `Conversation.earlier`), the
+    feedback is dropped, and the next run builds a new system prompt and begins from the
+    instruction."""
+    conversation = Conversation.objects.select_for_update().filter(task_id=task.pk).first()
+    rejection = last_rejection(task)
+    if rejection is not None and rejection.accepted is not None:
+        rejection = None  # a person took that run into review: its rejection answers nothing
+    if start_over:
+        data: dict[str, Any] = {"start_over": True}
+        if conversation is not None:
+            data["first_turn"] = _start_over(conversation)
+        _set_feedback(task, "")
+        return data
+    if conversation is None or not changed & set(TOLD_FIELDS):
+        return {}
+    own = task.feedback
+    if own.startswith(CHANGE_HEAD) or (rejection is not None and own == rejection.reason):
+        own = ""  # a change told before is told again as it is now; the rejection, below
+    message = change_message(
+        instruction=task.instruction,
+        checks=[check_text(c) for c in task.acceptance_checks or []],
+        tools=list(task.tools) if "tools" in changed else None,
+        rejected=_still_applies(rejection, task, instruction_changed="instruction" in changed),
+        feedback=own,
+    )
+    _set_feedback(task, message)
+    return {"change_sent": sorted(changed & set(TOLD_FIELDS))}
+
+
+def _still_applies(
+    rejection: Rejection | None, task: Task, *, instruction_changed: bool
+) -> list[str]:
+    """Why the previous attempt was rejected, as far as it still applies to the changed task: a
+    failed check of the task's own only while the task still has it, a default check only while
+    the instruction it was derived from is unchanged; a reason that is no check's (the rules',
+    a model supervisor's) as it was."""
+    if rejection is None:
+        return []
+    if not rejection.failed_checks:
+        return [rejection.reason] if rejection.reason else []
+    in_force = {check_text(c) for c in task.acceptance_checks or []}
+    out = []
+    for failed in rejection.failed_checks:
+        if failed["source"] == TASK_CHECK and failed["check"] not in in_force:
+            continue
+        if failed["source"] == DEFAULT_CHECK and (instruction_changed or not default_checks_on()):
+            continue
+        out.append(f"{failed['source']} {failed['check']} failed: {failed['detail']}")
+    return out
+
+
+def _start_over(conversation: Conversation) -> int:
+    """The conversation's turns so far become an earlier one, kept on record and never sent
+    again; its prompt, pins and plan are kept with them, and cleared for the next run to build.
+    Returns the index of the new conversation's first turn."""
+    last = Turn.objects.filter(task_id=conversation.task_id).order_by("-index").first()
+    first_turn = last.index + 1 if last is not None else conversation.first_turn
+    if first_turn == conversation.first_turn and not conversation.system_prompt:
+        return first_turn  # started over already, and no run has begun the new one
+    conversation.earlier = [
+        *(conversation.earlier or []),
+        {
+            "first_turn": conversation.first_turn,
+            "until_turn": first_turn,
+            "system_prompt": conversation.system_prompt,
+            "system_prompt_sha256": conversation.system_prompt_sha256,
+            "tool_pins": conversation.tool_pins,
+            "plan": conversation.plan,
+            "created_at": conversation.created_at.isoformat(),
+        },
+    ]
+    conversation.first_turn = first_turn
+    conversation.system_prompt = conversation.system_prompt_sha256 = ""
+    conversation.tool_pins, conversation.plan, conversation.plan_updated_at = {}, None, None
+    conversation.save()
+    return first_turn
+
+
+def _set_feedback(task: Task, feedback: str) -> None:
+    if task.feedback != feedback:
+        task.feedback = feedback
+        Task.objects.filter(pk=task.pk).update(feedback=feedback)
 
 
 def task_accept(*, actor: Actor, task_id: int, reason: str) -> Task:

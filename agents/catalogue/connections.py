@@ -54,13 +54,15 @@ def conversation_tokens(task: Task) -> int:
     """Estimate what the saved conversation costs in tokens if sent to a model now."""
     total = estimate_tokens(task.instruction)
     conversation = getattr(task, "conversation", None) if task.pk else None
+    first = 0  # the turns of a conversation a person started over are not sent again
     if conversation is not None:
         total += estimate_tokens(conversation.system_prompt)
-    for content in Turn.objects.filter(task=task, discarded=False).values_list(
+        first = conversation.first_turn
+    for content in Turn.objects.filter(task=task, discarded=False, index__gte=first).values_list(
         "content", flat=True
     ):
         total += estimate_tokens(content)
-    for call in task.tool_calls.filter(turn__discarded=False).values_list(
+    for call in task.tool_calls.filter(turn__discarded=False, turn__index__gte=first).values_list(
         "result_for_model", "arguments_raw"
     ):
         total += estimate_tokens(call[0]) + estimate_tokens(call[1])

@@ -46,7 +46,14 @@ from agents.catalogue.tools.mcp import McpTool, RemoteTool
 from agents.catalogue.tools.plan import ProposeTaskArgs
 from agents.engine import storable
 from agents.engine.outcomes import Outcome, OutcomeKind, apply_outcome
-from agents.engine.prompting import DISCARDED_NOTE, History, result_for_model, system_prompt
+from agents.engine.prompting import (
+    DISCARDED_NOTE,
+    History,
+    feedback_message,
+    result_for_model,
+    system_prompt,
+    task_message,
+)
 from agents.engine.recorder import (
     CallState,
     NewCall,
@@ -241,6 +248,7 @@ class AgentLoop:
         self.admitted: tuple[CallState, Decision] | None = None
         self.intended = False
         self.tool_context: ToolContext | None = None  # the fixed part, built at first use
+        self.feedback_after_round = False  # the task's feedback waits for open calls to run
 
     # -- entry points ----------------------------------------------------------------------------
 
@@ -319,7 +327,11 @@ class AgentLoop:
         self.next_index = saved.next_index
         self.history = History(self.conversation.system_prompt if self.conversation else "")
         self.calls: list[CallState] = []
-        self.started_fresh = not saved.turns  # every call the task has made is in self.calls
+        # The conversation has no turn yet: the task's first, or one a person started over
+        # (`Conversation.first_turn`), whose system prompt this run builds anew.
+        self.fresh_conversation = not saved.turns
+        # Every call the task has made is in self.calls: no turn at all, before any conversation.
+        self.started_fresh = saved.next_index == 0
         self.last: TurnState | None = None  # the last turn that was not discarded
         for turn in saved.turns:
             self.calls += turn.calls
@@ -393,7 +405,7 @@ class AgentLoop:
 
     def _prepare(self) -> None:
         step = self.step
-        if self.conversation is None:
+        if self.fresh_conversation:
             # No active entry at the load: nothing to rank, and no statement to ask for it.
             chosen = (
                 memory_services.rank_for_task(
@@ -408,13 +420,28 @@ class AgentLoop:
             )
             step.memory_chosen = chosen
             step.system_prompt = prompt
+            step.restart = self.conversation is not None
             self.history = History(prompt)
-            self._user_turn(f"## Task\n{self.task.instruction}")
+            self._user_turn(task_message(self.task.instruction))
         elif self.memory_from_run:
             step.memory_from_run = self.memory_from_run
+        last = self.last
         if self.task.feedback:
-            self._user_turn(f"Feedback on your previous attempt:\n{self.task.feedback}")
-            step.clear_feedback = True
+            if (
+                last is not None
+                and last.role == Role.ASSISTANT
+                and any(c.status not in TOOL_CALL_DONE for c in last.calls)
+            ):
+                # Calls of the last turn are still open (a person changed a paused task): they
+                # run first, and the feedback follows their results (`_loop`).
+                self.feedback_after_round = True
+            else:
+                self._give_feedback()
+
+    def _give_feedback(self) -> None:
+        self._user_turn(feedback_message(self.task.feedback))
+        self.step.clear_feedback = True
+        self.feedback_after_round = False
 
     def _user_turn(self, content: str) -> None:
         self.step.turns.append(NewTurn(index=self.next_index, role=Role.USER, content=content))
@@ -525,6 +552,8 @@ class AgentLoop:
                     return Outcome(Outcome.FINAL, answer=self.last.content)
                 self._round(calls)
                 self._safe_point()
+                if self.feedback_after_round:
+                    self._give_feedback()
             self._check_limits()
             self._model_turn()
 

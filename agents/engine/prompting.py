@@ -43,6 +43,50 @@ PLAN_RULE = """- Start by calling update_plan with your plan; other tools answer
   until a plan exists."""
 
 
+def task_message(instruction: str) -> str:
+    """The first message of a conversation: the task's instruction."""
+    return f"## Task\n{instruction}"
+
+
+FEEDBACK_HEAD = "Feedback on your previous attempt:\n"
+CHANGE_HEAD = "A person changed this task after your previous attempt."
+
+
+def feedback_message(feedback: str) -> str:
+    """The message that gives the model a task's feedback (`Task.feedback`): a person's or the
+    supervisor's, or the change a person made (`change_message`), which says what it is."""
+    return feedback if feedback.startswith(CHANGE_HEAD) else FEEDBACK_HEAD + feedback
+
+
+def change_message(
+    *,
+    instruction: str,
+    checks: list[str],
+    tools: list[str] | None = None,
+    rejected: list[str] | None = None,
+    feedback: str = "",
+) -> str:
+    """The one message that tells a model continuing its conversation what a person changed: the
+    task's instruction and acceptance checks as they are now, its tools when they changed, why
+    the previous attempt was rejected (only what still applies) and the person's own feedback."""
+    parts = [
+        CHANGE_HEAD + " From now on, work to the task as it is now: where it differs from what "
+        "came before, the task below wins.",
+        f"## Task, as it is now\n{instruction}",
+        "## Acceptance checks now in force\n"
+        + ("\n".join(f"- {c}" for c in checks) if checks else "(none of the task's own)"),
+    ]
+    if tools is not None:
+        parts.append("## Your tools now\n" + (", ".join(tools) or "(none: answer directly)"))
+    if rejected:
+        parts.append(
+            "## Why your previous attempt was rejected\n" + "\n".join(f"- {r}" for r in rejected)
+        )
+    if feedback:
+        parts.append(f"## The person's feedback\n{feedback}")
+    return "\n\n".join(parts)
+
+
 def system_prompt(*, offered: list[str], memory: str) -> str:
     rules = ["- You have no tools: answer directly."]
     if offered:

@@ -96,7 +96,7 @@ class SavedState:
     claim_count: int
     connection_id: int | None
     conversation: Conversation | None
-    turns: list[TurnState]
+    turns: list[TurnState]  # of the current conversation (from `Conversation.first_turn` on)
     next_index: int
     approvals: dict[int, str]  # approved call -> the hash a person approved
     run_again: set[int]  # calls a person chose to run again
@@ -212,9 +212,11 @@ def _saved(task: Task, run_id: int) -> SavedState:
     )
     conversation: Conversation | None = getattr(task, "conversation", None)
     rows = []
+    # Turns of a conversation a person started over stay on record and are not sent again.
+    first_turn = conversation.first_turn if conversation is not None else 0
     if loaded["has_turns"]:
         rows = list(
-            Turn.objects.filter(task_id=task_id)
+            Turn.objects.filter(task_id=task_id, index__gte=first_turn)
             .order_by("index")
             .prefetch_related(
                 Prefetch(
@@ -259,7 +261,7 @@ def _saved(task: Task, run_id: int) -> SavedState:
         connection_id=loaded["run_connection_id"] or task.connection_id,
         conversation=conversation,
         turns=turns,
-        next_index=rows[-1].index + 1 if rows else 0,
+        next_index=rows[-1].index + 1 if rows else first_turn,
         approvals=approvals,
         run_again=run_again,
         usage=usage,
@@ -393,8 +395,9 @@ class Recorder:
         elif step.memory_from_run is not None:
             memory_services.copy_selection(from_run_id=step.memory_from_run, to_run=self.run)
         if step.system_prompt is not None:
-            store.insert_conversation(  # once a task
-                self.task_id, step.system_prompt, step.tool_pins, now
+            # Once a task, or again for the conversation a person started over.
+            store.write_conversation(
+                self.task_id, step.system_prompt, step.tool_pins, now, restart=step.restart
             )
         elif step.tool_pins is not None:
             Conversation.objects.filter(task_id=self.task_id).update(tool_pins=step.tool_pins)

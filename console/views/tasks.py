@@ -734,6 +734,7 @@ def task_edit(request: AuthenticatedHttpRequest, pk: int) -> HttpResponse:
                     task_id=pk,
                     changes=form.changes(),
                     retry=retry,
+                    start_over=retry and form.start_over(),
                 )
             except NotPermitted:
                 raise PermissionDenied from None
@@ -746,7 +747,13 @@ def task_edit(request: AuthenticatedHttpRequest, pk: int) -> HttpResponse:
                     "console.task_edited",
                     extra={"task_id": pk, "retry": retry, "actor": request.user.get_username()},
                 )
-                done = "changed and queued to run now" if retry else "changed"
+                done = "changed" + (
+                    ""
+                    if not retry
+                    else " and queued to start over now"
+                    if form.start_over()
+                    else " and queued to run now; the model is told what changed"
+                )
                 messages.success(request, f"Task #{pk} {done}.")
                 return redirect("tasks:detail", pk=pk)
     context = {
@@ -755,5 +762,7 @@ def task_edit(request: AuthenticatedHttpRequest, pk: int) -> HttpResponse:
         "tool_rows": _tool_rows(form),
         "can_retry": task.status == TaskStatus.FAILED
         or (task.status == TaskStatus.READY and task.not_before is not None),
+        # The rejection this change answers, when the supervisor rejected the newest run.
+        "rejection": last_rejection(task),
     }
     return render(request, "console/task_edit.html", context, status=status)

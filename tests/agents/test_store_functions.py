@@ -28,6 +28,7 @@ FROZEN = {
     "0019_acthelm_step.sql": "528df65e23140fc0a483617d14976f4b7dd5d1a2cffcbad30ae97f03411b7bfc",
     "0020_acthelm_step.sql": "a9297517fec659569ef40510e48a40b2e09a5d60d67801924b9596f9349b4502",
     "0021_acthelm_claim.sql": "edb9c30afb180307021d0dd122e14284df349b9b1614a24b3302343cc1c5d9af",
+    "0022_acthelm_step.sql": "3462778817d5d7fa4cdecb9036f8eb960b5cdcd920f61c0834ae09cdc3c77020",
 }
 MIGRATIONS = Path(agents.migrations.__file__).resolve().parent
 _APPLIED = re.compile(r'applied\(\s*"([^"]+)",\s*"([0-9a-f]{64})"\s*\)')

@@ -52,7 +52,7 @@ from agents.engine.store.values import (
     Step,
     TurnState,
 )
-from agents.engine.store.writes import insert_conversation, insert_turns, write_run_row
+from agents.engine.store.writes import insert_turns, write_conversation, write_run_row
 
 __all__ = [
     "HANDOFF_RUN_COLUMNS",
@@ -79,7 +79,6 @@ __all__ = [
     "finish_run",
     "holds_attempt",
     "holds_now",
-    "insert_conversation",
     "insert_turns",
     "plan_step",
     "renew_lease",
@@ -90,6 +89,7 @@ __all__ = [
     "settle_for_cancelled_task",
     "stale_task_ids",
     "task_usage",
+    "write_conversation",
     "write_run_row",
     "write_step",
 ]

@@ -28,9 +28,9 @@ approved final answer moves the task to review): the run's end and the task's mo
 after the same fence, when the task's status is still the one the end was decided for and no
 notification target wants the move; else the function declines it (`handed_off` false), writing
 nothing, and the fenced transaction writes the end. What `Step` holds beyond that (memory, new
-tool pins alone, approvals, reviews, artifacts, the plan, proposals, compaction, any other
-outcome, an event that notifies a person) keeps the fenced-transaction path
-(`agents.engine.recorder.Recorder._commit`, `writes`).
+tool pins alone, a conversation started over, approvals, reviews, artifacts, the plan,
+proposals, compaction, any other outcome, an event that notifies a person) keeps the
+fenced-transaction path (`agents.engine.recorder.Recorder._commit`, `writes`).
 """
 
 from __future__ import annotations
@@ -159,6 +159,7 @@ def plan(step: Step, actor: Actor) -> StepPlan | None:
         step.memory_chosen
         or step.memory_from_run is not None
         or (step.tool_pins is not None and step.system_prompt is None)
+        or step.restart
         or step.clear_feedback
         or step.artifacts
         or step.plan is not None

@@ -141,6 +141,9 @@ class Step:
     memory_chosen: list[tuple[MemoryEntry, float]] = field(default_factory=list)
     memory_from_run: int | None = None
     system_prompt: str | None = None
+    # The system prompt is that of a conversation a person started over: the task's
+    # conversation row exists, and is rewritten rather than inserted.
+    restart: bool = False
     tool_pins: dict[str, Any] | None = None  # every MCP tool pinned so far, when one was added
     clear_feedback: bool = False
     turns: list[NewTurn] = field(default_factory=list)

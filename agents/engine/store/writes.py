@@ -21,13 +21,22 @@ from core import fastsql
 from core.exceptions import AttemptLost
 
 
-def insert_conversation(
-    task_id: int, system_prompt: str, tool_pins: dict[str, Any] | None, now: datetime
+def write_conversation(
+    task_id: int,
+    system_prompt: str,
+    tool_pins: dict[str, Any] | None,
+    now: datetime,
+    *,
+    restart: bool = False,
 ) -> None:
-    """The task's conversation, once a task (with its first step)."""
-    fastsql.Insert.of(Conversation).rows(
-        [conversation_values(task_id, system_prompt, tool_pins)], now
-    )
+    """The task's conversation, once a task (with its first step); with `restart`, the new prompt
+    of the conversation a person started over, over the row that exists."""
+    values = conversation_values(task_id, system_prompt, tool_pins)
+    if restart:
+        del values["task_id"]
+        Conversation.objects.filter(task_id=task_id).update(**values)
+    else:
+        fastsql.Insert.of(Conversation).rows([values], now)
 
 
 def insert_turns(task_id: int, run_id: int, turns: list[NewTurn], now: datetime) -> list[NewCall]:

@@ -150,7 +150,14 @@ def _add_edit(sub: Actions) -> None:
     edit.add_argument(
         "--retry",
         action="store_true",
-        help="then retry now (a failed task from its checkpoint; a ready one drops its wait)",
+        help="then retry now (a failed task, or a ready one that drops its wait): the model "
+        "continues its conversation and is told, in one message, the task as changed",
+    )
+    edit.add_argument(
+        "--start-over",
+        action="store_true",
+        help="with --retry: a fresh conversation from the new instruction instead (the earlier "
+        "runs stay on record)",
     )
 
 
@@ -338,7 +345,11 @@ class Command(BaseCommand):
             task = self._create(actor, opts)
         elif action == "edit":
             task = person_tasks.task_change_and_retry(
-                actor=actor, task_id=opts["task"], changes=_edits(opts), retry=opts["retry"]
+                actor=actor,
+                task_id=opts["task"],
+                changes=_edits(opts),
+                retry=opts["retry"],
+                start_over=opts["start_over"],
             )
         elif action == "limits":
             task = services.task_set_limits(
