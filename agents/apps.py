@@ -15,7 +15,7 @@ class AgentsConfig(AppConfig):
         install_resolver()
 
         # A person's cancel ends the task's running attempt and its calls in flight.
-        from agents.engine.run_transitions import settle_for_cancelled_task
+        from agents.engine.store import settle_for_cancelled_task
         from tasks.services import settle_on_cancel
 
         settle_on_cancel(settle_for_cancelled_task)

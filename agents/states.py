@@ -134,7 +134,7 @@ TOOL_CALL_DONE = frozenset(
 
 
 TC = ToolCallStatus
-# Where a tool call may go from each state; agents.engine.run_transitions.set_call_status
+# Where a tool call may go from each state; agents.engine.store.runs.set_call_status
 # enforces it.
 TOOL_CALL_TRANSITIONS: dict[str, frozenset[str]] = {
     # PENDING/APPROVED -> SUCCEEDED/FAILED: a read-only or idempotent call runs without an

@@ -561,8 +561,8 @@ def statement_label(sql: str) -> str:
     return f"{kind} {table.group(1) if table else ''}".strip()
 
 
-#: A function that writes, called by a SELECT: the step function (agents.engine.step_statement)
-#: and the claim (agents.engine.leases.claim_function_sql).
+#: A function that writes, called by a SELECT: the step function and the claim
+#: (agents.engine.store.functions: step_function_sql, claim_function_sql).
 _WRITE_FUNCTION = re.compile(r"\bacthelm_(step|claim)\s*\(", re.I)
 
 

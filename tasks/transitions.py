@@ -2,10 +2,9 @@
 
 Every function here locks the task row (`SELECT … FOR UPDATE`), checks the move against
 `tasks.states.TRANSITIONS`, writes the new state and a `TaskEvent` in one transaction, and raises
-`TransitionNotAllowed` for a move the table does not allow. The claim (`agents.engine.leases`) is
-the one
-exception to the lock-then-write shape: a single conditional UPDATE whose WHERE clause decides the
-race.
+`TransitionNotAllowed` for a move the table does not allow. The claim
+(`agents.engine.store.claim`) is the one exception to the lock-then-write shape: a single
+conditional UPDATE whose WHERE clause decides the race.
 """
 
 import logging
@@ -54,7 +53,7 @@ def move_columns(current: str, to: str, fields: dict[str, Any]) -> dict[str, Any
     """The task's columns a move from `current` to `to` writes, `fields` with them: its status,
     and the lease ended when the task is no longer held. TransitionNotAllowed for a move the
     table does not allow. What `set_status` writes, and what a worker's run writes when its end
-    moves the task in its last step's statement (agents.engine.step_statement.Handoff)."""
+    moves the task in its last step's statement (agents.engine.store.Handoff)."""
     if not can_transition(current, to):
         raise TransitionNotAllowed(f"a task that is {current} cannot move to {to}")
     columns: dict[str, Any] = {"status": to}

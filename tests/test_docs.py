@@ -11,7 +11,7 @@ What is read as a citation, and what it is checked against:
   checked;
 - a test, `tests/x.py::test_name`: the file defines it; a migration, `agents/0019` or in words
   "migrations agents 0015, 0016 and 0021": the app has a migration of each number;
-- a dotted name starting with a package (`agents.engine.leases.renew_leases`): the longest
+- a dotted name starting with a package (`agents.engine.store.fence.renew_leases`): the longest
   importable module prefix is imported and the rest resolves as attributes;
 - a call `name()` or `Class.method` / `Class.method()`: a `def` or `class` of that name (the last
   part) is defined somewhere in the project's code;
@@ -774,8 +774,8 @@ def test_every_claim_a_doc_makes_holds(doc):
 def test_the_check_catches_a_name_that_is_gone():
     assert problem("tasks/transitions.py") is None
     assert problem("tasks/no_such_module.py") == "no file or folder tasks/no_such_module.py"
-    assert problem("agents.engine.leases.renew_leases") is None
-    assert problem("agents.engine.leases.no_such_function") is not None
+    assert problem("agents.engine.store.fence.renew_leases") is None
+    assert problem("agents.engine.store.fence.no_such_function") is not None
     assert problem("renew_leases()") is None
     assert (
         problem("no_such_function_anywhere()") == "no def or class named no_such_function_anywhere"

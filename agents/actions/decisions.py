@@ -3,7 +3,7 @@ that waits for approval (as proposed, or with arguments the person edited), deny
 the model receives as the call's result); run again or skip one whose outcome is unknown. Each
 decision carries the operation's hash; a stale or altered hash changes nothing. A decision touches
 three apps in one transaction: the approval row (`approvals.services`), the tool call
-(`agents.engine.run_transitions`) and the task, which is queued again when its last open decision
+(`agents.engine.store.runs`) and the task, which is queued again when its last open decision
 is made (`tasks.transitions`).
 
 An edit passes the checks a model's call passes, the engine's own (`agents.engine.loop`: the
@@ -28,7 +28,7 @@ from agents.engine.loop import (
     pinned_tool,
     task_tool_context,
 )
-from agents.engine.run_transitions import set_call_status
+from agents.engine.store import set_call_status
 from agents.models import Conversation, ToolCall
 from agents.states import ToolCallStatus
 from approvals.models import Approval, ReviewDecision

@@ -47,7 +47,6 @@ from agents.catalogue.tools.mcp import McpTool, RemoteTool
 from agents.catalogue.tools.plan import ProposeTaskArgs
 from agents.catalogue.tools.schemas import CheckStopped, stop_checks_when
 from agents.engine import storable
-from agents.engine.leases import holds_now
 from agents.engine.outcomes import Outcome, OutcomeKind, apply_outcome
 from agents.engine.prompting import (
     DISCARDED_NOTE,
@@ -68,6 +67,7 @@ from agents.engine.recorder import (
     TurnState,
     load_state,
 )
+from agents.engine.store import holds_now
 from agents.engine.usage import Usage, first_reached, headroom, is_mcp_tool, remaining
 from agents.states import TOOL_CALL_DONE, CostTier, FailureCode, Role
 from agents.states import ToolCallStatus as TC

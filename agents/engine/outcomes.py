@@ -5,7 +5,7 @@ A run ends with an `Outcome`. `handle` reads what the decision needs under the t
 the task and the connection, and writes that plan (`apply_plan`). It runs inside the fenced
 transaction that records the run's last step (`agents.engine.recorder`), or inside
 `apply_outcome`'s own fence. The status changes themselves go through tasks.transitions and
-agents.engine.run_transitions. Runs whose worker died are recovered by `agents.engine.recovery`.
+agents.engine.store.runs. Runs whose worker died are recovered by `agents.engine.recovery`.
 """
 
 import logging
@@ -31,13 +31,14 @@ from agents.engine.decide import (
     decide,
     error_signature,
 )
-from agents.engine.leases import fence
 from agents.engine.policies import auto_close_if_allowed, may_auto_close
-from agents.engine.run_transitions import end_values, finish_run
-from agents.engine.step_statement import (
+from agents.engine.store import (
     HANDOFF_RUN_COLUMNS,
     HANDOFF_TASK_COLUMNS,
     Handoff,
+    end_values,
+    fence,
+    finish_run,
 )
 from agents.models import AgentRun, Connection, Model
 from agents.states import CostTier, FailureCode, RunStatus
@@ -269,10 +270,11 @@ def handoff(
     verdict: "SupervisorVerdict | None",
     now: datetime,
 ) -> Handoff | None:
-    """The run's end as its last step's one statement writes it (`step_statement.Handoff`):
-    an approved final answer moves the task to review, decided (`decide`) as `handle` decides
-    it, from the task as the run read it — the statement writes it only if the task's status
-    is still that one, and the run still holds it. None (the fenced transaction, `handle`) for
+    """The run's end as its last step's one statement writes it: a `Handoff`, the value this
+    hands the store (`agents.engine.store.statement`), which never imports the verdict. An
+    approved final answer moves the task to review, decided (`decide`) as `handle` decides it,
+    from the task as the run read it — the statement writes it only if the task's status is
+    still that one, and the run still holds it. None (the fenced transaction, `handle`) for
     any other end, and for a plan that also writes events, a cooldown, or a move a policy may
     follow (`policies.may_auto_close`). Reads nothing."""
     judgement = _judgement(verdict)

@@ -3,10 +3,12 @@
 The agent loop decides in memory and collects what a step produced in a `Step` (turns, tool calls
 in their decided states with their approvals, results, artifacts, the plan, follow-up proposals,
 compaction, events, usage, the answer). `Recorder.commit` writes all of it in one transaction
-that starts with the one-statement fence (`agents.engine.leases.fence`) and ends with the checkpoint
+that starts with the one-statement fence (`agents.engine.store.fence`) and ends with the checkpoint
 on the run row — and, at the end of a run, with the outcome (`agents.engine.outcomes.handle`). A run
-that lost its task writes nothing. The loop owns no SQL. Approvals and needs_review decisions are
-written by their app's one writer (`approvals.services`), called here inside the fenced transaction.
+that lost its task writes nothing. Neither the loop nor the recorder runs SQL: every statement of a
+run is the store's (`agents.engine.store`), which writes the step the recorder hands it. Approvals
+and needs_review decisions are written by their app's one writer (`approvals.services`), called
+here inside the fenced transaction.
 
 Commits per step: one. An external call (recovery class `external`) is recorded "running" before
 the request leaves, so that a crash leads to needs_review — with the turn that asked for it when
@@ -14,22 +16,16 @@ it is that turn's first call — and its result commits as soon as it returns: t
 proposal commits at once, because its result (the new task's id) goes to the model.
 """
 
-from __future__ import annotations
-
-import functools
 import logging
-from collections.abc import Callable, Sequence
-from dataclasses import dataclass, field
+from collections.abc import Sequence
+from dataclasses import dataclass
 from datetime import datetime
-from decimal import Decimal
-from typing import TYPE_CHECKING, Any
 
 from django.contrib.postgres.fields import ArrayField
 from django.db import InterfaceError, OperationalError, transaction
 from django.db import connection as db
 from django.db.models import (
     Exists,
-    Field,
     Func,
     OuterRef,
     Prefetch,
@@ -42,17 +38,27 @@ from django.db.models import (
 from django.db.models.functions import Cast, Coalesce
 from django.utils import timezone
 
-from agents.catalogue.tools import ArtifactWritten
-from agents.engine import step_statement
+from agents.catalogue.tools.plan import ProposeTaskArgs
+from agents.engine import store
 from agents.engine.intake import propose_follow_up
-from agents.engine.leases import fence, renew_lease
-from agents.engine.outcomes import handle, handoff
-from agents.engine.run_transitions import CallUpdate, set_calls_status
-from agents.engine.usage import FIELDS, KINDS, ZERO, Usage
+from agents.engine.outcomes import Outcome, handle, handoff
+from agents.engine.store import (
+    CallState,
+    Checkpoint,
+    Event,
+    NewCall,
+    NewTurn,
+    Result,
+    Step,
+    StepPlan,
+    TurnState,
+)
+from agents.engine.supervisor import SupervisorVerdict
+from agents.engine.usage import KINDS, Usage
 from agents.models import AgentRun, Artifact, CompactionDecision, Conversation, ToolCall, Turn
-from agents.states import RunStatus, ToolCallStatus
+from agents.states import ToolCallStatus
 from approvals.models import Approval, ReviewDecision
-from approvals.services import ApprovalRequest, open_review_row, request_approvals
+from approvals.services import open_review_row, request_approvals
 from approvals.states import ApprovalStatus, ReviewChoice
 from core import fastsql
 from core.actors import Actor
@@ -62,167 +68,24 @@ from tasks.models import Task, TaskEvent
 from tasks.states import EventKind
 from tasks.transitions import log_move, record_events
 
-if TYPE_CHECKING:
-    from agents.catalogue.tools.plan import ProposeTaskArgs
-    from agents.engine.outcomes import Outcome
-    from agents.engine.supervisor import SupervisorVerdict
-    from memory.models import MemoryEntry
+# The values of a step are the store's (agents.engine.store.values); the loop and the prompt
+# take them from here, with the recorder that writes them.
+__all__ = [
+    "CallState",
+    "Checkpoint",
+    "Event",
+    "NewCall",
+    "NewTurn",
+    "Recorder",
+    "Result",
+    "SavedState",
+    "Step",
+    "TurnState",
+    "load_starts",
+    "load_state",
+]
 
 log = logging.getLogger("acthelm.loop")
-
-#: What remains of each limit and which operations are pending, for the run row (called inside
-#: each transaction, after the step's rows exist).
-Checkpoint = Callable[[], dict[str, Any]]
-
-
-@dataclass(eq=False)
-class CallState:
-    """A tool call as the loop keeps it in memory (pk is None until the step is written)."""
-
-    call_id: str
-    tool: str
-    arguments: dict[str, Any] | None
-    arguments_raw: str
-    recovery_class: str
-    position: int
-    status: str = ToolCallStatus.PENDING
-    pk: int | None = None
-    arguments_hash: str = ""
-    result_for_model: str = ""
-    error_code: str = ""
-    compacted: bool = False
-    run_count: int = 0
-
-    @classmethod
-    def from_row(cls, row: ToolCall) -> CallState:
-        return cls(
-            call_id=row.call_id,
-            tool=row.tool,
-            arguments=row.arguments,
-            arguments_raw=row.arguments_raw,
-            recovery_class=row.recovery_class,
-            position=row.position,
-            status=row.status,
-            pk=row.pk,
-            arguments_hash=row.arguments_hash,
-            result_for_model=row.result_for_model,
-            error_code=row.error_code,
-            compacted=row.compacted,
-            run_count=row.run_count,
-        )
-
-    @property
-    def saved_pk(self) -> int:
-        """The row's id, for a call that is written already (every call a `Result` moves)."""
-        if self.pk is None:
-            raise ValueError(f"tool call {self.call_id} is not written yet")
-        return self.pk
-
-
-@dataclass(frozen=True)
-class TurnState:
-    """A turn as the loop keeps it in memory: a saved one (`load_state`) or the last one."""
-
-    role: str
-    content: str
-    discarded: bool = False
-    calls: list[CallState] = field(default_factory=list)
-
-
-@dataclass
-class NewCall:
-    """A call of a new turn in its decided state: pending (to run), refused or awaiting."""
-
-    state: CallState
-    result: str = ""
-    approval: ApprovalRequest | None = None  # when it awaits a person
-
-
-@dataclass
-class NewTurn:
-    index: int
-    role: str
-    content: str
-    stop_reason: str = ""
-    discarded: bool = False
-    input_tokens: int = 0
-    output_tokens: int = 0
-    # agents.catalogue.prices.turn_usage_fields: cached input, cache writes, cost in US dollars (or
-    # None)
-    cached_input_tokens: int = 0
-    cache_write_tokens: int = 0
-    cost: Decimal | None = None
-    calls: list[NewCall] = field(default_factory=list)
-
-
-@dataclass
-class Result:
-    """A call's move (a result, a refusal, awaiting a person, unknown) for the next commit."""
-
-    call: CallState
-    to: str
-    result: str | None = None
-    result_for_model: str | None = None
-    error_code: str | None = None
-    finished: bool = True
-    runs: int = 0
-    started: bool = False
-    arguments: dict[str, Any] | None = None
-    arguments_hash: str | None = None
-    approval: ApprovalRequest | None = None
-    unknown: bool = False
-
-    def update(self, now: datetime) -> CallUpdate:
-        """The call's move as `set_calls_status` (and the one-statement step) write it."""
-        return CallUpdate(
-            call_id=self.call.saved_pk,
-            to=self.to,
-            result=self.result,
-            result_for_model=self.result_for_model,
-            error_code=self.error_code,
-            finished_at=now if self.finished else None,
-            started_at=now if self.started else None,
-            runs=self.runs,
-            arguments=self.arguments,
-            arguments_hash=self.arguments_hash,
-        )
-
-
-@dataclass
-class Event:
-    kind: str
-    data: dict[str, Any]
-    call: CallState | None = None  # its id goes into data["tool_call_id"] once known
-
-
-@dataclass
-class Step:
-    """What the loop produced since the last commit."""
-
-    # The run's memory: the entries chosen for the system prompt (recorded), or the earlier run
-    # whose selection it repeats (copied).
-    memory_chosen: list[tuple[MemoryEntry, float]] = field(default_factory=list)
-    memory_from_run: int | None = None
-    system_prompt: str | None = None
-    # The system prompt is that of a conversation a person started over: the task's
-    # conversation row exists, and is rewritten rather than inserted.
-    restart: bool = False
-    tool_pins: dict[str, Any] | None = None  # every MCP tool pinned so far, when one was added
-    clear_feedback: bool = False
-    turns: list[NewTurn] = field(default_factory=list)
-    results: list[Result] = field(default_factory=list)
-    artifacts: list[tuple[CallState, ArtifactWritten]] = field(default_factory=list)
-    plan: dict[str, Any] | None = None
-    proposals: list[tuple[CallState, ProposeTaskArgs]] = field(default_factory=list)
-    compaction: tuple[list[CallState], int, int] | None = None  # chosen, tokens before, after
-    events: list[Event] = field(default_factory=list)
-    # What the step used (turns, tokens, time, requests, MCP starts, cost): added to the run row
-    # in the step's own transaction, column by column (agents.engine.usage.Usage).
-    usage: Usage = ZERO
-    answer: str | None = None
-
-    def event(self, kind: str, data: dict[str, Any], call: CallState | None = None) -> None:
-        self.events.append(Event(kind, data, call))
 
 
 @dataclass
@@ -407,29 +270,6 @@ def _saved(task: Task, run_id: int) -> SavedState:
     )
 
 
-@functools.cache
-def _run_update(*, with_answer: bool) -> tuple[str, dict[str, Field[Any, Any]]]:
-    """The step's UPDATE of its run row (usage added column by column, the checkpoint, the
-    answer when there is one), guarded by the run being started; built once."""
-
-    def field(name: str) -> Field[Any, Any]:
-        found = AgentRun._meta.get_field(name)
-        assert isinstance(found, Field)  # a column of the run row
-        return found
-
-    fields = {f.name: field(f.name) for f in FIELDS}
-    sets = [f"{f.column} = {f.column} + %s::{f.db_type(db)}" for f in fields.values()]
-    fields["checkpoint"] = field("checkpoint")
-    sets.append("checkpoint = %s")
-    if with_answer:
-        sets += ["answer = %s", "answer_stored_at = %s"]
-    sql = (
-        f"UPDATE agents_agentrun SET {', '.join(sets)} "
-        f"WHERE id = %s AND status = '{RunStatus.STARTED}'"
-    )
-    return sql, fields
-
-
 class Recorder:
     """Writes a run's steps. `checkpoint` is called inside each transaction, after the step's
     rows exist, for what remains of each limit and which operations are pending."""
@@ -451,7 +291,7 @@ class Recorder:
 
     def status(self) -> str:
         """The task's status, through the fence (one statement; AttemptLost when lost)."""
-        return renew_lease(task_id=self.task_id, run_id=self.run_id)
+        return store.renew_lease(task_id=self.task_id, run_id=self.run_id)
 
     def commit(
         self,
@@ -481,16 +321,16 @@ class Recorder:
         verdict: SupervisorVerdict | None,
     ) -> str:
         if not db.in_atomic_block:
-            # The common step: one statement, autocommitted (agents.engine.step_statement), with
+            # The common step: one statement, autocommitted (agents.engine.store.statement), with
             # the run's end when it is a hand-off (`outcomes.handoff`). Inside a caller's
             # transaction the fenced savepoint below keeps that transaction usable.
-            planned = step_statement.plan(step, self.actor)
+            planned = store.plan_step(step, self.actor)
             if planned is not None:
                 written = self._statement(planned, step, checkpoint, outcome, verdict)
                 if written is not None:
                     return written
         with transaction.atomic():
-            held = fence(self.run_id, self.task_id, full=outcome is not None)
+            held = store.fence(self.run_id, self.task_id, full=outcome is not None)
             self._write(step, held.task, checkpoint)
             status = held.status
             if outcome is not None:
@@ -510,7 +350,7 @@ class Recorder:
 
     def _statement(
         self,
-        planned: Any,
+        planned: StepPlan,
         step: Step,
         checkpoint: Checkpoint,
         outcome: Outcome | None,
@@ -532,7 +372,7 @@ class Recorder:
             )
             if given is None:
                 return None
-        status = step_statement.write(
+        status = store.write_step(
             planned,
             step,
             task_id=self.task_id,
@@ -555,14 +395,10 @@ class Recorder:
         elif step.memory_from_run is not None:
             memory_services.copy_selection(from_run_id=step.memory_from_run, to_run=self.run)
         if step.system_prompt is not None:
-            values = step_statement.conversation_values(
-                self.task_id, step.system_prompt, step.tool_pins
+            # Once a task, or again for the conversation a person started over.
+            store.write_conversation(
+                self.task_id, step.system_prompt, step.tool_pins, now, restart=step.restart
             )
-            if step.restart:  # the conversation a person started over: its new prompt
-                del values["task_id"]
-                Conversation.objects.filter(task_id=self.task_id).update(**values)
-            else:
-                fastsql.Insert.of(Conversation).rows([values], now)  # once a task
         elif step.tool_pins is not None:
             Conversation.objects.filter(task_id=self.task_id).update(tool_pins=step.tool_pins)
         self._insert_turns(step.turns, now)
@@ -629,80 +465,20 @@ class Recorder:
         )
         # The step's usage in the statement that writes the checkpoint; its MCP starts commit
         # with the calls' raised run_count (both in this transaction).
-        sql, fields = _run_update(with_answer=step.answer is not None)
-        params = [
-            *(getattr(step.usage, f.name) for f in FIELDS),
-            fields["checkpoint"].get_db_prep_save(checkpoint(), db),
-        ]
-        if step.answer is not None:
-            params += [step.answer, now]
-        updated = fastsql.execute(sql, [*params, self.run_id]).rowcount
-        if updated != 1:  # the fence proved it; a second look costs nothing here
-            raise AttemptLost(f"run {self.run_id} is no longer started")
+        store.write_run_row(self.run_id, step.usage, checkpoint(), step.answer, now)
 
     def _insert_turns(self, turns: list[NewTurn], now: datetime) -> None:
-        if not turns:
-            return
-        # Two INSERTs without the ORM's compile (core.fastsql): the turns, then their calls.
-        rows = fastsql.Insert.of(Turn).rows(
-            [
-                {
-                    "task_id": self.task_id,
-                    "run_id": self.run_id,
-                    "index": t.index,
-                    "role": t.role,
-                    "content": t.content,
-                    "stop_reason": t.stop_reason,
-                    "discarded": t.discarded,
-                    "input_tokens": t.input_tokens,
-                    "output_tokens": t.output_tokens,
-                    "cached_input_tokens": t.cached_input_tokens,
-                    "cache_write_tokens": t.cache_write_tokens,
-                    "cost": t.cost,
-                }
-                for t in turns
-            ],
-            now,
-        )
-        pairs = [(row, c) for row, t in zip(rows, turns, strict=True) for c in t.calls]
-        if not pairs:
-            return
-        done = ToolCallStatus.REFUSED
-        calls = fastsql.Insert.of(ToolCall).rows(
-            [
-                {
-                    "task_id": self.task_id,
-                    "run_id": self.run_id,
-                    "turn_id": turn_id,
-                    "position": c.state.position,
-                    "call_id": c.state.call_id,
-                    "tool": c.state.tool[:100],
-                    "arguments": c.state.arguments,
-                    "arguments_raw": c.state.arguments_raw[:100_000],
-                    "arguments_hash": c.state.arguments_hash,
-                    "recovery_class": c.state.recovery_class,
-                    "status": c.state.status,
-                    "error_code": c.state.error_code,
-                    "result": c.result,
-                    "result_for_model": c.state.result_for_model,
-                    "finished_at": now if c.state.status == done else None,
-                }
-                for turn_id, c in pairs
-            ],
-            now,
-        )
-        for (_, c), pk in zip(pairs, calls, strict=True):
-            c.state.pk = pk
+        calls = store.insert_turns(self.task_id, self.run_id, turns, now)
         request_approvals(
             task_id=self.task_id,
             run_id=self.run_id,
-            requests=[(c.state.saved_pk, c.approval) for _, c in pairs if c.approval],
+            requests=[(c.state.saved_pk, c.approval) for c in calls if c.approval],
         )
 
     def _move_calls(self, results: list[Result], now: datetime) -> None:
         if not results:
             return
-        set_calls_status(self.run_id, [r.update(now) for r in results])
+        store.set_calls_status(self.run_id, results, now)
         request_approvals(
             task_id=self.task_id,
             run_id=self.run_id,

@@ -29,7 +29,6 @@ from django.db import DatabaseError, InterfaceError, OperationalError
 from django.db import connection as db
 
 from agents.catalogue.providers import release_thread_http
-from agents.engine.leases import Claim, claim_batch, claim_next, renew_leases
 from agents.engine.loop import AgentLoop, RunSignals
 from agents.engine.maintenance import run_maintenance
 from agents.engine.outcomes import Outcome, apply_outcome
@@ -37,6 +36,13 @@ from agents.engine.reconciler import reconcile
 from agents.engine.recorder import SavedState, load_starts
 from agents.engine.recovery import recover_stale
 from agents.engine.seen import record_seen
+from agents.engine.store import (
+    Claim,
+    claim_batch,
+    claim_next,
+    renew_leases,
+    seconds_to_earliest_expiry,
+)
 from agents.engine.supervisor import supervise
 from agents.engine.supervisor import uses_model as supervisor_uses_model
 from agents.models import AgentRun
@@ -45,7 +51,7 @@ from core.dbpool import check_idle, release_connection, reserve_connection
 from core.dburl import listen_conninfo
 from core.exceptions import AttemptLost
 from tasks.notify.delivery import deliver_in_maintenance
-from tasks.states import HELD_SQL, TaskStatus
+from tasks.states import TaskStatus
 from tasks.transitions import READY_CHANNEL, SIGNAL_CHANNEL
 
 log = logging.getLogger("acthelm.worker")
@@ -626,19 +632,13 @@ class Worker:
     def _seconds_to_earliest_expiry(self) -> float | None:
         """Seconds until the earliest lease of a held task expires, by the database's clock."""
         try:
-            with db.cursor() as cursor:
-                cursor.execute(
-                    "SELECT EXTRACT(EPOCH FROM min(lease_expires_at) - now()) FROM tasks_task "
-                    f"WHERE status IN {HELD_SQL}"
-                )
-                value = cursor.fetchone()[0]
+            return seconds_to_earliest_expiry()
         except DB_ERRORS:
             db.close()
             return None
         except Exception:  # the maintenance thread must not end
             log.exception("worker.expiry_error")
             return None
-        return None if value is None else float(value)
 
     def _reconcile_once(self) -> None:
         try:

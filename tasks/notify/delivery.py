@@ -24,10 +24,10 @@ from tasks.notify.states import NotificationStatus
 
 log = logging.getLogger("acthelm.notify")
 
-_CLAIM_SQL = """
+_CLAIM_SQL = f"""
 WITH due AS (
     SELECT n.id FROM tasks_notification n
-    WHERE n.status = 'pending' AND n.next_attempt_at <= now()
+    WHERE n.status = '{NotificationStatus.PENDING.value}' AND n.next_attempt_at <= now()
       AND (n.target_id IS NULL OR NOT n.target_id = ANY(%s::bigint[]))
     ORDER BY n.next_attempt_at, n.id
     LIMIT 1

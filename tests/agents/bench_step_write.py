@@ -18,8 +18,8 @@ from typing import Any
 import pytest
 from django.db import connection
 
-from agents.engine.leases import claim_next
 from agents.engine.recorder import CallState, NewCall, NewTurn, Recorder, Result, Step
+from agents.engine.store import claim_next
 from agents.engine.usage import Usage
 from agents.states import ToolCallStatus
 from core.actors import Actor

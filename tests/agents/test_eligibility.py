@@ -15,8 +15,8 @@ from agents.catalogue.eligibility import (
     model_refusals,
 )
 from agents.engine.intake import task_create
-from agents.engine.leases import claim_next
 from agents.engine.outcomes import fallback_model
+from agents.engine.store import claim_next
 from agents.engine.worker import Worker
 from agents.models import AgentRun, Connection, Model
 from agents.states import FailureCode

@@ -1,4 +1,4 @@
-"""The claim (agents.engine.leases.claim_batch): a worker started by an evaluation claims evaluation
+"""The claim (agents.engine.store.claim_batch): a worker started by an evaluation claims evaluation
 tasks only; a normal worker claims both (issue 21 item 7). The statements that find held tasks
 hold exactly the states of `tasks.states.HELD`."""
 
@@ -11,16 +11,16 @@ from django.db import connection, transaction
 from django.utils import timezone
 
 import agents.migrations
-from agents.engine import leases
-from agents.engine.leases import (
+from agents.engine.store import claim as claim_module
+from agents.engine.store import (
     claim_batch,
-    claim_function_sql,
     claim_next,
     fence,
     holds_now,
     renew_leases,
+    stale_task_ids,
 )
-from agents.engine.recovery import _stale_ids
+from agents.engine.store.functions import claim_function_sql
 from agents.engine.worker import Worker
 from agents.models import AgentRun
 from agents.states import RunStatus
@@ -58,7 +58,7 @@ def test_the_statements_hold_a_task_exactly_in_the_held_states(status):
     task = TaskFactory(status=status, claim_count=1, lease_owner="w", lease_expires_at=expired)
     run = AgentRunFactory(task=task, claim_count=1, status=RunStatus.STARTED)
     assert sql_list(HELD) == HELD_SQL and sql_list(reversed(sorted(HELD))) == HELD_SQL
-    assert (_stale_ids(task.pk) == [task.pk]) is held  # before the fence renews the lease
+    assert (stale_task_ids(task.pk) == [task.pk]) is held  # before the fence renews the lease
     assert (Worker(worker_id="w")._seconds_to_earliest_expiry() is not None) is held
     assert (renew_leases([(task.pk, run.pk)]) == {task.pk: status}) is held
     if held:
@@ -79,8 +79,9 @@ def test_a_state_list_is_made_of_states_only():
 
 
 def test_the_claim_functions_migration_holds_the_function_the_models_make():
-    """Migration agents 0021 freezes `claim_function_sql()`'s text: a change of the run's or the
-    event's columns needs a newer migration with the new text."""
+    """Migration agents 0021 applies `claim_function_sql()`'s text (frozen in
+    agents/migrations/sql/): a change of the run's or the event's columns needs a newer migration
+    with the new text (tests/agents/test_store_functions.py checks the frozen files)."""
     found = None
     for info in sorted(pkgutil.iter_modules(agents.migrations.__path__), key=lambda m: m.name):
         sql = getattr(importlib.import_module(f"agents.migrations.{info.name}"), "SQL", None)
@@ -88,7 +89,7 @@ def test_the_claim_functions_migration_holds_the_function_the_models_make():
             found = sql
     assert found == claim_function_sql(), (
         "the claim function changed with the models: add a migration with "
-        "leases.claim_function_sql()'s text (as 0021_claim_function holds it)"
+        "store.functions.claim_function_sql()'s text (as 0021_claim_function applies it)"
     )
     with connection.cursor() as cursor:
         cursor.execute("SELECT prosrc FROM pg_proc WHERE proname = 'acthelm_claim'")
@@ -112,7 +113,7 @@ def test_a_claimed_run_and_its_event_are_the_rows_the_models_would_write():
     )
     assert run.claim_event_id == claim.claim_event_id
     for field in AgentRun._meta.concrete_fields:
-        if field.column not in leases._RUN_COLUMNS:
+        if field.column not in claim_module.RUN_COLUMNS:
             assert getattr(run, field.attname) == field.get_default(), field.name
     event = TaskEvent.objects.get(pk=claim.claim_event_id)
     assert (event.kind, event.actor_label, event.from_status, event.to_status) == (

@@ -10,8 +10,8 @@ import pytest
 from django.db import connection
 from django.utils import timezone
 
-from agents.engine.leases import claim_batch, claim_next
 from agents.engine.recorder import load_starts, load_state
+from agents.engine.store import claim_batch, claim_next
 from agents.engine.usage import task_usage
 from agents.models import AgentRun
 from core.exceptions import AttemptLost

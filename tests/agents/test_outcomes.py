@@ -11,9 +11,10 @@ from django.db import connection
 from django.utils import timezone
 
 from agents.engine import recorder as recorder_module
-from agents.engine.leases import claim_next
+from agents.engine import store
 from agents.engine.outcomes import Outcome, handoff
 from agents.engine.recorder import Recorder, Step, load_state
+from agents.engine.store import claim_next
 from agents.engine.supervisor import SupervisorVerdict
 from agents.engine.worker import Worker
 from agents.models import AgentRun
@@ -171,9 +172,9 @@ def test_a_task_whose_status_changed_since_the_run_read_it_is_not_handed_off(set
         )
         assert given is not None and given.from_status == TaskStatus.PAUSE_REQUESTED
         events = TaskEvent.objects.filter(task=task).count()
-        planned = recorder_module.step_statement.plan(step, recorder.actor)
+        planned = store.plan_step(step, recorder.actor)
         assert planned is not None
-        written = recorder_module.step_statement.write(
+        written = store.write_step(
             planned,
             step,
             task_id=task.pk,

@@ -9,8 +9,8 @@ import pytest
 from django.db import connection, transaction
 from django.utils import timezone
 
-from agents.engine.leases import claim_next
 from agents.engine.recorder import CallState, NewCall, NewTurn, Recorder, Result, Step
+from agents.engine.store import claim_next
 from agents.engine.usage import Usage
 from agents.models import AgentRun, ToolCall, Turn
 from agents.states import RunStatus, ToolCallStatus
@@ -197,7 +197,7 @@ def _row_version(task: Task) -> tuple[str, str]:
 
 
 def test_a_step_locks_the_task_row_and_writes_no_new_version_of_it():
-    """The step's fence is a locking read (leases.fence_lock): the row is locked — its xmax is
+    """The step's fence is a locking read (store.fence.fence_lock): the row is locked — its xmax is
     the step's transaction — but not rewritten, and the lease is the heartbeat's to renew."""
     recorder, task = _claimed()
     written, _ = _row_version(task)

@@ -3,7 +3,7 @@ from itertools import product
 import pytest
 from django.db import transaction
 
-from agents.engine.run_transitions import set_call_status
+from agents.engine.store import set_call_status
 from agents.models import ToolCall
 from agents.states import TOOL_CALL_TRANSITIONS, ToolCallStatus
 from core.exceptions import TransitionNotAllowed

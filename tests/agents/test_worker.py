@@ -10,11 +10,11 @@ from django.db.models import Count
 from django.utils import timezone
 
 from agents.engine.intake import task_create
-from agents.engine.leases import claim_next
 from agents.engine.loop import Outcome
 from agents.engine.outcomes import apply_outcome
 from agents.engine.recorder import _LOAD
 from agents.engine.recovery import recover_stale
+from agents.engine.store import claim_next
 from agents.engine.worker import Worker
 from agents.models import AgentRun, Connection, Turn
 from core.actors import Actor

@@ -18,7 +18,7 @@ from tests.factories import TaskFactory
 _CHILD = """
 import logging, django
 django.setup()
-from agents.engine.leases import claim_next
+from agents.engine.store import claim_next
 claim = claim_next(worker_id="host-a:4242:0")
 print("claimed", claim.task_id, flush=True)
 log = logging.getLogger("acthelm.worker")

@@ -10,9 +10,9 @@ import pytest
 from django.utils import timezone
 
 from agents.actions.decisions import approval_approve
-from agents.engine.leases import claim_next
 from agents.engine.outcomes import apply_outcome
 from agents.engine.recovery import recover_stale
+from agents.engine.store import claim_next
 from agents.engine.worker import Worker
 from agents.models import AgentRun, Connection, ToolCall
 from approvals.models import Approval, ReviewDecision

@@ -11,9 +11,9 @@ from decimal import Decimal
 import pytest
 from django.db import connection
 
-from agents.engine.leases import claim_next
 from agents.engine.outcomes import Outcome, apply_outcome
 from agents.engine.storable import COST_MAX, INT_MAX, NUL_ESCAPE, count, json, money, text
+from agents.engine.store import claim_next
 from agents.models import AgentRun, ToolCall, Turn
 from tasks.models import Task, TaskEvent
 from tasks.states import EventKind, TaskStatus

@@ -121,7 +121,7 @@ def test_close_on_the_page_of_a_task_in_review(client, person):
 
 
 def test_saving_a_task_page_never_undoes_a_claim_made_after_it_was_loaded(client, person):
-    from agents.engine.leases import claim_next
+    from agents.engine.store import claim_next
 
     client.force_login(person)
     task = TaskFactory(status=TaskStatus.READY, priority=1)

@@ -130,7 +130,7 @@ def test_a_cancel_from_each_door_does_the_same(client):
 
 
 def test_the_runs_and_the_decisions_are_settled_by_what_their_apps_registered():
-    from agents.engine.run_transitions import settle_for_cancelled_task as engine_settles
+    from agents.engine.store import settle_for_cancelled_task as engine_settles
     from approvals.services import settle_for_cancelled_task as approvals_settle
 
     assert _cancel_settlers == [engine_settles, approvals_settle]

@@ -6,7 +6,7 @@ import pytest
 from django.db import connection, transaction
 from django.utils import timezone
 
-from agents.engine.leases import claim_next, fenced, holds_attempt, renew_lease
+from agents.engine.store import claim_next, fenced, holds_attempt, renew_lease
 from agents.models import AgentRun
 from agents.states import RunStatus
 from core.actors import Actor

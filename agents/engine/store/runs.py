@@ -1,9 +1,9 @@
 """The only writer of a run's status and of a tool call's status (`RUN_TRANSITIONS`,
 `TOOL_CALL_TRANSITIONS`); the caller holds the task's row lock. (A task's status has its own
-writer, `tasks.transitions`.)"""
+writer, `tasks.transitions`.) A call's move is a `values.Result`, whichever path writes it: the
+fenced transaction (`set_calls_status`) or the step function (`call_move_json`)."""
 
 import functools
-from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
 
@@ -12,6 +12,7 @@ from django.utils import timezone
 from psycopg.types.json import Jsonb
 
 from agents.engine import storable
+from agents.engine.store.values import Result
 from agents.models import AgentRun, ToolCall
 from agents.states import (
     RUN_TRANSITIONS,
@@ -29,7 +30,7 @@ def end_values(status: str, now: datetime, **fields: object) -> dict[str, object
     """The run row's columns as a started run ends as `status` at `now` (its text fields made
     storable). TransitionNotAllowed for a status a started run cannot end as. What `finish_run`
     writes, and what a run writes when it ends in its last step's statement
-    (agents.engine.step_statement.Handoff)."""
+    (`statement.Handoff`)."""
     if status not in RUN_TRANSITIONS[RunStatus.STARTED]:
         raise TransitionNotAllowed(f"a run cannot finish as {status}")
     stored = {k: storable.text(v) if isinstance(v, str) else v for k, v in fields.items()}
@@ -106,22 +107,6 @@ def set_call_status(call: ToolCall | int, to: str, **fields: object) -> None:
             setattr(call, name, value)
 
 
-@dataclass
-class CallUpdate:
-    """One tool call's move with its result fields, for `set_calls_status`. None keeps a field."""
-
-    call_id: int
-    to: str
-    result: str | None = None
-    result_for_model: str | None = None
-    error_code: str | None = None
-    finished_at: datetime | None = None
-    started_at: datetime | None = None
-    runs: int = 0
-    arguments: dict[str, Any] | None = None
-    arguments_hash: str | None = None
-
-
 _CALLS_SQL = """
 UPDATE agents_toolcall c SET
     status = v.status,
@@ -144,41 +129,43 @@ _CALL_ROW = (
 )
 
 
-def set_calls_status(run_id: int, updates: list[CallUpdate]) -> None:
+def set_calls_status(run_id: int, moves: list[Result], now: datetime) -> None:
     """Move several tool calls of one step along TOOL_CALL_TRANSITIONS in ONE statement; every
     row must move, else TransitionNotAllowed (and the caller's transaction rolls back)."""
-    if not updates:
+    if not moves:
         return
     if not connection.in_atomic_block:
         raise RuntimeError("tool-call transitions must run inside transaction.atomic()")
-    sql, params = calls_status_statement(run_id, updates)
+    sql, params = calls_status_statement(run_id, moves, now)
     moved = fastsql.execute(sql, params).rowcount  # server-bound, without Django's quoting
-    if moved != len(updates):
+    if moved != len(moves):
         raise TransitionNotAllowed(
-            f"{len(updates) - moved} of {len(updates)} tool calls cannot make their move"
+            f"{len(moves) - moved} of {len(moves)} tool calls cannot make their move"
         )
 
 
-def calls_status_statement(run_id: int, updates: list[CallUpdate]) -> tuple[str, list[Any]]:
-    """The UPDATE that moves `updates` (each row only from a state TOOL_CALL_TRANSITIONS allows
+def calls_status_statement(
+    run_id: int, moves: list[Result], now: datetime
+) -> tuple[str, list[Any]]:
+    """The UPDATE that moves `moves` (each row only from a state TOOL_CALL_TRANSITIONS allows
     into its target) and its parameters; the caller checks that every row moved. (The
-    one-statement step moves its calls one by one inside its function: `call_move_from_record`.)"""
+    one-statement step moves its calls one by one inside its function: `call_move_json`.)"""
     params: list[Any] = [run_id]  # SQL values and Jsonb, which the stubs do not list
-    for u in updates:
+    for r in moves:
         params += [
-            u.call_id,
-            u.to,
-            u.result,
-            u.result_for_model,
-            u.error_code,
-            u.finished_at,
-            u.started_at,
-            u.runs,
-            Jsonb(u.arguments) if u.arguments is not None else None,
-            u.arguments_hash,
-            _sources(u.to),
+            r.call.saved_pk,
+            r.to,
+            r.result,
+            r.result_for_model,
+            r.error_code,
+            now if r.finished else None,
+            now if r.started else None,
+            r.runs,
+            Jsonb(r.arguments) if r.arguments is not None else None,
+            r.arguments_hash,
+            _sources(r.to),
         ]
-    return _calls_sql(len(updates)), params
+    return _calls_sql(len(moves)), params
 
 
 @functools.cache
@@ -192,54 +179,24 @@ def _calls_sql(rows: int) -> str:
     return _CALLS_SQL.format(rows=", ".join([_CALL_ROW] * rows))
 
 
-#: A move's fields as `call_move_from_record` reads them: the columns of a record taken from a
-#: jsonb object (`jsonb_to_recordset(...) AS m(<this>)`), one per CallUpdate field.
-CALL_MOVE_RECORD = (
-    "id bigint, status varchar, result text, rfm text, code varchar,\n      "
-    "finished timestamptz, started timestamptz, runs integer, arguments jsonb,\n      "
-    "hash varchar, sources varchar[]"
-)
-
-
-def call_move_from_record(record: str, run: str) -> str:
-    """One call's move (what `set_calls_status` writes for a row) as an UPDATE of the call whose
-    fields are the record variable `record` (columns `CALL_MOVE_RECORD`), by the run `run` (an
-    SQL expression): only from a state TOOL_CALL_TRANSITIONS allows into its target (`sources`,
-    as `call_move_json` gives it); the caller checks that the row moved. The step function of
-    `agents.engine.step_statement` runs it once per call (by id: a set-based UPDATE there got a
-    cached hash-join plan that was slow)."""
-    m = record
-    return f"""UPDATE agents_toolcall c SET
-    status = {m}.status,
-    result = coalesce({m}.result, c.result),
-    result_for_model = coalesce({m}.rfm, c.result_for_model),
-    error_code = coalesce({m}.code, c.error_code),
-    finished_at = coalesce({m}.finished, c.finished_at),
-    started_at = coalesce({m}.started, c.started_at),
-    run_count = c.run_count + {m}.runs,
-    arguments = coalesce({m}.arguments, c.arguments),
-    arguments_hash = coalesce({m}.hash, c.arguments_hash),
-    run_id = {run}
-  WHERE c.id = {m}.id AND c.status = ANY({m}.sources)"""
-
-
-def call_move_json(u: CallUpdate) -> dict[str, Any]:
-    """`u` as the JSON object `call_move_from_record` reads (a field left None is left out: the
-    UPDATE keeps the column's value), with the states it may move from."""
+def call_move_json(r: Result, now: datetime) -> dict[str, Any]:
+    """`r` as the JSON object the step function's moves read (sql/acthelm_step.sql: a field
+    left out keeps the column's value), with the states it may move from: what
+    `set_calls_status` writes for the row."""
     row: dict[str, Any] = {
-        "id": u.call_id,
-        "status": u.to,
-        "runs": u.runs,
-        "sources": _sources(u.to),
+        "id": r.call.saved_pk,
+        "status": r.to,
+        "runs": r.runs,
+        "sources": _sources(r.to),
     }
     for key, value in (
-        ("result", u.result),
-        ("rfm", u.result_for_model),
-        ("code", u.error_code),
-        ("finished", u.finished_at),
-        ("started", u.started_at),
-        ("arguments", u.arguments),
-        ("hash", u.arguments_hash),
+        ("result", r.result),
+        ("rfm", r.result_for_model),
+        ("code", r.error_code),
+        ("finished", now if r.finished else None),
+        ("started", now if r.started else None),
+        ("arguments", r.arguments),
+        ("hash", r.arguments_hash),
     ):
         if value is not None:
             row[key] = value
