@@ -47,6 +47,17 @@ ENDPOINTS = [
     ("post", "/api/goals", {"title": "G"}),
     ("get", "/api/goals/1", None),
     ("post", "/api/goals/1/deactivate", None),
+    ("get", "/api/schedules", None),
+    (
+        "post",
+        "/api/schedules",
+        {"name": "S", "cron": "0 8 * * 1-5", "title": "T", "instruction": "I"},
+    ),
+    ("get", "/api/schedules/1", None),
+    ("post", "/api/schedules/1/pause", None),
+    ("post", "/api/schedules/1/resume", None),
+    ("post", "/api/schedules/1/run-now", None),
+    ("delete", "/api/schedules/1", None),
 ]
 IDS = [f"{method.split('_')[0].upper()} {path}" for method, path, _ in ENDPOINTS]
 
