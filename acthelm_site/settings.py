@@ -289,8 +289,8 @@ ACTHELM_SUPERVISOR_MODEL = os.environ.get("ACTHELM_SUPERVISOR_MODEL", "")
 # The whole verdict's time budget (acceptance checks and the model supervisor's request); a verdict
 # that runs out of it is *unverified* and the task goes to review marked so.
 ACTHELM_SUPERVISOR_TIMEOUT_SECONDS = env_float("ACTHELM_SUPERVISOR_TIMEOUT_SECONDS", 120)
-# The supervisor's default acceptance checks (agents.engine.acceptance.default_checks): a named
-# output
+# The supervisor's default acceptance checks (agents.engine.verdict.checking.default_checks): a
+# named output
 # file that was never written, an answer that only repeats the instruction, a run that needed its
 # tools and called none, a call of a tool not on the task's list. Measured in docs/eval.md.
 ACTHELM_SUPERVISOR_DEFAULT_CHECKS = env_bool("ACTHELM_SUPERVISOR_DEFAULT_CHECKS", True)

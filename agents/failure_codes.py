@@ -9,7 +9,8 @@ import enum
 
 class FailureCode(enum.StrEnum):
     """Why a run ended without an answer, or a task failed: the run's `error_code` and the task's
-    `failure_code`. Its properties say what the end of a run makes of each (`agents.engine.decide`).
+    `failure_code`. Its properties say what the end of a run makes of each
+    (`agents.engine.verdict.decide`).
     A provider's codes are its `PROVIDER_*` members (`agents.catalogue.providers.base` takes them
     from here); a limit's is its row's `failure_code` in `tasks.limits` (a test holds it to this
     list)."""

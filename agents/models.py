@@ -423,7 +423,8 @@ class ToolServer(models.Model):
 
 class WorkerSeen(models.Model):
     """When each worker process was last seen: upserted from its maintenance loop
-    (`agents.engine.seen.record_seen`), so the Workers page lists idle workers too, not only those
+    (`agents.engine.runtime.seen.record_seen`), so the Workers page lists idle workers too, not only
+    those
     that
     hold a lease."""
 

@@ -19,7 +19,7 @@ from django.db.models import (
 )
 from django.db.models.functions import Coalesce
 
-from agents.engine.usage import task_usage
+from agents.engine.run.usage import task_usage
 from agents.failure_codes import FailureCode, failure_words
 from agents.models import AgentRun, Artifact, Turn
 from agents.states import Role, RunState, RunStatus, Verdict, run_state
@@ -156,7 +156,8 @@ def task_runs(task_id: int) -> QuerySet[AgentRun]:
 
 
 def is_failed_attempt(run: AgentRun) -> bool:
-    """The run failed and its failure counts as an attempt (as `agents.engine.decide` counts)."""
+    """The run failed and its failure counts as an attempt (as `agents.engine.verdict.decide`
+    counts)."""
     if run.status != RunStatus.FAILED:
         return False
     known = FailureCode.known(run.error_code)

@@ -248,7 +248,7 @@ def numbered(text: str, name: str) -> str:
 def run_acthelm(
     db_url: str, server: ServerProcess, steps: int, media: str, files: dict, spy: str = ""
 ) -> dict:
-    from agents.engine.intake import task_create
+    from agents.engine.run.intake import task_create
     from agents.models import AgentRun
     from core.actors import Actor
     from tasks.workspace import add_input_file

@@ -528,10 +528,11 @@ def engine_run_inline(worker_id: str) -> int:
     statement and model call of the runs on its own thread's connection, and cProfile sees the
     slot. Returns how many tasks it processed.
 
-    The only place a benchmark touches engine internals: `agents.engine.worker.Worker` and its
+    The only place a benchmark touches engine internals: `agents.engine.runtime.worker.Worker` and
+    its
     private
     `drain()` method (claim → run → outcome in this thread until nothing is claimable)."""
-    from agents.engine.worker import Worker
+    from agents.engine.runtime.worker import Worker
 
     worker = Worker(worker_id=worker_id, concurrency=1, burst=True)
     worker.drain()

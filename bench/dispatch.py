@@ -343,7 +343,7 @@ def create_tasks(model, n: int, *, prefix: str = "T") -> None:
     """N ready tasks in ONE commit (one NOTIFY wakes the idle workers)."""
     from django.db import transaction
 
-    from agents.engine.intake import task_create
+    from agents.engine.run.intake import task_create
     from core.actors import Actor
 
     actor = Actor.system("bench")

@@ -202,7 +202,7 @@ def run_acthelm(args, db_url: str, datadir: str, root: Path) -> dict:
     from django.db import connection
     from django.utils import timezone
 
-    from agents.engine.intake import task_create
+    from agents.engine.run.intake import task_create
     from agents.models import AgentRun, Turn
     from core.actors import Actor
     from tasks.models import Task
@@ -474,7 +474,7 @@ def run_signals(args, db_url: str, root: Path, samples: int = 5, turn_s: float =
     from django.conf import settings
     from django.db import connection
 
-    from agents.engine.intake import task_create
+    from agents.engine.run.intake import task_create
     from agents.models import Artifact
     from core.actors import Actor
     from tasks.models import Task

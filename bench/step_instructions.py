@@ -43,7 +43,7 @@ PRODUCTION_ENV = {"DJANGO_DEBUG": "0", "DJANGO_SECRET_KEY": "step-instructions-"
 CHILD = """
 import gc, os, django
 django.setup()
-from agents.engine.worker import Worker
+from agents.engine.runtime.worker import Worker
 gc.collect(); gc.freeze()
 worker = Worker(worker_id="step-instructions", concurrency=1, burst=True)
 worker.drain()

@@ -114,7 +114,7 @@ def window(before_size: int, after_size: int, server: dict, length: int) -> dict
 
 
 def create_task(model_url: str, length: int, *, target: str | None = None, name: str = ""):
-    from agents.engine.intake import task_create
+    from agents.engine.run.intake import task_create
     from core.actors import Actor
     from tasks.workspace import add_input_file
 

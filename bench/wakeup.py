@@ -62,7 +62,7 @@ def stop(children) -> None:
 
 
 def measure_wakeup(db_url: str, model, samples: int) -> list[float]:
-    from agents.engine.intake import task_create
+    from agents.engine.run.intake import task_create
     from agents.models import AgentRun
     from core.actors import Actor
     from tasks.models import Task
@@ -105,7 +105,7 @@ def measure_wakeup(db_url: str, model, samples: int) -> list[float]:
 
 def measure_recovery(db_url: str, model, server, kills: int, env: dict) -> list[float]:
     """Kill the holder mid model request; time until the task's next run starts."""
-    from agents.engine.intake import task_create
+    from agents.engine.run.intake import task_create
     from agents.models import AgentRun
     from core.actors import Actor
     from tasks.models import Task

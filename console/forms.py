@@ -12,7 +12,12 @@ from django.core.files.uploadedfile import UploadedFile
 from django.db.models import QuerySet
 
 from agents.catalogue.tools import tool_names
-from agents.engine.acceptance import check_text, checks_from_lines, kind_names, validate_checks
+from agents.engine.verdict.acceptance import (
+    check_text,
+    checks_from_lines,
+    kind_names,
+    validate_checks,
+)
 from agents.models import Connection, Model
 from core.exceptions import InvalidInput
 from core.numbers import INT32_MAX, INT32_MIN

@@ -4,8 +4,8 @@ reached. Settings, the model's field defaults, forms, the API, the agent loop, t
 the CLI read this table; nothing else lists the limits.
 
 Plain Python (no Django import), so that `acthelm_site.settings` can read the defaults from it.
-What a task has *used* is counted by the engine (`agents.engine.usage.task_usage`): `counter` names
-the attribute of its `Usage` that a cumulative limit is compared with.
+What a task has *used* is counted by the engine (`agents.engine.run.usage.task_usage`): `counter`
+names the attribute of its `Usage` that a cumulative limit is compared with.
 """
 
 import os

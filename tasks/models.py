@@ -26,8 +26,8 @@ class Goal(models.Model):
     title = models.CharField(max_length=200)
     description = models.TextField(blank=True)
     active = models.BooleanField(default=True)
-    # The acceptance checks of the work planned for this goal (agents.engine.acceptance): the
-    # default of
+    # The acceptance checks of the work planned for this goal (agents.engine.verdict.acceptance):
+    # the default of
     # a person's task with this goal, and what a follow-up with `inherit_checks` adds. Validated
     # by agents.actions.tasks.goal_create, hence not editable in the admin.
     acceptance_checks = models.JSONField(default=list, blank=True, editable=False)
@@ -105,8 +105,8 @@ class Task(models.Model):
     # {"tool_name": "allow" | "ask"}; a tool missing here is allowed.
     tool_policies = models.JSONField(default=dict, blank=True)
     allowed_domains = ArrayField(models.CharField(max_length=253), default=list, blank=True)
-    # What "finished" means (agents.engine.acceptance): [{"kind", "value", "artifact"?}], validated
-    # when
+    # What "finished" means (agents.engine.verdict.acceptance): [{"kind", "value", "artifact"?}],
+    # validated when
     # the task is created; the supervisor runs them before its rules.
     acceptance_checks = models.JSONField(default=list, blank=True, editable=False)
 

@@ -1,8 +1,8 @@
 """A person's actions on a task that the ledger owns: pause, withdraw a pause, cancel, close,
 reopen, retry now, limits, delete; and goals. The console, the admin, the CLI and the API call
 these (the worker calls `note_stuck_dependants`); the status itself is written by
-`tasks.transitions`. A task is created by `agents.engine.intake`; the actions that check a model or
-the tools (resume, retry, edit) are `agents.actions.tasks`."""
+`tasks.transitions`. A task is created by `agents.engine.run.intake`; the actions that check a model
+or the tools (resume, retry, edit) are `agents.actions.tasks`."""
 
 import logging
 from collections.abc import Callable, Mapping, Sequence

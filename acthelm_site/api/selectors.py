@@ -7,7 +7,7 @@ from typing import TYPE_CHECKING, Any, TypedDict, cast
 
 from django.db.models import Prefetch
 
-from agents.engine.usage import task_usage
+from agents.engine.run.usage import task_usage
 from agents.models import ToolCall
 from agents.selectors import artifact_as_dict, last_rejection, run_as_dict, task_run_facts
 from approvals.models import Approval, ReviewDecision

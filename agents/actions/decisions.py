@@ -6,8 +6,8 @@ three apps in one transaction: the approval row (`approvals.services`), the tool
 (`agents.engine.store.runs`) and the task, which is queued again when its last open decision
 is made (`tasks.transitions`).
 
-An edit passes the checks a model's call passes, the engine's own (`agents.engine.loop`: the
-arguments against the tool's model or an MCP tool's pinned schema, then the tool's preflight:
+An edit passes the checks a model's call passes, the engine's own (`agents.engine.run.admission`:
+the arguments against the tool's model or an MCP tool's pinned schema, then the tool's preflight:
 paths inside the workspace, addresses the egress policy allows, sizes) and is hashed as the engine
 hashes it. The tool call's arguments and hash become the edit's under the row locks, and the
 approval binds that hash: the next worker runs exactly the edit, after checking its hash again."""
@@ -20,7 +20,7 @@ from django.db.models import QuerySet
 from django.utils import timezone
 
 from agents.catalogue.tools import ToolError, get_tool
-from agents.engine.loop import (
+from agents.engine.run.admission import (
     CallVerdict,
     Decision,
     approval_reason,

@@ -2,7 +2,7 @@
 resumed on another model, retried with what remains of its limits, edited (and retried), a
 rejected run accepted into review over the supervisor; a goal created with its acceptance checks.
 
-A task itself is created by `agents.engine.intake.task_create`, the one path by which a task
+A task itself is created by `agents.engine.run.intake.task_create`, the one path by which a task
 enters, whoever creates it. `tasks.services` holds the actions the ledger owns (pause, cancel,
 close, reopen, limits, delete, goals); a cancel reaches the runs and the open decisions through
 what `agents.apps` and `approvals.apps` register with it. Each action moves the task's status
@@ -18,11 +18,12 @@ from django.core.files import File
 from django.db import transaction
 
 from agents.catalogue.connections import model_check_for_task
-from agents.engine.acceptance import FIELD as CHECKS_FIELD
-from agents.engine.acceptance import check_text, default_checks_on, validate_checks
-from agents.engine.intake import _validate_tools, task_create
-from agents.engine.prompting import CHANGE_HEAD, change_message
-from agents.engine.usage import exhausted_limits
+from agents.engine.run.intake import _validate_tools, task_create
+from agents.engine.run.prompting import CHANGE_HEAD, change_message
+from agents.engine.run.usage import exhausted_limits
+from agents.engine.verdict.acceptance import FIELD as CHECKS_FIELD
+from agents.engine.verdict.acceptance import check_text, validate_checks
+from agents.engine.verdict.checking import default_checks_on
 from agents.models import Connection, Conversation, Model, Turn
 from agents.selectors import DEFAULT_CHECK, TASK_CHECK, Rejection, last_rejection
 from agents.states import FailureCode

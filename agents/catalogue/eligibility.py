@@ -14,8 +14,8 @@ The first four cannot be cured by waiting: a person chooses another model, tests
 the connection. `model_refusal` gives the first reason that holds, `model_refusals` every one (the
 console's and the API's model check lists them all), `eligible_models` is the same rule as a query
 (the defaults of a new task, the fallback after a provider error, the reconciler's choice). The
-intake (`agents.engine.intake`), the loop's validation (`agents.engine.loop`), the fallback
-(`agents.engine.outcomes.fallback_model`), `usable_models` and `model_check_for_task`
+intake (`agents.engine.run.intake`), the loop's validation (`agents.engine.run.loop`), the fallback
+(`agents.engine.verdict.outcomes.fallback_model`), `usable_models` and `model_check_for_task`
 (`agents.catalogue.connections`) all ask here; each adds its own advice to the message.
 """
 

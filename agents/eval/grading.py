@@ -29,7 +29,7 @@ from collections.abc import Callable, Mapping
 from dataclasses import asdict, dataclass
 from typing import Any
 
-from agents.engine.acceptance import EXECUTED, CallSeen, RunRecord
+from agents.engine.verdict.evidence import EXECUTED, CallSeen, RunRecord
 
 # A case's `expect` mapping, as its YAML file wrote it (validate_expect checks its shape).
 Expect = Mapping[str, Any]
@@ -272,7 +272,7 @@ def passed(checks: list[Check]) -> bool:
     return bool(checks) and all(c.passed for c in checks)
 
 
-# --- The grader's checks as a real task's acceptance checks (agents.engine.acceptance) ---
+# --- The grader's checks as a real task's acceptance checks (agents.engine.verdict.acceptance) ---
 
 # The grader's checks that a person could attach to a real task; `state: review` is what an
 # approved run reaches anyway. The others (approvals, refusals, the first tool, the plan, turns)

@@ -1,12 +1,12 @@
 """Read a settled task's stored record for the grader (a selector: reads only): what its runs
-produced, read as the acceptance checks read it (`agents.engine.acceptance.run_record`), and what
-the grader also judges."""
+produced, read as the acceptance checks read it (`agents.engine.verdict.evidence.run_record`), and
+what the grader also judges."""
 
 from dataclasses import fields
 
 from django.db.models import Sum
 
-from agents.engine.acceptance import RunRecord, run_record
+from agents.engine.verdict.evidence import RunRecord, run_record
 from agents.eval.grading import ApprovalRecord, TaskRecord
 from agents.models import AgentRun, Conversation
 from approvals.models import Approval

@@ -45,8 +45,8 @@ from django.db import transaction
 from django.utils import timezone
 
 from agents.actions.decisions import approval_approve, approval_deny
-from agents.engine.acceptance import default_checks_on
-from agents.engine.intake import task_create
+from agents.engine.run.intake import task_create
+from agents.engine.verdict.checking import default_checks_on
 from agents.eval.cases import Case, load_cases, suite_sha256
 from agents.eval.grading import Check, TaskRecord, as_acceptance_checks, grade, passed
 from agents.eval.models import EvalOutcome, EvalResult, EvalRun, EvalRunStatus

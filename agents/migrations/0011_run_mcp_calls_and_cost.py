@@ -1,5 +1,5 @@
 """A run's MCP calls and cost stored on the run, so that a task's usage is one aggregate over its
-runs (agents.engine.usage.task_usage). Existing runs are filled from what was counted before: the
+runs (agents.engine.run.usage.task_usage). Existing runs are filled from what was counted before: the
 run_count of their MCP tool calls (named SERVER__TOOL) and the known costs of their turns."""
 
 from django.db import migrations, models

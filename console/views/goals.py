@@ -4,7 +4,7 @@ from django.http import HttpResponse
 from django.shortcuts import get_object_or_404, render
 from django.views.decorators.http import require_GET
 
-from agents.engine.acceptance import check_text
+from agents.engine.verdict.acceptance import check_text
 from console.http import AuthenticatedHttpRequest
 from console.shared import console_view
 from tasks.models import Goal, Task

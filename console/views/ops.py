@@ -312,8 +312,8 @@ def worker_host(worker_id: str) -> str:
     return host if sep else ""
 
 
-# A worker process records itself every few seconds (agents.engine.seen); one not seen for this long
-# is shown as gone, and one not seen for a day is not listed.
+# A worker process records itself every few seconds (agents.engine.runtime.seen); one not seen for
+# this long is shown as gone, and one not seen for a day is not listed.
 WORKER_GONE_SECONDS = 60
 WORKER_FORGOTTEN = timedelta(days=1)
 

@@ -36,8 +36,8 @@ from django_htmx.http import HttpResponseClientRedirect
 from agents.actions import tasks as person_tasks
 from agents.catalogue.connections import model_check_for_task
 from agents.catalogue.tools import all_tools
-from agents.engine.acceptance import check_text
-from agents.engine.usage import Usage, task_usage
+from agents.engine.run.usage import Usage, task_usage
+from agents.engine.verdict.acceptance import check_text
 from agents.models import AgentRun, Artifact, Model, ToolCall, Turn
 from agents.selectors import last_rejection, task_cost_subquery, task_run_facts
 from agents.states import Role, Verdict

@@ -26,8 +26,8 @@ def demo_model():
 def test_the_demo_shows_the_whole_loop(demo_model, monkeypatch, settings):
     from django.core.management import call_command
 
-    from agents.engine.reconciler import reconcile
-    from agents.engine.worker import Worker
+    from agents.engine.runtime.reconciler import reconcile
+    from agents.engine.runtime.worker import Worker
 
     settings.ACTHELM_HEARTBEAT_SECONDS = 0.5
     monkeypatch.setenv("ACTHELM_DEMO_MODEL_PORT", str(demo_model))
@@ -120,7 +120,7 @@ def test_the_natural_first_task_reaches_review_with_the_file_it_names(demo_model
     from django.core.management import call_command
 
     from agents.actions.tasks import task_create_by_name
-    from agents.engine.worker import Worker
+    from agents.engine.runtime.worker import Worker
     from core.actors import Actor
     from tests.factories import UserFactory
 

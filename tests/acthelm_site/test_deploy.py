@@ -160,7 +160,7 @@ def _calls(path: Path) -> list[dict]:
 
 
 def _sleepy_cli_task(tmp_path, seconds=3):
-    from agents.engine.intake import task_create
+    from agents.engine.run.intake import task_create
     from agents.models import Connection, Model
     from core.actors import Actor
 

@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 from django.db import connection
 
-from agents.engine.intake import task_create
+from agents.engine.run.intake import task_create
 from agents.models import AgentRun, Connection, Model
 from agents.states import RunStatus
 from core.actors import Actor

@@ -11,7 +11,7 @@ import pytest
 from django.urls import reverse
 from django.utils import timezone
 
-from agents.engine.seen import record_seen
+from agents.engine.runtime.seen import record_seen
 from agents.models import WorkerSeen
 from agents.states import RunStatus
 from console.views.ops import worker_host
@@ -366,7 +366,8 @@ def test_workers_page_htmx_refresh_returns_the_fragment(client, fleet):
 
 
 def test_an_idle_worker_is_listed_from_when_it_was_last_seen(client, db):
-    """agents.engine.seen.record_seen (the maintenance loop's one call) upserts the process's row;
+    """agents.engine.runtime.seen.record_seen (the maintenance loop's one call) upserts the
+    process's row;
     the
     page lists a worker that holds nothing as idle, and one not seen for a while as gone."""
     record_seen("host-i:300:0", force=True)

@@ -18,9 +18,9 @@ from typing import Any
 import pytest
 from django.db import connection
 
-from agents.engine.recorder import CallState, NewCall, NewTurn, Recorder, Result, Step
+from agents.engine.run.recorder import CallState, NewCall, NewTurn, Recorder, Result, Step
+from agents.engine.run.usage import Usage
 from agents.engine.store import claim_next
-from agents.engine.usage import Usage
 from agents.states import ToolCallStatus
 from core.actors import Actor
 from tasks.states import EventKind

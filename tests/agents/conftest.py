@@ -62,7 +62,7 @@ def cli_calls(counter: Path) -> int:
 
 @pytest.fixture
 def cli_task(db):
-    from agents.engine.intake import task_create
+    from agents.engine.run.intake import task_create
     from core.actors import Actor
 
     def make(model, **kwargs):
@@ -199,7 +199,7 @@ def http_model(db):
 
 @pytest.fixture
 def loop_task(db):
-    from agents.engine.intake import task_create
+    from agents.engine.run.intake import task_create
     from core.actors import Actor
 
     def make(model, **kwargs):
@@ -216,6 +216,6 @@ def loop_task(db):
 
 
 def run_burst(worker_id="w"):
-    from agents.engine.worker import Worker
+    from agents.engine.runtime.worker import Worker
 
     return Worker(worker_id=worker_id, burst=True).run()

@@ -1,5 +1,5 @@
 """A task whose newest run the supervisor rejected, made by the engine's own end of a run
-(`agents.engine.outcomes.handle` with a rejecting verdict) over a real run row and a real
+(`agents.engine.verdict.outcomes.handle` with a rejecting verdict) over a real run row and a real
 artifact file: waiting for its retry, or failed after its attempts."""
 
 import hashlib
@@ -9,9 +9,9 @@ from django.conf import settings
 from django.db import transaction
 from django.utils import timezone
 
-from agents.engine.acceptance import CheckResult
-from agents.engine.outcomes import Outcome, handle
-from agents.engine.supervisor import SupervisorVerdict
+from agents.engine.verdict.checking import CheckResult
+from agents.engine.verdict.outcomes import Outcome, handle
+from agents.engine.verdict.supervisor import SupervisorVerdict
 from agents.models import AgentRun, Artifact
 from core.actors import Actor
 from tasks.models import Task

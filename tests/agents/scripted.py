@@ -12,7 +12,7 @@ import psycopg
 from django.db import connection
 from psycopg.conninfo import make_conninfo
 
-from agents.engine.intake import task_create
+from agents.engine.run.intake import task_create
 from agents.models import Connection, Model, ToolCall
 from core.actors import Actor
 from tasks.models import Task

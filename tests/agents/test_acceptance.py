@@ -5,28 +5,27 @@ check needs in full (streamed), within a budget — or the check is unverified, 
 import factory
 import pytest
 
-from agents.engine import acceptance
-from agents.engine.acceptance import (
+from agents.engine.run.intake import task_create
+from agents.engine.run.usage import Usage
+from agents.engine.verdict import checking, evidence
+from agents.engine.verdict.acceptance import InvalidCheck, check_text, parse_check, validate_checks
+from agents.engine.verdict.checking import (
+    default_checks,
+    evaluate,
+    is_echo,
+    named_output_files,
+    run_checks,
+)
+from agents.engine.verdict.evidence import (
     MAX_CHECK_READ_BYTES,
     READ_CHUNK,
     ArtifactFile,
     Budget,
     CallSeen,
-    InvalidCheck,
     RunRecord,
-    check_text,
-    default_checks,
-    evaluate,
-    is_echo,
-    named_output_files,
-    parse_check,
-    run_checks,
     run_record,
-    validate_checks,
 )
-from agents.engine.intake import task_create
-from agents.engine.supervisor import supervise
-from agents.engine.usage import Usage
+from agents.engine.verdict.supervisor import supervise
 from agents.models import Artifact, ToolCall
 from core.actors import Actor
 from core.exceptions import InvalidInput
@@ -480,7 +479,8 @@ def test_text_checks_stream_across_chunks_as_one_text(db):
 
 
 def test_more_artifacts_than_a_verdict_lists_leave_negative_checks_unverified(db, monkeypatch):
-    monkeypatch.setattr(acceptance, "MAX_ARTIFACT_NAMES", 3)
+    monkeypatch.setattr(evidence, "MAX_ARTIFACT_NAMES", 3)  # what the record lists
+    monkeypatch.setattr(checking, "MAX_ARTIFACT_NAMES", 3)  # what the checks say of it
     task = TaskFactory(instruction="Write it.", tools=[])
     for name in ("a.txt", "b.txt", "c.txt", "d.sh"):
         _artifact(task, name, b"fine")

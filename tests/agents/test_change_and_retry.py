@@ -10,9 +10,9 @@ import threading
 import pytest
 
 from agents.actions import tasks as person_tasks
-from agents.engine.intake import task_create
-from agents.engine.prompting import CHANGE_HEAD, FEEDBACK_HEAD
-from agents.engine.worker import Worker
+from agents.engine.run.intake import task_create
+from agents.engine.run.prompting import CHANGE_HEAD, FEEDBACK_HEAD
+from agents.engine.runtime.worker import Worker
 from agents.models import AgentRun, Conversation, ToolCall, Turn
 from agents.selectors import task_run_facts
 from agents.states import Verdict

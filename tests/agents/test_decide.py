@@ -1,4 +1,5 @@
-"""The end of a run, decided with plain values: no database, no settings (agents.engine.decide)."""
+"""The end of a run, decided with plain values: no database, no settings
+(agents.engine.verdict.decide)."""
 
 from dataclasses import replace
 from datetime import UTC, datetime, timedelta
@@ -7,7 +8,7 @@ import pytest
 
 from agents.catalogue.providers import base as provider_base
 from agents.catalogue.providers.base import ALL_CODES, HEALTH_CODES
-from agents.engine.decide import (
+from agents.engine.verdict.decide import (
     Facts,
     Fallback,
     Health,

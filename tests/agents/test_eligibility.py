@@ -14,10 +14,10 @@ from agents.catalogue.eligibility import (
     model_refusal,
     model_refusals,
 )
-from agents.engine.intake import task_create
-from agents.engine.outcomes import fallback_model
+from agents.engine.run.intake import task_create
+from agents.engine.runtime.worker import Worker
 from agents.engine.store import claim_next
-from agents.engine.worker import Worker
+from agents.engine.verdict.outcomes import fallback_model
 from agents.models import AgentRun, Connection, Model
 from agents.states import FailureCode
 from core.actors import Actor

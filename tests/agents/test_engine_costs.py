@@ -19,8 +19,8 @@ from dataclasses import dataclass, field
 import pytest
 from django.db import connection
 
+from agents.engine.runtime.worker import Worker
 from agents.engine.store import claim_next
-from agents.engine.worker import Worker
 from agents.models import Conversation, ToolCall
 from agents.states import ToolCallStatus
 from tasks.models import Task

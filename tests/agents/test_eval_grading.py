@@ -3,7 +3,9 @@ Pure functions: no database."""
 
 import pytest
 
-from agents.engine.acceptance import CallSeen, run_checks, validate_checks
+from agents.engine.verdict.acceptance import validate_checks
+from agents.engine.verdict.checking import run_checks
+from agents.engine.verdict.evidence import CallSeen
 from agents.eval.cases import load_cases
 from agents.eval.grading import (
     CHECKS,

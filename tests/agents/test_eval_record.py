@@ -5,7 +5,7 @@ usage and the models that ran it."""
 import pytest
 from django.utils import timezone
 
-from agents.engine.acceptance import CallSeen
+from agents.engine.verdict.evidence import CallSeen
 from agents.eval.grading import ApprovalRecord
 from agents.eval.record import task_record
 from agents.states import RunStatus, ToolCallStatus

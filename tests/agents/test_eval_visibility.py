@@ -5,7 +5,7 @@ real-work figures."""
 import pytest
 from django.utils import timezone
 
-from agents.engine.intake import task_create
+from agents.engine.run.intake import task_create
 from agents.scorecard import model_scorecard, scorecard_window
 from agents.states import RunStatus
 from console.context_processors import pending_decisions_count

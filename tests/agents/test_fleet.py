@@ -8,7 +8,7 @@ from types import SimpleNamespace
 import pytest
 from django.db import connection
 
-from agents.engine.intake import task_create
+from agents.engine.run.intake import task_create
 from agents.models import AgentRun, Artifact, ToolCall
 from core.actors import Actor
 from tasks.models import Task

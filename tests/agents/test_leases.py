@@ -11,6 +11,7 @@ from django.db import connection, transaction
 from django.utils import timezone
 
 import agents.migrations
+from agents.engine.runtime.worker import Worker
 from agents.engine.store import claim as claim_module
 from agents.engine.store import (
     claim_batch,
@@ -21,7 +22,6 @@ from agents.engine.store import (
     stale_task_ids,
 )
 from agents.engine.store.functions import claim_function_sql
-from agents.engine.worker import Worker
 from agents.models import AgentRun
 from agents.states import RunStatus
 from core.exceptions import AttemptLost

@@ -1,4 +1,4 @@
-"""A run's start (agents.engine.recorder.load_state): one statement, compiled once, for a task
+"""A run's start (agents.engine.run.recorder.load_state): one statement, compiled once, for a task
 that has no turns yet; the task it builds is the one the ORM builds (its connection, model and
 conversation, JSON, arrays, decimals and datetimes through the fields' own converters), the usage
 is the sum over every run, and a task or run that is gone is AttemptLost."""
@@ -10,9 +10,9 @@ import pytest
 from django.db import connection
 from django.utils import timezone
 
-from agents.engine.recorder import load_starts, load_state
+from agents.engine.run.recorder import load_starts, load_state
+from agents.engine.run.usage import task_usage
 from agents.engine.store import claim_batch, claim_next
-from agents.engine.usage import task_usage
 from agents.models import AgentRun
 from core.exceptions import AttemptLost
 from tasks.models import Task

@@ -7,9 +7,9 @@ import pytest
 from django.db import connection
 
 from agents.actions.tasks import task_resume
-from agents.engine import worker as worker_module
+from agents.engine.runtime import worker as worker_module
+from agents.engine.runtime.worker import Worker
 from agents.engine.store import claim_next
-from agents.engine.worker import Worker
 from agents.models import AgentRun, CompactionDecision, Conversation, ToolCall, Turn
 from core.actors import Actor
 from memory.models import MemoryEntry, MemorySelection

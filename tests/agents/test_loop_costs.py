@@ -8,8 +8,8 @@ from decimal import Decimal
 import pytest
 
 from agents.actions.tasks import task_retry
-from agents.engine.usage import task_usage
-from agents.engine.worker import Worker
+from agents.engine.run.usage import task_usage
+from agents.engine.runtime.worker import Worker
 from agents.models import AgentRun, Turn
 from core.exceptions import LimitNotRaised
 from tasks.models import Task

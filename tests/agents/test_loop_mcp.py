@@ -7,9 +7,9 @@ import sys
 import pytest
 
 from agents.actions.decisions import approval_approve, review_run_again, review_skip
-from agents.engine.recovery import recover_stale
-from agents.engine.usage import task_usage
-from agents.engine.worker import Worker
+from agents.engine.run.usage import task_usage
+from agents.engine.runtime.recovery import recover_stale
+from agents.engine.runtime.worker import Worker
 from agents.models import AgentRun, Conversation, ToolCall, ToolServer
 from agents.states import ToolCallStatus
 from approvals.models import Approval, ReviewDecision

@@ -6,7 +6,7 @@ tool's result."""
 
 import pytest
 
-from agents.engine.worker import Worker
+from agents.engine.runtime.worker import Worker
 from agents.models import Artifact, Conversation
 from agents.states import ToolCallStatus
 from tasks.models import Task

@@ -5,7 +5,7 @@ one trace, nested in the run's span."""
 import pytest
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
 
-from agents.engine.worker import Worker
+from agents.engine.runtime.worker import Worker
 from core import telemetry
 from tasks.states import TaskStatus
 from tests.agents.scripted import fast_settings, status_of, tool_task

@@ -7,7 +7,7 @@ from datetime import timedelta
 import pytest
 from django.utils import timezone
 
-from agents.engine.maintenance import _HOOKS, register_maintenance, run_maintenance
+from agents.engine.runtime.maintenance import _HOOKS, register_maintenance, run_maintenance
 from core.actors import Actor
 from schedules.models import ScheduleSlot
 from schedules.services import schedule_create

@@ -1,8 +1,8 @@
-"""A run's end as its last step's statement writes it (agents.engine.outcomes.handoff and the step
-function's hand-off, migration agents 0020): an approved final answer ends the run and moves the
-task to review in the step's one statement, exactly as the fenced transaction (`handle`) writes
-it; the statement declines, writing nothing, when the task's status is no longer the one the end
-was decided for or a notification target wants the move, and the transaction writes it then."""
+"""A run's end as its last step's statement writes it (agents.engine.verdict.outcomes.handoff and
+the step function's hand-off, migration agents 0020): an approved final answer ends the run and
+moves the task to review in the step's one statement, exactly as the fenced transaction (`handle`)
+writes it; the statement declines, writing nothing, when the task's status is no longer the one the
+end was decided for or a notification target wants the move, and the transaction writes it then."""
 
 from typing import Any
 
@@ -10,13 +10,13 @@ import pytest
 from django.db import connection
 from django.utils import timezone
 
-from agents.engine import recorder as recorder_module
 from agents.engine import store
-from agents.engine.outcomes import Outcome, handoff
-from agents.engine.recorder import Recorder, Step, load_state
+from agents.engine.run import recorder as recorder_module
+from agents.engine.run.recorder import Recorder, Step, load_state
+from agents.engine.runtime.worker import Worker
 from agents.engine.store import claim_next
-from agents.engine.supervisor import SupervisorVerdict
-from agents.engine.worker import Worker
+from agents.engine.verdict.outcomes import Outcome, handoff
+from agents.engine.verdict.supervisor import SupervisorVerdict
 from agents.models import AgentRun
 from core.actors import Actor
 from tasks.models import Task, TaskEvent

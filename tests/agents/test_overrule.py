@@ -9,8 +9,8 @@ from django.db import connection, transaction
 from django.utils import timezone
 
 from agents.actions import tasks as person_tasks
-from agents.engine.policies import auto_close_if_allowed
 from agents.engine.store import claim_next
+from agents.engine.verdict.policies import auto_close_if_allowed
 from agents.models import AgentRun, Artifact, Turn
 from agents.selectors import DEFAULT_CHECK, TASK_CHECK, last_rejection, task_result
 from agents.states import RunStatus, Verdict

@@ -5,7 +5,7 @@ import pytest
 from django.db import transaction
 from django.utils import timezone
 
-from agents.engine.policies import AUTO_CLOSE_GOAL_NO_WORK, auto_close_if_allowed
+from agents.engine.verdict.policies import AUTO_CLOSE_GOAL_NO_WORK, auto_close_if_allowed
 from agents.states import RunStatus, Verdict
 from core.actors import Actor
 from tasks.models import Task, TaskEvent

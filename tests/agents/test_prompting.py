@@ -2,8 +2,8 @@
 settled turns', agree with counting and building every turn again."""
 
 from agents.catalogue.connections import estimate_tokens
-from agents.engine.prompting import PLACEHOLDER, History, _messages_of
-from agents.engine.recorder import CallState
+from agents.engine.run.prompting import PLACEHOLDER, History, _messages_of
+from agents.engine.run.recorder import CallState
 from agents.states import Role
 
 

@@ -8,7 +8,7 @@ import pytest
 from django.core.management import CommandError, call_command
 from django.utils import timezone
 
-from agents.engine.prune import REMOVED_EVENT_KINDS, prune
+from agents.engine.runtime.prune import REMOVED_EVENT_KINDS, prune
 from agents.models import AgentRun, Artifact, CompactionDecision, Conversation, ToolCall, Turn
 from agents.states import RunStatus
 from approvals.models import Approval

@@ -8,7 +8,7 @@ import sys
 import pytest
 from django.conf import settings
 
-from agents.engine.reconciler import PLANNING_TOOLS, choose_model, reconcile
+from agents.engine.runtime.reconciler import PLANNING_TOOLS, choose_model, reconcile
 from agents.states import CostTier, ModelTestStatus
 from tasks.models import Task, TaskDependency, TaskEvent
 from tasks.states import EventKind, TaskKind, TaskOrigin, TaskStatus

@@ -1,4 +1,4 @@
-"""The recorder's step write (agents.engine.recorder, its statements through core.fastsql): the
+"""The recorder's step write (agents.engine.run.recorder, its statements through core.fastsql): the
 fence still guards every write — a run that no longer holds its task writes nothing and gets
 AttemptLost — and a step is one transaction at the server, counted by PostgreSQL itself
 (pg_stat_database.xact_commit of the test database)."""
@@ -9,9 +9,9 @@ import pytest
 from django.db import connection, transaction
 from django.utils import timezone
 
-from agents.engine.recorder import CallState, NewCall, NewTurn, Recorder, Result, Step
+from agents.engine.run.recorder import CallState, NewCall, NewTurn, Recorder, Result, Step
+from agents.engine.run.usage import Usage
 from agents.engine.store import claim_next
-from agents.engine.usage import Usage
 from agents.models import AgentRun, ToolCall, Turn
 from agents.states import RunStatus, ToolCallStatus
 from core.actors import Actor

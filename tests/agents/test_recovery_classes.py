@@ -14,9 +14,9 @@ from django.utils import timezone
 
 from agents.actions.decisions import SKIPPED_RESULT, review_run_again, review_skip
 from agents.actions.tasks import task_retry
-from agents.engine.recovery import recover_stale
-from agents.engine.usage import task_usage
-from agents.engine.worker import Worker
+from agents.engine.run.usage import task_usage
+from agents.engine.runtime.recovery import recover_stale
+from agents.engine.runtime.worker import Worker
 from agents.models import AgentRun, Artifact, ToolCall
 from agents.states import RunStatus, ToolCallStatus
 from approvals.models import ReviewDecision

@@ -11,10 +11,10 @@ from decimal import Decimal
 import pytest
 from django.db import connection
 
-from agents.engine import acceptance, supervisor
-from agents.engine.acceptance import parse_check, validate_checks
-from agents.engine.supervisor import INLINE_CHECK_CHARS, rule_checks, supervise
-from agents.engine.usage import Usage
+from agents.engine.run.usage import Usage
+from agents.engine.verdict import checking, supervisor
+from agents.engine.verdict.acceptance import parse_check, validate_checks
+from agents.engine.verdict.supervisor import INLINE_CHECK_CHARS, rule_checks, supervise
 from agents.models import AgentRun
 from agents.states import Verdict
 from tasks.models import Task, TaskEvent
@@ -324,7 +324,7 @@ def test_only_a_verdict_that_can_only_be_quick_runs_in_the_runs_thread(
     if artifact:
         ArtifactFactory(task=task, name="notes.md", size=5)
     seen = []
-    real = acceptance.evaluate
+    real = checking.evaluate
 
     def evaluate(*args, **kwargs):
         seen.append(threading.current_thread())

@@ -8,7 +8,7 @@ import psycopg
 import pytest
 from django.db import connection
 
-from agents.engine.intake import task_create
+from agents.engine.run.intake import task_create
 from agents.models import AgentRun
 from agents.states import RunStatus, Verdict
 from core.actors import Actor
@@ -144,8 +144,9 @@ def test_a_run_stuck_on_the_database_with_the_whole_pool_does_not_stop_the_heart
         model = scripted_model(agents)
         ids = [_task(model, "quick", n).pk for n in range(3)]
         with psycopg.connect(conninfo()) as locker:
-            # The verdict reads the run's artifacts first (agents.engine.acceptance.run_record):
-            # a task that made a tool call, so that there is something to read.
+            # The verdict reads the run's artifacts first
+            # (agents.engine.verdict.evidence.run_record): a task that made a tool call, so that
+            # there is something to read.
             locker.execute("LOCK TABLE agents_artifact IN ACCESS EXCLUSIVE MODE")
             stuck = WorkerProcess(env, "--concurrency", "3", worker_id="stuck")
             rescuer = None

@@ -5,7 +5,7 @@ import pytest
 from django.utils import timezone
 
 from agents.actions import tasks as person_tasks
-from agents.engine import intake
+from agents.engine.run import intake
 from agents.states import RunStatus
 from core.actors import Actor
 from core.exceptions import (

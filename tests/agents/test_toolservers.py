@@ -25,7 +25,7 @@ from agents.catalogue.toolservers import (
     toolserver_remove,
     toolserver_test,
 )
-from agents.engine.intake import task_create
+from agents.engine.run.intake import task_create
 from agents.models import ToolServer
 from core.actors import Actor
 from core.exceptions import InvalidInput, NotPermitted

@@ -8,7 +8,7 @@ import pytest
 from django.db import connection
 from django.utils import timezone
 
-from agents.engine.usage import FIELDS, ZERO, Usage, headroom, task_usage
+from agents.engine.run.usage import FIELDS, ZERO, Usage, headroom, task_usage
 from agents.models import AgentRun
 from agents.states import RunStatus
 from tasks.limits import BEFORE_A_NETWORK_REQUEST, CUMULATIVE

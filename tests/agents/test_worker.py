@@ -9,13 +9,13 @@ from django.db import OperationalError, connection
 from django.db.models import Count
 from django.utils import timezone
 
-from agents.engine.intake import task_create
-from agents.engine.loop import Outcome
-from agents.engine.outcomes import apply_outcome
-from agents.engine.recorder import _LOAD
-from agents.engine.recovery import recover_stale
+from agents.engine.run.intake import task_create
+from agents.engine.run.loop import Outcome
+from agents.engine.run.recorder import _LOAD
+from agents.engine.runtime.recovery import recover_stale
+from agents.engine.runtime.worker import Worker
 from agents.engine.store import claim_next
-from agents.engine.worker import Worker
+from agents.engine.verdict.outcomes import apply_outcome
 from agents.models import AgentRun, Connection, Turn
 from core.actors import Actor
 from tasks.models import Task, TaskEvent
@@ -103,7 +103,7 @@ def test_a_claim_whose_states_cannot_be_read_still_runs_its_tasks(
     def broken(pairs):
         raise OperationalError("the server went away")
 
-    monkeypatch.setattr("agents.engine.worker.load_starts", broken)
+    monkeypatch.setattr("agents.engine.runtime.worker.load_starts", broken)
     worker = Worker(worker_id="w1", concurrency=2)
     claims, starts = worker._claim(2)
     assert [c.task_id for c in claims] == [task.pk] and starts == {}
@@ -252,8 +252,8 @@ def test_the_heartbeat_tells_a_lost_run_but_not_one_whose_own_end_moved_its_task
 ):
     """A task no longer held by a listed run: lost (warned, cancelled) unless the run is writing
     its end — its task moved on with that write, committed before the run left the list."""
-    from agents.engine.loop import RunSignals
-    from agents.engine.worker import Heartbeat, Running
+    from agents.engine.run.loop import RunSignals
+    from agents.engine.runtime.heartbeat import Heartbeat, Running
 
     task = cli_task(cli_model("--mode", "echo"))
     claim = claim_next(worker_id="w")

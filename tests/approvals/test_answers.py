@@ -12,7 +12,7 @@ from django.core.management import call_command
 
 from agents.actions.decisions import approval_approve
 from agents.catalogue.tools import get_tool, operation_hash
-from agents.engine.worker import Worker
+from agents.engine.runtime.worker import Worker
 from agents.models import Artifact, ToolServer
 from agents.states import ToolCallStatus
 from approvals.models import Approval

@@ -10,7 +10,7 @@ from django.core.management import CommandError, call_command
 
 from agents.actions.decisions import DENIED_RESULT, approval_approve, approval_deny
 from agents.catalogue.tools import get_tool, operation_hash
-from agents.engine.worker import Worker
+from agents.engine.runtime.worker import Worker
 from agents.models import Artifact, ToolCall
 from agents.states import ToolCallStatus
 from approvals.models import Approval

@@ -27,7 +27,7 @@ import pytest
 from django.db import InterfaceError, OperationalError, connection
 from django.db.models import Count
 
-from agents.engine.intake import task_create
+from agents.engine.run.intake import task_create
 from agents.models import AgentRun, Artifact, Connection, Model, ToolCall, Turn
 from approvals.models import ReviewDecision
 from approvals.states import ReviewChoice

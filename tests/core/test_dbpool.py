@@ -89,7 +89,7 @@ def test_the_pool_never_hands_out_a_connection_the_server_cut():
 def test_a_worker_pool_checks_with_check_idle(settings):
     from django.db import connection
 
-    from agents.engine.worker import configure_pool
+    from agents.engine.runtime.pool import configure_pool
 
     saved = {**connection.settings_dict, "OPTIONS": {**connection.settings_dict["OPTIONS"]}}
     try:

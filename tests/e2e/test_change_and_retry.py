@@ -8,7 +8,7 @@ import re
 import pytest
 from playwright.sync_api import expect
 
-from agents.engine.prompting import CHANGE_HEAD
+from agents.engine.run.prompting import CHANGE_HEAD
 from agents.selectors import task_run_facts
 from tasks.models import Task, TaskEvent
 from tasks.states import EventKind, TaskStatus

@@ -8,7 +8,7 @@ import time
 import pytest
 from playwright.sync_api import expect
 
-from agents.engine.intake import task_create
+from agents.engine.run.intake import task_create
 from agents.models import Connection, Model, ToolCall
 from agents.states import ToolCallStatus
 from core.actors import Actor

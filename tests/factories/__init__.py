@@ -6,7 +6,7 @@ from django.contrib.auth import get_user_model
 from django.contrib.auth.models import Permission
 from django.db.models import F
 
-from agents.engine.usage import is_mcp_tool
+from agents.catalogue.tools.mcp import is_mcp_tool
 from agents.eval.models import EvalOutcome, EvalResult, EvalRun, EvalRunStatus
 from agents.models import AgentRun, Artifact, Connection, Conversation, Model, ToolCall, Turn
 from agents.states import ConnectionKind, CostTier, ModelTestStatus, RecoveryClass, Role

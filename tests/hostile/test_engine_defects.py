@@ -10,10 +10,10 @@ import pytest
 from django.utils import timezone
 
 from agents.actions.decisions import approval_approve
-from agents.engine.outcomes import apply_outcome
-from agents.engine.recovery import recover_stale
+from agents.engine.runtime.recovery import recover_stale
+from agents.engine.runtime.worker import Worker
 from agents.engine.store import claim_next
-from agents.engine.worker import Worker
+from agents.engine.verdict.outcomes import apply_outcome
 from agents.models import AgentRun, Connection, ToolCall
 from approvals.models import Approval, ReviewDecision
 from tasks.models import Task, TaskEvent
@@ -198,7 +198,7 @@ def test_4_a_database_error_mid_step_is_written_again_or_hands_the_task_back(loo
 
 
 def test_5_every_retry_delay_is_reachable_with_the_defaults(loop_settings):
-    from agents.engine.loop import Outcome
+    from agents.engine.run.loop import Outcome
 
     with ScriptedModelServer([]) as server:
         task = tool_task(server, [])
@@ -239,7 +239,7 @@ def test_5_a_bad_request_is_not_retried(loop_settings):
 
 
 def test_6_a_withdrawn_pause_does_not_pause(loop_settings):
-    from agents.engine.loop import AgentLoop, Outcome, RunSignals
+    from agents.engine.run.loop import AgentLoop, Outcome, RunSignals
 
     with ScriptedModelServer([reply_text("finished")]) as server:
         task = tool_task(server, [])

@@ -22,8 +22,8 @@ from django.core.management.base import BaseCommand
 from django.test import Client
 from django.utils import timezone
 
-from agents.engine.intake import task_create
-from agents.engine.worker import Worker
+from agents.engine.run.intake import task_create
+from agents.engine.runtime.worker import Worker
 from agents.models import AgentRun, Artifact, Connection, Model, ToolCall, Turn
 from approvals.models import Approval
 from core.actors import Actor

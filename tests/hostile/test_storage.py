@@ -1,8 +1,8 @@
 """What the database cannot store never cycles a task (issue 21, item 1).
 
 A model answer or tool arguments with U+0000, a provider reporting more tokens than a column holds,
-a cost outside its column: made storable before the step is written (agents/engine/storable.py).
-What
+a cost outside its column: made storable before the step is written
+(agents/engine/store/storable.py). What
 the database refuses anyway fails the attempt (`storage_rejected`), which counts; hand-backs are
 capped. Real worker, real PostgreSQL, the scripted model server on loopback."""
 
@@ -11,9 +11,9 @@ from decimal import Decimal
 import pytest
 from django.db import connection
 
-from agents.engine.outcomes import Outcome, apply_outcome
-from agents.engine.storable import COST_MAX, INT_MAX, NUL_ESCAPE, count, json, money, text
 from agents.engine.store import claim_next
+from agents.engine.store.storable import COST_MAX, INT_MAX, NUL_ESCAPE, count, json, money, text
+from agents.engine.verdict.outcomes import Outcome, apply_outcome
 from agents.models import AgentRun, ToolCall, Turn
 from tasks.models import Task, TaskEvent
 from tasks.states import EventKind, TaskStatus

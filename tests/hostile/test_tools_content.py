@@ -311,7 +311,7 @@ def test_fetch_url_unknown_or_usual_charsets_still_decode(tmp_path):
 
 
 def _scripted_task(server, *, flavor="openai", tools=("update_plan", "read_file"), **kwargs):
-    from agents.engine.intake import task_create
+    from agents.engine.run.intake import task_create
     from agents.models import Connection, Model
     from core.actors import Actor
 
@@ -360,7 +360,7 @@ NON_FINITE_ARGUMENTS = [
 def test_non_finite_numbers_in_tool_arguments_are_refused_and_the_run_goes_on(
     loop_settings, flavor, tool, arguments
 ):
-    from agents.engine.worker import Worker
+    from agents.engine.runtime.worker import Worker
     from agents.models import AgentRun, ToolCall
     from tasks.models import Task, TaskEvent
     from tasks.workspace import add_input_file
@@ -415,7 +415,7 @@ def test_approval_card_shows_the_host_and_port_the_request_will_use(
 ):
     from django.test import Client
 
-    from agents.engine.worker import Worker
+    from agents.engine.runtime.worker import Worker
     from approvals.models import Approval
     from tests.fakes.model_server import ScriptedModelServer, reply_text, reply_tool_calls
 
@@ -462,7 +462,7 @@ def test_fetch_url_refuses_bidi_and_format_characters(tmp_path, url):
 
 @pytest.mark.django_db(transaction=True)
 def test_a_bidi_url_is_refused_before_anyone_is_asked(loop_settings):
-    from agents.engine.worker import Worker
+    from agents.engine.runtime.worker import Worker
     from agents.models import ToolCall
     from approvals.models import Approval
     from tests.fakes.model_server import ScriptedModelServer, reply_text, reply_tool_calls
@@ -487,8 +487,8 @@ def test_a_bidi_url_is_refused_before_anyone_is_asked(loop_settings):
 
 @pytest.mark.django_db(transaction=True)
 def test_propose_task_children_inherit_at_most_what_the_parent_has(loop_settings):
-    from agents.engine.usage import task_usage
-    from agents.engine.worker import Worker
+    from agents.engine.run.usage import task_usage
+    from agents.engine.runtime.worker import Worker
     from agents.models import ToolCall
     from tasks.models import Task
     from tests.fakes.model_server import ScriptedModelServer, reply_text, reply_tool_calls

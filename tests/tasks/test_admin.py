@@ -28,7 +28,7 @@ def test_task_list_filters_and_search(client, person):
 
 
 def test_task_page_shows_the_timeline(client, person, actor):
-    from agents.engine.intake import task_create
+    from agents.engine.run.intake import task_create
 
     client.force_login(person)
     task = task_create(actor=actor, title="T", instruction="I")

@@ -4,8 +4,8 @@ as the close that finished the last one, no cycle possible, stuck dependencies e
 import pytest
 from django.db import transaction
 
-from agents.engine import intake
-from agents.engine.policies import auto_close_if_allowed
+from agents.engine.run import intake
+from agents.engine.verdict.policies import auto_close_if_allowed
 from agents.states import RunStatus, Verdict
 from core.actors import Actor
 from core.exceptions import InvalidInput

@@ -5,7 +5,7 @@ from decimal import Decimal
 import pytest
 
 from acthelm_site.api.schemas import TaskCreateIn
-from agents.engine.usage import Usage
+from agents.engine.run.usage import Usage
 from console.forms import TaskCreateForm
 from tasks.limits import (
     BY_FIELD,

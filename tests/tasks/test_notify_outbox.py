@@ -11,8 +11,8 @@ import pytest
 from django.db import connection, transaction
 from django.utils import timezone
 
-from agents.engine.recovery import recover_stale
-from agents.engine.worker import Worker
+from agents.engine.runtime.recovery import recover_stale
+from agents.engine.runtime.worker import Worker
 from agents.models import AgentRun, Connection
 from agents.states import RunStatus
 from approvals.models import Approval, ReviewDecision

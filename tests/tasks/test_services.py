@@ -2,7 +2,7 @@ import pytest
 from django.utils import timezone
 
 from agents.actions import tasks as person_tasks
-from agents.engine import intake
+from agents.engine.run import intake
 from agents.models import AgentRun
 from agents.states import RunStatus
 from core.actors import Actor

@@ -134,7 +134,7 @@ def test_a_goal_needs_a_title(goal_keeper, title):
 
 
 def test_the_reconciler_no_longer_plans_a_deactivated_goal(goal_keeper):
-    from agents.engine.reconciler import idle_goal_ids
+    from agents.engine.runtime.reconciler import idle_goal_ids
 
     goal = services.goal_create(actor=goal_keeper, title="Plan me")
     assert goal.pk in idle_goal_ids()

@@ -74,6 +74,13 @@ if TYPE_CHECKING:  # the SDK and httpx are imported where a session starts, not 
 
 #: ``SERVER__TOOL``: the separator between a server's name and its tool's name.
 SEPARATOR = "__"
+
+
+def is_mcp_tool(name: str) -> bool:
+    """An MCP tool's name (``SERVER__TOOL``): no built-in tool name contains the separator."""
+    return SEPARATOR in (name or "")
+
+
 #: A server name: lower-case letters, digits and single underscores (no ``__``).
 SERVER_NAME_RE = re.compile(r"^[a-z][a-z0-9]*(?:_[a-z0-9]+)*$")
 SERVER_NAME_MAX = 30

@@ -13,7 +13,7 @@ SQL for a run (tests/agents/test_store_boundary.py keeps it so).
 - what a task used over its runs (`usage`: the `Usage` value and its sum);
 - the database functions' templates (`sql/*.sql`) and their rendering (`functions`).
 
-The store takes values and imports nothing above it: the verdict (`agents.engine.outcomes`)
+The store takes values and imports nothing above it: the verdict (`agents.engine.verdict.outcomes`)
 hands it a run's end as a `Handoff`, the recorder a `Step`; it never imports them.
 """
 

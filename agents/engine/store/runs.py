@@ -11,7 +11,7 @@ from django.db import connection
 from django.utils import timezone
 from psycopg.types.json import Jsonb
 
-from agents.engine import storable
+from agents.engine.store import storable
 from agents.engine.store.values import Result
 from agents.models import AgentRun, ToolCall
 from agents.states import (

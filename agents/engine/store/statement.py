@@ -23,14 +23,14 @@ function around the ids.
 
 A task's first step also writes its conversation (the system prompt and the tool pins). A run's
 last step also writes its end when that is a hand-off (`Handoff`, a value the verdict hands the
-store — `agents.engine.outcomes.handoff` decides it; the store never imports the verdict: an
+store — `agents.engine.verdict.outcomes.handoff` decides it; the store never imports the verdict: an
 approved final answer moves the task to review): the run's end and the task's move with its event,
 after the same fence, when the task's status is still the one the end was decided for and no
 notification target wants the move; else the function declines it (`handed_off` false), writing
 nothing, and the fenced transaction writes the end. What `Step` holds beyond that (memory, new
 tool pins alone, a conversation started over, approvals, reviews, artifacts, the plan,
 proposals, compaction, any other outcome, an event that notifies a person) keeps the
-fenced-transaction path (`agents.engine.recorder.Recorder._commit`, `writes`).
+fenced-transaction path (`agents.engine.run.recorder.Recorder._commit`, `writes`).
 """
 
 from __future__ import annotations
@@ -129,7 +129,7 @@ def _columns_of(model: type[models.Model], values: dict[str, Any]) -> dict[str, 
 
 @dataclass(frozen=True)
 class Handoff:
-    """A run's end written by its last step's statement (`agents.engine.outcomes.handoff`):
+    """A run's end written by its last step's statement (`agents.engine.verdict.outcomes.handoff`):
     the status the task must still have (`from_status`: the one the end was decided for), the
     run's columns as it ends and the task's as it moves (by name, within HANDOFF_RUN_COLUMNS and
     HANDOFF_TASK_COLUMNS), the move's event (a TaskEvent's fields) and the notification it is

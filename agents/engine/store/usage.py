@@ -1,6 +1,6 @@
 """What was used, as a value (`Usage`: by a task, a run or a step, each field a column of the run
 row), and what a task has used across all its runs, summed by the database in one aggregate.
-`agents.engine.usage` adds what remains of a task's limits."""
+`agents.engine.run.usage` adds what remains of a task's limits."""
 
 import functools
 from dataclasses import dataclass, fields

@@ -154,7 +154,7 @@ class Step:
     compaction: tuple[list[CallState], int, int] | None = None  # chosen, tokens before, after
     events: list[Event] = field(default_factory=list)
     # What the step used (turns, tokens, time, requests, MCP starts, cost): added to the run row
-    # in the step's own transaction, column by column (agents.engine.usage.Usage).
+    # in the step's own transaction, column by column (agents.engine.run.usage.Usage).
     usage: Usage = ZERO
     answer: str | None = None
 

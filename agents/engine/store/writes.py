@@ -1,5 +1,5 @@
-"""A step's rows in the fenced transaction (`agents.engine.recorder.Recorder._commit`), for a step
-the one statement does not write: the conversation, the turns with their calls, the run row's
+"""A step's rows in the fenced transaction (`agents.engine.run.recorder.Recorder._commit`), for a
+step the one statement does not write: the conversation, the turns with their calls, the run row's
 usage, checkpoint and answer. Each INSERT and UPDATE is SQL built once (`core.fastsql`); the rows
 are the ones the step function inserts (`values.turn_row`, `values.new_call_row`)."""
 

@@ -7,7 +7,8 @@ from typing import Any
 from django.conf import settings
 from django.core.management.base import BaseCommand, CommandError
 
-from agents.engine.worker import Worker, configure_pool, default_worker_id
+from agents.engine.runtime.pool import configure_pool
+from agents.engine.runtime.worker import Worker, default_worker_id
 
 # A running task is a thread that holds a database connection only while it reads or writes (the
 # pool, ACTHELM_DB_POOL_SIZE); more than this in one process is a typo, not a plan.

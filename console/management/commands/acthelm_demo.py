@@ -13,7 +13,7 @@ from django.contrib.auth.models import User
 from django.core.management.base import BaseCommand, CommandParser
 from django.db import transaction
 
-from agents.engine.intake import task_create
+from agents.engine.run.intake import task_create
 from agents.models import Connection, Model
 from agents.states import ConnectionKind, CostTier, ModelTestStatus
 from core.actors import Actor

@@ -1,7 +1,7 @@
 """acthelm_goal create|list|show|deactivate — goals, scriptable, with --json output."""
 
 from agents.actions import tasks as person_tasks
-from agents.engine.acceptance import check_text, kind_names
+from agents.engine.verdict.acceptance import check_text, kind_names
 from console.cli import ActionCommand, Actions, Options, emit, person_actor
 from core.exceptions import GoalNotFound
 from tasks import services

@@ -1,6 +1,6 @@
 """acthelm_prune --older-than DAYS [--yes] — remove the history of long-closed tasks.
 
-A dry run by default: it prints what it would remove. See agents/engine/prune.py and
+A dry run by default: it prints what it would remove. See agents/engine/runtime/prune.py and
 docs/operations-retention.md for what is removed and what is kept.
 """
 
@@ -10,7 +10,7 @@ from typing import Any
 
 from django.core.management.base import BaseCommand, CommandError, CommandParser
 
-from agents.engine.prune import DEFAULT_BATCH_SIZE, prune
+from agents.engine.runtime.prune import DEFAULT_BATCH_SIZE, prune
 from console.cli import emit
 
 # A hundred years: any older date is a typo, and past ~2.7 million days the cutoff itself

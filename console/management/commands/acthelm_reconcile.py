@@ -4,7 +4,7 @@ from typing import Any
 
 from django.core.management.base import BaseCommand, CommandParser
 
-from agents.engine.reconciler import reconcile
+from agents.engine.runtime.reconciler import reconcile
 from console.cli import emit
 
 

@@ -5,7 +5,7 @@ from typing import Any
 
 from django.core.management.base import BaseCommand, CommandParser
 
-from agents.engine.recovery import recover_stale
+from agents.engine.runtime.recovery import recover_stale
 
 
 class Command(BaseCommand):

@@ -6,7 +6,7 @@ from typing import Any
 
 from django.utils.dateparse import parse_datetime
 
-from agents.engine.acceptance import kind_names
+from agents.engine.verdict.acceptance import kind_names
 from console.cli import ActionCommand, Actions, Options, emit, person_actor
 from core.exceptions import InvalidInput
 from schedules import services

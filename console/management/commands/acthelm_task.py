@@ -16,7 +16,7 @@ from typing import Any
 from django.core.management.base import BaseCommand, CommandError, CommandParser
 
 from agents.actions import tasks as person_tasks
-from agents.engine.acceptance import check_text, kind_names
+from agents.engine.verdict.acceptance import check_text, kind_names
 from agents.models import Model
 from agents.scorecard import model_scorecard, scorecard_window
 from agents.selectors import (

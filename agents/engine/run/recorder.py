@@ -4,11 +4,11 @@ The agent loop decides in memory and collects what a step produced in a `Step` (
 in their decided states with their approvals, results, artifacts, the plan, follow-up proposals,
 compaction, events, usage, the answer). `Recorder.commit` writes all of it in one transaction
 that starts with the one-statement fence (`agents.engine.store.fence`) and ends with the checkpoint
-on the run row — and, at the end of a run, with the outcome (`agents.engine.outcomes.handle`). A run
-that lost its task writes nothing. Neither the loop nor the recorder runs SQL: every statement of a
-run is the store's (`agents.engine.store`), which writes the step the recorder hands it. Approvals
-and needs_review decisions are written by their app's one writer (`approvals.services`), called
-here inside the fenced transaction.
+on the run row — and, at the end of a run, with the outcome
+(`agents.engine.verdict.outcomes.handle`). A run that lost its task writes nothing. Neither the loop
+nor the recorder runs SQL: every statement of a run is the store's (`agents.engine.store`), which
+writes the step the recorder hands it. Approvals and needs_review decisions are written by their
+app's one writer (`approvals.services`), called here inside the fenced transaction.
 
 Commits per step: one. An external call (recovery class `external`) is recorded "running" before
 the request leaves, so that a crash leads to needs_review — with the turn that asked for it when
@@ -40,8 +40,8 @@ from django.utils import timezone
 
 from agents.catalogue.tools.plan import ProposeTaskArgs
 from agents.engine import store
-from agents.engine.intake import propose_follow_up
-from agents.engine.outcomes import Outcome, handle, handoff
+from agents.engine.run.intake import propose_follow_up
+from agents.engine.run.usage import KINDS, Usage
 from agents.engine.store import (
     CallState,
     Checkpoint,
@@ -53,8 +53,8 @@ from agents.engine.store import (
     StepPlan,
     TurnState,
 )
-from agents.engine.supervisor import SupervisorVerdict
-from agents.engine.usage import KINDS, Usage
+from agents.engine.verdict.outcomes import Outcome, handle, handoff
+from agents.engine.verdict.supervisor import SupervisorVerdict
 from agents.models import AgentRun, Artifact, CompactionDecision, Conversation, ToolCall, Turn
 from agents.states import ToolCallStatus
 from approvals.models import Approval, ReviewDecision

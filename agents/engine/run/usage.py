@@ -12,24 +12,15 @@ from tasks.models import Task
 __all__ = [
     "FIELDS",
     "KINDS",
-    "MCP_SEPARATOR",
     "ZERO",
     "Usage",
     "exhausted_limits",
     "first_reached",
     "headroom",
-    "is_mcp_tool",
     "reached",
     "remaining",
     "task_usage",
 ]
-
-#: MCP tools are named SERVER__TOOL; no built-in tool name contains the separator.
-MCP_SEPARATOR = "__"
-
-
-def is_mcp_tool(name: str) -> bool:
-    return MCP_SEPARATOR in (name or "")
 
 
 def reached(limit: Limit, task: Task, usage: Usage) -> str | None:

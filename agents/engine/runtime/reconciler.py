@@ -21,7 +21,7 @@ from django.db import transaction
 from django.db.models import Exists, OuterRef, QuerySet
 
 from agents.catalogue.connections import best_zero_cost_model, usable_models
-from agents.engine.intake import task_create
+from agents.engine.run.intake import task_create
 from agents.models import Model
 from core.actors import Actor
 from tasks.models import Goal, Task, TaskDependency

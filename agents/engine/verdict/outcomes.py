@@ -1,11 +1,11 @@
 """What happens to a task after a run: the facts are read, the end is decided, the plan written.
 
 A run ends with an `Outcome`. `handle` reads what the decision needs under the task's row lock
-(`gather`), lets `agents.engine.decide.decide` — which reads nothing — say what becomes of the run,
-the task and the connection, and writes that plan (`apply_plan`). It runs inside the fenced
-transaction that records the run's last step (`agents.engine.recorder`), or inside
+(`gather`), lets `agents.engine.verdict.decide.decide` — which reads nothing — say what becomes of
+the run, the task and the connection, and writes that plan (`apply_plan`). It runs inside the fenced
+transaction that records the run's last step (`agents.engine.run.recorder`), or inside
 `apply_outcome`'s own fence. The status changes themselves go through tasks.transitions and
-agents.engine.store.runs. Runs whose worker died are recovered by `agents.engine.recovery`.
+agents.engine.store.runs. Runs whose worker died are recovered by `agents.engine.runtime.recovery`.
 """
 
 import logging
@@ -19,8 +19,16 @@ from django.db.models import Min
 from django.utils import timezone
 
 from agents.catalogue.eligibility import eligible_models, has_tools
-from agents.engine import storable
-from agents.engine.decide import (
+from agents.engine.store import (
+    HANDOFF_RUN_COLUMNS,
+    HANDOFF_TASK_COLUMNS,
+    Handoff,
+    end_values,
+    fence,
+    finish_run,
+    storable,
+)
+from agents.engine.verdict.decide import (
     Facts,
     Fallback,
     Health,
@@ -31,15 +39,7 @@ from agents.engine.decide import (
     decide,
     error_signature,
 )
-from agents.engine.policies import auto_close_if_allowed, may_auto_close
-from agents.engine.store import (
-    HANDOFF_RUN_COLUMNS,
-    HANDOFF_TASK_COLUMNS,
-    Handoff,
-    end_values,
-    fence,
-    finish_run,
-)
+from agents.engine.verdict.policies import auto_close_if_allowed, may_auto_close
 from agents.models import AgentRun, Connection, Model
 from agents.states import CostTier, FailureCode, RunStatus
 from core.actors import Actor
@@ -50,7 +50,7 @@ from tasks.states import EventKind
 from tasks.transitions import event_values, move_columns, record_event, set_status
 
 if TYPE_CHECKING:
-    from agents.engine.supervisor import SupervisorVerdict
+    from agents.engine.verdict.supervisor import SupervisorVerdict
 
 __all__ = [
     "Outcome",

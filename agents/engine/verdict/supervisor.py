@@ -3,7 +3,7 @@
 In order, and the first that fails decides:
 
 1. the task's acceptance checks (`Task.acceptance_checks`), then the default checks that need no
-   configuration (agents.engine.acceptance; ACTHELM_SUPERVISOR_DEFAULT_CHECKS); a check that
+   configuration (agents.engine.verdict.acceptance; ACTHELM_SUPERVISOR_DEFAULT_CHECKS); a check that
    could not see everything it needs (an artifact over what a check reads, the checks' work
    budget spent) is *unverified*: with no failed check and the rules passed, the run goes to
    review marked unverified, naming the check and why;
@@ -14,8 +14,8 @@ In order, and the first that fails decides:
    outcomes; it is called outside any transaction.
 
 A failed check rejects the run with a reason that names the check; the reason is the next
-attempt's feedback (agents.engine.outcomes). When the model supervisor is configured but cannot be
-asked
+attempt's feedback (agents.engine.verdict.outcomes). When the model supervisor is configured but
+cannot be asked
 (no tested model, a provider error), the verdict is *unverified*, not approved: the run waits in
 review marked so (a person reads it knowing no model looked), rather than being retried — a retry
 would repeat the agent's whole run, tokens and side effects included, for a fault of the
@@ -45,18 +45,17 @@ from django.db import connection as db
 from agents.catalogue.connections import provider_for
 from agents.catalogue.providers import Message, ProviderError
 from agents.catalogue.providers.base import PROVIDER_CANCELLED, PROVIDER_TIMEOUT, CancelEvent
-from agents.engine.acceptance import (
+from agents.engine.store.usage import Usage, task_usage
+from agents.engine.verdict.acceptance import Check
+from agents.engine.verdict.checking import CheckResult, evaluate
+from agents.engine.verdict.evidence import (
     MAX_ARTIFACT_NAMES,
     VERDICT_SECONDS,
     ArtifactFile,
     Budget,
-    Check,
-    CheckResult,
     RunRecord,
-    evaluate,
     run_record,
 )
-from agents.engine.usage import Usage, task_usage
 from agents.models import Artifact, Model, ToolCall
 from agents.states import TOOL_CALL_DONE, ModelTestStatus
 from core.dbpool import release_connection
@@ -97,7 +96,7 @@ class SupervisorVerdict:
     reason: str
     # Approved for review, but the model supervisor that should have looked could not be asked.
     unverified: bool = False
-    # Every acceptance check that ran, passed or not (agents.engine.acceptance.CheckResult).
+    # Every acceptance check that ran, passed or not (agents.engine.verdict.checking.CheckResult).
     checks: tuple[CheckResult, ...] = field(default=(), compare=False)
 
     @property
@@ -212,7 +211,7 @@ def _read[T](fn: Callable[[], T]) -> T:
 #: Up to this many characters of answer and instruction together, a verdict with no model, no
 #: acceptance check of the task's own and no artifact runs its default checks in the run's own
 #: thread and keeps the run's connection for the outcome's transaction: those checks are linear
-#: scans of the answer, the instruction and the calls' names (agents.engine.acceptance), far
+#: scans of the answer, the instruction and the calls' names (agents.engine.verdict.acceptance), far
 #: under a millisecond here, where a thread of their own and a second turn in the pool's queue
 #: cost a task's end more than the checks at a fleet's end (bench/fleet.py). Anything that may
 #: take longer — a pattern of the task's, an artifact's content, a model — runs with no

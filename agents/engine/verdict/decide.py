@@ -3,8 +3,8 @@
 `decide(facts) -> Plan` holds every rule of a run's end (review, retry with back-off, the error
 loop, the hand-back loop, cooldown and the move to the next zero-cost model, recovery of a lost
 run) and reads nothing: no database, no settings. The outcome handlers
-(`agents.engine.outcomes`) and recovery (`agents.engine.recovery`) read the facts beforehand,
-under the task's row lock, and apply the plan through the one writer of each status — as
+(`agents.engine.verdict.outcomes`) and recovery (`agents.engine.runtime.recovery`) read the facts
+beforehand, under the task's row lock, and apply the plan through the one writer of each status — as
 Procrastinate's retry strategy returns a `RetryDecision` that its worker applies. So each rule is
 tested with plain values, and a handler is only its reads and its writes.
 """
@@ -15,7 +15,7 @@ from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 from typing import Any
 
-from agents.engine import storable
+from agents.engine.store import storable
 from agents.states import FailureCode, RunStatus, Verdict
 from tasks.states import EventKind, TaskStatus
 

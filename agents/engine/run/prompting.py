@@ -16,7 +16,7 @@ from agents.catalogue.providers import Message, ToolCallRequest
 from agents.states import Role
 
 if TYPE_CHECKING:
-    from agents.engine.recorder import CallState
+    from agents.engine.run.recorder import CallState
 
 PLACEHOLDER = "[This tool result was replaced by a placeholder to fit the context window. The full "
 PLACEHOLDER += "result is kept in the task's record.]"

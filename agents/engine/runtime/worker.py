@@ -6,12 +6,12 @@ thread and no connection. One heartbeat renews every lease the process holds in 
 on a connection of its own outside the pool, so that no run can make it wait. One listener
 (`LISTEN`) wakes the dispatcher for new work and the heartbeat for a person's action on a task
 that runs here. A maintenance thread runs `recover_stale()`, the reconciler and what apps
-registered with it (`agents.engine.maintenance`: the schedules' tick); a thread of its
+registered with it (`agents.engine.runtime.maintenance`: the schedules' tick); a thread of its
 own delivers the notification outbox, so no receiver can delay recovery. A run borrows a pooled
 connection only to read or write (`configure_pool`), its verdict included
-(`agents.engine.supervisor`). The first SIGTERM/SIGINT stops claiming and lets every run hand its
-task back at its next safe point; a second one exits at once (the leases then expire and another
-worker recovers the tasks).
+(`agents.engine.verdict.supervisor`). The first SIGTERM/SIGINT stops claiming and lets every run
+hand its task back at its next safe point; a second one exits at once (the leases then expire and
+another worker recovers the tasks).
 """
 
 import logging
@@ -20,46 +20,40 @@ import signal
 import socket
 import threading
 import time
-from dataclasses import dataclass
 from types import FrameType
 
 import psycopg
 from django.conf import settings
-from django.db import DatabaseError, InterfaceError, OperationalError
+from django.db import DatabaseError
 from django.db import connection as db
 
 from agents.catalogue.providers import release_thread_http
-from agents.engine.loop import AgentLoop, RunSignals
-from agents.engine.maintenance import run_maintenance
-from agents.engine.outcomes import Outcome, apply_outcome
-from agents.engine.reconciler import reconcile
-from agents.engine.recorder import SavedState, load_starts
-from agents.engine.recovery import recover_stale
-from agents.engine.seen import record_seen
+from agents.engine.run.loop import AgentLoop, RunSignals
+from agents.engine.run.recorder import SavedState, load_starts
+from agents.engine.runtime.heartbeat import CONNECTION_ERRORS, DB_ERRORS, Heartbeat, Running
+from agents.engine.runtime.maintenance import run_maintenance
+from agents.engine.runtime.reconciler import reconcile
+from agents.engine.runtime.recovery import recover_stale
+from agents.engine.runtime.seen import record_seen
 from agents.engine.store import (
     Claim,
     claim_batch,
     claim_next,
-    renew_leases,
     seconds_to_earliest_expiry,
 )
-from agents.engine.supervisor import supervise
-from agents.engine.supervisor import uses_model as supervisor_uses_model
+from agents.engine.verdict.outcomes import Outcome, apply_outcome
+from agents.engine.verdict.supervisor import supervise
+from agents.engine.verdict.supervisor import uses_model as supervisor_uses_model
 from agents.models import AgentRun
 from agents.states import FailureCode
-from core.dbpool import check_idle, release_connection, reserve_connection
+from core.dbpool import release_connection
 from core.dburl import listen_conninfo
 from core.exceptions import AttemptLost
 from tasks.notify.delivery import deliver_in_maintenance
-from tasks.states import TaskStatus
 from tasks.transitions import READY_CHANNEL, SIGNAL_CHANNEL
 
 log = logging.getLogger("acthelm.worker")
 
-# Only these mean "the database went away": the task is handed back (not an attempt). Any other
-# DatabaseError is the database refusing what was written, which fails the attempt.
-CONNECTION_ERRORS = (OperationalError, InterfaceError)
-DB_ERRORS = (*CONNECTION_ERRORS, DatabaseError)
 DELIVERY_INTERVAL_SECONDS = 1.0  # between delivery passes (a pass sends every row that is due)
 
 
@@ -77,139 +71,6 @@ def storage_message(exc: Exception, loop: AgentLoop | None) -> str:
 
 def default_worker_id() -> str:
     return f"{socket.gethostname()}:{os.getpid()}"
-
-
-class Heartbeat(threading.Thread):
-    """One heartbeat for the whole process: every ACTHELM_HEARTBEAT_SECONDS it renews the lease
-    of every task the process runs in ONE statement (`renew_leases`, the fence's checks for each
-    pair), and its answer tells each run whether it lost its task (cancelled, recovered, reset,
-    deleted: the run's cancel event, which also aborts an in-flight model request or fetch) or
-    has a pause request. `poke(task_id)` checks those tasks at once: a person's action arrives as
-    a NOTIFY (`tasks.transitions.SIGNAL_CHANNEL`); the interval is the fallback where
-    notifications do not arrive (PgBouncer in transaction mode).
-
-    With a pool, the heartbeat's connection is its own (`reserve_connection`): the runs cannot
-    hold it, so however long they keep the pool's connections, every lease is renewed while
-    the process and PostgreSQL are alive."""
-
-    def __init__(self, worker: "Worker"):
-        super().__init__(name="heartbeat", daemon=True)
-        self.worker = worker
-        self._wake = threading.Condition()
-        self._poked: set[int] = set()
-        self._ended = threading.Event()
-        self.beats = 0
-        self.reserved = False  # whether this thread's connection is its own (with a pool)
-
-    def end(self) -> None:
-        self._ended.set()
-        self.poke(0)
-
-    def poke(self, task_id: int) -> None:
-        with self._wake:
-            self._poked.add(task_id)
-            self._wake.notify()
-
-    def run(self) -> None:
-        pool_name = db.settings_dict["OPTIONS"].get("application_name")
-        self.reserved = reserve_connection(
-            application_name=heartbeat_name(self.worker.worker_id)
-            if pool_name == pool_name_of(self.worker.worker_id)
-            else None
-        )
-        interval = settings.ACTHELM_HEARTBEAT_SECONDS
-        next_beat = time.monotonic() + interval
-        while not (self.worker.halted.is_set() or self._ended.is_set()):
-            with self._wake:
-                timeout = next_beat - time.monotonic()
-                if not self._poked and timeout > 0:
-                    self._wake.wait(timeout)
-                poked, self._poked = self._poked, set()
-            if time.monotonic() >= next_beat:
-                self.beat(None)
-                next_beat = time.monotonic() + interval
-            elif poked:
-                self.beat(poked)
-        db.close()
-
-    def beat(self, only: set[int] | None) -> None:
-        running = self.worker.running_snapshot()
-        if only is not None:
-            running = {run_id: r for run_id, r in running.items() if r.claim.task_id in only}
-        if not running:
-            return
-        pairs = [(r.claim.task_id, run_id) for run_id, r in running.items()]
-        try:
-            try:
-                held = renew_leases(pairs)
-            except CONNECTION_ERRORS:
-                # The kept connection died (a restart, pg_terminate_backend): reconnect once now
-                # rather than skip a beat.
-                db.close()
-                held = renew_leases(pairs)
-        except DB_ERRORS:
-            log.exception("heartbeat.db_error", extra={"worker": self.worker.worker_id})
-            db.close()
-            return
-        except Exception:  # a bug must not silence the heartbeat of the running tasks
-            log.exception("heartbeat.error", extra={"worker": self.worker.worker_id})
-            return
-        finally:
-            if not self.reserved:  # without a pool: no idle connection between beats
-                db.close()
-        self.beats += 1
-        for run_id, r in running.items():
-            status = held.get(r.claim.task_id)
-            if status is None:
-                # Else the run just ended (its task moved on with its last write, which may have
-                # committed before this answer while the run is still listed), or it was told
-                # already. An ending run that did lose its task finds out at that write's fence.
-                ended = r.signals.ending.is_set() or r.signals.cancel.is_set()
-                if self.worker.is_running(run_id) and not ended:
-                    log.warning("run.lost", extra={"task_id": r.claim.task_id, "run_id": run_id})
-                    r.signals.cancel.set()
-            elif status == TaskStatus.PAUSE_REQUESTED:
-                r.signals.pause.set()
-            else:
-                r.signals.pause.clear()
-
-
-@dataclass(frozen=True)
-class Running:
-    claim: Claim
-    signals: RunSignals
-
-
-def pool_name_of(worker_id: str) -> str:
-    """`application_name` of a worker's pooled connections (pg_stat_activity)."""
-    return f"acthelm-worker {worker_id}"[:63]
-
-
-def heartbeat_name(worker_id: str) -> str:
-    """`application_name` of a worker's heartbeat connection."""
-    return f"acthelm-heartbeat {worker_id}"[:63]
-
-
-def configure_pool(size: int, *, worker_id: str = "") -> None:
-    """Make this process's connections a pool of at most `size` (Django's own psycopg pool,
-    `OPTIONS["pool"]`): every thread borrows a connection for a transaction or a statement and
-    gives it back (`release_connection`), so a worker process opens at most `size` connections
-    plus the heartbeat's own and its LISTEN connection, whatever `--concurrency` says. Call it
-    before any query."""
-    if size <= 0:
-        return
-    db.close()
-    options = db.settings_dict.setdefault("OPTIONS", {})
-    options["pool"] = {
-        "min_size": 1,
-        "max_size": size,
-        "timeout": settings.ACTHELM_DB_POOL_TIMEOUT_SECONDS,
-        "name": "acthelm-worker",
-        "check": check_idle,  # a poll of the idle socket, not a round trip per checkout
-    }
-    db.settings_dict["CONN_MAX_AGE"] = 0
-    if worker_id:  # so that pg_stat_activity says whose connections these are
-        options.setdefault("application_name", pool_name_of(worker_id))
 
 
 class Worker:

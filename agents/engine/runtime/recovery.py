@@ -3,8 +3,9 @@
 A worker that stops renewing its lease (killed, frozen, cut off from the database) leaves its
 task held and its run started. `recover_stale` finds such tasks by the database's clock (the
 store's `stale_task_ids`), ends the run as `worker_lost` and requeues the task — or fails it, once
-it was lost more often than ACTHELM_MAX_REQUEUES allows; that choice is `agents.engine.decide`'s,
-like every run's end. The worker's maintenance thread and `acthelm_recover` call it.
+it was lost more often than ACTHELM_MAX_REQUEUES allows; that choice is
+`agents.engine.verdict.decide`'s, like every run's end. The worker's maintenance thread and
+`acthelm_recover` call it.
 """
 
 import logging
@@ -12,9 +13,9 @@ import logging
 from django.db import transaction
 from django.utils import timezone
 
-from agents.engine.decide import Facts, OutcomeKind, decide
-from agents.engine.outcomes import apply_plan, rules
 from agents.engine.store import stale_task_ids
+from agents.engine.verdict.decide import Facts, OutcomeKind, decide
+from agents.engine.verdict.outcomes import apply_plan, rules
 from agents.models import AgentRun
 from agents.states import RunStatus
 from core.actors import Actor

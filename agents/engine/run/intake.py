@@ -18,8 +18,8 @@ from django.db import transaction
 from agents.catalogue.eligibility import eligible_models, has_tools, model_refusal
 from agents.catalogue.tools import find_tool, tool_names
 from agents.catalogue.tools.plan import ProposeTaskArgs
-from agents.engine.acceptance import Check, validate_checks
-from agents.engine.usage import remaining, task_usage
+from agents.engine.run.usage import remaining, task_usage
+from agents.engine.verdict.acceptance import Check, validate_checks
 from agents.models import Connection, Model
 from agents.states import CostTier, FailureCode
 from core.actors import Actor
@@ -181,7 +181,7 @@ def task_create(
 
     `evaluation`: a case of the graded suite (agents.eval), hidden from the review queue, the
     inbox and the scorecard's real-work figures. `acceptance_checks`: ``KIND=VALUE`` texts or
-    ``{"kind", "value"}`` objects (`agents.engine.acceptance`), refused with
+    ``{"kind", "value"}`` objects (`agents.engine.verdict.acceptance`), refused with
     `acceptance_check_invalid`
     (field `acceptance_checks`) when a kind is unknown or a pattern cannot be run; a person's
     work task for a goal given none gets the goal's (`meetable_checks`).
