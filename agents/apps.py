@@ -14,12 +14,6 @@ class AgentsConfig(AppConfig):
 
         install_resolver()
 
-        # A person's cancel ends the task's running attempt and its calls in flight.
-        from agents.engine.store import settle_for_cancelled_task
-        from tasks.services import settle_on_cancel
-
-        settle_on_cancel(settle_for_cancelled_task)
-
         # Traces, only when OTEL_EXPORTER_OTLP_ENDPOINT (or the like) is set.
         from core import telemetry
 

@@ -220,7 +220,7 @@ class Conversation(models.Model):
     plan = models.JSONField(null=True, blank=True)
     plan_updated_at = models.DateTimeField(null=True, blank=True)
     created_at = models.DateTimeField(auto_now_add=True)
-    # A person who changed the task may start it over (`agents.actions.tasks`): the turns
+    # A person who changed the task may start it over (`agents.actions.task`): the turns
     # before `first_turn` stay on record but are never sent again, and the next run builds a
     # new system prompt. `earlier` keeps each earlier conversation's prompt, pins and plan, with
     # the turns it spanned. Database defaults: the step function inserts this row by name.

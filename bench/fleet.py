@@ -474,11 +474,11 @@ def run_signals(args, db_url: str, root: Path, samples: int = 5, turn_s: float =
     from django.conf import settings
     from django.db import connection
 
+    from agents.actions.task import task_cancel, task_pause
     from agents.engine.run.intake import task_create
     from agents.models import Artifact
     from core.actors import Actor
     from tasks.models import Task
-    from tasks.services import task_cancel, task_pause
     from tasks.workspace import artifacts_dir
     from tests.fakes.model_server import ScriptedModelServer, reply_tool_calls
 

@@ -16,11 +16,10 @@ from dataclasses import dataclass
 from typing import Any
 
 from agents.actions import decisions
-from agents.actions import tasks as person_tasks
+from agents.actions import task as person_task
 from approvals.models import Approval, ReviewDecision
 from approvals.permissions import DECIDE_APPROVAL
 from core.actors import Actor
-from tasks import services
 from tasks.models import Task
 from tasks.permissions import CLOSE_TASK, OPERATE_TASK
 from tasks.states import ACTIONS, Action
@@ -113,7 +112,7 @@ REGISTRY: dict[str, ConsoleAction] = {
         ConsoleAction(
             A.PAUSE,
             OPERATE_TASK,
-            services.task_pause,
+            person_task.task_pause,
             success="Pause requested.",
             admin="Pause",
             admin_done="Paused",
@@ -122,14 +121,14 @@ REGISTRY: dict[str, ConsoleAction] = {
         ConsoleAction(
             A.WITHDRAW_PAUSE,
             OPERATE_TASK,
-            services.task_withdraw_pause,
+            person_task.task_withdraw_pause,
             success="Pause withdrawn: the worker carries on.",
             cli_help="withdraw a pause request the worker has not reached yet",
         ),
         ConsoleAction(
             A.RESUME,
             OPERATE_TASK,
-            person_tasks.task_resume,
+            person_task.task_resume,
             inputs=(MODEL,),
             success="Task resumed: it is queued.",
             style="primary",
@@ -141,7 +140,7 @@ REGISTRY: dict[str, ConsoleAction] = {
         ConsoleAction(
             A.RETRY,
             OPERATE_TASK,
-            person_tasks.task_retry,
+            person_task.task_retry,
             inputs=(MODEL, Input("raised_limit", kind="raised_limit")),
             success="Task queued again from its last checkpoint.",
             style="primary",
@@ -153,7 +152,7 @@ REGISTRY: dict[str, ConsoleAction] = {
         ConsoleAction(
             A.CLOSE,
             CLOSE_TASK,
-            services.task_close,
+            person_task.task_close,
             success="Task closed: done.",
             style="primary",
             admin="Close (review → done)",
@@ -164,7 +163,7 @@ REGISTRY: dict[str, ConsoleAction] = {
         ConsoleAction(
             A.ACCEPT,
             CLOSE_TASK,
-            person_tasks.task_accept,
+            person_task.task_accept,
             inputs=(
                 Input(
                     "reason",
@@ -182,7 +181,7 @@ REGISTRY: dict[str, ConsoleAction] = {
         ConsoleAction(
             A.REOPEN,
             CLOSE_TASK,
-            services.task_reopen,
+            person_task.task_reopen,
             inputs=(
                 Input(
                     "feedback",
@@ -201,7 +200,7 @@ REGISTRY: dict[str, ConsoleAction] = {
         ConsoleAction(
             A.CANCEL,
             OPERATE_TASK,
-            services.task_cancel,
+            person_task.task_cancel,
             inputs=(
                 Input("reason", help="why (on the timeline, and on the approvals it settles)"),
             ),
@@ -216,7 +215,7 @@ REGISTRY: dict[str, ConsoleAction] = {
         ConsoleAction(
             A.DELETE,
             OPERATE_TASK,
-            services.task_delete,
+            person_task.task_delete,
             success="Task #{pk} deleted.",
             confirm="Delete task #{pk} with its transcript, events and files?",
             style="danger",

@@ -17,7 +17,8 @@ from django.http import HttpRequest
 from django.template.response import TemplateResponse
 from django.utils.html import format_html_join
 
-from agents.actions import tasks as person_tasks
+from agents.actions import goal as goal_actions
+from agents.actions import task_change
 from console.actions import ConsoleAction, task_actions
 from core.actors import Actor
 from core.exceptions import ActhelmError, InvalidInput, NotPermitted, TransitionNotAllowed
@@ -164,10 +165,10 @@ class TaskAdminForm(TaskFormBase):
             changes = {
                 name: data[name]
                 for name in self.changed_data
-                if name in person_tasks.EDITABLE_FIELDS and name in data
+                if name in task_change.EDITABLE_FIELDS and name in data
             }
             try:
-                person_tasks.task_edit_check(task=self.instance, changes=changes)
+                task_change.task_edit_check(task=self.instance, changes=changes)
             except InvalidInput as exc:
                 raise forms.ValidationError(f"{exc.message} [{exc.code}]") from None
         return data
@@ -277,16 +278,16 @@ class TaskAdmin(TaskAdminBase):
     ) -> None:
         # Write only what this form changed, and never under a worker: a claim that happened
         # after the page was loaded must not be undone by a Save of the old row.
-        # agents.actions.tasks.task_update checks the edit, refuses it under a worker and writes the
-        # `edited` event.
+        # agents.actions.task_change.task_update checks the edit, refuses it under a worker and
+        # writes the `edited` event.
         changes = {
             name: form.cleaned_data[name]
             for name in form.changed_data
-            if name in person_tasks.EDITABLE_FIELDS
+            if name in task_change.EDITABLE_FIELDS
         }
         if changes:
             try:
-                person_tasks.task_update(
+                task_change.task_update(
                     actor=Actor.person(request.user), task_id=obj.pk, changes=changes
                 )
             except (NotPermitted, TransitionNotAllowed) as exc:
@@ -332,6 +333,30 @@ class GoalAdmin(GoalAdminBase):
     @admin.display(description="Open tasks")
     def open_tasks(self, obj: "GoalWithOpenTasks") -> int:
         return obj._open
+
+    def get_readonly_fields(
+        self, request: HttpRequest, obj: Goal | None = None
+    ) -> list[str] | tuple[str, ...]:
+        return ["created_by"]  # the person who created the goal (`goal_create` records them)
+
+    def save_model(self, request: HttpRequest, obj: Goal, form: Any, change: bool) -> None:
+        # A new goal goes through the one `goal_create` that every door calls (its permission,
+        # its checks, its log), a deactivation through `goal_deactivate`.
+        actor = Actor.person(request.user)
+        try:
+            if not change:
+                created = goal_actions.goal_create(
+                    actor=actor, title=obj.title, description=obj.description
+                )
+                if not obj.active:
+                    created = goal_actions.goal_deactivate(actor=actor, goal_id=created.pk)
+                obj.__dict__.update(created.__dict__)  # the admin logs and links the saved goal
+                return
+            if "active" in form.changed_data and not obj.active:
+                goal_actions.goal_deactivate(actor=actor, goal_id=obj.pk)
+        except ActhelmError as exc:
+            raise PermissionDenied(str(exc)) from None
+        super().save_model(request, obj, form, change)
 
 
 # Notification targets and the outbox register their own admin.

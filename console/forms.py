@@ -1,5 +1,5 @@
 """Forms of the console's task pages. They only parse input; the services decide (a new task:
-`agents.actions.tasks.task_create_by_name`, as for the API and the CLI)."""
+`agents.actions.task.task_create_by_name`, as for the API and the CLI)."""
 
 import re
 from decimal import Decimal
@@ -176,7 +176,7 @@ CONTINUE, START_OVER = "continue", "start_over"
 
 class TaskEditForm(forms.Form):
     """Change a task that is not running: its instruction, acceptance checks, tools and limits
-    (`agents.actions.tasks.task_update` checks and records the change). Only the fields the
+    (`agents.actions.task_change.task_update` checks and records the change). Only the fields the
     person changed are passed on."""
 
     instruction = forms.CharField(widget=forms.Textarea(attrs={"rows": 6}))
@@ -185,7 +185,7 @@ class TaskEditForm(forms.Form):
     ask_tools = forms.MultipleChoiceField(
         required=False, widget=forms.CheckboxSelectMultiple, label="Ask a person first"
     )
-    # How "Save and retry now" runs it again (`agents.actions.tasks.task_change_and_retry`).
+    # How "Save and retry now" runs it again (`agents.actions.task_change.task_change_and_retry`).
     then = forms.ChoiceField(
         required=False,
         initial=CONTINUE,

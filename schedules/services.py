@@ -3,7 +3,7 @@ and the tick that decides each due slot.
 
 A slot is decided in one transaction that holds its schedule's row lock: the slot's row (the task
 or goal it created, or why it was skipped) and the task itself (through the engine's one entry,
-`agents.engine.run.intake.task_create`, or a goal through `agents.actions.tasks.goal_create`) commit
+`agents.engine.run.intake.task_create`, or a goal through `agents.actions.goal.goal_create`) commit
 together with the schedule's next slot, or not at all. Racing tickers lock with SKIP LOCKED, so
 each schedule is decided by one of them at a time, and the unique (schedule, slot time) of a
 scheduled slot's row backs that in PostgreSQL. Slots move forward from the last one decided,
@@ -20,7 +20,8 @@ from django.conf import settings
 from django.db import InterfaceError, OperationalError, transaction
 from django.utils import timezone
 
-from agents.actions.tasks import connection_named, goal_create, model_named
+from agents.actions.goal import goal_create
+from agents.actions.task import connection_named, model_named
 from agents.engine.run.intake import _validate_tools, task_create
 from agents.engine.verdict.acceptance import validate_checks
 from agents.models import Connection, Model

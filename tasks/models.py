@@ -29,7 +29,7 @@ class Goal(models.Model):
     # The acceptance checks of the work planned for this goal (agents.engine.verdict.acceptance):
     # the default of
     # a person's task with this goal, and what a follow-up with `inherit_checks` adds. Validated
-    # by agents.actions.tasks.goal_create, hence not editable in the admin.
+    # by agents.actions.goal.goal_create, hence not editable in the admin.
     acceptance_checks = models.JSONField(default=list, blank=True, editable=False)
     created_by = models.ForeignKey(
         settings.AUTH_USER_MODEL, null=True, blank=True, on_delete=models.SET_NULL, related_name="+"

@@ -99,7 +99,7 @@ _WORKER_ENDS = frozenset(
 TRANSITIONS: dict[str, frozenset[str]] = {
     S.BLOCKED: frozenset({S.READY, S.CANCELLED}),
     # READY -> REVIEW and FAILED -> REVIEW: a person accepts the run the supervisor rejected
-    # (`agents.actions.tasks.task_accept`, which also checks that the last run was rejected).
+    # (`agents.actions.task.task_accept`, which also checks that the last run was rejected).
     S.READY: frozenset({S.IN_PROGRESS, S.PAUSED, S.BLOCKED, S.CANCELLED, S.REVIEW}),
     S.IN_PROGRESS: _WORKER_ENDS | {S.PAUSE_REQUESTED},
     S.PAUSE_REQUESTED: _WORKER_ENDS | {S.IN_PROGRESS},

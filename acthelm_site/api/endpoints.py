@@ -28,7 +28,9 @@ from acthelm_site.api.models import ApiToken
 from acthelm_site.api.schedules import router as schedules_router
 from acthelm_site.api.selectors import PendingOperations, pending_operations, task_detail
 from acthelm_site.api.tokens import TokenRefused, token_authenticate
-from agents.actions import tasks as person_tasks
+from agents.actions import goal as goal_actions
+from agents.actions import task as person_task
+from agents.actions import task_change
 from agents.catalogue import connections as agent_connections
 from agents.catalogue.connections import ModelTestResult, model_check_for_task
 from agents.models import Connection, Model, ToolCall
@@ -49,7 +51,6 @@ from core.exceptions import (
     NotPermitted,
     TaskNotFound,
 )
-from tasks import services
 from tasks.limits import BY_FIELD, LIMIT_FIELDS
 from tasks.models import Goal, Task
 from tasks.permissions import ADD_GOAL, ADD_TASK, CHANGE_GOAL, OPERATE_TASK, VIEW_GOAL, VIEW_TASK
@@ -223,7 +224,7 @@ def _model(model_id: int | None, field: str = "model_id") -> Model | None:
     if model_id is None:
         return None
     try:
-        return person_tasks.model_named(model_id, None)
+        return person_task.model_named(model_id, None)
     except InvalidInput as exc:
         raise InvalidInput(exc.message, field=field) from None
 
@@ -312,7 +313,7 @@ def create_task(
         or (BY_FIELD[field].money and field in payload.model_fields_set)
     }
     connection, model = _named(payload, "connection"), _named(payload, "model")
-    task = person_tasks.task_create_by_name(
+    task = person_task.task_create_by_name(
         actor=actor,
         files=[(upload.name or "", upload) for upload in files or []],
         title=payload.title,
@@ -410,14 +411,14 @@ def download_input_file(request: ApiRequest, task_id: int, name: str) -> FileRes
 def pause_task(request: ApiRequest, task_id: int) -> dict[str, Any]:
     """A ready task pauses at once; a running one stops at its next safe point."""
     actor = _require(request, ACTION_PERMS[A.PAUSE])
-    services.task_pause(actor=actor, task_id=task_id)
+    person_task.task_pause(actor=actor, task_id=task_id)
     return _done(request, task_id, A.PAUSE)
 
 
 @api.post("/tasks/{task_id}/withdraw-pause", response={200: s.TaskOut, **ERRORS}, tags=["actions"])
 def withdraw_pause(request: ApiRequest, task_id: int) -> dict[str, Any]:
     actor = _require(request, ACTION_PERMS[A.WITHDRAW_PAUSE])
-    services.task_withdraw_pause(actor=actor, task_id=task_id)
+    person_task.task_withdraw_pause(actor=actor, task_id=task_id)
     return _done(request, task_id, A.WITHDRAW_PAUSE)
 
 
@@ -429,7 +430,7 @@ def resume_task(
     model_check_failed when it would not fit; see GET /tasks/{id}/model-check)."""
     actor = _require(request, ACTION_PERMS[A.RESUME])
     model = _model(payload.model_id if payload else None)
-    person_tasks.task_resume(actor=actor, task_id=task_id, model=model)
+    person_task.task_resume(actor=actor, task_id=task_id, model=model)
     return _done(request, task_id, A.RESUME)
 
 
@@ -448,7 +449,7 @@ def cancel_task(
 ) -> dict[str, Any]:
     actor = _require(request, ACTION_PERMS[A.CANCEL])
     reason = (payload.reason if payload else "").strip()
-    services.task_cancel(actor=actor, task_id=task_id, reason=reason)
+    person_task.task_cancel(actor=actor, task_id=task_id, reason=reason)
     return _done(request, task_id, A.CANCEL)
 
 
@@ -456,7 +457,7 @@ def cancel_task(
 def close_task(request: ApiRequest, task_id: int) -> dict[str, Any]:
     """Close a task in review: done."""
     actor = _require(request, ACTION_PERMS[A.CLOSE])
-    services.task_close(actor=actor, task_id=task_id)
+    person_task.task_close(actor=actor, task_id=task_id)
     return _done(request, task_id, A.CLOSE)
 
 
@@ -464,7 +465,7 @@ def close_task(request: ApiRequest, task_id: int) -> dict[str, Any]:
 def reopen_task(request: ApiRequest, task_id: int, payload: s.ReopenIn) -> dict[str, Any]:
     """Send a task in review back to the queue with feedback for the next attempt."""
     actor = _require(request, ACTION_PERMS[A.REOPEN])
-    services.task_reopen(actor=actor, task_id=task_id, feedback=payload.feedback)
+    person_task.task_reopen(actor=actor, task_id=task_id, feedback=payload.feedback)
     return _done(request, task_id, A.REOPEN)
 
 
@@ -477,7 +478,7 @@ def retry_task(
     actor = _require(request, ACTION_PERMS[A.RETRY])
     payload = payload or s.RetryIn()
     model = _model(payload.model_id)
-    person_tasks.task_retry(actor=actor, task_id=task_id, model=model, limits=payload.limits)
+    person_task.task_retry(actor=actor, task_id=task_id, model=model, limits=payload.limits)
     return _done(request, task_id, A.RETRY)
 
 
@@ -487,7 +488,7 @@ def accept_task(request: ApiRequest, task_id: int, payload: s.AcceptIn) -> dict[
     ready for its retry) moves to review with that run's answer and artifacts; the retry is
     cancelled; no model is asked. 409 when the newest run was not rejected."""
     actor = _require(request, ACTION_PERMS[A.ACCEPT])
-    person_tasks.task_accept(actor=actor, task_id=task_id, reason=payload.reason)
+    person_task.task_accept(actor=actor, task_id=task_id, reason=payload.reason)
     return _done(request, task_id, A.ACCEPT)
 
 
@@ -505,7 +506,7 @@ def edit_task(request: ApiRequest, task_id: int, payload: s.TaskEditIn) -> dict[
     }
     changes |= payload.limits.model_dump(exclude_unset=True)
     _task_or_404(task_id)
-    person_tasks.task_change_and_retry(
+    task_change.task_change_and_retry(
         actor=actor,
         task_id=task_id,
         changes=changes,
@@ -519,7 +520,7 @@ def edit_task(request: ApiRequest, task_id: int, payload: s.TaskEditIn) -> dict[
 def delete_task(request: ApiRequest, task_id: int) -> dict[str, int]:
     """Delete a done, failed or cancelled task with its transcript and files."""
     actor = _require(request, ACTION_PERMS[A.DELETE])
-    services.task_delete(actor=actor, task_id=task_id)
+    person_task.task_delete(actor=actor, task_id=task_id)
     log.info("api.action", extra={"task_id": task_id, "action": "delete"})
     return {"deleted": task_id}
 
@@ -759,7 +760,7 @@ def list_goals(request: ApiRequest, active: bool | None = None) -> list[dict[str
 def create_goal(request: ApiRequest, payload: s.GoalIn) -> Status[dict[str, Any]]:
     """A new active goal: the reconciler plans it at its next pass."""
     actor = _require(request, ADD_GOAL)
-    goal = person_tasks.goal_create(
+    goal = goal_actions.goal_create(
         actor=actor,
         title=payload.title,
         description=payload.description,
@@ -779,5 +780,5 @@ def show_goal(request: ApiRequest, goal_id: int) -> dict[str, Any]:
 def deactivate_goal(request: ApiRequest, goal_id: int) -> dict[str, Any]:
     """The reconciler stops planning it; its tasks keep their states."""
     actor = _require(request, CHANGE_GOAL)
-    services.goal_deactivate(actor=actor, goal_id=goal_id)
+    goal_actions.goal_deactivate(actor=actor, goal_id=goal_id)
     return goal_as_dict(_goal_or_404(goal_id))

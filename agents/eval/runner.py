@@ -1,10 +1,10 @@
 """`acthelm_eval run`: the cases become ordinary tasks, the normal workers run them, the runner
 plays the person of each case's script, grades each task when it settles and stores the result.
 
-Only public paths are used: `agents.actions.tasks.task_create` (with `evaluation=True`) and the
+Only public paths are used: `agents.actions.task.task_create` (with `evaluation=True`) and the
 workspace's input files, `manage.py acthelm_worker --burst` processes (or workers already
 running), `agents.actions.decisions.approval_approve/deny` with the operation's hash, and
-`tasks.services.task_cancel`. The runner never writes a task's status itself and never holds a
+`agents.actions.task.task_cancel`. The runner never writes a task's status itself and never holds a
 transaction while it waits.
 
 How a case settles:
@@ -45,6 +45,7 @@ from django.db import transaction
 from django.utils import timezone
 
 from agents.actions.decisions import approval_approve, approval_deny
+from agents.actions.task import task_cancel
 from agents.engine.run.intake import task_create
 from agents.engine.verdict.checking import default_checks_on
 from agents.eval.cases import Case, load_cases, suite_sha256
@@ -59,7 +60,6 @@ from approvals.states import ApprovalStatus
 from core.actors import Actor
 from core.exceptions import ActhelmError, StaleDecision
 from tasks.models import Task
-from tasks.services import task_cancel
 from tasks.states import TaskStatus
 from tasks.workspace import add_input_file
 

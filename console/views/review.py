@@ -1,6 +1,6 @@
 """The review page: every task waiting in review with its answer, the supervisor's verdict and
 its artifacts, searched and filtered (text, tag, goal, model, date), closed or reopened in bulk
-through the same services as one task's buttons (`tasks.services.task_close`, `task_reopen`).
+through the same services as one task's buttons (`agents.actions.task.task_close`, `task_reopen`).
 
 A fixed number of queries, whatever the number of rows: the answer and the verdict come from
 subqueries on the newest run that has one, the artifacts from one prefetch."""
@@ -18,13 +18,13 @@ from django.urls import reverse
 from django.utils.http import url_has_allowed_host_and_scheme
 from django.views.decorators.http import require_GET, require_POST
 
+from agents.actions import task as person_task
 from agents.models import AgentRun, Artifact
 from console.filters import TaskFilters, filter_options, filter_tasks, task_filters
 from console.http import AuthenticatedHttpRequest
 from console.shared import console_view, positive_int
 from core.actors import Actor
 from core.exceptions import ActhelmError, NotPermitted
-from tasks import services
 from tasks.models import Task
 from tasks.permissions import CLOSE_TASK
 from tasks.states import TaskStatus
@@ -110,9 +110,9 @@ def review_bulk(request: AuthenticatedHttpRequest) -> HttpResponseRedirect:
     for task_id in ids:
         try:
             if action == "close":
-                services.task_close(actor=actor, task_id=task_id)
+                person_task.task_close(actor=actor, task_id=task_id)
             else:
-                services.task_reopen(actor=actor, task_id=task_id, feedback=feedback)
+                person_task.task_reopen(actor=actor, task_id=task_id, feedback=feedback)
         except NotPermitted:
             raise PermissionDenied from None
         except ActhelmError as exc:

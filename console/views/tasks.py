@@ -33,7 +33,8 @@ from django.utils import timezone
 from django.views.decorators.http import require_GET, require_http_methods, require_POST
 from django_htmx.http import HttpResponseClientRedirect
 
-from agents.actions import tasks as person_tasks
+from agents.actions import task as person_task
+from agents.actions import task_change
 from agents.catalogue.connections import model_check_for_task
 from agents.catalogue.tools import all_tools
 from agents.engine.run.usage import Usage, task_usage
@@ -175,7 +176,7 @@ def task_create(request: AuthenticatedHttpRequest) -> HttpResponse:
             form.add_error("files", refused)
         if form.is_valid():
             try:
-                task = person_tasks.task_create_by_name(
+                task = person_task.task_create_by_name(
                     actor=Actor.person(request.user),
                     files=[(upload.name, upload) for upload in form.cleaned_data["files"]],
                     field_names={"tool_policies": "ask_tools"},  # the form's field
@@ -693,9 +694,9 @@ def task_action(request: AuthenticatedHttpRequest, pk: int, action: str) -> Http
 @require_POST
 @console_view(OPERATE_TASK)
 def task_retry_now(request: AuthenticatedHttpRequest, pk: int) -> HttpResponse:
-    """Drop a ready task's retry back-off (tasks.services.task_retry_now)."""
+    """Drop a ready task's retry back-off (agents.actions.task.task_retry_now)."""
     try:
-        services.task_retry_now(actor=Actor.person(request.user), task_id=pk)
+        person_task.task_retry_now(actor=Actor.person(request.user), task_id=pk)
     except ActhelmError as exc:
         return render_task_page(request, pk, error=exc, status=exc.http_status)
     messages.success(request, f"Task #{pk} may run now: its retry wait was dropped.")
@@ -723,7 +724,7 @@ def task_model_check(request: AuthenticatedHttpRequest, pk: int) -> HttpResponse
 @console_view(OPERATE_TASK)
 def task_edit(request: AuthenticatedHttpRequest, pk: int) -> HttpResponse:
     """Change a task that is not running, then save, or save and retry now
-    (`agents.actions.tasks.task_change_and_retry`)."""
+    (`agents.actions.task_change.task_change_and_retry`)."""
     task = get_object_or_404(Task, pk=pk)
     form = TaskEditForm(request.POST or None, task=task)
     status = 200
@@ -732,7 +733,7 @@ def task_edit(request: AuthenticatedHttpRequest, pk: int) -> HttpResponse:
         if form.is_valid():
             retry = request.POST.get("retry") == "1"
             try:
-                person_tasks.task_change_and_retry(
+                task_change.task_change_and_retry(
                     actor=Actor.person(request.user),
                     task_id=pk,
                     changes=form.changes(),

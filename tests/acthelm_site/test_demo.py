@@ -119,7 +119,7 @@ def test_the_natural_first_task_reaches_review_with_the_file_it_names(demo_model
     summary.md, so the default check named_output=summary.md lets the work into review."""
     from django.core.management import call_command
 
-    from agents.actions.tasks import task_create_by_name
+    from agents.actions.task import task_create_by_name
     from agents.engine.runtime.worker import Worker
     from core.actors import Actor
     from tests.factories import UserFactory

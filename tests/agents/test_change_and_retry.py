@@ -1,4 +1,4 @@
-"""A person's change reaches the model (agents.actions.tasks.task_change_and_retry): after the
+"""A person's change reaches the model (agents.actions.task_change.task_change_and_retry): after the
 supervisor rejected a run, the person changes the instruction and the checks and retries — the
 model continues its conversation and gets one message with the change, or starts over from the
 new instruction. Through the API and `acthelm_task edit`, with a real worker process, real
@@ -9,7 +9,9 @@ import threading
 
 import pytest
 
-from agents.actions import tasks as person_tasks
+from agents.actions import task as person_task
+from agents.actions import task_change
+from agents.actions.task import task_pause
 from agents.engine.run.intake import task_create
 from agents.engine.run.prompting import CHANGE_HEAD, FEEDBACK_HEAD
 from agents.engine.runtime.worker import Worker
@@ -19,7 +21,6 @@ from agents.states import Verdict
 from core.actors import Actor
 from core.exceptions import InvalidInput
 from tasks.models import Task, TaskEvent
-from tasks.services import task_pause
 from tasks.states import EventKind, TaskStatus
 from tests.agents.conftest import run_burst
 from tests.agents.rejections import rejected_task
@@ -177,7 +178,7 @@ def test_continue_keeps_only_the_feedback_that_still_applies(actor, failed):
     (a check taken away) failed; the change keeps neither, and names the checks in force."""
     task = rejected_task(failed=failed, acceptance_checks=[FOUR])
     Conversation.objects.create(task=task, system_prompt="s", system_prompt_sha256="x")
-    person_tasks.task_change_and_retry(
+    task_change.task_change_and_retry(
         actor=actor,
         task_id=task.pk,
         changes={
@@ -197,7 +198,7 @@ def test_continue_keeps_only_the_feedback_that_still_applies(actor, failed):
 def test_continue_keeps_the_failure_of_a_check_still_in_force(actor):
     task = rejected_task(failed=True, acceptance_checks=[FOUR])
     Conversation.objects.create(task=task, system_prompt="s", system_prompt_sha256="x")
-    person_tasks.task_change_and_retry(
+    task_change.task_change_and_retry(
         actor=actor,
         task_id=task.pk,
         changes={"acceptance_checks": ["answer_contains=four", "artifact=report.md"]},
@@ -213,7 +214,7 @@ def test_a_plain_retry_of_a_rejected_run_gives_the_rejection_as_feedback(actor):
     """So the next run asks the model again rather than judging the stored answer once more."""
     task = rejected_task(failed=True)
     assert task.feedback == ""
-    person_tasks.task_retry(actor=actor, task_id=task.pk)
+    person_task.task_retry(actor=actor, task_id=task.pk)
     task.refresh_from_db()
     assert task.status == TaskStatus.READY
     assert "answer_contains=four failed" in task.feedback
@@ -223,7 +224,7 @@ def test_a_plain_retry_of_a_rejected_run_gives_the_rejection_as_feedback(actor):
 def test_starting_over_needs_the_retry(actor):
     task = rejected_task(failed=True)
     with pytest.raises(InvalidInput, match="starting over"):
-        person_tasks.task_change_and_retry(
+        task_change.task_change_and_retry(
             actor=actor, task_id=task.pk, changes={"instruction": "x"}, retry=False, start_over=True
         )
     assert Task.objects.get(pk=task.pk).instruction != "x"
@@ -255,13 +256,13 @@ def test_a_change_to_a_paused_task_follows_the_results_of_its_open_calls(
     call = ToolCall.objects.get(task=task, tool="list_files")
     assert call.run_count == 0  # stopped at the safe point before its round
 
-    person_tasks.task_change_and_retry(
+    task_change.task_change_and_retry(
         actor=Actor.person(person),
         task_id=task.pk,
         changes={"instruction": "Write a short report on the notes, in French."},
         retry=False,
     )
-    person_tasks.task_resume(actor=Actor.person(person), task_id=task.pk)
+    person_task.task_resume(actor=Actor.person(person), task_id=task.pk)
     run_burst("w2")
 
     assert Task.objects.get(pk=task.pk).status == TaskStatus.REVIEW

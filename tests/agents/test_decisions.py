@@ -303,7 +303,7 @@ def test_a_denial_message_is_bounded(actor):
 
 
 def test_a_cancel_settles_open_approvals_with_its_reason(actor):
-    from tasks.services import task_cancel
+    from agents.actions.task import task_cancel
 
     approval = _operation("read_file", {"path": "secret.txt"})
     task_cancel(actor=actor, task_id=approval.task_id, reason="wrong file, starting over")

@@ -8,11 +8,11 @@ from types import SimpleNamespace
 import pytest
 from django.db import connection
 
+from agents.actions.task import task_cancel, task_pause
 from agents.engine.run.intake import task_create
 from agents.models import AgentRun, Artifact, ToolCall
 from core.actors import Actor
 from tasks.models import Task
-from tasks.services import task_cancel, task_pause
 from tasks.states import TaskStatus
 from tests.agents.conftest import FAST_ENV, WorkerProcess, wait_for
 from tests.agents.scripted import scripted_model, tool_task

@@ -5,11 +5,10 @@ from decimal import Decimal
 
 import pytest
 
-from agents.actions.tasks import task_retry
+from agents.actions.task import task_retry, task_set_limits
 from agents.engine.run.usage import Usage, exhausted_limits, reached, remaining, task_usage
 from core.exceptions import LimitNotRaised
 from tasks.limits import BY_FIELD
-from tasks.services import task_set_limits
 from tests.factories import AgentRunFactory, TaskFactory, ToolCallFactory, TurnFactory
 
 

@@ -6,7 +6,7 @@ import threading
 import pytest
 from django.db import connection
 
-from agents.actions.tasks import task_resume
+from agents.actions.task import task_cancel, task_pause, task_resume, task_retry_now
 from agents.engine.runtime import worker as worker_module
 from agents.engine.runtime.worker import Worker
 from agents.engine.store import claim_next
@@ -14,7 +14,6 @@ from agents.models import AgentRun, CompactionDecision, Conversation, ToolCall, 
 from core.actors import Actor
 from memory.models import MemoryEntry, MemorySelection
 from tasks.models import Task
-from tasks.services import task_cancel, task_pause, task_retry_now
 from tasks.states import TaskStatus
 from tasks.workspace import add_input_file
 from tests.agents.conftest import run_burst
@@ -225,9 +224,8 @@ def test_declined_turns_are_discarded_too(
 def test_reaching_a_limit_fails_the_task_keeps_the_checkpoint_and_retry_needs_a_raise(
     model_server, http_model, loop_task, fast_worker_settings, person, limits, script, code
 ):
-    from agents.actions.tasks import task_retry
+    from agents.actions.task import task_retry, task_set_limits
     from core.exceptions import LimitNotRaised
-    from tasks.services import task_set_limits
 
     server = model_server(script)
     task = loop_task(http_model(server), limits=limits)

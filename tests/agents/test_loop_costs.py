@@ -7,7 +7,7 @@ from decimal import Decimal
 
 import pytest
 
-from agents.actions.tasks import task_retry
+from agents.actions.task import task_retry
 from agents.engine.run.usage import task_usage
 from agents.engine.runtime.worker import Worker
 from agents.models import AgentRun, Turn

@@ -230,7 +230,7 @@ def test_a_long_mcp_result_is_cut_for_the_model_and_stored_whole(loop_settings, 
 def test_the_mcp_call_limit_stops_before_a_call_and_retry_asks_to_raise_it(
     loop_settings, mcp, actor
 ):
-    from agents.actions.tasks import task_retry
+    from agents.actions.task import task_retry
     from core.exceptions import LimitNotRaised
     from tasks.models import Task
 
@@ -304,9 +304,9 @@ def test_cancel_aborts_an_mcp_call_in_flight_and_the_worker_keeps_serving(
 ):
     import threading
 
+    from agents.actions.task import task_cancel
     from agents.models import AgentRun
     from core.actors import Actor
-    from tasks.services import task_cancel
 
     script = [reply_tool_calls([("local__hang", {"seconds": 3600}, "h1")]), reply_text("Done.")]
     with ScriptedModelServer(script) as server:
@@ -561,8 +561,8 @@ def test_a_cancel_stops_a_long_check_in_a_worker_process(
     never ran and the model was not asked again. (The old checker went on for minutes.)"""
     import time
 
+    from agents.actions.task import task_cancel
     from core.actors import Actor
-    from tasks.services import task_cancel
 
     arguments = {"a": [{"k": n} for n in range(8_000)], "b": ["x"] * 10_000}
     script = [reply_tool_calls([("costly__slow", arguments, "s1")]), reply_text("Done.")]

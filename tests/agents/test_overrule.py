@@ -1,4 +1,4 @@
-"""A person overrules the supervisor (agents.actions.tasks): the rejected run accepted into review
+"""A person overrules the supervisor (agents.actions.task): the rejected run accepted into review
 with a reason, or the task changed and retried; never under a worker, never overwritten by one."""
 
 import threading
@@ -8,7 +8,8 @@ import pytest
 from django.db import connection, transaction
 from django.utils import timezone
 
-from agents.actions import tasks as person_tasks
+from agents.actions import task as person_task
+from agents.actions import task_change
 from agents.engine.store import claim_next
 from agents.engine.verdict.policies import auto_close_if_allowed
 from agents.models import AgentRun, Artifact, Turn
@@ -16,7 +17,6 @@ from agents.selectors import DEFAULT_CHECK, TASK_CHECK, last_rejection, task_res
 from agents.states import RunStatus, Verdict
 from core.actors import Actor
 from core.exceptions import InvalidInput, NotPermitted, TransitionNotAllowed
-from tasks import services
 from tasks.models import Task, TaskEvent
 from tasks.states import EventKind, TaskKind, TaskOrigin, TaskStatus
 from tasks.transitions import lock_task
@@ -38,7 +38,7 @@ def test_accept_moves_the_rejected_run_to_review_with_its_result(actor, failed):
         assert task.not_before is not None  # the retry is scheduled
     turns = Turn.objects.count()
 
-    person_tasks.task_accept(actor=actor, task_id=task.pk, reason="report.md is what I wanted")
+    person_task.task_accept(actor=actor, task_id=task.pk, reason="report.md is what I wanted")
 
     task.refresh_from_db()
     assert task.status == TaskStatus.REVIEW
@@ -78,14 +78,14 @@ def test_accept_moves_the_rejected_run_to_review_with_its_result(actor, failed):
     assert rejection is not None and rejection.accepted == event
     assert [c["source"] for c in rejection.failed_checks] == [DEFAULT_CHECK, TASK_CHECK]
     # A person closes it as any task in review.
-    services.task_close(actor=actor, task_id=task.pk)
+    person_task.task_close(actor=actor, task_id=task.pk)
     assert Task.objects.get(pk=task.pk).status == TaskStatus.DONE
 
 
 def test_accept_needs_a_reason(actor):
     task = rejected_task()
     with pytest.raises(InvalidInput, match="why") as refused:
-        person_tasks.task_accept(actor=actor, task_id=task.pk, reason="  ")
+        person_task.task_accept(actor=actor, task_id=task.pk, reason="  ")
     assert refused.value.field == "reason"
     assert Task.objects.get(pk=task.pk).status == TaskStatus.READY
 
@@ -94,20 +94,20 @@ def test_accept_needs_the_close_permission():
     task = rejected_task()
     operator = UserFactory(username="operator", perms=["tasks.operate_task"])
     with pytest.raises(NotPermitted):
-        person_tasks.task_accept(actor=Actor.person(operator), task_id=task.pk, reason="fine")
+        person_task.task_accept(actor=Actor.person(operator), task_id=task.pk, reason="fine")
     assert not TaskEvent.objects.filter(kind=EventKind.ACCEPTED).exists()
 
 
 def test_only_a_person_accepts():
     task = rejected_task()
     with pytest.raises(TransitionNotAllowed, match="only a person"):
-        person_tasks.task_accept(actor=Actor.worker("w"), task_id=task.pk, reason="fine")
+        person_task.task_accept(actor=Actor.worker("w"), task_id=task.pk, reason="fine")
 
 
 def test_accept_is_refused_when_the_newest_run_was_not_rejected(actor):
     never_run = TaskFactory(status=TaskStatus.FAILED)
     with pytest.raises(TransitionNotAllowed, match="not rejected"):
-        person_tasks.task_accept(actor=actor, task_id=never_run.pk, reason="fine")
+        person_task.task_accept(actor=actor, task_id=never_run.pk, reason="fine")
     # Rejected once, then a later run failed otherwise: that later run is the newest.
     task = rejected_task()
     Task.objects.filter(pk=task.pk).update(status=TaskStatus.FAILED, not_before=None)
@@ -120,7 +120,7 @@ def test_accept_is_refused_when_the_newest_run_was_not_rejected(actor):
         finished_at=timezone.now(),
     )
     with pytest.raises(TransitionNotAllowed, match="not rejected"):
-        person_tasks.task_accept(actor=actor, task_id=task.pk, reason="fine")
+        person_task.task_accept(actor=actor, task_id=task.pk, reason="fine")
     assert Task.objects.get(pk=task.pk).status == TaskStatus.FAILED
 
 
@@ -130,7 +130,7 @@ def test_a_run_without_an_answer_cannot_be_accepted(actor):
     task = TaskFactory(tools=["write_artifact"])
     reject(task, answer="")
     with pytest.raises(TransitionNotAllowed, match="no answer"):
-        person_tasks.task_accept(actor=actor, task_id=task.pk, reason="fine")
+        person_task.task_accept(actor=actor, task_id=task.pk, reason="fine")
 
 
 @pytest.mark.parametrize(
@@ -151,15 +151,15 @@ def test_accept_is_refused_in_every_other_state(actor, status):
         lease = {"lease_owner": "w", "lease_expires_at": timezone.now() + timedelta(seconds=60)}
     Task.objects.filter(pk=task.pk).update(status=status, **lease)
     with pytest.raises(TransitionNotAllowed):
-        person_tasks.task_accept(actor=actor, task_id=task.pk, reason="fine")
+        person_task.task_accept(actor=actor, task_id=task.pk, reason="fine")
     assert Task.objects.get(pk=task.pk).status == status
 
 
 def test_a_second_accept_is_refused(actor):
     task = rejected_task()
-    person_tasks.task_accept(actor=actor, task_id=task.pk, reason="fine")
+    person_task.task_accept(actor=actor, task_id=task.pk, reason="fine")
     with pytest.raises(TransitionNotAllowed):
-        person_tasks.task_accept(actor=actor, task_id=task.pk, reason="again")
+        person_task.task_accept(actor=actor, task_id=task.pk, reason="again")
     assert TaskEvent.objects.filter(task=task, kind=EventKind.ACCEPTED).count() == 1
 
 
@@ -167,10 +167,10 @@ def test_an_accept_after_a_reopen_is_refused_and_the_feedback_stays(actor):
     """Accept, reopen with feedback, accept the same rejected run again: the second accept would
     put the task back in review and erase the reopen's feedback. It is refused."""
     task = rejected_task()
-    person_tasks.task_accept(actor=actor, task_id=task.pk, reason="fine")
-    services.task_reopen(actor=actor, task_id=task.pk, feedback="Write summary.md as asked")
+    person_task.task_accept(actor=actor, task_id=task.pk, reason="fine")
+    person_task.task_reopen(actor=actor, task_id=task.pk, feedback="Write summary.md as asked")
     with pytest.raises(TransitionNotAllowed, match="already accepted by"):
-        person_tasks.task_accept(actor=actor, task_id=task.pk, reason="fine after all")
+        person_task.task_accept(actor=actor, task_id=task.pk, reason="fine after all")
     task.refresh_from_db()
     assert task.status == TaskStatus.READY
     assert task.feedback == "Write summary.md as asked"
@@ -180,15 +180,15 @@ def test_an_accept_after_a_reopen_is_refused_and_the_feedback_stays(actor):
 
 
 def _retry(actor, task):
-    person_tasks.task_retry(actor=actor, task_id=task.pk)
+    person_task.task_retry(actor=actor, task_id=task.pk)
 
 
 def _retry_now(actor, task):
-    services.task_retry_now(actor=actor, task_id=task.pk)
+    person_task.task_retry_now(actor=actor, task_id=task.pk)
 
 
 def _change_and_retry(actor, task):
-    person_tasks.task_change_and_retry(
+    task_change.task_change_and_retry(
         actor=actor, task_id=task.pk, changes={"instruction": "Write them to report.md"}
     )
 
@@ -202,7 +202,7 @@ def test_an_accept_never_overrules_a_persons_later_retry(actor, failed, decide):
     task = rejected_task(failed=failed)
     decide(actor, task)
     with pytest.raises(TransitionNotAllowed, match="chose to run it again"):
-        person_tasks.task_accept(actor=actor, task_id=task.pk, reason="fine")
+        person_task.task_accept(actor=actor, task_id=task.pk, reason="fine")
     task.refresh_from_db()
     assert task.status == TaskStatus.READY and task.not_before is None
     assert not TaskEvent.objects.filter(task=task, kind=EventKind.ACCEPTED).exists()
@@ -212,11 +212,11 @@ def test_the_next_rejected_run_can_be_accepted_once_again(actor):
     """The rule is per rejected run: after the reopen, the next run the supervisor rejects is
     the newest, and a person may accept that one (once)."""
     task = rejected_task()
-    person_tasks.task_accept(actor=actor, task_id=task.pk, reason="fine")
-    services.task_reopen(actor=actor, task_id=task.pk, feedback="Write summary.md")
+    person_task.task_accept(actor=actor, task_id=task.pk, reason="fine")
+    person_task.task_reopen(actor=actor, task_id=task.pk, feedback="Write summary.md")
     second = reject(task)
     assert second.number == 2
-    person_tasks.task_accept(actor=actor, task_id=task.pk, reason="run 2 will do")
+    person_task.task_accept(actor=actor, task_id=task.pk, reason="run 2 will do")
     assert Task.objects.get(pk=task.pk).status == TaskStatus.REVIEW
     runs = TaskEvent.objects.filter(task=task, kind=EventKind.ACCEPTED).order_by("id")
     assert [e.run_id for e in runs] == [AgentRun.objects.get(task=task, number=1).pk, second.pk]
@@ -237,7 +237,7 @@ def test_a_retry_timer_firing_during_the_accept_claims_nothing(actor):
             connection.close()
 
     with transaction.atomic():
-        person_tasks.task_accept(actor=actor, task_id=task.pk, reason="good enough")
+        person_task.task_accept(actor=actor, task_id=task.pk, reason="good enough")
         thread = threading.Thread(target=worker)
         thread.start()
         thread.join(10)
@@ -257,7 +257,7 @@ def test_a_claim_that_won_the_race_refuses_the_accept(actor):
     claim = claim_next(worker_id="w-timer")
     assert claim is not None
     with pytest.raises(TransitionNotAllowed):
-        person_tasks.task_accept(actor=actor, task_id=task.pk, reason="too late")
+        person_task.task_accept(actor=actor, task_id=task.pk, reason="too late")
     task.refresh_from_db()
     assert task.status == TaskStatus.IN_PROGRESS
     assert AgentRun.objects.get(pk=claim.run_id).status == RunStatus.STARTED
@@ -271,7 +271,7 @@ def test_the_auto_close_policy_never_closes_an_accepted_task(actor, settings):
         kind=TaskKind.PLANNING, origin=TaskOrigin.RECONCILER, tools=["update_plan"]
     )
     TaskFactory(spawned_by=task)
-    person_tasks.task_accept(actor=actor, task_id=task.pk, reason="the plan is fine")
+    person_task.task_accept(actor=actor, task_id=task.pk, reason="the plan is fine")
     run = AgentRun.objects.get(task=task)
     with transaction.atomic():
         locked = lock_task(task.pk)
@@ -288,7 +288,7 @@ def test_the_auto_close_policy_never_closes_an_accepted_task(actor, settings):
 
 def test_edit_records_each_change_before_and_after(actor):
     task = rejected_task(failed=True, limit_turns=10)
-    person_tasks.task_update(
+    task_change.task_update(
         actor=actor,
         task_id=task.pk,
         changes={
@@ -314,11 +314,11 @@ def test_edit_records_each_change_before_and_after(actor):
 def test_edit_refuses_checks_that_cannot_pass_or_parse(actor):
     task = rejected_task(failed=True)
     with pytest.raises(InvalidInput, match="tool_ran=fetch_url"):
-        person_tasks.task_update(
+        task_change.task_update(
             actor=actor, task_id=task.pk, changes={"acceptance_checks": ["tool_ran=fetch_url"]}
         )
     with pytest.raises(InvalidInput):
-        person_tasks.task_update(
+        task_change.task_update(
             actor=actor, task_id=task.pk, changes={"acceptance_checks": ["no_such_kind=1"]}
         )
     assert not TaskEvent.objects.filter(task=task, kind=EventKind.EDITED).exists()
@@ -328,7 +328,7 @@ def test_edit_refuses_checks_that_cannot_pass_or_parse(actor):
 def test_edit_is_refused_while_a_worker_holds_the_task(actor, status):
     task = TaskFactory(status=status)
     with pytest.raises(TransitionNotAllowed, match="a worker holds it; pause it"):
-        person_tasks.task_update(actor=actor, task_id=task.pk, changes={"instruction": "New"})
+        task_change.task_update(actor=actor, task_id=task.pk, changes={"instruction": "New"})
     assert Task.objects.get(pk=task.pk).instruction == "Summarise the input files."
 
 
@@ -336,7 +336,7 @@ def test_edit_is_refused_while_a_worker_holds_the_task(actor, status):
 def test_a_closed_or_cancelled_task_is_not_edited(actor, status):
     task = TaskFactory(status=status)
     with pytest.raises(TransitionNotAllowed, match="a closed or cancelled task is not edited"):
-        person_tasks.task_update(actor=actor, task_id=task.pk, changes={"instruction": "New"})
+        task_change.task_update(actor=actor, task_id=task.pk, changes={"instruction": "New"})
     assert Task.objects.get(pk=task.pk).instruction == "Summarise the input files."
     assert not TaskEvent.objects.filter(task=task, kind=EventKind.EDITED).exists()
 
@@ -352,7 +352,7 @@ def test_a_closed_or_cancelled_task_is_not_edited(actor, status):
 def test_edit_refuses_a_policy_for_a_tool_off_the_list_as_create_does(actor, changes):
     task = rejected_task(failed=True)
     with pytest.raises(InvalidInput, match="a policy names tools the task does not use") as no:
-        person_tasks.task_update(actor=actor, task_id=task.pk, changes=changes)
+        task_change.task_update(actor=actor, task_id=task.pk, changes=changes)
     assert no.value.field == "tool_policies"
     assert Task.objects.get(pk=task.pk).tool_policies == {}
     assert not TaskEvent.objects.filter(task=task, kind=EventKind.EDITED).exists()
@@ -360,7 +360,7 @@ def test_edit_refuses_a_policy_for_a_tool_off_the_list_as_create_does(actor, cha
 
 def test_a_tool_that_leaves_the_list_takes_its_policy_along(actor):
     task = rejected_task(failed=True, tool_policies={"write_artifact": "ask"})
-    person_tasks.task_update(actor=actor, task_id=task.pk, changes={"tools": ["read_file"]})
+    task_change.task_update(actor=actor, task_id=task.pk, changes={"tools": ["read_file"]})
     task.refresh_from_db()
     assert task.tools == ["read_file"] and task.tool_policies == {}
     event = TaskEvent.objects.get(task=task, kind=EventKind.EDITED)
@@ -372,13 +372,13 @@ def test_a_tool_that_leaves_the_list_takes_its_policy_along(actor):
 def test_edit_refuses_tools_that_are_not_a_list(actor, tools):
     task = rejected_task(failed=True)
     with pytest.raises(InvalidInput, match="tools must be a list") as refused:
-        person_tasks.task_update(actor=actor, task_id=task.pk, changes={"tools": tools})
+        task_change.task_update(actor=actor, task_id=task.pk, changes={"tools": tools})
     assert refused.value.field == "tools"
 
 
 def test_change_and_retry_a_failed_task_runs_it_again_from_its_checkpoint(actor):
     task = rejected_task(failed=True)
-    person_tasks.task_change_and_retry(
+    task_change.task_change_and_retry(
         actor=actor, task_id=task.pk, changes={"instruction": "Write them to report.md"}
     )
     task.refresh_from_db()
@@ -390,7 +390,7 @@ def test_change_and_retry_a_failed_task_runs_it_again_from_its_checkpoint(actor)
 def test_change_and_retry_a_waiting_task_drops_its_wait(actor):
     task = rejected_task()
     assert task.not_before is not None
-    person_tasks.task_change_and_retry(
+    task_change.task_change_and_retry(
         actor=actor, task_id=task.pk, changes={"acceptance_checks": ["artifact=report.md"]}
     )
     task.refresh_from_db()
@@ -402,7 +402,7 @@ def test_change_and_retry_a_waiting_task_drops_its_wait(actor):
 def test_a_refused_retry_undoes_the_edit(actor):
     task = TaskFactory(status=TaskStatus.PAUSED)
     with pytest.raises(TransitionNotAllowed, match="retried now"):
-        person_tasks.task_change_and_retry(
+        task_change.task_change_and_retry(
             actor=actor, task_id=task.pk, changes={"instruction": "New"}
         )
     task.refresh_from_db()

@@ -9,6 +9,7 @@ import pytest
 from django.db import connection, transaction
 from django.utils import timezone
 
+from agents.actions.task import task_cancel
 from agents.engine.run.recorder import CallState, NewCall, NewTurn, Recorder, Result, Step
 from agents.engine.run.usage import Usage
 from agents.engine.store import claim_next
@@ -17,7 +18,6 @@ from agents.states import RunStatus, ToolCallStatus
 from core.actors import Actor
 from core.exceptions import AttemptLost, TransitionNotAllowed
 from tasks.models import Task, TaskEvent
-from tasks.services import task_cancel
 from tasks.states import EventKind
 from tests.factories import TaskFactory
 

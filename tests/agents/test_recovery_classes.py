@@ -13,7 +13,7 @@ import pytest
 from django.utils import timezone
 
 from agents.actions.decisions import SKIPPED_RESULT, review_run_again, review_skip
-from agents.actions.tasks import task_retry
+from agents.actions.task import task_retry
 from agents.engine.run.usage import task_usage
 from agents.engine.runtime.recovery import recover_stale
 from agents.engine.runtime.worker import Worker

@@ -8,12 +8,12 @@ import psycopg
 import pytest
 from django.db import connection
 
+from agents.actions.task import task_cancel
 from agents.engine.run.intake import task_create
 from agents.models import AgentRun
 from agents.states import RunStatus, Verdict
 from core.actors import Actor
 from tasks.models import Task
-from tasks.services import task_cancel
 from tasks.states import TaskStatus
 from tests.agents.conftest import FAST_ENV, WorkerProcess, wait_for
 from tests.agents.scripted import conninfo, scripted_model

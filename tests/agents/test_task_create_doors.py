@@ -1,6 +1,6 @@
 """The three doors that create a task — the console's form, `POST /api/tasks` and `acthelm_task
 create` — resolve the goal, the dependencies, the connection and the model through one service
-(`agents.actions.tasks.task_create_by_name`): the same bad reference is refused with the same
+(`agents.actions.task.task_create_by_name`): the same bad reference is refused with the same
 code and message at each, and the CLI's input files are copied as the API's are."""
 
 import io

@@ -4,7 +4,8 @@ retry, and the follow-ups a planning task proposes (never more than the parent h
 import pytest
 from django.utils import timezone
 
-from agents.actions import tasks as person_tasks
+from agents.actions import goal as goal_actions
+from agents.actions import task as person_task
 from agents.engine.run import intake
 from agents.states import RunStatus
 from core.actors import Actor
@@ -14,7 +15,6 @@ from core.exceptions import (
     ModelCheckFailed,
     TransitionNotAllowed,
 )
-from tasks import services
 from tasks.models import Goal, Task, TaskEvent
 from tasks.states import EventKind, TaskKind, TaskOrigin, TaskStatus
 from tests.factories import AgentRunFactory, GoalFactory, ModelFactory, TaskFactory
@@ -61,7 +61,7 @@ def test_create_refuses_bad_input_clearly(actor, kwargs, message):
 
 def test_cancel_ends_the_running_attempt(actor):
     run = AgentRunFactory()
-    services.task_cancel(actor=actor, task_id=run.task_id)
+    person_task.task_cancel(actor=actor, task_id=run.task_id)
     run.refresh_from_db()
     assert run.status == RunStatus.CANCELLED and run.finished_at
     assert Task.objects.get(pk=run.task_id).status == TaskStatus.CANCELLED
@@ -70,31 +70,31 @@ def test_cancel_ends_the_running_attempt(actor):
 def test_a_cancelled_task_cannot_be_resumed(actor):
     task = TaskFactory(status=TaskStatus.CANCELLED)
     with pytest.raises(TransitionNotAllowed):
-        person_tasks.task_resume(actor=actor, task_id=task.pk)
+        person_task.task_resume(actor=actor, task_id=task.pk)
 
 
 def test_retry_after_a_limit_needs_the_limit_raised(actor):
     task = TaskFactory(status=TaskStatus.FAILED, failure_code="limit_steps", limit_turns=3)
     AgentRunFactory(task=task, status=RunStatus.FAILED, model_turns=3, finished_at=timezone.now())
     with pytest.raises(LimitNotRaised):
-        person_tasks.task_retry(actor=actor, task_id=task.pk)
-    services.task_set_limits(actor=actor, task_id=task.pk, limit_turns=10)
-    assert person_tasks.task_retry(actor=actor, task_id=task.pk).status == TaskStatus.READY
+        person_task.task_retry(actor=actor, task_id=task.pk)
+    person_task.task_set_limits(actor=actor, task_id=task.pk, limit_turns=10)
+    assert person_task.task_retry(actor=actor, task_id=task.pk).status == TaskStatus.READY
 
 
 def test_resume_on_another_model_runs_the_checks(actor):
     task = TaskFactory(status=TaskStatus.PAUSED)
     untested = ModelFactory(test_status="failed")
     with pytest.raises(ModelCheckFailed, match="has not passed its test"):
-        person_tasks.task_resume(actor=actor, task_id=task.pk, model=untested)
+        person_task.task_resume(actor=actor, task_id=task.pk, model=untested)
     no_tools = ModelFactory(supports_tools=False)
     with pytest.raises(ModelCheckFailed, match="tool calling"):
-        person_tasks.task_resume(actor=actor, task_id=task.pk, model=no_tools)
+        person_task.task_resume(actor=actor, task_id=task.pk, model=no_tools)
     small = ModelFactory(context_window=1)
     with pytest.raises(ModelCheckFailed, match="context window"):
-        person_tasks.task_resume(actor=actor, task_id=task.pk, model=small)
+        person_task.task_resume(actor=actor, task_id=task.pk, model=small)
     unknown = ModelFactory(context_window=None)
-    person_tasks.task_resume(actor=actor, task_id=task.pk, model=unknown)
+    person_task.task_resume(actor=actor, task_id=task.pk, model=unknown)
     task.refresh_from_db()
     assert task.status == TaskStatus.READY and task.model == unknown
     event = TaskEvent.objects.filter(task=task, kind=EventKind.RESUMED).get()
@@ -384,7 +384,7 @@ def goal_keeper(db):
 
 
 def test_a_goal_is_created_with_validated_checks_and_refused_with_a_bad_one(goal_keeper):
-    goal = person_tasks.goal_create(
+    goal = goal_actions.goal_create(
         actor=goal_keeper,
         title="Report",
         acceptance_checks=["artifact=report.md", "tool_ran=fetch_url", "artifact=report.md"],
@@ -392,7 +392,7 @@ def test_a_goal_is_created_with_validated_checks_and_refused_with_a_bad_one(goal
     # A goal has no tools: tool_ran is kept (each task drops it when it lacks the tool).
     assert Goal.objects.get(pk=goal.pk).acceptance_checks == GOAL_CHECKS
     with pytest.raises(InvalidInput) as exc:
-        person_tasks.goal_create(
+        goal_actions.goal_create(
             actor=goal_keeper, title="Bad", acceptance_checks=["answer_matches=(?=ahead)x"]
         )
     assert (exc.value.code, exc.value.field) == ("acceptance_check_invalid", "acceptance_checks")

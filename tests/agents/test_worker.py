@@ -9,6 +9,7 @@ from django.db import OperationalError, connection
 from django.db.models import Count
 from django.utils import timezone
 
+from agents.actions.task import task_cancel, task_pause
 from agents.engine.run.intake import task_create
 from agents.engine.run.loop import Outcome
 from agents.engine.run.recorder import _LOAD
@@ -19,7 +20,6 @@ from agents.engine.verdict.outcomes import apply_outcome
 from agents.models import AgentRun, Connection, Turn
 from core.actors import Actor
 from tasks.models import Task, TaskEvent
-from tasks.services import task_cancel, task_pause
 from tasks.states import EventKind, TaskStatus
 from tests.agents.conftest import SCRIPTED_CLI, cli_calls, wait_for
 
@@ -469,7 +469,7 @@ def test_pause_stops_at_the_next_safe_point_and_resume_continues(
 ):
     import threading
 
-    from agents.actions.tasks import task_resume
+    from agents.actions.task import task_resume
 
     model = cli_model("--mode", "sleep", "--seconds", "1.5", "--text", "paused answer")
     task = cli_task(model)

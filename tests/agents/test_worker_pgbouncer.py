@@ -20,11 +20,11 @@ import psycopg
 import pytest
 from django.db import connection
 
+from agents.actions.task import task_pause
 from agents.models import AgentRun
 from core.actors import Actor
 from core.dburl import build_database_url
 from tasks.models import Task
-from tasks.services import task_pause
 from tasks.states import TaskStatus
 from tests.agents.conftest import FAST_ENV, WorkerProcess, wait_for
 from tests.agents.scripted import tool_task

@@ -10,6 +10,7 @@ import pytest
 from django.utils import timezone
 
 from agents.actions.decisions import approval_approve
+from agents.actions.task import task_cancel, task_delete
 from agents.engine.runtime.recovery import recover_stale
 from agents.engine.runtime.worker import Worker
 from agents.engine.store import claim_next
@@ -17,7 +18,6 @@ from agents.engine.verdict.outcomes import apply_outcome
 from agents.models import AgentRun, Connection, ToolCall
 from approvals.models import Approval, ReviewDecision
 from tasks.models import Task, TaskEvent
-from tasks.services import task_cancel, task_delete
 from tasks.states import EventKind, TaskStatus
 from tests.agents.conftest import run_burst, wait_for
 from tests.agents.scripted import conninfo, fast_settings, status_of, tool_task

@@ -1,7 +1,7 @@
 import pytest
 from django.urls import reverse
 
-from tasks.models import Task
+from tasks.models import Goal, Task
 from tasks.states import TaskStatus
 from tests.factories import TaskFactory, UserFactory
 
@@ -153,3 +153,39 @@ def test_the_admin_says_task_dependencies(client):
     task = TaskFactory(status=TaskStatus.READY)
     page = client.get(reverse("admin:tasks_task_change", args=[task.pk])).content.decode()
     assert "Task dependencies" in page and "dependencys" not in page
+
+
+def test_a_goal_added_in_the_admin_goes_through_goal_create(client, caplog):
+    """The admin's goal form calls the one `goal_create` every door calls: the goal records the
+    person who created it and the creation is logged, as through the console, the API or the
+    CLI (the form once saved the row directly, with no creator)."""
+    keeper = UserFactory(username="keeper", perms=["tasks.add_goal", "tasks.view_goal"])
+    client.force_login(keeper)
+    with caplog.at_level("INFO", logger="acthelm.tasks"):
+        response = client.post(
+            reverse("admin:tasks_goal_add"),
+            {"title": "Launch", "description": "soon", "active": "on"},
+            follow=True,
+        )
+    assert response.status_code == 200
+    goal = Goal.objects.get()
+    assert (goal.title, goal.description, goal.active) == ("Launch", "soon", True)
+    assert goal.created_by == keeper
+    assert [r.getMessage() for r in caplog.records] == ["goal.created"]
+
+
+def test_a_goal_deactivated_in_the_admin_goes_through_goal_deactivate(client, caplog):
+    keeper = UserFactory(
+        username="keeper", perms=["tasks.add_goal", "tasks.change_goal", "tasks.view_goal"]
+    )
+    goal = Goal.objects.create(title="Launch")
+    client.force_login(keeper)
+    with caplog.at_level("INFO", logger="acthelm.tasks"):
+        client.post(
+            reverse("admin:tasks_goal_change", args=[goal.pk]),
+            {"title": "Launch", "description": ""},  # "active" unchecked
+            follow=True,
+        )
+    goal.refresh_from_db()
+    assert not goal.active
+    assert [r.getMessage() for r in caplog.records] == ["goal.deactivated"]

@@ -1,6 +1,6 @@
-"""A person's cancel is one call (`tasks.services.task_cancel`), whichever door it comes through:
-the console, the admin, the CLI and the API each settle the same runs, calls in flight and open
-decisions in the same transaction, and record the same `cancelled` event."""
+"""A person's cancel is one call (`agents.actions.task.task_cancel`), whichever door it comes
+through: the console, the admin, the CLI and the API each settle the same runs, calls in flight and
+open decisions in the same transaction, and record the same `cancelled` event."""
 
 import io
 import json
@@ -10,11 +10,14 @@ from django.core.management import call_command
 from django.urls import reverse
 
 from acthelm_site.api.tokens import token_create
+from agents.actions import task as person_task
+from agents.engine import store
 from agents.models import AgentRun, ToolCall
 from agents.states import RunStatus, ToolCallStatus
+from approvals import services as approvals_services
 from approvals.models import Approval, ReviewDecision
+from tasks import services as ledger
 from tasks.models import Task, TaskEvent
-from tasks.services import _cancel_settlers
 from tasks.states import EventKind, TaskStatus
 from tests.api.conftest import ApiClient
 from tests.factories import (
@@ -129,8 +132,9 @@ def test_a_cancel_from_each_door_does_the_same(client):
         assert done[door] == done["console"], door
 
 
-def test_the_runs_and_the_decisions_are_settled_by_what_their_apps_registered():
-    from agents.engine.store import settle_for_cancelled_task as engine_settles
-    from approvals.services import settle_for_cancelled_task as approvals_settle
-
-    assert _cancel_settlers == [engine_settles, approvals_settle]
+def test_the_cancel_settles_the_runs_and_the_decisions_by_direct_calls():
+    """No clean-up registered at start-up: the cancel action calls the run's store and the
+    approvals directly, and the ledger keeps no registry of them."""
+    assert person_task.settle_runs_for_cancel is store.settle_for_cancelled_task
+    assert person_task.settle_decisions_for_cancel is approvals_services.settle_for_cancelled_task
+    assert not hasattr(ledger, "settle_on_cancel") and not hasattr(ledger, "task_cancel")

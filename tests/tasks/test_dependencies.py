@@ -4,6 +4,7 @@ as the close that finished the last one, no cycle possible, stuck dependencies e
 import pytest
 from django.db import transaction
 
+from agents.actions import task as person_task
 from agents.engine.run import intake
 from agents.engine.verdict.policies import auto_close_if_allowed
 from agents.states import RunStatus, Verdict
@@ -38,7 +39,7 @@ def finish(actor, task):
             lease_expires_at=locked.created_at,
         )
         set_status(locked, TaskStatus.REVIEW, actor=WORKER, kind=EventKind.SUBMITTED)
-    return services.task_close(actor=actor, task_id=task.pk)
+    return person_task.task_close(actor=actor, task_id=task.pk)
 
 
 def status(task) -> str:
@@ -79,7 +80,7 @@ def test_promotion_happens_in_the_closing_transaction(actor):
     dep = TaskFactory(status=TaskStatus.REVIEW)
     waiting = create(actor, "W", dep)
     with transaction.atomic():
-        services.task_close(actor=actor, task_id=dep.pk)
+        person_task.task_close(actor=actor, task_id=dep.pk)
         # Still inside the close's transaction: the dependant is already ready.
         assert status(waiting) == "ready"
 
@@ -126,7 +127,7 @@ def test_cancelling_a_dependency_leaves_dependants_blocked_and_says_why(actor):
     dep = create(actor, "Collect data")
     other = create(actor, "Other")
     waiting = create(actor, "Report", dep, other)
-    services.task_cancel(actor=actor, task_id=dep.pk, reason="not needed")
+    person_task.task_cancel(actor=actor, task_id=dep.pk, reason="not needed")
 
     assert status(waiting) == "blocked"
     event = TaskEvent.objects.get(task=waiting, kind=EventKind.UNBLOCK_BLOCKED)

@@ -250,7 +250,7 @@ def test_a_target_deleted_in_the_admin_fails_its_rows_and_others_still_deliver(n
 
 
 def test_a_deleted_task_takes_its_notifications_with_it(notify_settings, actor):
-    from tasks.services import task_delete
+    from agents.actions.task import task_delete
 
     webhook("https://hooks.example.org/x")
     task = failed_task()

@@ -1,7 +1,7 @@
 import pytest
 from django.utils import timezone
 
-from agents.actions import tasks as person_tasks
+from agents.actions import task as person_task
 from agents.engine.run import intake
 from agents.models import AgentRun
 from agents.states import RunStatus
@@ -11,7 +11,6 @@ from core.exceptions import (
     NotPermitted,
     TransitionNotAllowed,
 )
-from tasks import services
 from tasks.models import Task
 from tasks.states import ACTIONS, Action, TaskStatus
 from tests.factories import AgentRunFactory, TaskFactory
@@ -22,10 +21,12 @@ pytestmark = pytest.mark.django_db
 def test_pause_is_immediate_for_ready_and_cooperative_for_running(actor):
     ready = TaskFactory()
     running = TaskFactory(status=TaskStatus.IN_PROGRESS)
-    assert services.task_pause(actor=actor, task_id=ready.pk).status == TaskStatus.PAUSED
-    assert services.task_pause(actor=actor, task_id=running.pk).status == TaskStatus.PAUSE_REQUESTED
+    assert person_task.task_pause(actor=actor, task_id=ready.pk).status == TaskStatus.PAUSED
     assert (
-        services.task_withdraw_pause(actor=actor, task_id=running.pk).status
+        person_task.task_pause(actor=actor, task_id=running.pk).status == TaskStatus.PAUSE_REQUESTED
+    )
+    assert (
+        person_task.task_withdraw_pause(actor=actor, task_id=running.pk).status
         == TaskStatus.IN_PROGRESS
     )
 
@@ -33,40 +34,40 @@ def test_pause_is_immediate_for_ready_and_cooperative_for_running(actor):
 def test_close_needs_review_and_the_permission(actor, outsider):
     task = TaskFactory(status=TaskStatus.IN_PROGRESS)
     with pytest.raises(TransitionNotAllowed):
-        services.task_close(actor=actor, task_id=task.pk)
+        person_task.task_close(actor=actor, task_id=task.pk)
     review = TaskFactory(status=TaskStatus.REVIEW)
     with pytest.raises(NotPermitted):
-        services.task_close(actor=Actor.person(outsider), task_id=review.pk)
+        person_task.task_close(actor=Actor.person(outsider), task_id=review.pk)
     with pytest.raises(TransitionNotAllowed):
-        services.task_close(actor=Actor.worker("w1"), task_id=review.pk)
-    assert services.task_close(actor=actor, task_id=review.pk).status == TaskStatus.DONE
+        person_task.task_close(actor=Actor.worker("w1"), task_id=review.pk)
+    assert person_task.task_close(actor=actor, task_id=review.pk).status == TaskStatus.DONE
 
 
 def test_closing_the_last_dependency_promotes_the_dependant_in_the_same_transaction(actor):
     a = TaskFactory(status=TaskStatus.REVIEW)
     b = TaskFactory(status=TaskStatus.REVIEW)
     child = intake.task_create(actor=actor, title="C", instruction="I", depends_on=[a, b])
-    services.task_close(actor=actor, task_id=a.pk)
+    person_task.task_close(actor=actor, task_id=a.pk)
     assert Task.objects.get(pk=child.pk).status == TaskStatus.BLOCKED
-    services.task_close(actor=actor, task_id=b.pk)
+    person_task.task_close(actor=actor, task_id=b.pk)
     assert Task.objects.get(pk=child.pk).status == TaskStatus.READY
 
 
 def test_reopen_needs_feedback_and_carries_it(actor):
     task = TaskFactory(status=TaskStatus.REVIEW)
     with pytest.raises(InvalidInput):
-        services.task_reopen(actor=actor, task_id=task.pk, feedback=" ")
-    task = services.task_reopen(actor=actor, task_id=task.pk, feedback="Cite sources.")
+        person_task.task_reopen(actor=actor, task_id=task.pk, feedback=" ")
+    task = person_task.task_reopen(actor=actor, task_id=task.pk, feedback="Cite sources.")
     assert task.status == TaskStatus.READY and task.feedback == "Cite sources."
 
 
 def test_delete_only_settled_tasks(actor):
     open_task = TaskFactory(status=TaskStatus.REVIEW)
     with pytest.raises(TransitionNotAllowed):
-        services.task_delete(actor=actor, task_id=open_task.pk)
+        person_task.task_delete(actor=actor, task_id=open_task.pk)
     done = TaskFactory(status=TaskStatus.DONE)
     AgentRunFactory(task=done, status=RunStatus.SUCCEEDED, finished_at=timezone.now())
-    services.task_delete(actor=actor, task_id=done.pk)
+    person_task.task_delete(actor=actor, task_id=done.pk)
     assert not Task.objects.filter(pk=done.pk).exists()
     assert not AgentRun.objects.filter(task_id=done.pk).exists()
 
@@ -75,14 +76,14 @@ def test_delete_only_settled_tasks(actor):
 def test_every_person_action_matches_the_actions_table(actor, status):
     """Each service accepts exactly the states the table lists for its action."""
     calls = {
-        Action.PAUSE: lambda t: services.task_pause(actor=actor, task_id=t),
-        Action.WITHDRAW_PAUSE: lambda t: services.task_withdraw_pause(actor=actor, task_id=t),
-        Action.RESUME: lambda t: person_tasks.task_resume(actor=actor, task_id=t),
-        Action.CANCEL: lambda t: services.task_cancel(actor=actor, task_id=t),
-        Action.CLOSE: lambda t: services.task_close(actor=actor, task_id=t),
-        Action.REOPEN: lambda t: services.task_reopen(actor=actor, task_id=t, feedback="f"),
-        Action.RETRY: lambda t: person_tasks.task_retry(actor=actor, task_id=t),
-        Action.DELETE: lambda t: services.task_delete(actor=actor, task_id=t),
+        Action.PAUSE: lambda t: person_task.task_pause(actor=actor, task_id=t),
+        Action.WITHDRAW_PAUSE: lambda t: person_task.task_withdraw_pause(actor=actor, task_id=t),
+        Action.RESUME: lambda t: person_task.task_resume(actor=actor, task_id=t),
+        Action.CANCEL: lambda t: person_task.task_cancel(actor=actor, task_id=t),
+        Action.CLOSE: lambda t: person_task.task_close(actor=actor, task_id=t),
+        Action.REOPEN: lambda t: person_task.task_reopen(actor=actor, task_id=t, feedback="f"),
+        Action.RETRY: lambda t: person_task.task_retry(actor=actor, task_id=t),
+        Action.DELETE: lambda t: person_task.task_delete(actor=actor, task_id=t),
     }
     for action, call in calls.items():
         task = TaskFactory(status=status)

@@ -5,7 +5,8 @@ from pathlib import Path
 
 import pytest
 
-from agents.actions import tasks as person_tasks
+from agents.actions import goal as goal_actions
+from agents.actions import task as person_task
 from core.exceptions import (
     GoalNotFound,
     InvalidInput,
@@ -13,7 +14,6 @@ from core.exceptions import (
     NotPermitted,
     TransitionNotAllowed,
 )
-from tasks import services
 from tasks.models import Goal, Task
 from tasks.states import EventKind, TaskStatus
 from tasks.workspace import task_dir, workspace_dir
@@ -26,7 +26,7 @@ pytestmark = pytest.mark.django_db
 def test_create_with_files_puts_them_in_the_workspace(actor, tmp_path):
     source = tmp_path / "notes.txt"
     source.write_text("from a path")
-    task = person_tasks.task_create_with_files(
+    task = person_task.task_create_with_files(
         actor=actor,
         title="T",
         instruction="I",
@@ -41,14 +41,14 @@ def test_create_with_files_puts_them_in_the_workspace(actor, tmp_path):
 )
 def test_create_with_bad_file_names_creates_nothing(actor, files):
     with pytest.raises(InvalidInput) as refused:
-        person_tasks.task_create_with_files(actor=actor, title="T", instruction="I", files=files)
+        person_task.task_create_with_files(actor=actor, title="T", instruction="I", files=files)
     assert refused.value.field == "files"
     assert not Task.objects.exists()
 
 
 def test_a_refused_task_leaves_no_files(actor, settings):
     with pytest.raises(InvalidInput) as refused:
-        person_tasks.task_create_with_files(
+        person_task.task_create_with_files(
             actor=actor, title="T", instruction="I", tools=["nope"], files=[("a.txt", b"1")]
         )
     assert refused.value.field == "tools"
@@ -62,8 +62,8 @@ def test_retry_raises_the_limit_and_retries_in_one_transaction(actor):
     task = TaskFactory(status=TaskStatus.FAILED, failure_code="limit_steps", limit_turns=4)
     run_for(task, model_turns=4)
     with pytest.raises(LimitNotRaised):
-        person_tasks.task_retry(actor=actor, task_id=task.pk, limits={"limit_turns": 4})
-    person_tasks.task_retry(actor=actor, task_id=task.pk, limits={"limit_turns": 8})
+        person_task.task_retry(actor=actor, task_id=task.pk, limits={"limit_turns": 4})
+    person_task.task_retry(actor=actor, task_id=task.pk, limits={"limit_turns": 8})
     task.refresh_from_db()
     assert task.status == TaskStatus.READY and task.limit_turns == 8
     changed = task.events.get(kind=EventKind.LIMITS_CHANGED)
@@ -73,7 +73,7 @@ def test_retry_raises_the_limit_and_retries_in_one_transaction(actor):
 def test_a_refused_retry_does_not_keep_the_raised_limit(actor):
     task = TaskFactory(status=TaskStatus.REVIEW, limit_turns=4)
     with pytest.raises(TransitionNotAllowed):
-        person_tasks.task_retry(actor=actor, task_id=task.pk, limits={"limit_turns": 8})
+        person_task.task_retry(actor=actor, task_id=task.pk, limits={"limit_turns": 8})
     task.refresh_from_db()
     assert task.limit_turns == 4 and not task.events.exists()
 
@@ -81,7 +81,7 @@ def test_a_refused_retry_does_not_keep_the_raised_limit(actor):
 def test_delete_removes_the_files_too(actor):
     task = TaskFactory(status=TaskStatus.DONE)
     (workspace_dir(task.pk) / "a.txt").write_text("x")
-    services.task_delete(actor=actor, task_id=task.pk)
+    person_task.task_delete(actor=actor, task_id=task.pk)
     assert not task_dir(task.pk).exists()
 
 
@@ -89,7 +89,7 @@ def test_a_refused_delete_keeps_the_files(actor):
     task = TaskFactory(status=TaskStatus.READY)
     (workspace_dir(task.pk) / "a.txt").write_text("x")
     with pytest.raises(TransitionNotAllowed):
-        services.task_delete(actor=actor, task_id=task.pk)
+        person_task.task_delete(actor=actor, task_id=task.pk)
     assert (workspace_dir(task.pk) / "a.txt").exists()
 
 
@@ -104,39 +104,39 @@ def goal_keeper(db):
 
 
 def test_goal_create_and_deactivate(goal_keeper):
-    goal = services.goal_create(actor=goal_keeper, title="  Launch  ", description=" soon ")
+    goal = goal_actions.goal_create(actor=goal_keeper, title="  Launch  ", description=" soon ")
     assert (goal.title, goal.description, goal.active) == ("Launch", "soon", True)
     assert goal.created_by.username == "keeper"
-    services.goal_deactivate(actor=goal_keeper, goal_id=goal.pk)
+    goal_actions.goal_deactivate(actor=goal_keeper, goal_id=goal.pk)
     assert Goal.objects.get(pk=goal.pk).active is False
     with pytest.raises(TransitionNotAllowed):
-        services.goal_deactivate(actor=goal_keeper, goal_id=goal.pk)
+        goal_actions.goal_deactivate(actor=goal_keeper, goal_id=goal.pk)
     with pytest.raises(GoalNotFound):
-        services.goal_deactivate(actor=goal_keeper, goal_id=999999)
+        goal_actions.goal_deactivate(actor=goal_keeper, goal_id=999999)
 
 
 def test_goal_services_need_their_permissions(outsider):
     from core.actors import Actor
 
     with pytest.raises(NotPermitted):
-        services.goal_create(actor=Actor.person(outsider), title="G")
+        goal_actions.goal_create(actor=Actor.person(outsider), title="G")
     goal = Goal.objects.create(title="G")
     with pytest.raises(NotPermitted):
-        services.goal_deactivate(actor=Actor.person(outsider), goal_id=goal.pk)
+        goal_actions.goal_deactivate(actor=Actor.person(outsider), goal_id=goal.pk)
     assert Goal.objects.get(pk=goal.pk).active
 
 
 @pytest.mark.parametrize("title", ["", "   ", "x" * 201])
 def test_a_goal_needs_a_title(goal_keeper, title):
     with pytest.raises(InvalidInput) as refused:
-        services.goal_create(actor=goal_keeper, title=title)
+        goal_actions.goal_create(actor=goal_keeper, title=title)
     assert refused.value.field == "title"
 
 
 def test_the_reconciler_no_longer_plans_a_deactivated_goal(goal_keeper):
     from agents.engine.runtime.reconciler import idle_goal_ids
 
-    goal = services.goal_create(actor=goal_keeper, title="Plan me")
+    goal = goal_actions.goal_create(actor=goal_keeper, title="Plan me")
     assert goal.pk in idle_goal_ids()
-    services.goal_deactivate(actor=goal_keeper, goal_id=goal.pk)
+    goal_actions.goal_deactivate(actor=goal_keeper, goal_id=goal.pk)
     assert goal.pk not in idle_goal_ids()

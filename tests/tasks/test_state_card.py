@@ -9,12 +9,12 @@ import pytest
 from django.urls import reverse
 from django.utils import timezone
 
+from agents.actions.task import task_retry_now
 from agents.states import ToolCallStatus
 from approvals.states import ApprovalStatus
 from core.actors import Actor
 from core.exceptions import TransitionNotAllowed
 from tasks.models import Task, TaskDependency, TaskEvent
-from tasks.services import task_retry_now
 from tasks.states import EventKind, TaskKind, TaskStatus
 from tests.factories import (
     AgentRunFactory,

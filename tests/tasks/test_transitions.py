@@ -157,7 +157,7 @@ def test_two_threads_racing_the_same_transition_exactly_one_wins():
     outcomes = []
 
     def close():
-        from tasks.services import task_close
+        from agents.actions.task import task_close
 
         barrier.wait()
         try:
@@ -189,7 +189,7 @@ def test_holds_attempt_and_the_fence():
 @pytest.mark.django_db
 def test_aba_the_old_run_is_fenced_out_after_cancel_and_a_new_claim(actor):
     """Claim, a person resets the task, it is claimed again: the first run can write nothing."""
-    from tasks.services import task_cancel
+    from agents.actions.task import task_cancel
 
     task = TaskFactory()
     old = claim_next(worker_id="w1")
@@ -209,7 +209,7 @@ def test_aba_the_old_run_is_fenced_out_after_cancel_and_a_new_claim(actor):
 
 @pytest.mark.django_db
 def test_a_persons_action_after_the_claim_fences_but_a_pause_request_does_not(actor):
-    from tasks.services import task_pause, task_withdraw_pause
+    from agents.actions.task import task_pause, task_withdraw_pause
 
     task = TaskFactory()
     claim = claim_next(worker_id="w1")
@@ -242,7 +242,7 @@ def test_the_fence_sees_a_persons_action_committed_while_it_waited_for_the_lock(
     """The one-statement fence re-checks the task row after its lock wait (docs/worker.md): a
     person's action that commits while the worker's statement waits for the row fences it out —
     an event that leaves the status alone as well as a cancel."""
-    from tasks.services import task_cancel
+    from agents.actions.task import task_cancel
     from tasks.transitions import record_event
     from tests.agents.scripted import waits_for_a_lock
 

@@ -5,7 +5,7 @@ task's `propose_task` (a follow-up, `follow_up_create`, with never more than its
 Its tools are checked against the catalogue, its model against its connection, its acceptance
 checks compiled; the row, its dependencies and its `created` event are written in one
 transaction. It lives in the engine because the engine creates tasks; person actions on tasks
-that exist are `agents.actions.tasks`."""
+that exist are `agents.actions.task`."""
 
 import logging
 from collections.abc import Mapping, Sequence
@@ -31,10 +31,7 @@ from tasks.limits import (
     CUMULATIVE,
 )
 from tasks.models import Goal, Task, TaskDependency
-from tasks.services import (
-    default_limits,
-    validate_limits,
-)
+from tasks.services import default_limits, validate_limits
 from tasks.states import (
     EventKind,
     TaskKind,

@@ -70,7 +70,8 @@ def end_started_runs(task_id: int, status: str, **fields: object) -> list[int]:
 
 
 def settle_for_cancelled_task(task: Task, reason: str = "") -> dict[str, list[int]]:
-    """A person cancelled `task` (`tasks.services.task_cancel`, in its transaction): its running
+    """A person cancelled `task` (`agents.actions.task.task_cancel`, in its transaction): its
+    running
     attempt ends now (its worker notices at its next safe point or heartbeat), and an external
     call in flight may have taken effect, so its outcome is unknown, never left "running" (the
     run that made it is over and writes nothing more). Returns what the cancel's event records."""

@@ -1,10 +1,9 @@
 """acthelm_goal create|list|show|deactivate — goals, scriptable, with --json output."""
 
-from agents.actions import tasks as person_tasks
+from agents.actions import goal as goal_actions
 from agents.engine.verdict.acceptance import check_text, kind_names
 from console.cli import ActionCommand, Actions, Options, emit, person_actor
 from core.exceptions import GoalNotFound
-from tasks import services
 from tasks.models import Goal
 from tasks.selectors import goal_as_dict
 
@@ -47,7 +46,7 @@ class Command(ActionCommand):
     def do_create(self, opts: Options) -> None:
         as_json = opts["json"]
         actor = person_actor(opts["user"])
-        goal = person_tasks.goal_create(
+        goal = goal_actions.goal_create(
             actor=actor,
             title=opts["title"],
             description=opts["description"],
@@ -89,6 +88,6 @@ class Command(ActionCommand):
     def do_deactivate(self, opts: Options) -> None:
         as_json = opts["json"]
         actor = person_actor(opts["user"])
-        services.goal_deactivate(actor=actor, goal_id=opts["goal"])
+        goal_actions.goal_deactivate(actor=actor, goal_id=opts["goal"])
         data = goal_as_dict(self._goal(opts["goal"]))
         emit(self, data, as_json=as_json, text=f"goal {opts['goal']} deactivated")

@@ -15,7 +15,8 @@ from typing import Any
 
 from django.core.management.base import BaseCommand, CommandError, CommandParser
 
-from agents.actions import tasks as person_tasks
+from agents.actions import task as person_task
+from agents.actions import task_change
 from agents.engine.verdict.acceptance import check_text, kind_names
 from agents.models import Model
 from agents.scorecard import model_scorecard, scorecard_window
@@ -35,7 +36,6 @@ from console.cli import Actions, Options, emit, fail, person_actor
 from console.templatetags.console_time import seconds, usd
 from core.actors import Actor
 from core.exceptions import ActhelmError, InvalidInput
-from tasks import services
 from tasks.limits import LIMIT_FIELDS
 from tasks.models import Task
 from tasks.selectors import attempts_text, task_as_dict
@@ -294,8 +294,8 @@ class Command(BaseCommand):
         """The model of --model (on --connection when given), for resume and retry."""
         if not opts.get("model"):
             return None
-        connection = person_tasks.connection_named(opts.get("connection") or None)
-        return person_tasks.model_named(opts["model"], connection)
+        connection = person_task.connection_named(opts.get("connection") or None)
+        return person_task.model_named(opts["model"], connection)
 
     def _dispatch(self, opts: Options, as_json: bool) -> None:
         action = opts["action"]
@@ -344,7 +344,7 @@ class Command(BaseCommand):
         if action == "create":
             task = self._create(actor, opts)
         elif action == "edit":
-            task = person_tasks.task_change_and_retry(
+            task = task_change.task_change_and_retry(
                 actor=actor,
                 task_id=opts["task"],
                 changes=_edits(opts),
@@ -352,7 +352,7 @@ class Command(BaseCommand):
                 start_over=opts["start_over"],
             )
         elif action == "limits":
-            task = services.task_set_limits(
+            task = person_task.task_set_limits(
                 actor=actor, task_id=opts["task"], **_pairs(opts["limit"], "--limit")
             )
         else:
@@ -431,7 +431,7 @@ class Command(BaseCommand):
         for f in files:
             if not f.is_file():
                 raise InvalidInput(f"--file {f} is not a readable file")
-        return person_tasks.task_create_by_name(
+        return person_task.task_create_by_name(
             actor=actor,
             files=[(f.name, f) for f in files],  # each counted against the caps as it is copied
             title=opts["title"],
