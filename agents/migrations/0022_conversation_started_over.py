@@ -1,5 +1,5 @@
 # ruff: noqa: E501
-"""A person may start a task's conversation over (agents.actions.tasks.task_change_and_retry):
+"""A person may start a task's conversation over (agents.actions.task_change.task_change_and_retry):
 the conversation's first turn and its earlier prompts. The step function inserts the
 conversation row column by column, so it is created again with the new columns (the SQL it
 applies frozen in sql/0022_acthelm_step.sql, tests/agents/test_store_functions.py); the

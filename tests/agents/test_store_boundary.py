@@ -21,10 +21,10 @@ RAW_SQL = re.compile(
 #: Modules outside the store that may, and why. Each entry must still need it (see below).
 ALLOWED = {
     # LISTEN on the worker's own connection, outside the pool, for wake-ups: no run's rows.
-    "engine/worker.py": 'conn.execute(f"LISTEN',
-    # The verdict's read of a task's artifacts and calls (read only, one statement): part of the
-    # verdict's checks, which the engine's rooms (issue 50, item 2) move with the verdict.
-    "engine/acceptance.py": "fastsql.execute(_RECORD_SQL",
+    "engine/runtime/worker.py": 'conn.execute(f"LISTEN',
+    # The verdict's read of a task's artifacts and calls (read only, one statement): what the
+    # verdict's checks read, in the verdict's room.
+    "engine/verdict/evidence.py": "fastsql.execute(_RECORD_SQL",
 }
 
 
