@@ -3,6 +3,7 @@ formatting helpers (the permissions are named by the apps that own them: `tasks.
 `approvals.permissions`, `agents.permissions`). (A refused action's HTTP status is the
 error's own: `ActhelmError.http_status`.)"""
 
+import contextlib
 import json
 from collections.abc import Callable
 from functools import wraps
@@ -130,18 +131,17 @@ def edited_arguments(posted_json: str | None, texts: dict[str, str]) -> str | No
     return json.dumps(rest, ensure_ascii=False)
 
 
-def show_approval(approval: Approval, *, edited: str | None = None) -> None:
+def show_approval(approval: Approval, *, edited: str | None = None, as_text: bool = False) -> None:
     """What a pending approval's card shows beside its fields: the arguments to read, the edit
-    form's starting values (the proposal, or what the person posted when it was refused), and
-    the file a write would leave."""
-    start: object = approval.arguments
-    raw = ""
+    form's starting values (the proposal, or what the person posted when it was refused: in
+    text fields when they posted text fields, else their JSON exactly as typed), and the file a
+    write would leave."""
+    texts, rest = edit_fields(approval.arguments)
     if edited is not None:
-        try:
-            start = json.loads(edited)
-        except ValueError:
-            start, raw = None, edited
-    texts, rest = edit_fields(start) if not raw else ([], raw)
+        texts, rest = [], edited
+        if as_text:
+            with contextlib.suppress(ValueError):  # not JSON: shown as typed
+                texts, rest = edit_fields(json.loads(edited))
     show(
         approval,
         arguments_pretty=pretty_json(approval.arguments),

@@ -56,13 +56,14 @@ def _render_card(
     error: ActhelmError,
     posted: dict[str, str],
     status: int,
+    as_text: bool = False,
 ) -> HttpResponse:
     """An approval's card again, with why an answer was refused and what the person typed."""
     approval = pending_approvals().filter(pk=pk).select_related("task").first()
     if approval is None:
         context = {"kind": "approval", "pk": pk, "error": error}
         return render(request, "console/_decided.html", context, status=status)
-    show_approval(approval, edited=posted.get("arguments"))
+    show_approval(approval, edited=posted.get("arguments"), as_text=as_text)
     context = {
         "approval": approval,
         "from_task": None,
@@ -153,7 +154,9 @@ def decide(request: AuthenticatedHttpRequest, pk: int, action: str) -> HttpRespo
         if request.htmx:
             # A refused edit keeps the card (the edit and the proposal) with the reason.
             if isinstance(exc, InvalidInput) and kind == "approval":
-                return _render_card(request, pk, error=exc, posted=inputs, status=status)
+                return _render_card(
+                    request, pk, error=exc, posted=inputs, status=status, as_text=bool(texts)
+                )
             context = {"kind": kind, "pk": pk, "error": exc}
             return render(request, "console/_decided.html", context, status=status)
         return _render_inbox(request, error=exc, status=status)
