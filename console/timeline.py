@@ -6,7 +6,10 @@ to one "key: value" line per field. Long values are cut, so one event cannot flo
 
 import json
 from collections.abc import Callable
+from datetime import datetime
 from typing import Any
+
+from django.utils import timezone
 
 from console.shared import show
 from tasks.models import TaskEvent
@@ -88,11 +91,26 @@ def _on_model(data: EventData) -> list[str]:
     return lines
 
 
+def _when(value: object) -> str:
+    """An ISO time from an event's data as the page's other times read: "2026-12-07 05:04:21
+    UTC" (anything else as it is)."""
+    try:
+        when = datetime.fromisoformat(str(value))
+    except ValueError:
+        return _text(value)
+    if timezone.is_aware(when):
+        when = timezone.localtime(when)
+    return f"{when:%Y-%m-%d %H:%M:%S} {when.tzname() or ''}".rstrip()
+
+
 def _tool(data: EventData) -> list[str]:
     line = f"{data.get('tool', 'a tool')}"
     if "ok" in data:
         line += " succeeded" if data["ok"] else f" failed ({data.get('error') or 'error'})"
-    return [line, *_fields({k: v for k, v in data.items() if k not in ("tool", "ok", "error")})]
+    if isinstance(data.get("chars"), int):
+        line += f", {data['chars']:,} characters"
+    rest = {k: v for k, v in data.items() if k not in ("tool", "ok", "error", "chars")}
+    return [line, *_fields(rest)]
 
 
 def _code(data: EventData) -> list[str]:
@@ -151,7 +169,7 @@ def _accepted(data: EventData) -> list[str]:
         )
         lines.append(f"Failed checks: {names}")
     if data.get("retry_cancelled"):
-        lines.append(f"Scheduled retry cancelled (was due {data['retry_cancelled']})")
+        lines.append(f"Scheduled retry cancelled (was due {_when(data['retry_cancelled'])})")
     return lines
 
 
@@ -180,10 +198,6 @@ def _model_turn(data: EventData) -> list[str]:
     return lines
 
 
-def _claimed(data: EventData) -> list[str]:
-    return []  # the actor column names the worker; the run shows in the Runs table
-
-
 def _dependency(data: EventData) -> list[str]:
     return [f"Task #{data.get('dependency')} is {data.get('dependency_status', 'stuck')}"]
 
@@ -206,7 +220,6 @@ FORMATTERS: dict[str, Callable[[EventData], list[str]]] = {
     EventKind.ACCEPTED: _accepted,
     EventKind.EDITED: _edited,
     EventKind.MODEL_TURN: _model_turn,
-    EventKind.CLAIMED: _claimed,
 }
 
 
