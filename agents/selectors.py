@@ -1,6 +1,7 @@
 """Reads for the console, the CLI and the API that reach past the ledger into runs and turns."""
 
 import mimetypes
+from collections.abc import Iterable
 from dataclasses import dataclass
 from datetime import datetime
 from decimal import Decimal
@@ -25,6 +26,7 @@ from agents.models import AgentRun, Artifact, Turn
 from agents.states import Role, RunState, RunStatus, Verdict, run_state
 from core.actors import ActorKind
 from core.exceptions import InvalidInput
+from core.numbers import money_text
 from tasks.models import Task, TaskEvent
 from tasks.selectors import event_as_dict, task_as_dict
 from tasks.states import EventKind
@@ -87,6 +89,80 @@ def _iso(value: datetime | None) -> str | None:
     return value.isoformat() if value else None
 
 
+class AcceptedDict(TypedDict):
+    """A person's acceptance of a rejected run into review (the `accepted` event)."""
+
+    by: str
+    at: str | None
+    reason: str
+
+
+ACCEPTED = "accepted"  # the verdict a person's acceptance shows over the supervisor's rejection
+
+
+@dataclass(frozen=True)
+class ShownVerdict:
+    """A run's verdict as every door shows it (the console's review queue, Runs table, result
+    panel; `acthelm_task show`; the API): the supervisor's, or — once a person accepted the run
+    the supervisor rejected — the person's, who and why. `code` is a `Verdict` value or
+    `ACCEPTED`; `words` the one line a person reads."""
+
+    code: str
+    words: str
+    reason: str
+    by: str
+    supervisor: str  # the supervisor's own verdict (`Verdict`)
+    accepted: AcceptedDict | None = None
+
+
+def _reason_without_verdict(verdict: str, reason: str) -> str:
+    """The supervisor's reason without a leading "approved:" that would repeat the verdict."""
+    reason = reason.strip()
+    head = f"{verdict}:"
+    return reason[len(head) :].strip() if reason.lower().startswith(head) else reason
+
+
+def shown_verdict(
+    verdict: str, reason: str, accepted: TaskEvent | AcceptedDict | None = None
+) -> ShownVerdict | None:
+    """The one place a verdict becomes words (None when the run has none). `accepted` is the
+    `accepted` event of that run (or its dict), when a person accepted it into review."""
+    if not verdict:
+        return None
+    if accepted is not None:
+        if isinstance(accepted, TaskEvent):
+            data = accepted.data if isinstance(accepted.data, dict) else {}
+            accepted = {
+                "by": accepted.actor_label or "a person",
+                "at": _iso(accepted.created_at),
+                "reason": str(data.get("reason", "")),
+            }
+        words = f"accepted by {accepted['by']}"
+        words += f": {accepted['reason']}" if accepted["reason"] else ""
+        return ShownVerdict(
+            code=ACCEPTED,
+            words=words,
+            reason=accepted["reason"],
+            by=accepted["by"],
+            supervisor=verdict,
+            accepted=accepted,
+        )
+    label = str(Verdict(verdict).label).lower() if verdict in Verdict.values else verdict
+    reason = _reason_without_verdict(verdict, reason or "")
+    words = f"{label} by the supervisor" + (f": {reason}" if reason else "")
+    return ShownVerdict(
+        code=verdict, words=words, reason=reason, by="the supervisor", supervisor=verdict
+    )
+
+
+def accepted_events(task_ids: Iterable[int]) -> dict[int, TaskEvent]:
+    """The `accepted` event of each run a person accepted into review, by run id (one query)."""
+    events = TaskEvent.objects.filter(
+        task_id__in=list(task_ids), kind=EventKind.ACCEPTED, run__isnull=False
+    ).order_by("id")
+    return {e.run_id: e for e in events if e.run_id is not None}
+
+
 class RunDict(TypedDict):
     """A run as the API's task document and `acthelm_task show` publish it."""
 
@@ -110,6 +186,11 @@ class RunDict(TypedDict):
     cost: str | None
     verdict: str | None
     verdict_reason: str | None
+    # The verdict as a person reads it: the supervisor's, or the person's who accepted the run
+    # over the supervisor's rejection ("accepted by founder: the bullets are right").
+    verdict_shown: str | None
+    verdict_words: str | None
+    accepted: AcceptedDict | None
     error_code: str | None
     error_words: str | None
     error_message: str | None
@@ -131,6 +212,7 @@ class RunFacts:
     duration_seconds: float | None  # None while it runs
     cost: Decimal | None
     error_words: str
+    verdict: ShownVerdict | None = None
 
     @property
     def state_label(self) -> str:
@@ -170,14 +252,19 @@ def task_run_facts(task_id: int) -> list[RunFacts]:
     rejected one is the next attempt."""
     facts: list[RunFacts] = []
     attempt = 1
+    accepted = accepted_events([task_id])
     for run in task_runs(task_id):
         failed = is_failed_attempt(run)
-        facts.append(_run_facts(run, attempt=attempt, failed_attempt=failed))
+        facts.append(
+            _run_facts(run, attempt=attempt, failed_attempt=failed, accepted=accepted.get(run.pk))
+        )
         attempt += failed
     return facts
 
 
-def _run_facts(run: AgentRun, *, attempt: int, failed_attempt: bool) -> RunFacts:
+def _run_facts(
+    run: AgentRun, *, attempt: int, failed_attempt: bool, accepted: TaskEvent | None = None
+) -> RunFacts:
     duration = None
     if run.finished_at is not None and run.started_at is not None:
         duration = max(0.0, (run.finished_at - run.started_at).total_seconds())
@@ -190,6 +277,7 @@ def _run_facts(run: AgentRun, *, attempt: int, failed_attempt: bool) -> RunFacts
         duration_seconds=duration,
         cost=None if unknown else run.cost,
         error_words=failure_words(run.error_code) if run.error_code else "",
+        verdict=shown_verdict(run.verdict, run.verdict_reason, accepted),
     )
 
 
@@ -222,9 +310,12 @@ def run_as_dict(facts: RunFacts) -> RunDict:
         "output_tokens": run.output_tokens,
         "network_requests": run.network_requests,
         "active_seconds": run.active_seconds,
-        "cost": str(facts.cost) if facts.cost is not None else None,
+        "cost": money_text(facts.cost),
         "verdict": run.verdict or None,
         "verdict_reason": run.verdict_reason or None,
+        "verdict_shown": facts.verdict.code if facts.verdict else None,
+        "verdict_words": facts.verdict.words if facts.verdict else None,
+        "accepted": facts.verdict.accepted if facts.verdict else None,
         "error_code": run.error_code or None,
         "error_words": facts.error_words or None,
         "error_message": run.error_message or None,
@@ -246,10 +337,16 @@ def task_result(task: Task) -> dict[str, Any]:
     """What a task produced: the newest answer and verdict, its artifacts and input files."""
     answer_run = task.runs.exclude(answer="").order_by("-number").first()
     verdict_run = task.runs.exclude(verdict="").order_by("-number").first()
+    shown = None
+    if verdict_run is not None:
+        accepted = accepted_events([task.pk]).get(verdict_run.pk)
+        shown = shown_verdict(verdict_run.verdict, verdict_run.verdict_reason, accepted)
     return {
         "answer": answer_run.answer if answer_run else None,
         "verdict": verdict_run.verdict if verdict_run else None,
         "verdict_reason": verdict_run.verdict_reason or None if verdict_run else None,
+        "verdict_shown": shown.code if shown else None,
+        "verdict_words": shown.words if shown else None,
         "artifacts": [artifact_as_dict(a) for a in task.artifacts.order_by("name")],
         "input_files": list_input_files(task.pk),
     }
@@ -276,8 +373,8 @@ def task_with_history(task: Task) -> dict[str, Any]:
     the API pages it."""
     data = task_as_dict(task)
     usage = task_usage(task.pk)
-    data["cost"] = str(usage.cost)
-    data["usage"] = usage.as_dict()
+    data["cost"] = money_text(usage.cost)
+    data["usage"] = usage.as_dict() | {"cost": money_text(usage.cost)}
     data["events"] = [event_as_dict(e) for e in task.events.order_by("id")]
     data["runs"] = [run_as_dict(f) for f in task_run_facts(task.pk)]
     return data

@@ -53,7 +53,13 @@ from tasks import services
 from tasks.limits import BY_FIELD, LIMIT_FIELDS
 from tasks.models import Goal, Task
 from tasks.permissions import ADD_GOAL, ADD_TASK, CHANGE_GOAL, OPERATE_TASK, VIEW_GOAL, VIEW_TASK
-from tasks.selectors import SUMMARY_FIELDS, goal_as_dict, task_as_dict, task_keyset_page
+from tasks.selectors import (
+    SUMMARY_FIELDS,
+    goal_as_dict,
+    tagged,
+    task_as_dict,
+    task_keyset_page,
+)
 from tasks.states import Action
 from tasks.uploads import upload_refusal
 
@@ -281,7 +287,7 @@ def list_tasks(request: ApiRequest, filters: Query[TaskFilters]) -> TaskListPage
     if filters.kind:
         tasks = tasks.filter(kind=filters.kind)
     if filters.tag:
-        tasks = tasks.filter(tags__contains=[filters.tag])
+        tasks = tagged(tasks, filters.tag)
     page = task_keyset_page(tasks, before=filters.before, after=filters.after, size=filters.limit)
     return {
         "items": [task_as_dict(t, SUMMARY_FIELDS) for t in page.tasks],

@@ -267,8 +267,19 @@ class RunOut(Schema):
         description="An amount in USD as a string; null when a model turn of the run had no "
         "known price"
     )
-    verdict: str | None
+    verdict: str | None = Field(description="The supervisor's verdict")
     verdict_reason: str | None
+    verdict_shown: str | None = Field(
+        description="The verdict a person reads: the supervisor's, or 'accepted' once a person "
+        "accepted the run over the supervisor's rejection"
+    )
+    verdict_words: str | None = Field(
+        description="The verdict in words: 'approved by the supervisor: …' or "
+        "'accepted by NAME: REASON'"
+    )
+    accepted: dict[str, str | None] | None = Field(
+        description="by, at, reason: the person who accepted the rejected run into review"
+    )
     error_code: str | None
     error_words: str | None = Field(description="The error code in plain words")
     error_message: str | None
@@ -299,7 +310,9 @@ class TaskDetailOut(TaskOut):
     pending_approvals: list[ApprovalOut]
     pending_reviews: list[ReviewOut]
     plan: Any
-    usage: dict[str, float]
+    usage: dict[str, int | float] = Field(
+        description="model_turns, tokens and network_requests as whole numbers; active_seconds"
+    )
     input_files: list[dict[str, Any]]
     artifacts: list[dict[str, Any]]
     rejection: dict[str, Any] | None = Field(

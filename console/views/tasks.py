@@ -49,7 +49,14 @@ from console.actions import (
     decision_buttons,
     task_actions,
 )
-from console.filters import TaskFilters, filter_options, filter_query, filter_tasks, task_filters
+from console.filters import (
+    TaskFilters,
+    filter_options,
+    filter_problems,
+    filter_query,
+    filter_tasks,
+    task_filters,
+)
 from console.forms import TaskCreateForm, TaskEditForm, model_queryset
 from console.http import AuthenticatedHttpRequest
 from console.preview import artifact_previews
@@ -61,7 +68,7 @@ from console.shared import (
     show,
     show_approval,
 )
-from console.timeline import event_details
+from console.timeline import timeline_rows
 from core.actors import Actor
 from core.exceptions import ActhelmError, InvalidInput, NotPermitted
 from memory.models import MemorySelection
@@ -145,6 +152,7 @@ def task_list(request: AuthenticatedHttpRequest) -> HttpResponse:
         "status": filters["status"],
         "filters": filters,
         "filtered": any(v for k, v in filters.items() if k != "status"),
+        "filter_problems": filter_problems(request.GET),
         "evaluation": evaluation,
         "statuses": [(value, label, counts.get(value)) for value, label in TaskStatus.choices],
         # The state links keep the other filters; the pager keeps them all.
@@ -393,8 +401,7 @@ def task_page_context(request: AuthenticatedHttpRequest, pk: int) -> dict[str, A
     events, older_events = timeline_page(
         task, before=positive_int(request.GET.get("events_before"))
     )
-    for event in events:
-        show(event, details=event_details(event))
+    events = timeline_rows(events)
     usage = task_usage(task.pk)
 
     conversation = getattr(task, "conversation", None)

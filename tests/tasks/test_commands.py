@@ -316,7 +316,7 @@ def test_show_prints_the_answer_the_verdict_and_the_artifacts(admin_user, tmp_pa
     out = StringIO()
     call_command("acthelm_task", "show", str(task.pk), stdout=out)
     text = out.getvalue()
-    assert "verdict: approved: names the themes" in text
+    assert "verdict: approved by the supervisor: names the themes" in text
     assert "answer:\n  Three themes.\ufffd[2J Login first." in text  # no escape reaches the tty
     assert (
         "artifacts: report.md (16 bytes)" in text and "input files: tickets.csv (17 bytes)" in text

@@ -97,9 +97,8 @@ def _printable(text: str) -> str:
 
 def _result_lines(result: dict[str, Any]) -> list[str]:
     lines = []
-    if result["verdict"]:
-        reason = f": {result['verdict_reason']}" if result["verdict_reason"] else ""
-        lines.append(f"verdict: {result['verdict']}{reason}")
+    if result["verdict_words"]:
+        lines.append(f"verdict: {result['verdict_words']}")
     if result["answer"]:
         lines += ["answer:", *("  " + line for line in result["answer"].splitlines())]
     for title, rows in (("artifacts", result["artifacts"]), ("input files", result["input_files"])):
@@ -165,9 +164,8 @@ def _run_lines(runs: list[RunDict]) -> list[str]:
     """The runs as the task page's Runs table reads them (`agents.selectors.run_as_dict`)."""
     lines = []
     for run in runs:
-        if run["verdict"]:
-            outcome = f"{run['verdict']} by the supervisor"
-            outcome += f": {run['verdict_reason']}" if run["verdict_reason"] else ""
+        if run["verdict_words"]:
+            outcome = run["verdict_words"]
         elif run["error_code"]:
             outcome = f"{run['error_words']} ({run['error_code']})"
         else:
