@@ -26,7 +26,12 @@ from pydantic import BaseModel, Field
 from acthelm_site.api import schemas as s
 from acthelm_site.api.models import ApiToken
 from acthelm_site.api.schedules import router as schedules_router
-from acthelm_site.api.selectors import PendingOperations, pending_operations, task_detail
+from acthelm_site.api.selectors import (
+    ConnectionDict,
+    PendingOperations,
+    pending_operations,
+    task_detail,
+)
 from acthelm_site.api.tokens import TokenRefused, token_authenticate
 from agents.actions import tasks as person_tasks
 from agents.catalogue import connections as agent_connections
@@ -635,32 +640,6 @@ def inbox(
 
 
 # --- Connections ----------------------------------------------------------------------------
-
-
-class ModelDict(TypedDict):
-    id: int
-    name: str
-    context_window: int | None
-    supports_tools: bool
-    test_status: str
-    test_message: str
-    tested_at: datetime | None
-
-
-class ConnectionDict(TypedDict):
-    id: int
-    name: str
-    kind: str
-    base_url: str
-    program: str | None
-    credential_env: str
-    cost_tier: str
-    priority: int
-    enabled: bool
-    cooldown_until: datetime | None
-    cooling: bool
-    last_error_code: str | None
-    models: list[ModelDict]
 
 
 def _connection_as_dict(conn: Connection, now: datetime) -> ConnectionDict:
