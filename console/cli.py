@@ -4,6 +4,7 @@ import argparse
 import json
 import os
 from collections.abc import Callable
+from decimal import Decimal
 from typing import Any, NoReturn
 
 from django.contrib.auth import get_user_model
@@ -11,6 +12,7 @@ from django.core.management.base import BaseCommand, CommandError, CommandParser
 
 from core.actors import Actor
 from core.exceptions import ActhelmError
+from core.numbers import money_text
 
 
 def person_actor(username: str | None) -> Actor:
@@ -34,11 +36,19 @@ type Options = dict[str, Any]
 type Actions = argparse._SubParsersAction[CommandParser]
 
 
+def _json_default(value: object) -> str:
+    """What JSON has no type for: an amount as a fixed-point decimal ("0.00000000", never
+    "0E-8"), anything else (a date, a UUID) as its text."""
+    if isinstance(value, Decimal):
+        return money_text(value) or ""
+    return str(value)
+
+
 def emit(command: BaseCommand, data: object, *, as_json: bool, text: str = "") -> None:
     if as_json:
-        command.stdout.write(json.dumps(data, indent=2, default=str))
+        command.stdout.write(json.dumps(data, indent=2, default=_json_default))
     else:
-        command.stdout.write(text or json.dumps(data, indent=2, default=str))
+        command.stdout.write(text or json.dumps(data, indent=2, default=_json_default))
 
 
 def fail(command: BaseCommand, exc: ActhelmError, *, as_json: bool) -> NoReturn:

@@ -12,6 +12,7 @@ from django.http import QueryDict
 from agents.models import AgentRun, Model
 from console.shared import positive_int
 from tasks.models import Goal, Task
+from tasks.selectors import tagged
 from tasks.states import TaskStatus
 
 TEXT_CHARS = 200
@@ -49,6 +50,26 @@ def task_filters(params: QueryDict) -> TaskFilters:
     }
 
 
+def filter_problems(params: QueryDict) -> list[str]:
+    """What a person gave in the query string that the filters did not understand (and so left
+    out), in words for the page: a date that is not YYYY-MM-DD, a state that does not exist, a
+    goal or a model that is not a number."""
+    problems = []
+    for name, label in (("since", "since"), ("until", "until")):
+        value = params.get(name, "").strip()
+        if value and _date(value) is None:
+            problems.append(f'{label} "{value}" is not a date (YYYY-MM-DD): not applied')
+    status = params.get("status", "")
+    if status and status not in TaskStatus.values:
+        states = ", ".join(TaskStatus.values)
+        problems.append(f'status "{status}" is not a task state ({states}): not applied')
+    for name in ("goal", "model"):
+        value = params.get(name, "").strip()
+        if value and positive_int(value) is None:
+            problems.append(f'{name} "{value}" is not an id: not applied')
+    return [p[:300] for p in problems]
+
+
 def filter_tasks[Rows: QuerySet[Any]](tasks: Rows, filters: TaskFilters) -> Rows:
     """Tasks that match every filter given. Text is found in the title, the instruction or a
     run's answer; the dates bound the day the task last changed (`updated_at`)."""
@@ -59,7 +80,7 @@ def filter_tasks[Rows: QuerySet[Any]](tasks: Rows, filters: TaskFilters) -> Rows
             Q(title__icontains=text) | Q(instruction__icontains=text) | Exists(answered)
         )
     if filters["tag"]:
-        tasks = tasks.filter(tags__contains=[filters["tag"]])
+        tasks = tagged(tasks, filters["tag"])
     if filters["goal"]:
         tasks = tasks.filter(goal_id=filters["goal"])
     if filters["model"]:

@@ -6,15 +6,37 @@ the link, which `link_for_decision` checks again: a decision through a link is r
 `via: email_link`.
 """
 
+from collections.abc import Iterable
 from dataclasses import dataclass
 
+from django.contrib.auth.models import User
+
 from approvals.models import Approval, ReviewDecision
+from approvals.permissions import DECIDE_APPROVAL
 from approvals.selectors import decidable_approvals, decidable_reviews
 from approvals.states import ApprovalStatus, ReviewChoice
 from core.exceptions import StaleDecision
 from tasks.models import Task, TaskEvent
-from tasks.notify.links import LinkKind, LinkRefused, LinkTarget, read_link
+from tasks.notify.links import (
+    LinkExpired,
+    LinkKind,
+    LinkRefused,
+    LinkTarget,
+    link_parts,
+    read_link,
+)
+from tasks.notify.models import Notification
+from tasks.permissions import CLOSE_TASK
 from tasks.states import TaskStatus
+
+# Who may be shown a decision link: a person who may take the decision it opens. A link only
+# finds a decision (opening it needs a signed-in person, the buttons check the permission), but
+# it is not shown where it could be passed on by someone who could not use it.
+LINK_PERMISSION = {
+    LinkKind.APPROVAL: DECIDE_APPROVAL,
+    LinkKind.REVIEW: DECIDE_APPROVAL,
+    LinkKind.TASK: CLOSE_TASK,
+}
 
 
 @dataclass(frozen=True)
@@ -113,3 +135,61 @@ def link_for_decision(value: str, *, kind: str, pk: int, arguments_hash: str) ->
     if target.bound_to != arguments_hash:
         raise StaleDecision("the operation changed since the link was sent: its hash differs")
     return target
+
+
+@dataclass(frozen=True)
+class ShownLink:
+    """A link of a notification as the Notifications page shows it to one person."""
+
+    url: str
+    kind: LinkKind | None  # None: not a decision link (a task page, the connections page)
+    state: str = ""  # "" | "expired" | "invalid" (signed with another key)
+
+
+@dataclass(frozen=True)
+class NotificationLinks:
+    shown: list[ShownLink]
+    hidden: int  # decision links this person may not see (cannot take the decision)
+
+
+def _urls_of(note: Notification) -> list[str]:
+    """Every link a notification carried, in order, once each: its own (`url`), each open
+    decision's, a task in review's."""
+    payload = note.payload if isinstance(note.payload, dict) else {}
+    urls = [note.url]
+    for key in ("approvals", "operations"):
+        items = payload.get(key)
+        for item in items if isinstance(items, list) else []:
+            if isinstance(item, dict) and isinstance(item.get("link"), str):
+                urls.append(item["link"])
+    if isinstance(payload.get("link"), str):
+        urls.append(payload["link"])
+    return list(dict.fromkeys(u for u in urls if u))
+
+
+def _link_state(kind: LinkKind, token: str) -> str:
+    try:
+        read_link(kind, token)
+    except LinkExpired:
+        return "expired"
+    except LinkRefused:
+        return "invalid"
+    return ""
+
+
+def notification_links(notes: Iterable[Notification], user: User) -> dict[int, NotificationLinks]:
+    """The links of each notification that `user` may be shown (by notification id): a
+    decision link only to a person who may take that decision, marked when it has expired."""
+    out = {}
+    for note in notes:
+        shown, hidden = [], 0
+        for url in _urls_of(note):
+            parts = link_parts(url)
+            if parts is None:
+                shown.append(ShownLink(url, None))
+            elif user.has_perm(LINK_PERMISSION[parts[0]]):
+                shown.append(ShownLink(url, parts[0], _link_state(*parts)))
+            else:
+                hidden += 1
+        out[note.pk] = NotificationLinks(shown, hidden)
+    return out

@@ -3,6 +3,7 @@ formatting helpers (the permissions are named by the apps that own them: `tasks.
 `approvals.permissions`, `agents.permissions`). (A refused action's HTTP status is the
 error's own: `ActhelmError.http_status`.)"""
 
+import contextlib
 import json
 from collections.abc import Callable
 from functools import wraps
@@ -92,12 +93,60 @@ def show(row: object, **values: object) -> None:
         setattr(row, name, value)
 
 
-def show_approval(approval: Approval) -> None:
-    """What a pending approval's card shows beside its fields: the arguments to read, the
-    same as the edit form's starting text, and the file a write would leave."""
+# The approve-with-edits form: each top-level string argument (a file's content, a path) is its
+# own text field named ARGUMENT_FIELD + its name; the rest stays JSON in `arguments`.
+ARGUMENT_FIELD = "argument."
+TEXT_ARGUMENT_CHARS = 2_000_000  # a field the form offers as text; past this, JSON as before
+
+
+def edit_fields(arguments: object) -> tuple[list[tuple[str, str]], str]:
+    """The approve-with-edits form's starting values: (name, text) for each string argument,
+    and the other arguments as JSON ("" when there are none)."""
+    if not isinstance(arguments, dict):
+        return [], json.dumps(arguments, indent=2, ensure_ascii=False)
+    texts = [
+        (str(k), v)
+        for k, v in arguments.items()
+        if isinstance(v, str) and len(v) <= TEXT_ARGUMENT_CHARS
+    ]
+    named = {name for name, _ in texts}
+    rest = {k: v for k, v in arguments.items() if k not in named}
+    return texts, json.dumps(rest, indent=2, ensure_ascii=False) if rest else ""
+
+
+def edited_arguments(posted_json: str | None, texts: dict[str, str]) -> str | None:
+    """The arguments a person approves, as the JSON text `approval_approve` takes: the JSON
+    field's object with each text field set (as typed; a browser's CRLF line ends back to
+    LF). JSON that is not an object is passed on as it is, for the service to refuse."""
+    if not texts:
+        return posted_json
+    try:
+        rest = json.loads(posted_json) if posted_json and posted_json.strip() else {}
+    except ValueError:
+        return posted_json
+    if not isinstance(rest, dict):
+        return posted_json
+    for name, text in texts.items():
+        rest[name] = text.replace("\r\n", "\n")
+    return json.dumps(rest, ensure_ascii=False)
+
+
+def show_approval(approval: Approval, *, edited: str | None = None, as_text: bool = False) -> None:
+    """What a pending approval's card shows beside its fields: the arguments to read, the edit
+    form's starting values (the proposal, or what the person posted when it was refused: in
+    text fields when they posted text fields, else their JSON exactly as typed), and the file a
+    write would leave."""
+    texts, rest = edit_fields(approval.arguments)
+    if edited is not None:
+        texts, rest = [], edited
+        if as_text:
+            with contextlib.suppress(ValueError):  # not JSON: shown as typed
+                texts, rest = edit_fields(json.loads(edited))
     show(
         approval,
         arguments_pretty=pretty_json(approval.arguments),
-        arguments_edit=json.dumps(approval.arguments, indent=2, ensure_ascii=False),
+        arguments_edit=rest,
+        argument_texts=texts,
         proposed_file=proposed_file(approval.tool, approval.arguments),
+        edit_open=edited is not None,
     )

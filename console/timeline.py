@@ -6,24 +6,44 @@ to one "key: value" line per field. Long values are cut, so one event cannot flo
 
 import json
 from collections.abc import Callable
+from datetime import datetime
 from typing import Any
 
+from django.utils import timezone
+
+from console.shared import show
 from tasks.models import TaskEvent
-from tasks.states import EventKind
+from tasks.states import EventKind, TaskStatus
 
 VALUE_CHARS = 200
-_SKIP = frozenset({"tool_call_id", "run_id", "model_id", "check"})
+# Internals a person does not read: row ids, claim counters, the claim's fencing numbers.
+_SKIP = frozenset(
+    {"tool_call_id", "run_id", "model_id", "check", "newest_run_id_before", "claim_count"}
+)
 # An event's data: JSON, written by whichever service recorded the event.
 type EventData = dict[str, Any]
 
 
-def _text(value: object) -> str:
+def _words(value: object) -> str:
+    """A value as words: a mapping as "name value, name value", a list comma-separated (never
+    JSON's braces and quotes)."""
     if isinstance(value, str):
-        text = value
-    elif isinstance(value, bool):
-        text = "yes" if value else "no"
-    else:
-        text = json.dumps(value, sort_keys=True, ensure_ascii=False, default=str)
+        return value
+    if isinstance(value, bool):
+        return "yes" if value else "no"
+    if isinstance(value, dict):
+        return ", ".join(
+            f"{str(k).replace('_', ' ')} {_words(v)}"
+            for k, v in value.items()
+            if str(k) not in _SKIP and v not in (None, "", [], {})
+        )
+    if isinstance(value, list | tuple):
+        return ", ".join(_words(v) for v in value)
+    return json.dumps(value, ensure_ascii=False, default=str)
+
+
+def _text(value: object) -> str:
+    text = _words(value)
     return text if len(text) <= VALUE_CHARS else text[: VALUE_CHARS - 1] + "…"
 
 
@@ -75,11 +95,26 @@ def _on_model(data: EventData) -> list[str]:
     return lines
 
 
+def _when(value: object) -> str:
+    """An ISO time from an event's data as the page's other times read: "2026-12-07 05:04:21
+    UTC" (anything else as it is)."""
+    try:
+        when = datetime.fromisoformat(str(value))
+    except ValueError:
+        return _text(value)
+    if timezone.is_aware(when):
+        when = timezone.localtime(when)
+    return f"{when:%Y-%m-%d %H:%M:%S} {when.tzname() or ''}".rstrip()
+
+
 def _tool(data: EventData) -> list[str]:
     line = f"{data.get('tool', 'a tool')}"
     if "ok" in data:
         line += " succeeded" if data["ok"] else f" failed ({data.get('error') or 'error'})"
-    return [line, *_fields({k: v for k, v in data.items() if k not in ("tool", "ok", "error")})]
+    if isinstance(data.get("chars"), int):
+        line += f", {data['chars']:,} characters"
+    rest = {k: v for k, v in data.items() if k not in ("tool", "ok", "error", "chars")}
+    return [line, *_fields(rest)]
 
 
 def _code(data: EventData) -> list[str]:
@@ -138,7 +173,7 @@ def _accepted(data: EventData) -> list[str]:
         )
         lines.append(f"Failed checks: {names}")
     if data.get("retry_cancelled"):
-        lines.append(f"Scheduled retry cancelled (was due {data['retry_cancelled']})")
+        lines.append(f"Scheduled retry cancelled (was due {_when(data['retry_cancelled'])})")
     return lines
 
 
@@ -149,6 +184,22 @@ def _edited(data: EventData) -> list[str]:
         f"{name.replace('_', ' ')}: {_text(before.get(name))} → {_text(after.get(name))}"
         for name in data.get("fields") or sorted(after)
     ]
+
+
+def _model_turn(data: EventData) -> list[str]:
+    """The model answered: how many tool calls it asked for, the tokens it took, and why it
+    stopped when that was not the ordinary end of a turn."""
+    calls = data.get("tool_calls") or 0
+    line = f"Turn {data['turn']}: " if isinstance(data.get("turn"), int) else ""
+    line += f"{calls} tool call{'s' if calls != 1 else ''}" if calls else "an answer"
+    if isinstance(data.get("tokens"), int):
+        line += f", {data['tokens']:,} tokens"
+    lines = [line]
+    if data.get("discarded"):
+        lines.append(f"Discarded unrun (stopped: {_text(data.get('stop_reason') or '?')})")
+    if data.get("adjusted"):
+        lines.append(f"Adjusted: {_text(data['adjusted'])}")
+    return lines
 
 
 def _dependency(data: EventData) -> list[str]:
@@ -172,6 +223,7 @@ FORMATTERS: dict[str, Callable[[EventData], list[str]]] = {
     EventKind.UNBLOCK_BLOCKED: _dependency,
     EventKind.ACCEPTED: _accepted,
     EventKind.EDITED: _edited,
+    EventKind.MODEL_TURN: _model_turn,
 }
 
 
@@ -189,3 +241,37 @@ def event_details(event: TaskEvent) -> list[str]:
         except (KeyError, TypeError, AttributeError, ValueError):
             pass  # data of another shape than expected: show it field by field
     return _fields(data)
+
+
+def _state_word(status: str) -> str:
+    return str(TaskStatus(status).label) if status in TaskStatus.values else status or "·"
+
+
+def state_change(event: TaskEvent) -> str:
+    """ "In progress → Awaiting approval": the states' words, not their codes."""
+    if not (event.from_status or event.to_status):
+        return ""
+    return f"{_state_word(event.from_status)} → {_state_word(event.to_status)}"
+
+
+def timeline_rows(events: list[TaskEvent]) -> list[TaskEvent]:
+    """The events as the timeline's rows, oldest first, each with its `details` and `state`
+    words. The run that stops for an approval records the request (tool, target, why) and then
+    its move to `awaiting_approval` under the same kind: one row says both."""
+    rows: list[TaskEvent] = []
+    for event in events:
+        details, state = event_details(event), state_change(event)
+        last = rows[-1] if rows else None
+        if (
+            last is not None
+            and event.kind == EventKind.APPROVAL_REQUESTED == last.kind
+            and state
+            and not details
+            and not getattr(last, "state", "")
+            and last.run_id == event.run_id
+        ):
+            show(last, state=state)
+            continue
+        show(event, details=details, state=state)
+        rows.append(event)
+    return rows

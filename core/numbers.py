@@ -5,6 +5,7 @@ otherwise surface as a 500 (a DataError) or as a limit that silently never appli
 """
 
 import math
+from decimal import Decimal
 
 from core.exceptions import InvalidInput
 
@@ -55,3 +56,9 @@ def finite_number(value: object, *, name: str, minimum: float, maximum: float) -
             field=name,
         )
     return number
+
+
+def money_text(value: Decimal | None) -> str | None:
+    """An amount as the API and `--json` publish it: a fixed-point decimal string ("0.00000000",
+    "1.25"), never an exponent ("0E-8") that a script would have to parse; None stays None."""
+    return None if value is None else f"{value:f}"

@@ -7,15 +7,29 @@ from decimal import Decimal
 from typing import Any, TypedDict
 
 from django.conf import settings
-from django.db.models import Count, Model, QuerySet
+from django.db.models import BooleanField, Count, Model, QuerySet
+from django.db.models.expressions import RawSQL
 
+from core.numbers import money_text
 from tasks.limits import LIMITS, Limit
 from tasks.models import Goal, Task, TaskEvent
 from tasks.states import OPEN, TaskStatus, allowed_actions
 
 
 def _limit_value(value: int | Decimal | None, limit: Limit) -> int | Decimal | str | None:
-    return str(value) if limit.money and value is not None else value
+    return money_text(value) if limit.money and isinstance(value, Decimal) else value
+
+
+def tagged[Rows: QuerySet[Any]](tasks: Rows, tag: str) -> Rows:
+    """The tasks that carry `tag`, whatever its case ("weekly report" finds "Weekly Report"):
+    the console's filters and the API's list read tags the same way."""
+    table = Task._meta.db_table
+    has_tag = RawSQL(
+        f'EXISTS (SELECT 1 FROM unnest("{table}"."tags") AS t(tag) WHERE lower(t.tag) = lower(%s))',
+        (tag,),
+        output_field=BooleanField(),
+    )
+    return tasks.filter(has_tag)
 
 
 def _iso(value: datetime | None) -> str | None:
@@ -94,7 +108,7 @@ def task_as_dict(task: Task, fields: Iterable[str] | None = None) -> dict[str, A
     if task.failure_code == "error_loop":
         data["loop"] = True
     if hasattr(task, "cost_total"):
-        data["cost"] = str(task.cost_total) if task.cost_total is not None else None
+        data["cost"] = money_text(task.cost_total)
     return data
 
 

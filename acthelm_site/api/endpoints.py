@@ -26,7 +26,12 @@ from pydantic import BaseModel, Field
 from acthelm_site.api import schemas as s
 from acthelm_site.api.models import ApiToken
 from acthelm_site.api.schedules import router as schedules_router
-from acthelm_site.api.selectors import PendingOperations, pending_operations, task_detail
+from acthelm_site.api.selectors import (
+    ConnectionDict,
+    PendingOperations,
+    pending_operations,
+    task_detail,
+)
 from acthelm_site.api.tokens import TokenRefused, token_authenticate
 from agents.actions import goal as goal_actions
 from agents.actions import task as person_task
@@ -54,7 +59,13 @@ from core.exceptions import (
 from tasks.limits import BY_FIELD, LIMIT_FIELDS
 from tasks.models import Goal, Task
 from tasks.permissions import ADD_GOAL, ADD_TASK, CHANGE_GOAL, OPERATE_TASK, VIEW_GOAL, VIEW_TASK
-from tasks.selectors import SUMMARY_FIELDS, goal_as_dict, task_as_dict, task_keyset_page
+from tasks.selectors import (
+    SUMMARY_FIELDS,
+    goal_as_dict,
+    tagged,
+    task_as_dict,
+    task_keyset_page,
+)
 from tasks.states import Action
 from tasks.uploads import upload_refusal
 
@@ -282,7 +293,7 @@ def list_tasks(request: ApiRequest, filters: Query[TaskFilters]) -> TaskListPage
     if filters.kind:
         tasks = tasks.filter(kind=filters.kind)
     if filters.tag:
-        tasks = tasks.filter(tags__contains=[filters.tag])
+        tasks = tagged(tasks, filters.tag)
     page = task_keyset_page(tasks, before=filters.before, after=filters.after, size=filters.limit)
     return {
         "items": [task_as_dict(t, SUMMARY_FIELDS) for t in page.tasks],
@@ -630,32 +641,6 @@ def inbox(
 
 
 # --- Connections ----------------------------------------------------------------------------
-
-
-class ModelDict(TypedDict):
-    id: int
-    name: str
-    context_window: int | None
-    supports_tools: bool
-    test_status: str
-    test_message: str
-    tested_at: datetime | None
-
-
-class ConnectionDict(TypedDict):
-    id: int
-    name: str
-    kind: str
-    base_url: str
-    program: str | None
-    credential_env: str
-    cost_tier: str
-    priority: int
-    enabled: bool
-    cooldown_until: datetime | None
-    cooling: bool
-    last_error_code: str | None
-    models: list[ModelDict]
 
 
 def _connection_as_dict(conn: Connection, now: datetime) -> ConnectionDict:

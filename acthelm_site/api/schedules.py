@@ -3,19 +3,19 @@
 A bad cron expression or time zone is a 400 naming its field."""
 
 from datetime import datetime
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from django.http import HttpRequest
 from ninja import Router, Schema, Status
 from pydantic import Field
 
 from acthelm_site.api.models import ApiToken
-from acthelm_site.api.schemas import BodyIn, DeletedOut, ErrorOut
+from acthelm_site.api.schemas import BodyIn, DeletedOut, ErrorOut, from_typed_dict
 from core.actors import Actor
 from core.exceptions import NotPermitted
 from schedules import services
 from schedules.permissions import ADD_SCHEDULE, CHANGE_SCHEDULE, DELETE_SCHEDULE, VIEW_SCHEDULE
-from schedules.selectors import SLOT_PAGE, schedule_as_dict, schedules_with_last
+from schedules.selectors import SLOT_PAGE, SlotDict, schedule_as_dict, schedules_with_last
 from schedules.states import CatchUpPolicy, OverlapPolicy, ScheduleTarget
 
 router = Router(tags=["schedules"])
@@ -59,17 +59,10 @@ class ScheduleIn(BodyIn):
     ends_at: datetime | None = Field(None, description="No slot after this time (with offset)")
 
 
-class SlotOut(Schema):
-    id: int
-    slot_at: datetime
-    kind: str
-    outcome: str
-    reason: str
-    detail: str
-    count: int
-    task_id: int | None
-    task_status: str | None
-    goal_id: int | None
+if TYPE_CHECKING:  # made at run time from the typed dict: to a checker, a Schema
+    SlotOut = Schema
+else:
+    SlotOut = from_typed_dict("SlotOut", SlotDict, slot_at=datetime)
 
 
 class ScheduleOut(Schema):

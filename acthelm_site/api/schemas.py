@@ -2,13 +2,24 @@
 
 from datetime import datetime
 from decimal import Decimal
-from typing import TYPE_CHECKING, Annotated, Any, Literal
+from keyword import iskeyword
+from typing import TYPE_CHECKING, Annotated, Any, Literal, get_type_hints
 
 from ninja import Schema
 from ninja.schema import DjangoGetter
 from pydantic import ConfigDict, Field, PositiveInt, create_model, field_validator, model_validator
 
+from acthelm_site.api.selectors import (
+    ApprovalDict,
+    ConnectionDict,
+    ModelDict,
+    PendingOperations,
+    ReviewDict,
+    ToolCallDict,
+)
+from agents.selectors import RunDict
 from tasks.limits import LIMITS
+from tasks.selectors import EventJSON
 from tasks.states import TaskKind, TaskStatus
 
 PositiveDecimal = Annotated[Decimal, Field(gt=0)]
@@ -33,6 +44,22 @@ def _refuse_nul(value: Any) -> Any:
             _refuse_nul(key)
             _refuse_nul(item)
     return value
+
+
+def from_typed_dict(name: str, typed: type, **fields: Any) -> type[Schema]:
+    """The output model `name` of a typed dict, which stays the shape's one definition: its
+    keys in its order, with its types, except the `fields` given as a type or a (type, Field)
+    pair, e.g. a datetime the dict carries as ISO text, or a description for the OpenAPI schema.
+    A key that is a Python keyword (`from`) is the field `from_`, given with its alias."""
+    made: dict[str, Any] = {}
+    for key, hint in get_type_hints(typed).items():
+        given = fields.pop(key, hint)
+        made[f"{key}_" if iskeyword(key) else key] = (
+            given if isinstance(given, tuple) else (given, ...)
+        )
+    if fields:
+        raise TypeError(f"{typed.__name__} has no key {sorted(fields)}")
+    return create_model(name, __base__=Schema, **made)
 
 
 class TextIn(Schema):
@@ -184,46 +211,101 @@ class TaskOut(Schema):
     updated_at: datetime
 
 
-class ApprovalOut(Schema):
-    id: int
-    task_id: int
-    tool_call_id: int
-    tool: str
-    target: str
-    arguments: Any
-    arguments_hash: str = Field(description="Post it back with approve/deny")
-    reason: str
-    effect: str
-    status: str
-    created_at: datetime
-
-
-class ReviewOut(Schema):
-    id: int
-    task_id: int
-    tool_call_id: int
-    tool: str
-    arguments: Any
-    arguments_hash: str = Field(description="Post it back with run-again/skip")
-    choice: str
-    created_at: datetime
-
-
-class ToolCallOut(Schema):
-    id: int
-    position: int
-    tool: str
-    arguments: Any
-    arguments_raw: str | None
-    arguments_hash: str | None
-    recovery_class: str
-    status: str
-    error_code: str | None
-    result: str = Field(description="The first 4000 characters; see result_truncated")
-    result_chars: int
-    result_truncated: bool
-    compacted: bool
-    run_count: int
+if TYPE_CHECKING:  # made at run time from the typed dicts: to a checker, a Schema
+    ApprovalOut = Schema
+    ReviewOut = Schema
+    ToolCallOut = Schema
+    RunOut = Schema
+    EventOut = Schema
+    PendingOut = Schema
+    ModelOut = Schema
+    ConnectionOut = Schema
+else:
+    ApprovalOut = from_typed_dict(
+        "ApprovalOut",
+        ApprovalDict,
+        created_at=datetime,
+        arguments_hash=(str, Field(description="Post it back with approve/deny")),
+    )
+    ReviewOut = from_typed_dict(
+        "ReviewOut",
+        ReviewDict,
+        created_at=datetime,
+        arguments_hash=(str, Field(description="Post it back with run-again/skip")),
+    )
+    ToolCallOut = from_typed_dict(
+        "ToolCallOut",
+        ToolCallDict,
+        result=(str, Field(description="The first 4000 characters; see result_truncated")),
+    )
+    RunOut = from_typed_dict(
+        "RunOut",
+        RunDict,
+        number=(int, Field(description="The run: 1, 2, 3… per task")),
+        attempt=(
+            int,
+            Field(
+                description="The attempt the run belongs to: a run that stops for a pause, an "
+                "approval or a hand-back is not an attempt, and the next run goes on with it"
+            ),
+        ),
+        failed_attempt=(bool, Field(description="The run failed and counts as a failed attempt")),
+        state=(
+            str,
+            Field(
+                description="The run's own state: its status, or why a stopped run stopped "
+                "(paused, handed_back, awaiting_approval, needs_review)"
+            ),
+        ),
+        started_at=datetime | None,
+        finished_at=datetime | None,
+        cost=(
+            str | None,
+            Field(
+                description="An amount in USD as a string; null when a model turn of the run had "
+                "no known price"
+            ),
+        ),
+        verdict=(str | None, Field(description="The supervisor's verdict")),
+        verdict_shown=(
+            str | None,
+            Field(
+                description="The verdict a person reads: the supervisor's, or 'accepted' once a "
+                "person accepted the run over the supervisor's rejection"
+            ),
+        ),
+        verdict_words=(
+            str | None,
+            Field(
+                description="The verdict in words: 'approved by the supervisor: …' or "
+                "'accepted by NAME: REASON'"
+            ),
+        ),
+        accepted=(
+            dict[str, str | None] | None,
+            Field(
+                description="by, at, reason: the person who accepted the rejected run into review"
+            ),
+        ),
+        error_words=(str | None, Field(description="The error code in plain words")),
+    )
+    EventOut = from_typed_dict(
+        "EventOut", EventJSON, at=datetime, **{"from": (str | None, Field(None, alias="from"))}
+    )
+    PendingOut = from_typed_dict(
+        "PendingOut", PendingOperations, approvals=list[ApprovalOut], reviews=list[ReviewOut]
+    )
+    ModelOut = from_typed_dict("ModelOut", ModelDict)
+    ConnectionOut = from_typed_dict(
+        "ConnectionOut",
+        ConnectionDict,
+        program=(
+            str | None,
+            Field(description="A CLI connection's executable (not its arguments)"),
+        ),
+        credential_env=(str, Field(description="The NAME of the variable holding the key")),
+        models=list[ModelOut],
+    )
 
 
 class TurnOut(Schema):
@@ -239,54 +321,6 @@ class TurnOut(Schema):
     at: datetime
 
 
-class RunOut(Schema):
-    id: int
-    number: int = Field(description="The run: 1, 2, 3… per task")
-    attempt: int = Field(
-        description="The attempt the run belongs to: a run that stops for a pause, an approval "
-        "or a hand-back is not an attempt, and the next run goes on with it"
-    )
-    failed_attempt: bool = Field(description="The run failed and counts as a failed attempt")
-    status: str
-    state: str = Field(
-        description="The run's own state: its status, or why a stopped run stopped "
-        "(paused, handed_back, awaiting_approval, needs_review)"
-    )
-    worker_id: str
-    connection: str | None
-    model: str | None
-    started_at: datetime | None
-    finished_at: datetime | None
-    duration_seconds: float | None
-    model_turns: int
-    input_tokens: int
-    output_tokens: int
-    network_requests: int
-    active_seconds: float
-    cost: str | None = Field(
-        description="An amount in USD as a string; null when a model turn of the run had no "
-        "known price"
-    )
-    verdict: str | None
-    verdict_reason: str | None
-    error_code: str | None
-    error_words: str | None = Field(description="The error code in plain words")
-    error_message: str | None
-    answer: str | None
-
-
-class EventOut(Schema):
-    id: int
-    kind: str
-    actor: str
-    actor_kind: str
-    from_: str | None = Field(None, alias="from")
-    to: str | None
-    run_id: int | None
-    data: dict[str, Any]
-    at: datetime
-
-
 class TaskDetailOut(TaskOut):
     tags: list[str]
     blocking_reason: str | None
@@ -299,7 +333,9 @@ class TaskDetailOut(TaskOut):
     pending_approvals: list[ApprovalOut]
     pending_reviews: list[ReviewOut]
     plan: Any
-    usage: dict[str, float]
+    usage: dict[str, int | float] = Field(
+        description="model_turns, tokens and network_requests as whole numbers; active_seconds"
+    )
     input_files: list[dict[str, Any]]
     artifacts: list[dict[str, Any]]
     rejection: dict[str, Any] | None = Field(
@@ -313,12 +349,6 @@ class TaskDetailOut(TaskOut):
     older_events: int | None = Field(
         None, description="Pass as `events_before` for the next older page of events"
     )
-
-
-class PendingOut(Schema):
-    approvals: list[ApprovalOut]
-    reviews: list[ReviewOut]
-    more: bool
 
 
 class DecisionIn(BodyIn):
@@ -438,32 +468,6 @@ class TaskEditIn(BodyIn):
         if value is None:
             raise ValueError("null is not a value here: leave the field out to keep the task's")
         return value
-
-
-class ModelOut(Schema):
-    id: int
-    name: str
-    context_window: int | None
-    supports_tools: bool
-    test_status: str
-    test_message: str
-    tested_at: datetime | None
-
-
-class ConnectionOut(Schema):
-    id: int
-    name: str
-    kind: str
-    base_url: str
-    program: str | None = Field(description="A CLI connection's executable (not its arguments)")
-    credential_env: str = Field(description="The NAME of the variable holding the key")
-    cost_tier: str
-    priority: int
-    enabled: bool
-    cooldown_until: datetime | None
-    cooling: bool
-    last_error_code: str | None
-    models: list[ModelOut]
 
 
 class ConnectionTestIn(BodyIn):

@@ -3,28 +3,14 @@ open operations of the approvals inbox. Each read makes a fixed number of querie
 runs, artifacts and events are the serializers the CLI's --json reads too (`tasks.selectors`,
 `agents.selectors`)."""
 
+from datetime import datetime
 from typing import TYPE_CHECKING, Any, TypedDict, cast
 
-from django.db.models import Prefetch
-
-from agents.engine.run.usage import task_usage
 from agents.models import ToolCall
-from agents.selectors import artifact_as_dict, last_rejection, run_as_dict, task_run_facts
+from agents.selectors import artifact_as_dict, run_as_dict, task_read
 from approvals.models import Approval, ReviewDecision
 from approvals.selectors import decidable_approvals, decidable_reviews
-from approvals.states import ApprovalStatus, ReviewChoice
-from tasks.models import Task
-from tasks.selectors import (
-    blocking_reason,
-    event_as_dict,
-    task_as_dict,
-    timeline_page,
-    transcript_page,
-)
-from tasks.workspace import list_input_files
-
-# A tool call's result in the task document; the whole result has its own endpoint.
-RESULT_CHARS = 4000
+from tasks.selectors import blocking_reason, event_as_dict, task_as_dict
 
 
 class ApprovalDict(TypedDict):
@@ -75,11 +61,37 @@ class PendingOperations(TypedDict):
     more: bool
 
 
+class ModelDict(TypedDict):
+    id: int
+    name: str
+    context_window: int | None
+    supports_tools: bool
+    test_status: str
+    test_message: str
+    tested_at: datetime | None
+
+
+class ConnectionDict(TypedDict):
+    id: int
+    name: str
+    kind: str
+    base_url: str
+    program: str | None
+    credential_env: str
+    cost_tier: str
+    priority: int
+    enabled: bool
+    cooldown_until: datetime | None
+    cooling: bool
+    last_error_code: str | None
+    models: list[ModelDict]
+
+
 class _ResultHead(TypedDict):
-    """What task_detail annotates on each tool call instead of loading its whole result."""
+    """What the task's read annotates on each tool call instead of loading its whole result."""
 
     result_head: str
-    result_chars: int
+    full_result_chars: int
 
 
 if TYPE_CHECKING:  # django_stubs_ext is a development dependency
@@ -130,8 +142,8 @@ def _call_as_dict(call: "ToolCallHead") -> ToolCallDict:
         "status": call.status,
         "error_code": call.error_code or None,
         "result": result,
-        "result_chars": call.result_chars,
-        "result_truncated": call.result_chars > len(result),
+        "result_chars": call.full_result_chars,
+        "result_truncated": call.full_result_chars > len(result),
         "compacted": call.compacted,
         "run_count": call.run_count,
     }
@@ -144,32 +156,20 @@ def task_detail(
     turns_before: int | None = None,
     events_before: int | None = None,
 ) -> dict[str, Any] | None:
-    """Everything the task page shows, as data; None for an unknown task. The transcript is the
-    newest 100 turns (500 with `all_turns`) below `turns_before`, the timeline the newest 200
-    events below `events_before`; `older_turns` / `older_events` are the cursors of the next
-    older pages."""
-    from django.db.models.functions import Left, Length
-
-    task = (
-        Task.objects.select_related("connection", "model", "conversation")
-        .filter(pk=task_id)
-        .first()
+    """Everything the task page shows, as data (`agents.selectors.task_read`); None for an
+    unknown task. The transcript is the newest 100 turns (500 with `all_turns`) below
+    `turns_before`, the timeline the newest 200 events below `events_before`; `older_turns` /
+    `older_events` are the cursors of the next older pages."""
+    read = task_read(
+        task_id, all_turns=all_turns, turns_before=turns_before, events_before=events_before
     )
-    if task is None:
+    if read is None:
         return None
+    task = read.task
     data = task_as_dict(task)
     data["blocking_reason"] = blocking_reason(task)
-
-    runs = task_run_facts(task.pk)
-    numbers = {facts.run.pk: facts.run.number for facts in runs}
-    data["runs"] = [run_as_dict(facts) for facts in runs]
-    calls = (
-        ToolCall.objects.defer("result", "result_for_model")
-        .annotate(result_head=Left("result", RESULT_CHARS), result_chars=Length("result"))
-        .order_by("position")
-    )
-    turns = task.turns.prefetch_related(Prefetch("tool_calls", queryset=calls))
-    rows, older_turns = transcript_page(turns, all_turns=all_turns, before=turns_before)
+    numbers = {facts.run.pk: facts.run.number for facts in read.runs}
+    data["runs"] = [run_as_dict(facts) for facts in read.runs]
     data["transcript"] = [
         {
             "index": turn.index,
@@ -180,44 +180,31 @@ def task_detail(
             "discarded": turn.discarded,
             "input_tokens": turn.input_tokens,
             "output_tokens": turn.output_tokens,
-            # The prefetch's queryset (`calls`) annotates each call with its result's head.
+            # The read's transcript annotates each call with its result's head.
             "tool_calls": [
                 _call_as_dict(cast("ToolCallHead", call)) for call in turn.tool_calls.all()
             ],
             "at": turn.created_at.isoformat(),
         }
-        for turn in rows
+        for turn in read.turns
     ]
-    data["earlier_turns"] = older_turns is not None
-    data["older_turns"] = older_turns
-    data["pending_approvals"] = [
-        approval_as_dict(a)
-        for a in Approval.objects.filter(task=task, status=ApprovalStatus.PENDING).order_by("id")
-    ]
-    reviews = ReviewDecision.objects.filter(task=task, choice=ReviewChoice.PENDING).select_related(
-        "tool_call"
-    )
-    data["pending_reviews"] = [
-        review_as_dict(d, d.tool_call)
-        for d in reviews.defer("tool_call__result", "tool_call__result_for_model").order_by("id")
-    ]
-    conversation = getattr(task, "conversation", None)
-    data["plan"] = conversation.plan if conversation is not None else None
-    usage = task_usage(task.pk)
+    data["earlier_turns"] = read.older_turns is not None
+    data["older_turns"] = read.older_turns
+    data["pending_approvals"] = [approval_as_dict(a) for a in read.pending_approvals]
+    data["pending_reviews"] = [review_as_dict(d, d.tool_call) for d in read.pending_reviews]
+    data["plan"] = read.plan
     data["usage"] = {
-        "model_turns": usage.model_turns,
-        "tokens": usage.tokens,
-        "active_seconds": usage.active_seconds,
-        "network_requests": usage.network_requests,
+        "model_turns": read.usage.model_turns,
+        "tokens": read.usage.tokens,
+        "active_seconds": read.usage.active_seconds,
+        "network_requests": read.usage.network_requests,
     }
-    data["input_files"] = list_input_files(task.pk)
-    data["artifacts"] = [artifact_as_dict(a) for a in task.artifacts.order_by("name")]
-    rejection = last_rejection(task, newest_run=runs[-1].run) if runs else None
-    data["rejection"] = rejection.as_dict() if rejection else None
-    events, older_events = timeline_page(task, before=events_before)
-    data["earlier_events"] = older_events is not None
-    data["older_events"] = older_events
-    data["events"] = [event_as_dict(e) for e in events]
+    data["input_files"] = read.input_files
+    data["artifacts"] = [artifact_as_dict(a) for a in read.artifacts]
+    data["rejection"] = read.rejection.as_dict() if read.rejection else None
+    data["earlier_events"] = read.older_events is not None
+    data["older_events"] = read.older_events
+    data["events"] = [event_as_dict(e) for e in read.events]
     return data
 
 

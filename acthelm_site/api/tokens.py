@@ -50,6 +50,8 @@ class NewToken:
     token: ApiToken
     # The token itself: shown once, never stored.
     secret: str
+    # The live token of the same name that `replace` revoked, if there was one.
+    replaced: ApiToken | None = None
 
 
 def hash_token(raw: str) -> str:
@@ -66,10 +68,14 @@ def token_holder_refusal(user: User) -> str | None:
     return None
 
 
-def token_create(*, user: User, name: str, created_by: User | None = None) -> NewToken:
+def token_create(
+    *, user: User, name: str, created_by: User | None = None, replace: bool = False
+) -> NewToken:
     """A new token for `user`; the returned secret is the only copy. `created_by` is the person
     creating it (None: an operator on the server, `acthelm_token`): only the person themselves
-    or a superuser may create a token for a person."""
+    or a superuser may create a token for a person. A person has one live token of a name;
+    `replace` revokes that one in the same transaction (a token cannot be shown again, so a
+    script that runs twice gets a new one and the old one stops working)."""
     name = (name or "").strip()
     if not name:
         raise InvalidInput("a token needs a name (what it is for)", field="name")
@@ -86,8 +92,11 @@ def token_create(*, user: User, name: str, created_by: User | None = None) -> Ne
     for _ in range(5):
         prefix = secrets.token_hex(4)
         raw = f"{TOKEN_PREFIX}{prefix}_{secrets.token_urlsafe(32)}"
+        replaced = None
         try:
             with transaction.atomic():
+                if replace:
+                    replaced = _revoke_live(user, name)
                 token = ApiToken.objects.create(
                     user=user,
                     name=name,
@@ -101,12 +110,27 @@ def token_create(*, user: User, name: str, created_by: User | None = None) -> Ne
                     f"{user.get_username()} already has a live token named {name!r}", field="name"
                 ) from None
             continue  # a prefix collision: draw again
+        if replaced is not None:
+            log.info("api.token_revoked", extra={"token": replaced.prefix, "user": user.pk})
         log.info(
             "api.token_created",
             extra={"token": token.prefix, "user": user.get_username(), "token_name": name},
         )
-        return NewToken(token=token, secret=raw)
+        return NewToken(token=token, secret=raw, replaced=replaced)
     raise TransitionNotAllowed("could not draw a unique token prefix; try again")
+
+
+def _revoke_live(user: User, name: str) -> ApiToken | None:
+    """Revoke `user`'s live token named `name`, locked first (in the caller's transaction)."""
+    live = (
+        ApiToken.objects.select_for_update()
+        .filter(user=user, name=name, revoked_at__isnull=True)
+        .first()
+    )
+    if live is not None:
+        live.revoked_at = timezone.now()
+        live.save(update_fields=["revoked_at"])
+    return live
 
 
 def token_find(ref: str) -> ApiToken:

@@ -142,8 +142,12 @@ def connection_add(
     priority: int = 0,
     timeout_seconds: float = 120,
     models: list[ModelSpec] | None = None,
+    exist_ok: bool = False,
 ) -> Connection:
-    """Add a connection and its models. The credential is an environment variable's name."""
+    """Add a connection and its models. The credential is an environment variable's name.
+    `exist_ok`: a connection of that name that already has exactly these settings and models
+    is returned as it is (a script may run twice); one that differs is refused, naming what
+    differs — a person's connection is never changed by a second `add`."""
     actor.require(MANAGE_CONNECTIONS)
     numbers = validate_connection(
         actor=actor,
@@ -164,8 +168,27 @@ def connection_add(
                 minimum=1,
                 maximum=MAX_CONTEXT_WINDOW,
             )
-    if Connection.objects.filter(name=name).exists():
+    existing = Connection.objects.filter(name=name).first()
+    if existing is not None and not exist_ok:
         raise InvalidInput(f"a connection named {name!r} exists already")
+    if existing is not None:
+        given = {
+            "kind": kind,
+            "base_url": base_url,
+            "command": list(command or []),
+            "answer_field": answer_field,
+            "credential_env": credential_env,
+            "cost_tier": cost_tier,
+            "priority": priority,
+            "timeout_seconds": timeout_seconds,
+        }
+        differs = _differences(existing, given, models or [])
+        if differs:
+            raise InvalidInput(
+                f"a connection named {name!r} exists already with other settings "
+                f"({'; '.join(differs)}): change it in the admin, or choose another name"
+            )
+        return existing
     with transaction.atomic():
         conn = Connection.objects.create(
             name=name,
@@ -186,6 +209,25 @@ def connection_add(
                 supports_tools=spec.get("supports_tools", get_provider_class(kind).supports_tools),
             )
     return conn
+
+
+def _differences(conn: Connection, given: dict[str, Any], models: list[ModelSpec]) -> list[str]:
+    """How `given` (a connection's settings) and `models` differ from the stored connection."""
+    out = [
+        f"{f}: {getattr(conn, f)!r}, not {v!r}" for f, v in given.items() if getattr(conn, f) != v
+    ]
+    stored = {m.name: m for m in conn.models.all()}
+    for spec in models:
+        model = stored.get(spec["name"])
+        if model is None:
+            out.append(f"no model {spec['name']!r}")
+            continue
+        window = spec.get("context_window")
+        if window is not None and model.context_window != window:
+            out.append(f"{model.name} context window: {model.context_window}, not {window}")
+        if "supports_tools" in spec and model.supports_tools != spec["supports_tools"]:
+            out.append(f"{model.name} tools: {model.supports_tools}, not {spec['supports_tools']}")
+    return out
 
 
 #: What a model's test was made against: changing any of these makes the test say nothing.

@@ -85,3 +85,14 @@ def seconds(value: float | int | Decimal | None) -> str:
 def usd(value: Decimal | None) -> str:
     """An amount in US dollars (`console.views.tasks.money`); "unknown" without a price."""
     return "unknown" if value is None else money(value)
+
+
+@register.filter
+def from_now(value: datetime | None) -> str:
+    """How long until `value`: "in 30 seconds", "in 4 minutes" — never "in 0 minutes" (Django's
+    `timeuntil` for anything under a minute); "due now" once it has passed."""
+    if not isinstance(value, datetime):
+        return ""
+    if value <= timezone.now():
+        return "due now"
+    return relative(value)

@@ -21,7 +21,9 @@ from console.actions import REGISTRY, decision_buttons
 from console.http import AuthenticatedHttpRequest
 from console.links import link_for_decision
 from console.shared import (
+    ARGUMENT_FIELD,
     OUTCOME_UNKNOWN,
+    edited_arguments,
     login_required,
     positive_int,
     pretty_json,
@@ -54,15 +56,14 @@ def _render_card(
     error: ActhelmError,
     posted: dict[str, str],
     status: int,
+    as_text: bool = False,
 ) -> HttpResponse:
     """An approval's card again, with why an answer was refused and what the person typed."""
     approval = pending_approvals().filter(pk=pk).select_related("task").first()
     if approval is None:
         context = {"kind": "approval", "pk": pk, "error": error}
         return render(request, "console/_decided.html", context, status=status)
-    show_approval(approval)
-    if "arguments" in posted:
-        show(approval, arguments_edit=posted["arguments"], edit_open=True)
+    show_approval(approval, edited=posted.get("arguments"), as_text=as_text)
     context = {
         "approval": approval,
         "from_task": None,
@@ -121,6 +122,14 @@ def decide(request: AuthenticatedHttpRequest, pk: int, action: str) -> HttpRespo
     task_id = positive_int(request.POST.get("task")) if request.user.has_perm(VIEW_TASK) else None
     # An approval's answers: edited arguments (JSON text) to approve, a message with a denial.
     inputs = {i.name: request.POST[i.name] for i in entry.inputs if i.name in request.POST}
+    # Approve with edits: string arguments come as text fields, the rest as JSON.
+    texts = {
+        key.removeprefix(ARGUMENT_FIELD): request.POST[key]
+        for key in request.POST
+        if key.startswith(ARGUMENT_FIELD) and key != ARGUMENT_FIELD
+    }
+    if texts and any(i.name == "arguments" for i in entry.inputs):
+        inputs["arguments"] = edited_arguments(inputs.get("arguments"), texts) or ""
     # Decided from a notification's link: the link is checked again and answers the decision.
     link = request.POST.get("decision_link", "")
     try:
@@ -145,7 +154,9 @@ def decide(request: AuthenticatedHttpRequest, pk: int, action: str) -> HttpRespo
         if request.htmx:
             # A refused edit keeps the card (the edit and the proposal) with the reason.
             if isinstance(exc, InvalidInput) and kind == "approval":
-                return _render_card(request, pk, error=exc, posted=inputs, status=status)
+                return _render_card(
+                    request, pk, error=exc, posted=inputs, status=status, as_text=bool(texts)
+                )
             context = {"kind": kind, "pk": pk, "error": exc}
             return render(request, "console/_decided.html", context, status=status)
         return _render_inbox(request, error=exc, status=status)

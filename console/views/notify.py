@@ -5,6 +5,7 @@ from django.shortcuts import render
 from django.views.decorators.http import require_GET
 
 from console.http import AuthenticatedHttpRequest
+from console.links import notification_links
 from console.shared import console_view
 from tasks.notify.selectors import deliveries_page
 from tasks.permissions import VIEW_NOTIFICATION
@@ -13,5 +14,7 @@ from tasks.permissions import VIEW_NOTIFICATION
 @require_GET
 @console_view(VIEW_NOTIFICATION)
 def notifications(request: AuthenticatedHttpRequest) -> HttpResponse:
-    context = deliveries_page(status=request.GET.get("status", ""))
-    return render(request, "console/notifications.html", context)
+    page = deliveries_page(status=request.GET.get("status", ""))
+    links = notification_links(page["rows"], request.user)
+    rows = [(row, links[row.pk]) for row in page["rows"]]
+    return render(request, "console/notifications.html", {**page, "rows": rows})

@@ -6,6 +6,7 @@ A fixed number of queries, whatever the number of rows: the answer and the verdi
 subqueries on the newest run that has one, the artifacts from one prefetch."""
 
 import logging
+from typing import TYPE_CHECKING, TypedDict, cast
 
 from django.conf import settings
 from django.contrib import messages
@@ -20,16 +21,33 @@ from django.views.decorators.http import require_GET, require_POST
 
 from agents.actions import task as person_task
 from agents.models import AgentRun, Artifact
-from console.filters import TaskFilters, filter_options, filter_tasks, task_filters
+from agents.selectors import accepted_events, shown_verdict
+from console.filters import (
+    TaskFilters,
+    filter_options,
+    filter_problems,
+    filter_tasks,
+    task_filters,
+)
 from console.http import AuthenticatedHttpRequest
-from console.shared import console_view, positive_int
+from console.shared import console_view, positive_int, show
 from core.actors import Actor
 from core.exceptions import ActhelmError, NotPermitted
 from tasks.models import Task
 from tasks.permissions import CLOSE_TASK
 from tasks.states import TaskStatus
 
+if TYPE_CHECKING:
+    from django_stubs_ext import WithAnnotations
+
 log = logging.getLogger("acthelm.console")
+
+
+class _VerdictAnnotations(TypedDict):
+    verdict: str | None
+    verdict_reason: str | None
+    verdict_run_id: int | None
+
 
 REVIEW_PAGE = 100  # oldest first: a person closes from the top
 ANSWER_CHARS = 1200
@@ -55,6 +73,7 @@ def review_rows(filters: TaskFilters) -> QuerySet[Task]:
         .annotate(
             answer=Left(Subquery(runs.exclude(answer="").values("answer")[:1]), ANSWER_CHARS),
             verdict=Subquery(runs.exclude(verdict="").values("verdict")[:1]),
+            verdict_run_id=Subquery(runs.exclude(verdict="").values("id")[:1]),
             verdict_reason=Left(
                 Subquery(runs.exclude(verdict="").values("verdict_reason")[:1]), 300
             ),
@@ -76,12 +95,20 @@ def review_queue(request: AuthenticatedHttpRequest) -> HttpResponse:
     filters = task_filters(request.GET)
     filters["status"] = ""  # every row is in review
     rows = list(review_rows(filters)[: REVIEW_PAGE + 1])
+    accepted = accepted_events(row.pk for row in rows)
+    for row in rows:  # the verdict as every door words it: the supervisor's or the person's
+        v = cast("WithAnnotations[Task, _VerdictAnnotations]", row)
+        run_accepted = accepted.get(v.verdict_run_id or 0)
+        show(
+            row, verdict_shown=shown_verdict(v.verdict or "", v.verdict_reason or "", run_accepted)
+        )
     in_review = Task.objects.filter(status=TaskStatus.REVIEW, is_evaluation=False)
     context = {
         "rows": rows[:REVIEW_PAGE],
         "more": len(rows) > REVIEW_PAGE,
         "filters": filters,
         "filtered": any(filters.values()),
+        "filter_problems": filter_problems(request.GET),
         **filter_options(in_review),
         "can_close": request.user.has_perm(CLOSE_TASK),
         "query": request.GET.urlencode(),

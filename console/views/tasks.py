@@ -13,18 +13,6 @@ from typing import TYPE_CHECKING, Any, NotRequired, TypedDict, cast
 from django.contrib import messages
 from django.contrib.auth.models import User
 from django.core.exceptions import PermissionDenied
-from django.db.models import (
-    BooleanField,
-    Case,
-    Count,
-    F,
-    OuterRef,
-    Prefetch,
-    Subquery,
-    Value,
-    When,
-)
-from django.db.models.functions import Length
 from django.http import FileResponse, Http404, HttpResponse, QueryDict
 from django.shortcuts import get_object_or_404, redirect, render
 from django.template.loader import render_to_string
@@ -37,20 +25,30 @@ from agents.actions import task as person_task
 from agents.actions import task_change
 from agents.catalogue.connections import model_check_for_task
 from agents.catalogue.tools import all_tools
-from agents.engine.run.usage import Usage, task_usage
+from agents.engine.run.usage import Usage
 from agents.engine.verdict.acceptance import check_text
-from agents.models import AgentRun, Artifact, Model, ToolCall, Turn
-from agents.selectors import last_rejection, task_cost_subquery, task_run_facts
-from agents.states import Role, Verdict
-from approvals.models import Approval, ReviewDecision
-from approvals.states import ApprovalStatus, ReviewChoice
+from agents.models import AgentRun, Artifact, Model, ToolCall
+from agents.selectors import (
+    Rejection,
+    TaskRead,
+    last_rejection,
+    task_cost_subquery,
+    task_read,
+)
 from console.actions import (
     REGISTRY,
     ConsoleAction,
     decision_buttons,
     task_actions,
 )
-from console.filters import TaskFilters, filter_options, filter_query, filter_tasks, task_filters
+from console.filters import (
+    TaskFilters,
+    filter_options,
+    filter_problems,
+    filter_query,
+    filter_tasks,
+    task_filters,
+)
 from console.forms import TaskCreateForm, TaskEditForm, model_queryset
 from console.http import AuthenticatedHttpRequest
 from console.preview import artifact_previews
@@ -62,7 +60,7 @@ from console.shared import (
     show,
     show_approval,
 )
-from console.timeline import event_details
+from console.timeline import timeline_rows
 from core.actors import Actor
 from core.exceptions import ActhelmError, InvalidInput, NotPermitted
 from memory.models import MemorySelection
@@ -76,12 +74,10 @@ from tasks.selectors import (
     max_attempts,
     status_counts,
     task_keyset_page,
-    timeline_page,
-    transcript_page,
 )
 from tasks.states import OPEN, Action, EventKind, TaskKind, TaskStatus, allowed_actions
 from tasks.uploads import upload_refusal
-from tasks.workspace import artifacts_dir, list_input_files, safe_file_name
+from tasks.workspace import artifacts_dir, safe_file_name
 
 if TYPE_CHECKING:
     from django_stubs_ext import WithAnnotations
@@ -146,6 +142,7 @@ def task_list(request: AuthenticatedHttpRequest) -> HttpResponse:
         "status": filters["status"],
         "filters": filters,
         "filtered": any(v for k, v in filters.items() if k != "status"),
+        "filter_problems": filter_problems(request.GET),
         "evaluation": evaluation,
         "statuses": [(value, label, counts.get(value)) for value, label in TaskStatus.choices],
         # The state links keep the other filters; the pager keeps them all.
@@ -305,68 +302,19 @@ def _limit_rows(task: Task, usage: Usage, *, unknown_cost_turns: int = 0) -> lis
     return rows
 
 
-class _TaskAnnotations(TypedDict):
-    unknown_cost_turns: int | None  # model turns of no known cost (None: none)
-
-
-def _shown_runs(task_pk: int) -> list[AgentRun]:
+def _shown_runs(read: TaskRead) -> list[AgentRun]:
     """The task's runs, each with what the Runs table reads (`agents.selectors.RunFacts`)."""
-    run_facts = task_run_facts(task_pk)
-    for facts in run_facts:
+    for facts in read.runs:
         run = facts.run
         # Recorded by the loop in every checkpoint; older runs did not record it.
         offered = run.checkpoint.get("tools_offered") if isinstance(run.checkpoint, dict) else None
         show(run, without_tools=offered == [], facts=facts)
-    return [facts.run for facts in run_facts]
+    return [facts.run for facts in read.runs]
 
 
-def task_page_context(request: AuthenticatedHttpRequest, pk: int) -> dict[str, Any]:
-    """Everything the task page shows, in a fixed number of queries."""
-    unknown_cost = (
-        Turn.objects.filter(task=OuterRef("pk"), role=Role.ASSISTANT, cost__isnull=True)
-        .order_by()
-        .values("task")
-        .annotate(n=Count("id"))
-        .values("n")
-    )
-    # Spelled out: django-stubs' get_object_or_404 drops the annotation from the type.
-    task: WithAnnotations[Task, _TaskAnnotations] = get_object_or_404(
-        Task.objects.select_related(
-            "goal", "connection", "model__connection", "conversation"
-        ).annotate(unknown_cost_turns=Subquery(unknown_cost)),
-        pk=pk,
-    )
-    entries = offered_actions(request.user, task.status)
-    actions = [
-        {"entry": entry, "url": reverse(entry.url_name, args=[task.pk])} | entry.page_texts(task.pk)
-        for entry in entries
-    ]
-    action_names = {entry.name for entry in entries}
-
-    runs = _shown_runs(task.pk)
-    run_numbers = {run.pk: run.number for run in runs}
-    calls = (
-        ToolCall.objects.defer("result")
-        .select_related("approval__decided_by", "review_decision__decided_by")
-        .annotate(
-            full_result_chars=Length("result"),
-            full_differs=Case(
-                When(result=F("result_for_model"), then=Value(False)),
-                default=Value(True),
-                output_field=BooleanField(),
-            ),
-        )
-        .order_by("position")
-    )
-    all_turns = request.GET.get("turns") == "all"
-    turns_before = positive_int(request.GET.get("turns_before"))
-    turn_qs = task.turns.prefetch_related(Prefetch("tool_calls", queryset=calls))
-    # The newest page holds the pending operations (always in the newest model turn); older
-    # pages go back from `turns_before`. "?turns=all" is bounded too (TRANSCRIPT_ALL_MAX).
-    turns, older_turns = transcript_page(turn_qs, all_turns=all_turns, before=turns_before)
-    approvals: list[Approval] = []
-    reviews: list[ReviewDecision] = []
-    for turn in turns:
+def _show_transcript(read: TaskRead, run_numbers: dict[int, int]) -> None:
+    """The page's turns and their calls, with what the transcript shows of each."""
+    for turn in read.turns:
         show(
             turn,
             run_number=run_numbers.get(turn.run_id),
@@ -377,46 +325,79 @@ def task_page_context(request: AuthenticatedHttpRequest, pk: int) -> dict[str, A
                 pretty_json(call.arguments) if call.arguments is not None else call.arguments_raw
             )
             show(call, arguments_pretty=pretty, arguments_lines=pretty.count("\n") + 1)
-            approval: Approval | None = getattr(call, "approval", None)
-            if approval is not None and approval.status == ApprovalStatus.PENDING:
-                show_approval(approval)
-                approvals.append(approval)
-            decision: ReviewDecision | None = getattr(call, "review_decision", None)
-            if decision is not None and decision.choice == ReviewChoice.PENDING:
-                show(decision, call=call)
-                reviews.append(decision)
+    for approval in read.pending_approvals:
+        show_approval(approval)
+    for decision in read.pending_reviews:
+        show(decision, call=decision.tool_call)
 
+
+def _shown_rejection(read: TaskRead) -> tuple[Rejection | None, list[Any]]:
+    """The supervisor rejected the newest run: shown to be overruled (accepted into review) or
+    changed and retried; once accepted, the failed checks stay on the page."""
+    if read.rejection is None or read.task.is_held:
+        return None, []
+    return read.rejection, artifact_previews(read.task.pk, read.artifacts)
+
+
+def _page_actions(
+    request: AuthenticatedHttpRequest, task: Task, rejection: Rejection | None
+) -> list[dict[str, Any]]:
+    """The task's actions the person may take; accept only over a rejected run, once, over no
+    person's later decision."""
+    acceptable = rejection is not None and rejection.acceptable
+    return [
+        {"entry": entry, "url": reverse(entry.url_name, args=[task.pk])} | entry.page_texts(task.pk)
+        for entry in offered_actions(request.user, task.status)
+        if entry.name != Action.ACCEPT or acceptable
+    ]
+
+
+def _retry_limit(task: Task, limits: list[LimitRow]) -> dict[str, object] | None:
+    """The limit a retry of a task failed at it offers to raise, with what was used of it."""
+    field = limit_for_failure(task.failure_code)
+    if not field:
+        return None
+    row = next((r for r in limits if r["field"] == field), None)
+    retry_limit: dict[str, object] = {
+        "field": field,
+        "label": BY_FIELD[field].label,
+        "current": getattr(task, field),
+        "used": row["used"] if row else None,
+    }
+    if BY_FIELD[field].money:  # an amount of money, not a count
+        retry_limit |= {"min": "0.0001", "step": "0.0001"}
+    return retry_limit
+
+
+def task_page_context(request: AuthenticatedHttpRequest, pk: int) -> dict[str, Any]:
+    """Everything the task page shows (`agents.selectors.task_read`), in a fixed number of
+    queries. "?turns=all" is bounded too (TRANSCRIPT_ALL_MAX)."""
+    all_turns = request.GET.get("turns") == "all"
+    turns_before = positive_int(request.GET.get("turns_before"))
+    events_before = positive_int(request.GET.get("events_before"))
+    read = task_read(
+        pk, all_turns=all_turns, turns_before=turns_before, events_before=events_before
+    )
+    if read is None:
+        raise Http404("No task matches the given query.")
+    task = read.task
+    runs = _shown_runs(read)
+    run_numbers = {run.pk: run.number for run in runs}
+    _show_transcript(read, run_numbers)
     memory = list(
         MemorySelection.objects.filter(run__task_id=task.pk).order_by("run_id", "position")
     )
     for selection in memory:
         show(selection, run_number=run_numbers.get(selection.run_id))
-    events, older_events = timeline_page(
-        task, before=positive_int(request.GET.get("events_before"))
-    )
-    for event in events:
-        show(event, details=event_details(event))
-    usage = task_usage(task.pk)
-
-    conversation = getattr(task, "conversation", None)
-    plan = conversation.plan if conversation is not None else None
-    plan_steps, plan_note = _plan_steps(plan)
-    answer_run = next((r for r in reversed(runs) if r.answer), None)
-    verdict_run = next((r for r in reversed(runs) if r.verdict), None)
-    # The supervisor rejected the newest run: shown to be overruled (accepted into review) or
-    # changed and retried; once accepted, the failed checks stay on the page.
-    rejection, rejection_previews = None, []
-    if runs and runs[-1].verdict == Verdict.REJECTED and not task.is_held:
-        rejection = last_rejection(task, newest_run=runs[-1])
-        if rejection is not None:
-            rejection_previews = artifact_previews(task.pk, task.artifacts.order_by("name"))
-    if rejection is None or not rejection.acceptable:  # a rejected run, once, over no person
-        entries = [e for e in entries if e.name != Action.ACCEPT]
-        actions = [a for a in actions if a["entry"] in entries]
-        action_names.discard(Action.ACCEPT)
-
+    events = timeline_rows(read.events)
+    plan_steps, plan_note = _plan_steps(read.plan)
+    rejection, rejection_previews = _shown_rejection(read)
+    actions = _page_actions(request, task, rejection)
+    action_names = {action["entry"].name for action in actions}
     now = timezone.now()
-    limits = _limit_rows(task, usage, unknown_cost_turns=task.unknown_cost_turns or 0)
+    unknown_cost_turns = getattr(task, "unknown_cost_turns", 0) or 0  # the read annotates it
+    limits = _limit_rows(task, read.usage, unknown_cost_turns=unknown_cost_turns)
+    verdict = read.verdict_run
     context: dict[str, Any] = {
         "now": now,  # a cooling connection the task waits for
         "why": state_why(task, events, now),
@@ -428,27 +409,27 @@ def task_page_context(request: AuthenticatedHttpRequest, pk: int) -> dict[str, A
         "can_decide": request.user.has_perm(REGISTRY[Action.APPROVE].perm),
         "decision_buttons": decision_buttons(),
         "runs": runs,
-        "turns": turns,
-        "earlier_turns": older_turns is not None,
-        "older_turns": older_turns,
+        "turns": read.turns,
+        "earlier_turns": read.older_turns is not None,
+        "older_turns": read.older_turns,
         "turns_paged": all_turns or turns_before is not None,
-        "pending_approvals": approvals,
-        "pending_reviews": reviews,
+        "pending_approvals": read.pending_approvals,
+        "pending_reviews": read.pending_reviews,
         "memory": memory,
-        "artifacts": list(task.artifacts.order_by("name")),
-        "input_files": list_input_files(task.pk),
+        "artifacts": read.artifacts,
+        "input_files": read.input_files,
         "events": events,
-        "more_events": older_events is not None,
-        "older_events": older_events,
+        "more_events": read.older_events is not None,
+        "older_events": read.older_events,
         "notifications": task_notifications(task.pk),
         "limits": limits,
-        "usage": usage,
-        "plan": plan,
+        "usage": read.usage,
+        "plan": read.plan,
         "plan_steps": plan_steps,
         "plan_note": plan_note,
-        "plan_raw": pretty_json(plan) if plan is not None and not plan_steps else "",
-        "answer_run": answer_run,
-        "verdict_run": verdict_run,
+        "plan_raw": pretty_json(read.plan) if read.plan is not None and not plan_steps else "",
+        "answer_run": read.answer_run,
+        "verdict_run": verdict.run if verdict else None,
         "acceptance_checks": [check_text(c) for c in task.acceptance_checks or []],
         "outcome_unknown": OUTCOME_UNKNOWN,
         "rejection": rejection,
@@ -461,17 +442,8 @@ def task_page_context(request: AuthenticatedHttpRequest, pk: int) -> dict[str, A
     }
     if action_names & {Action.RESUME, Action.RETRY}:
         context["models"] = list(model_queryset())
-    field = limit_for_failure(task.failure_code) if Action.RETRY in action_names else None
-    if field:
-        row = next((r for r in limits if r["field"] == field), None)
-        retry_limit: dict[str, object] = {
-            "field": field,
-            "label": BY_FIELD[field].label,
-            "current": getattr(task, field),
-            "used": row["used"] if row else None,
-        }
-        if BY_FIELD[field].money:  # an amount of money, not a count
-            retry_limit |= {"min": "0.0001", "step": "0.0001"}
+    retry_limit = _retry_limit(task, limits) if Action.RETRY in action_names else None
+    if retry_limit:
         context["retry_limit"] = retry_limit
     return context
 

@@ -16,6 +16,7 @@ checked, one deadline covers the whole send (a receiver that trickles bytes is c
 its status code is kept.
 """
 
+import email.policy
 import hashlib
 import hmac
 import ipaddress
@@ -24,6 +25,8 @@ import smtplib
 import time
 from collections.abc import Mapping
 from dataclasses import dataclass
+from email.message import EmailMessage as PyEmailMessage
+from email.policy import Policy
 from typing import TYPE_CHECKING, ClassVar
 from urllib.parse import urlsplit
 
@@ -197,9 +200,27 @@ class EmailChannel(Channel):
         return _send_email(target, message)
 
 
+# The longest line a message may carry (RFC 5322, 2.1.1: 998 characters without the CRLF).
+MAX_MAIL_LINE_BYTES = 998
+
+
+class WholeLinesEmail(EmailMessage):
+    """A plain-text email whose lines are sent whole (8bit) when each fits in a mail line, so a
+    decision link is one line in any mail reader and in the console backend's output (as
+    quoted-printable, it is broken over lines ending in ``=``, and a pasted piece opens
+    nothing). A longer line leaves the body to Django's encoding."""
+
+    def message(self, *, policy: Policy | None = None) -> PyEmailMessage:
+        msg = super().message(policy=policy or email.policy.default)
+        body = str(self.body)
+        if all(len(line.encode()) <= MAX_MAIL_LINE_BYTES for line in body.splitlines()):
+            msg.set_content(body, subtype="plain", charset="utf-8", cte="8bit")
+        return msg
+
+
 def _send_email(target: "NotificationTarget", message: Message) -> str:
     domain = settings.ACTHELM_NOTIFY_MESSAGE_ID_DOMAIN
-    email = EmailMessage(
+    email = WholeLinesEmail(
         subject=message.subject,
         body=f"{message.text}\n\n{message.url}\n",
         from_email=settings.DEFAULT_FROM_EMAIL,

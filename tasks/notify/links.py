@@ -11,10 +11,11 @@ person and offers the inbox's buttons, which check the permission and the hash a
 
 from dataclasses import dataclass
 from enum import StrEnum
+from urllib.parse import urlsplit
 
 from django.conf import settings
 from django.core import signing
-from django.urls import reverse
+from django.urls import Resolver404, resolve, reverse
 
 from core.exceptions import ActhelmError
 
@@ -80,3 +81,16 @@ def read_link(kind: str, token: str) -> LinkTarget:
     ):
         raise LinkRefused("this link is not valid")
     return LinkTarget(LinkKind(kind), value["id"], value["bound_to"])
+
+
+def link_parts(url: str) -> tuple[LinkKind, str] | None:
+    """The kind and token of a decision link (``…/decide/<kind>/<token>/``), or None when `url`
+    is not one (a task page, the inbox): read from its path, whatever host it names."""
+    try:
+        match = resolve(urlsplit(url).path)
+    except Resolver404:
+        return None
+    kind = str(match.kwargs.get("kind", ""))
+    if match.view_name != "decisions:link" or kind not in LinkKind.__members__.values():
+        return None
+    return LinkKind(kind), str(match.kwargs["token"])

@@ -71,6 +71,23 @@ def event(kind, data):
             {"worker": "w-1", "run_id": 5, "attempt": 2},
             ["worker: w-1", "attempt: 2"],
         ),
+        # A claim's fencing numbers are internals, not words for a person.
+        (EventKind.CLAIMED, {"run_id": 9, "newest_run_id_before": 8, "claim_count": 3}, []),
+        (
+            EventKind.TOOL_RESULT,
+            {"tool": "read_file", "ok": True, "error": None, "chars": 1200},
+            ["read_file succeeded, 1,200 characters"],
+        ),
+        (
+            EventKind.MODEL_TURN,
+            {"turn": 4, "stop_reason": "tool_calls", "tool_calls": 2, "tokens": 1234},
+            ["Turn 4: 2 tool calls, 1,234 tokens"],
+        ),
+        (
+            EventKind.TOOL_RESULT,
+            {"tool": "read_file", "ok": True, "usage": {"input_tokens": 5, "output_tokens": 2}},
+            ["read_file succeeded", "usage: input tokens 5, output tokens 2"],
+        ),
         (EventKind.CREATED, {}, []),
         # A verdict: what it said and which acceptance checks failed, not their raw list.
         (
@@ -114,10 +131,39 @@ def test_each_kind_reads_as_sentences(kind, data, lines):
 
 
 def test_data_of_an_unexpected_shape_falls_back_to_fields():
-    assert event_details(event(EventKind.LIMITS_CHANGED, {"after": [1, 2]})) == ["after: [1, 2]"]
-    assert event_details(event(EventKind.MODEL_TURN, ["not", "a dict"])) == ['["not", "a dict"]']
+    assert event_details(event(EventKind.LIMITS_CHANGED, {"after": [1, 2]})) == ["after: 1, 2"]
+    assert event_details(event(EventKind.MODEL_TURN, ["not", "a dict"])) == ["not, a dict"]
 
 
 def test_a_long_value_is_cut():
     (line,) = event_details(event(EventKind.PAUSED, {"note": "x" * 5000}))
     assert len(line) == len("note: ") + VALUE_CHARS and line.endswith("…")
+
+
+@pytest.mark.django_db
+def test_an_approval_request_and_its_move_are_one_row():
+    """The run records the request (tool, target, why), then its move to awaiting_approval
+    under the same kind: the timeline shows one row with both, the state in words."""
+    from console.timeline import timeline_rows
+    from tasks.states import TaskStatus
+    from tests.factories import AgentRunFactory, TaskEventFactory, TaskFactory
+
+    task = TaskFactory()
+    run = AgentRunFactory(task=task)
+    request = TaskEventFactory(
+        task=task,
+        run=run,
+        kind=EventKind.APPROVAL_REQUESTED,
+        data={"tool": "write_artifact", "target": "notes.md", "reason": "policy_ask"},
+    )
+    move = TaskEventFactory(
+        task=task,
+        run=run,
+        kind=EventKind.APPROVAL_REQUESTED,
+        from_status=TaskStatus.IN_PROGRESS,
+        to_status=TaskStatus.AWAITING_APPROVAL,
+        data={},
+    )
+    [row] = timeline_rows([request, move])
+    assert row.pk == request.pk and row.state == "In progress → Awaiting approval"
+    assert row.details == ["write_artifact", "target: notes.md", "reason: policy_ask"]

@@ -391,6 +391,8 @@ def test_an_idle_worker_is_listed_from_when_it_was_last_seen(client, db):
     assert set(rows) == {"host-i:300:0", "host-g:400:0"}  # a day without a sign: not listed
     idle, _ = rows["host-i:300:0"]
     assert ">idle<" in idle.replace("\n", "").replace(" ", "") and "pid" in idle
+    # A worker that holds no task has no lease to renew: not "not yet" (it may have run many).
+    assert "not yet" not in idle and "none: holds no task" in idle
     gone, css = rows["host-g:400:0"]
     assert ">gone<" in gone.replace("\n", "").replace(" ", "") and "idle" in css
     assert "0 workers holding tasks, 1 idle, 1 gone" in " ".join(html.split())

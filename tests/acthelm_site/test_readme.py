@@ -7,8 +7,10 @@ on free ports. Then each fenced shell block of the README runs in bash, whole, f
 own that looks like the project's (`.venv` and `manage.py` linked, a `notes.txt` beside them); the
 one change to its text is the console's address, `http://127.0.0.1:8000`, which becomes the test
 console's, and its environment points the commands at the test database and media folder. A block
-must exit 0 (bash without `set -e`, as a paste runs), its task must have read `notes.txt`, and the
-one file it writes must be that task's real output (the artifact's stored SHA-256).
+must exit 0 (bash without `set -e`, as a paste runs), twice in a row in the same folder, its task
+must have read `notes.txt`, and the one file it writes must be that task's real output (the
+artifact's stored SHA-256). The Ollama block, pasted without Ollama, must stop at its first failure
+with one clear line, twice.
 
 A block that cannot run here carries the marker `<!-- not run by tests/acthelm_site/test_readme.py:
 REASON -->` on the line before its fence, and `NOT_RUN` below names each such block by its first
@@ -102,7 +104,7 @@ def free_port() -> int:
         return int(s.getsockname()[1])
 
 
-def wait_for_port(port: int, proc: subprocess.Popen, log: Path, timeout: float = 30) -> None:
+def wait_for_port(port: int, proc: subprocess.Popen, log: Path, timeout: float = 120) -> None:
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
         assert proc.poll() is None, log.read_text()
@@ -166,12 +168,15 @@ def project_folder(path: Path) -> Path:
     return path
 
 
-def run_block(block: Block, *, cwd: Path, env: dict[str, str], console: str) -> str:
-    script = block.body.replace(CONSOLE, console)
-    # As a person pastes it: bash reading the block, no `set -e`; the block's own exit status.
-    result = subprocess.run(
-        ["bash"], input=script, cwd=cwd, env=env, capture_output=True, text=True, timeout=150
+def paste(script: str, *, cwd: Path, env: dict[str, str]) -> subprocess.CompletedProcess[str]:
+    """As a person pastes it: bash reading the block, no `set -e`; the block's own exit status."""
+    return subprocess.run(
+        ["bash"], input=script, cwd=cwd, env=env, capture_output=True, text=True, timeout=300
     )
+
+
+def run_block(block: Block, *, cwd: Path, env: dict[str, str], console: str) -> str:
+    result = paste(block.body.replace(CONSOLE, console), cwd=cwd, env=env)
     assert result.returncode == 0, (
         f"README line {block.line} exited {result.returncode}\n--- stdout\n{result.stdout}"
         f"\n--- stderr\n{result.stderr}"
@@ -179,11 +184,21 @@ def run_block(block: Block, *, cwd: Path, env: dict[str, str], console: str) -> 
     return result.stdout
 
 
-def test_every_readme_example_runs_as_written(make_run, worker_env, tmp_path):
+def shell_env(worker_env: dict[str, str]) -> dict[str, str]:
     env = {k: v for k, v in worker_env.items() if k != "PYTHONPATH"}  # a person's shell
     env["PATH"] = os.environ["PATH"]
-    for n, block in enumerate(runnable()):
-        folder = project_folder(tmp_path / f"example-{n}")
+    return env
+
+
+def test_every_readme_example_runs_as_written_twice_in_a_row(make_run, worker_env, tmp_path):
+    """Each block is pasted twice into the same folder (issue 49, item 7: the second paste of
+    the curl block stopped at "founder already has a live token named 'laptop'")."""
+    env = shell_env(worker_env)
+    pastes = [(n, block) for n, block in enumerate(runnable()) for _ in range(2)]
+    for n, block in pastes:
+        folder = tmp_path / f"example-{n}"
+        if not folder.exists():
+            project_folder(folder)
         newest = Task.objects.order_by("-pk").values_list("pk", flat=True).first() or 0
         out = run_block(block, cwd=folder, env=env, console=make_run)
         [task] = Task.objects.filter(pk__gt=newest, title="Summarise")  # the one it made
@@ -203,3 +218,38 @@ def test_every_readme_example_runs_as_written(make_run, worker_env, tmp_path):
         data = (folder / "summary.md").read_bytes()
         assert hashlib.sha256(data).hexdigest() == artifact.sha256, (block.line, data[:300])
         assert data.startswith(b"# Report\n\nTask: Summarise notes.txt in three bullet points")
+
+
+def test_the_ollama_example_without_ollama_fails_once_clearly_and_again_the_same_way(
+    worker_env, tmp_path
+):
+    """Issue 49, item 7: without Ollama, the block stops at the connection test's one clear
+    line — no `KeyError: 'id'` from the task's one-liner, no `invalid int value: ''` from
+    `show` — and a second paste fails the same way (the connection is not refused as existing).
+    Ollama's address becomes a port nothing listens on, so the test holds where Ollama runs."""
+    from tests.factories import UserFactory
+
+    user = UserFactory(username="founder")
+    user.is_superuser = user.is_staff = True
+    user.save()
+    [block] = [
+        b
+        for b in blocks()
+        if b.first_line.startswith(".venv/bin/python manage.py acthelm_connection add ollama")
+    ]
+    absent = f"http://127.0.0.1:{free_port()}"
+    assert "http://127.0.0.1:11434" in block.body
+    script = block.body.replace("http://127.0.0.1:11434", absent)
+    folder = project_folder(tmp_path / "ollama")
+    for attempt in (1, 2):
+        result = paste(script, cwd=folder, env=shell_env(worker_env))
+        said = result.stdout + result.stderr
+        assert result.returncode != 0, (attempt, said)
+        lines = [line for line in said.splitlines() if line.strip()]
+        assert lines[-1].startswith(
+            f"qwen3:8b: FAILED — provider_unreachable: cannot connect to {absent}"
+        ), (attempt, said)
+        assert said.count("provider_unreachable") == 1, (attempt, said)
+        for noise in ("Traceback", "KeyError", "invalid int value", "Error:"):
+            assert noise not in said, (attempt, noise, said)
+        assert not Task.objects.exists()  # it never got as far as creating one

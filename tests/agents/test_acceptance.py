@@ -265,10 +265,67 @@ def test_default_checks_catch_the_wrong_file_an_echo_and_no_tools():
     assert _defaults(mcp)["no_unlisted_tools"] is False
 
 
+def _named_output(status: str, answer: str):
+    """The named_output result of a run asked for summary.md whose one write ended `status`."""
+    rec = record(
+        instruction="Summarise the notes and write summary.md.",
+        answer=answer,
+        tools=("update_plan", "write_artifact"),
+        calls=(CallSeen("write_artifact", status, status if status != "failed" else "io"),),
+    )
+    (result,) = [c for c in default_checks(rec) if c.check == "named_output=summary.md"]
+    return result
+
+
+@pytest.mark.parametrize("status", ["denied", "refused", "skipped", "failed"])
+def test_an_answer_that_claims_a_file_the_run_never_wrote_fails_however_the_write_stopped(status):
+    """Issue 49, item 3: a person decided the file, not whether the answer may claim it."""
+    for answer in ("I wrote summary.md.", "Done: see summary.md for the details", "summary.md"):
+        result = _named_output(status, answer)
+        assert (result.passed, result.unverified) == (False, False), (status, answer)
+        assert "the answer names summary.md, which the run never wrote" in result.detail
+        assert status in result.detail  # how the write stopped
+
+
+@pytest.mark.parametrize("status", ["denied", "skipped"])
+def test_after_a_person_stopped_the_write_the_answer_decides_the_missing_files_verdict(status):
+    # Silent about the file: the missing file is the person's decision.
+    quiet = _named_output(status, "The summary: launch on April 16.")
+    assert quiet.passed and f"write_artifact {status} by a person" in quiet.detail
+    # It says the file was not written: a person reads it (neither a pass nor a failure).
+    for answer in (
+        "The write of summary.md was denied, so here is the summary inline: April 16.",
+        "I could not write summary.md. The launch is on April 16.",
+        "summary.md: not written (a person said no).\nThe launch is April 16.",
+    ):
+        said = _named_output(status, answer)
+        assert (said.passed, said.unverified) == (False, True), answer
+    # One sentence denies it, another claims it: a claim.
+    both = _named_output(status, "The write was denied. Still, summary.md is ready for you.")
+    assert (both.passed, both.unverified) == (False, False)
+
+
+@pytest.mark.parametrize("status", ["refused", "failed"])
+def test_a_write_that_no_person_stopped_leaves_the_named_file_missing_whatever_the_answer(status):
+    for answer in ("The summary: April 16.", "I could not write summary.md: April 16."):
+        result = _named_output(status, answer)
+        assert (result.passed, result.unverified) == (False, False), answer
+
+
+def test_answer_names_reads_sentences_not_substrings():
+    assert checking.answer_names("Wrote summary.md.", "summary.md") is True
+    assert checking.answer_names("Wrote my-summary.md and summary.mdx", "summary.md") is None
+    assert checking.answer_names("SUMMARY.MD is done", "summary.md") is True
+    assert checking.answer_names("summary.md wasn't written", "summary.md") is False
+    assert checking.answer_names("", "summary.md") is None
+
+
 def test_default_checks_stay_quiet_without_evidence():
-    # A person denied the write: the missing file is their decision, not the run's failure.
+    # A person denied the write and the answer does not claim the file: the missing file is
+    # their decision, not the run's failure.
     denied = record(
         instruction="Write a file decision.md that records the date.",
+        answer="The date is April 16.",
         tools=("update_plan", "write_artifact"),
         calls=(CallSeen("write_artifact", "denied"),),
     )

@@ -13,7 +13,7 @@ from agents.actions import task_change
 from agents.engine.store import claim_next
 from agents.engine.verdict.policies import auto_close_if_allowed
 from agents.models import AgentRun, Artifact, Turn
-from agents.selectors import DEFAULT_CHECK, TASK_CHECK, last_rejection, task_result
+from agents.selectors import DEFAULT_CHECK, TASK_CHECK, last_rejection, task_read, task_result
 from agents.states import RunStatus, Verdict
 from core.actors import Actor
 from core.exceptions import InvalidInput, NotPermitted, TransitionNotAllowed
@@ -68,7 +68,7 @@ def test_accept_moves_the_rejected_run_to_review_with_its_result(actor, failed):
     # The run is the supervisor's record, kept as it was; its result is what review shows.
     run.refresh_from_db()
     assert run.status == RunStatus.FAILED and run.verdict == Verdict.REJECTED
-    result = task_result(task)
+    result = task_result(task_read(task.pk, transcript=False))
     assert result["answer"] == ANSWER
     assert [a["name"] for a in result["artifacts"]] == ["report.md"]
     assert (Artifact.objects.get(task=task).run_id, REPORT) == (run.pk, REPORT)

@@ -11,12 +11,14 @@ from decimal import Decimal
 import pytest
 from django.db import connection
 
+from agents.actions.decisions import approval_deny
 from agents.engine.run.usage import Usage
 from agents.engine.verdict import checking, supervisor
 from agents.engine.verdict.acceptance import parse_check, validate_checks
 from agents.engine.verdict.supervisor import INLINE_CHECK_CHARS, rule_checks, supervise
 from agents.models import AgentRun
-from agents.states import Verdict
+from agents.states import RunStatus, Verdict
+from approvals.models import Approval
 from tasks.models import Task, TaskEvent
 from tasks.states import EventKind, TaskStatus
 from tasks.workspace import add_input_file
@@ -97,6 +99,51 @@ def test_the_default_check_catches_a_named_file_that_was_never_written(
     run = newest_run(task)
     assert run.verdict == Verdict.REJECTED
     assert run.verdict_reason.startswith("default check named_output=summary.md failed")
+
+
+def test_a_denied_write_does_not_let_an_answer_claim_the_file_through_a_worker_process(
+    model_server, http_model, loop_task, spawn_worker, actor
+):
+    """Issue 49, item 3: a person denied `write_artifact summary.md`, the model answered "I
+    wrote summary.md" — a real worker process, the real decision service: the run is rejected by
+    named_output, the task does not reach review."""
+    server = model_server(
+        [
+            reply_tool_calls([PLAN]),
+            write("summary.md"),
+            reply_text("I wrote summary.md with the launch date."),
+        ]
+    )
+    task = loop_task(
+        http_model(server),
+        instruction="Write the launch date to summary.md.",
+        tools=["update_plan", "write_artifact"],
+        tool_policies={"write_artifact": "ask"},
+    )
+    assert spawn_worker("--burst", worker_id="asks").wait() == 0
+    task.refresh_from_db()
+    assert task.status == TaskStatus.AWAITING_APPROVAL
+    approval = Approval.objects.get(task=task)
+    assert approval.target == "summary.md"
+    approval_deny(
+        actor=actor,
+        approval_id=approval.pk,
+        arguments_hash=approval.arguments_hash,
+        message="Not now: answer inline.",
+    )
+    assert spawn_worker("--burst", worker_id="answers").wait() == 0
+    task.refresh_from_db()
+    run = newest_run(task)
+    assert run.answer == "I wrote summary.md with the launch date."
+    assert task.status != TaskStatus.REVIEW and task.status == TaskStatus.READY
+    assert (run.status, run.verdict) == (RunStatus.FAILED, Verdict.REJECTED)
+    assert run.verdict_reason.startswith("default check named_output=summary.md failed")
+    assert "the answer names summary.md, which the run never wrote" in run.verdict_reason
+    rejected = TaskEvent.objects.get(task=task, kind=EventKind.REJECTED)
+    assert {c["check"]: c["passed"] for c in rejected.data["checks"]}[
+        "named_output=summary.md"
+    ] is False
+    assert not TaskEvent.objects.filter(task=task, kind=EventKind.SUBMITTED).exists()
 
 
 def test_default_checks_can_be_turned_off(

@@ -53,6 +53,26 @@ def test_token_create_refuses_an_unknown_user_or_a_duplicate_name(manage, people
     assert ApiToken.objects.count() == 1
 
 
+def test_token_create_replace_runs_again_and_the_old_token_stops(manage, people):
+    def create():
+        out = manage(
+            "acthelm_token", "--json", "create", "--user", "script", "--name", "laptop",
+            "--replace", check=True,
+        )  # fmt: skip
+        return json.loads(out.stdout)
+
+    first, second = create(), create()
+    assert first["replaced"] is None and second["replaced"] == first["display"]
+    assert first["token"] != second["token"]
+    assert ApiToken.objects.get(prefix=first["prefix"]).revoked_at is not None
+    assert ApiToken.objects.get(prefix=second["prefix"]).revoked_at is None
+    text = manage(
+        "acthelm_token", "create", "--user", "script", "--name", "laptop", "--replace",
+        check=True,
+    ).stdout  # fmt: skip
+    assert f"token {second['display']} (laptop) revoked" in text
+
+
 def test_goal_create_list_show_deactivate(manage, people):
     created = json.loads(
         manage(

@@ -140,3 +140,17 @@ def test_a_token_stops_working_when_its_person_loses_staff_status_or_leaves(user
     type(user).objects.filter(pk=user.pk).update(**change)
     with pytest.raises(TokenRefused):
         token_authenticate(new.secret)
+
+
+def test_replace_revokes_the_live_token_of_that_name_and_issues_a_new_one(user):
+    """A script that creates its token runs twice (issue 49, item 7): the old token stops."""
+    first = token_create(user=user, name="laptop", replace=True)
+    assert first.replaced is None
+    second = token_create(user=user, name="laptop", replace=True)
+    assert second.replaced is not None and second.replaced.pk == first.token.pk
+    with pytest.raises(TokenRefused):
+        token_authenticate(first.secret)
+    assert token_authenticate(second.secret).pk == second.token.pk
+    assert ApiToken.objects.filter(user=user, name="laptop", revoked_at__isnull=True).count() == 1
+    other = token_create(user=user, name="ci", replace=True)  # another name: untouched
+    assert other.replaced is None and token_authenticate(second.secret)

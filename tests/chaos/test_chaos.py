@@ -248,7 +248,17 @@ def test_chaos_nothing_lost_nothing_repeated_nothing_written_by_a_fenced_out_att
                 restart_after = None
                 next_kill = time.monotonic() + KILL_EVERY
             if now >= next_kill:
-                slot = rng.randrange(WORKERS)
+                # A worker that holds a task when one does: on a loaded machine a worker may take
+                # longer to start than KILL_EVERY, and killing only starting workers proves nothing.
+                holders = db_retry(
+                    lambda: set(
+                        Task.objects.filter(pk__in=ids, status=TaskStatus.IN_PROGRESS).values_list(
+                            "lease_owner", flat=True
+                        )
+                    )
+                )
+                busy = [s for s, (wid, _) in sorted(fleet.procs.items()) if wid in holders]
+                slot = rng.choice(busy) if busy else rng.randrange(WORKERS)
                 victim = fleet.kill(slot)
                 held = db_retry(
                     lambda victim=victim: list(

@@ -141,3 +141,26 @@ def test_a_connection_test_shows_progress_while_the_page_stays_usable(page, logi
         expect(progress).to_contain_text("context window 16384")
         expect(page.locator("#id_name")).to_have_value("typed-while-testing")
         assert len(server.completion_requests) == 1  # the second click started nothing
+
+
+def test_the_filters_keep_the_url_short_match_tags_in_any_case_and_say_what_is_wrong(
+    page, login, founder
+):
+    TaskFactory(title="Weekly numbers", tags=["Weekly Report"])
+    TaskFactory(title="Team offsite", tags=["ops"])
+    login("founder")
+    page.fill("#f-tag", "weekly report")
+    page.get_by_role("button", name="Filter").click()
+    # Only what was filled reaches the address bar; the tag matches whatever its case.
+    expect(page).to_have_url(re.compile(r"/\?tag=weekly(\+|%20)report$"))
+    expect(page.locator("#task-rows tbody tr")).to_have_count(1)
+    assert listed(page) == ["Weekly numbers"]
+    expect(page.locator("#filter-problems")).to_have_count(0)
+
+    # What the page does not understand it says, instead of listing everything silently.
+    page.goto("/?since=yesterday&status=finished")
+    problems = page.locator("#filter-problems")
+    expect(problems).to_contain_text('since "yesterday" is not a date')
+    expect(problems).to_contain_text('status "finished" is not a task state')
+    page.goto("/review/?since=2026-13-45")
+    expect(page.locator("#filter-problems")).to_contain_text('since "2026-13-45" is not a date')

@@ -2,8 +2,6 @@
 (a wrong edit first: refused with its reason, nothing decided), and deny with a message the model
 will receive; the card shows the edit's new hash."""
 
-import json
-
 import pytest
 from playwright.sync_api import expect
 
@@ -39,23 +37,24 @@ def test_edit_the_arguments_and_approve_the_edit_from_the_inbox(
     page.goto("/approvals/")
     card = page.locator(f"#approval-{approval.pk}")
     card.get_by_text("Edit arguments").click()
-    editor = card.locator("textarea[name=arguments]")
-    # Prefilled with the proposal as JSON.
-    assert json.loads(editor.input_value()) == approval.arguments
+    # The URL, a string argument, is its own text field, prefilled with the proposal's.
+    editor = card.locator("textarea[data-argument=url]")
+    assert editor.input_value() == approval.arguments["url"]
+    assert card.locator("textarea[name=arguments]").count() == 0  # no other argument
 
-    editor.fill(json.dumps({"url": "http://169.254.169.254/latest/meta-data"}))
+    editor.fill("http://169.254.169.254/latest/meta-data")
     card.locator("[data-action=approve-edited]").click()
     card = page.locator(f"#approval-{approval.pk}")
     expect(card).to_contain_text("Nothing was decided.")
     expect(card).to_contain_text("url_address_not_allowed")
     assert Approval.objects.get(pk=approval.pk).status == ApprovalStatus.PENDING
     # The card is back with the edit open and the text typed, to correct.
-    editor = card.locator("textarea[name=arguments]")
+    editor = card.locator("textarea[data-argument=url]")
     expect(editor).to_be_visible()
     assert "169.254.169.254" in editor.input_value()
 
     edit = {"url": "https://example.org/q4-report.csv"}
-    editor.fill(json.dumps(edit))
+    editor.fill(edit["url"])
     screenshot("inbox-edit.png")
     card.locator("[data-action=approve-edited]").click()
     new_hash = operation_hash("fetch_url", get_tool("fetch_url").parse(edit))

@@ -3,6 +3,7 @@ import json
 import pytest
 from django.core.management.base import CommandError
 
+from agents.models import Connection
 from tasks.models import Task
 from tasks.states import TaskStatus
 from tests.factories import ModelFactory, TaskFactory, UserFactory
@@ -108,6 +109,29 @@ def test_list_show_and_the_action_flow(manage, admin_user):
     ] == ["cancel", "close", "reopen"]
     out = manage("acthelm_task", "--json", "close", str(task.pk), check=True)
     assert json.loads(out.stdout)["status"] == "done"
+
+
+def test_connection_add_exists_ok_runs_again_and_never_changes_a_connection(manage, admin_user):
+    """Issue 49, item 7: a pasted block that adds its connection runs twice."""
+    url = "http://127.0.0.1:11434/v1"
+    add = ["acthelm_connection", "add", "ollama", "--kind", "openai_compatible", "--base-url",
+           url, "--model", "qwen3:8b", "--cost-tier", "zero_cost"]  # fmt: skip
+    assert manage(*add, "--exists-ok", check=True).stdout.strip() == "connection ollama added"
+    again = manage(*add, "--exists-ok", check=True)
+    assert again.stdout.strip() == (
+        "connection ollama exists already with these settings: unchanged"
+    )
+    plain = manage(*add)  # without the flag, a second add is still refused
+    assert plain.returncode != 0 and "exists already [invalid_input]" in plain.stderr
+    other = manage(*add[:-2], "--cost-tier", "paid", "--exists-ok")
+    assert other.returncode != 0
+    assert "exists already with other settings (cost_tier: 'zero_cost', not 'paid')" in (
+        other.stderr
+    )
+    more = manage(*add, "--model", "llama3", "--exists-ok")
+    assert more.returncode != 0 and "no model 'llama3'" in more.stderr
+    conn = Connection.objects.get(name="ollama")
+    assert conn.cost_tier == "zero_cost" and [m.name for m in conn.models.all()] == ["qwen3:8b"]
 
 
 def test_connection_add_and_list(manage, admin_user):
@@ -316,7 +340,7 @@ def test_show_prints_the_answer_the_verdict_and_the_artifacts(admin_user, tmp_pa
     out = StringIO()
     call_command("acthelm_task", "show", str(task.pk), stdout=out)
     text = out.getvalue()
-    assert "verdict: approved: names the themes" in text
+    assert "verdict: approved by the supervisor: names the themes" in text
     assert "answer:\n  Three themes.\ufffd[2J Login first." in text  # no escape reaches the tty
     assert (
         "artifacts: report.md (16 bytes)" in text and "input files: tickets.csv (17 bytes)" in text

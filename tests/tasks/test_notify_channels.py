@@ -9,12 +9,15 @@ import pytest
 from django.core.exceptions import ValidationError
 from django.core.management import call_command
 
+from approvals.permissions import DECIDE_APPROVAL
 from tasks.notify.channels import (
+    MAX_MAIL_LINE_BYTES,
     Channel,
     DeliveryFailed,
     EmailChannel,
     Message,
     WebhookChannel,
+    WholeLinesEmail,
     channel_choices,
     channel_kinds,
     get_channel,
@@ -24,7 +27,10 @@ from tasks.notify.channels import (
 )
 from tasks.notify.models import Notification, NotificationTarget
 from tasks.notify.states import TargetKind
-from tasks.notify.targets import sample_message
+from tasks.notify.targets import sample_message, target_add
+from tasks.permissions import VIEW_TASK
+from tests.factories import UserFactory
+from tests.tasks.notify_helpers import approval_notified
 
 
 class _Chat(Channel):
@@ -125,3 +131,47 @@ def test_a_kind_registers_once():
     with pytest.raises(ValueError, match="already registered by EmailChannel"):
         register(_Another)
     assert get_channel(TargetKind.EMAIL) is EmailChannel
+
+
+# --- Email: the decision link on one line, in any reader and in the console backend ----------
+
+
+def _console_body(printed: str) -> list[str]:
+    """The body lines of the one email the console backend printed (after the headers)."""
+    message = printed.split("-" * 79)[0]
+    headers, _, body = message.partition("\n\n")
+    assert "Content-Transfer-Encoding: 8bit" in headers.splitlines()
+    return body.splitlines()
+
+
+@pytest.mark.django_db(transaction=True)
+def test_the_console_backend_prints_the_decision_link_whole_and_it_opens_the_decision(
+    manage, settings, client
+):
+    """Issue 49, item 4: printed quoted-printable, the link was broken over lines ending in `=`
+    and a pasted piece gave link_invalid. A real `acthelm_notify deliver` with the development
+    mailer (no EMAIL_HOST: Django's console backend) prints it on one line; it opens the card."""
+    settings.ACTHELM_BASE_URL = "http://testserver"
+    target_add(name="founder", kind=TargetKind.EMAIL, address="founder@example.org")
+    approval = approval_notified()
+    [row] = Notification.objects.all()
+    assert len(row.url) > 78  # longer than a quoted-printable line
+
+    done = manage("acthelm_notify", "deliver", env={"EMAIL_HOST": ""}, check=True)
+    body = _console_body(done.stdout)
+    assert row.url in body  # a line of its own, whole
+    assert not [line for line in body if line.endswith("=")]
+    assert body[0] == row.text  # the readable line, decoded (“…” and —, not =E2=80=9C)
+
+    client.force_login(UserFactory(username="founder", perms=[DECIDE_APPROVAL, VIEW_TASK]))
+    pasted = next(line for line in body if line.startswith("http://testserver/decide/"))
+    page = client.get(pasted.removeprefix("http://testserver"))
+    assert page.status_code == 200
+    assert f'id="approval-{approval.pk}"' in page.content.decode()
+
+
+def test_a_line_too_long_for_a_mail_line_leaves_the_body_to_djangos_encoding():
+    fits = WholeLinesEmail(subject="s", body="a—\n" + "x" * MAX_MAIL_LINE_BYTES, to=["a@b.c"])
+    assert fits.message()["Content-Transfer-Encoding"] == "8bit"
+    too_long = WholeLinesEmail(subject="s", body="y" * (MAX_MAIL_LINE_BYTES + 1), to=["a@b.c"])
+    assert too_long.message()["Content-Transfer-Encoding"] != "8bit"

@@ -10,7 +10,7 @@ from tasks.notify.states import TargetKind
 from tasks.notify.targets import target_add
 from tests.factories import UserFactory
 from tests.fakes.smtp_server import free_port
-from tests.tasks.notify_helpers import failed_task
+from tests.tasks.notify_helpers import approval_notified, failed_task
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
@@ -62,3 +62,44 @@ def test_the_task_page_shows_what_was_sent_where(client, history):
     assert "founder-mail" in section and "delivered" in section
     assert "dead-hook" in section and "failed</strong> after 1 attempt" in section
     assert "connection_failed" in section
+
+
+def test_the_page_lists_each_notifications_links_a_decision_link_only_for_who_may_decide(
+    client, settings
+):
+    """Issue 49, item 4: the operator finds a recent notification's link on the page; a signed
+    decision link is not shown to a person who could not take the decision."""
+    settings.ACTHELM_BASE_URL = "http://testserver"
+    target_add(name="founder-mail", kind=TargetKind.EMAIL, address="founder@example.org")
+    approval = approval_notified()
+    failed = failed_task(title="Monthly numbers")
+    deliver_due()
+    asked = Notification.objects.get(task=approval.task)
+    told = Notification.objects.get(task=failed)
+    assert asked.url.startswith("http://testserver/decide/approval/")
+
+    client.force_login(
+        UserFactory(username="ops", perms=["tasks.view_notification", "approvals.decide_approval"])
+    )
+    page = client.get(URL).content.decode()
+    row = page[page.index(f'data-notification="{asked.pk}"') :].split("</tr>")[0]
+    assert f'class="notification-link decision-link" href="{asked.url}">{asked.url}</a>' in row
+    assert "expired" not in row and "not shown" not in row
+    other = page[page.index(f'data-notification="{told.pk}"') :].split("</tr>")[0]
+    assert f'href="{told.url}"' in other  # the task page: no decision, shown to all
+
+    # The link the page shows is the one that opens the decision.
+    opened = client.get(asked.url.removeprefix("http://testserver"))
+    assert opened.status_code == 200 and f'id="approval-{approval.pk}"' in opened.content.decode()
+
+    settings.ACTHELM_DECISION_LINK_SECONDS = -1
+    assert "(expired)</span>" in client.get(URL).content.decode()
+    settings.ACTHELM_DECISION_LINK_SECONDS = 86400
+
+    client.force_login(UserFactory(username="watcher", perms=["tasks.view_notification"]))
+    page = client.get(URL).content.decode()
+    token = asked.url.rstrip("/").split("/")[-1]
+    assert token not in page
+    row = page[page.index(f'data-notification="{asked.pk}"') :].split("</tr>")[0]
+    assert "1 decision link not shown" in row
+    assert f'href="{told.url}"' in page

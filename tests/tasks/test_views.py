@@ -361,7 +361,7 @@ def test_task_page_shows_everything_of_a_run(boss):
     assert "The launch moved from April 2 to April 16" in page
     assert "4 / 24" in page  # model turns used / granted
     assert "6,030 / 600,000" in page  # tokens
-    assert "worker-1" in page and "in_progress → review" in page
+    assert "worker-1" in page and "In progress → Review" in page
     assert "Submitted for review" in page
 
 

@@ -29,6 +29,7 @@ from agents.engine.verdict.evidence import (
     chunks,
     texts,
 )
+from agents.states import ToolCallStatus
 
 
 @dataclass(frozen=True)
@@ -273,6 +274,18 @@ _URL = re.compile(r"https?://\S+", re.IGNORECASE)
 
 # "do not write x.md", "never create", "cannot save", "without writing": not a file asked for.
 _NEGATED = re.compile(r"(?:not|never|n't|without|no)\W*$", re.IGNORECASE)
+# A sentence of the answer ends at a full stop, a question or exclamation mark followed by a
+# space (not the dot inside ``summary.md``), or at a line break.
+_SENTENCE_END = re.compile(r"[.!?](?=\s|$)|\n")
+# A sentence that says a file was not written ("could not write summary.md", "the write of
+# summary.md was denied"): not a claim to have written it.
+_NOT_WRITTEN = re.compile(
+    r"\b(?:not|never|no|without|cannot|unable|denied|refused|declined|rejected|failed|"
+    r"skipped|instead)\b|n't\b",
+    re.IGNORECASE,
+)
+# A call a person stopped: denied at its approval, or skipped when its outcome was unknown.
+PERSON_STOPPED = frozenset({ToolCallStatus.DENIED, ToolCallStatus.SKIPPED})
 
 
 def named_output_files(instruction: str) -> list[str]:
@@ -285,6 +298,44 @@ def named_output_files(instruction: str) -> list[str]:
             if not _NEGATED.search(text[max(0, m.start() - 12) : m.start()])
         }
     )
+
+
+def answer_names(answer: str, name: str) -> bool | None:
+    """How the answer speaks of the file `name`: True when a sentence names it without saying it
+    was not written ("I wrote summary.md", "see summary.md") — a claim; False when every sentence
+    that names it says it was not (no, not, denied, could not, …); None when it does not name it.
+    Linear in the answer: it is split into sentences once."""
+    wanted = re.compile(r"(?<![\w.-])" + re.escape(name) + r"(?![\w-])", re.IGNORECASE)
+    named = [s for s in _SENTENCE_END.split(answer or "") if wanted.search(s)]
+    if not named:
+        return None
+    return any(not _NOT_WRITTEN.search(s) for s in named)
+
+
+def _named_output(record: RunRecord, name: str) -> Outcome:
+    """`named_output=NAME`: the instruction asks for NAME. Written: passed. Not written: failed —
+    unless a person denied or skipped a write (the file is then their decision) and the answer
+    does not name it; an answer that claims it anyway fails, whatever stopped the write; one
+    that names it only to say it was not written is unverified (a person reads it)."""
+    if name in record.artifacts:
+        return True, "written"
+    if not record.artifacts_complete:
+        return None, f"{name} not found: {_not_all_listed(record)}"
+    writes = [c.status for c in record.calls if c.tool == "write_artifact"]
+    stopped = [s for s in writes if s != ToolCallStatus.SUCCEEDED]
+    how = f"; write_artifact calls: {', '.join(sorted(set(stopped)))}" if stopped else ""
+    said = answer_names(record.answer, name)
+    by_person = sorted({s for s in stopped if s in PERSON_STOPPED})
+    if said:
+        return False, f"the answer names {name}, which the run never wrote{how}"
+    if not by_person:
+        return False, f"the instruction asks for {name}; artifacts: {_have(record)}{how}"
+    if said is False:
+        return None, (
+            f"{name} was not written (write_artifact {', '.join(by_person)} by a person) and "
+            "the answer mentions it: read what it says"
+        )
+    return True, f"not written: write_artifact {', '.join(by_person)} by a person"
 
 
 def is_echo(answer: str, instruction: str) -> bool:
@@ -327,7 +378,12 @@ def default_checks(record: RunRecord) -> list[CheckResult]:
 
     - `named_output`: the instruction asks to write/create/save a file by name (``summary.md``),
       the task has `write_artifact`, and the run wrote no such artifact — unless a person denied
-      a write (then the missing file is the person's decision).
+      or skipped a write (then the missing file is the person's decision) and the answer does
+      not name the file. An answer that claims a file the run never wrote fails, whatever
+      stopped the write (denied, skipped, refused, failed, never tried): the person decided the
+      file, not what the answer may claim. One that names it only to say it was not written
+      ("the write of summary.md was denied") is unverified after a person's denial
+      (`answer_names`).
     - `answer_not_echo`: the answer only repeats the instruction.
     - `used_tools`: the instruction names one of the task's input files and the task has a tool
       that reads a file's content (`Tool.reads_files`: `read_file`, `search_files`,
@@ -346,19 +402,11 @@ def default_checks(record: RunRecord) -> list[CheckResult]:
     """
     out: list[CheckResult] = []
     if "write_artifact" in record.tools and not record.planning:
-        denied = any(
-            c.tool == "write_artifact" and c.status in ("denied", "skipped") for c in record.calls
-        )
         for name in named_output_files(record.instruction):
-            if name in record.input_files or denied:
-                continue
-            if name in record.artifacts:
-                outcome: Outcome = (True, "written")
-            elif record.artifacts_complete:
-                outcome = (False, f"the instruction asks for {name}; artifacts: {_have(record)}")
-            else:
-                outcome = (None, f"{name} not found: {_not_all_listed(record)}")
-            out.append(_result(f"named_output={name}", outcome, default=True))
+            if name not in record.input_files:
+                out.append(
+                    _result(f"named_output={name}", _named_output(record, name), default=True)
+                )
     echo = is_echo(record.answer, record.instruction)
     out.append(
         CheckResult(

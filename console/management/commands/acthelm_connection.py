@@ -91,6 +91,12 @@ class Command(ActionCommand):
         add.add_argument("--model", action="append", default=[], dest="models")
         add.add_argument("--context-window", type=int)
         add.add_argument("--no-tools", action="store_true", help="the models cannot call tools")
+        add.add_argument(
+            "--exists-ok",
+            action="store_true",
+            help="a connection of this name with exactly these settings and models is fine "
+            "(nothing changes); one with other settings is still refused",
+        )
         sub.add_parser("list")
         prices = sub.add_parser("prices", help="show or set a model's prices (USD per 1M tokens)")
         prices.add_argument("name")
@@ -125,6 +131,7 @@ class Command(ActionCommand):
                 raise InvalidInput("--command must be a JSON list of strings") from None
             if not isinstance(command, list) or not all(isinstance(a, str) for a in command):
                 raise InvalidInput("--command must be a JSON list of strings")
+        existed = Connection.objects.filter(name=opts["name"]).exists()
         conn = connection_add(
             actor=person_actor(opts["user"]),
             name=opts["name"],
@@ -145,12 +152,14 @@ class Command(ActionCommand):
                 }
                 for m in opts["models"]
             ],
+            exist_ok=opts["exists_ok"],
         )
         emit(
             self,
             connection_as_dict(conn),
             as_json=opts["json"],
-            text=f"connection {conn.name} added",
+            text=f"connection {conn.name} "
+            + ("exists already with these settings: unchanged" if existed else "added"),
         )
 
     def do_prices(self, opts: Options) -> None:

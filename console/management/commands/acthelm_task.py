@@ -22,9 +22,9 @@ from agents.models import Model
 from agents.scorecard import model_scorecard, scorecard_window
 from agents.selectors import (
     RunDict,
-    last_rejection,
     task_cost_subquery,
     task_file,
+    task_read,
     task_result,
     task_with_history,
 )
@@ -97,9 +97,8 @@ def _printable(text: str) -> str:
 
 def _result_lines(result: dict[str, Any]) -> list[str]:
     lines = []
-    if result["verdict"]:
-        reason = f": {result['verdict_reason']}" if result["verdict_reason"] else ""
-        lines.append(f"verdict: {result['verdict']}{reason}")
+    if result["verdict_words"]:
+        lines.append(f"verdict: {result['verdict_words']}")
     if result["answer"]:
         lines += ["answer:", *("  " + line for line in result["answer"].splitlines())]
     for title, rows in (("artifacts", result["artifacts"]), ("input files", result["input_files"])):
@@ -165,9 +164,8 @@ def _run_lines(runs: list[RunDict]) -> list[str]:
     """The runs as the task page's Runs table reads them (`agents.selectors.run_as_dict`)."""
     lines = []
     for run in runs:
-        if run["verdict"]:
-            outcome = f"{run['verdict']} by the supervisor"
-            outcome += f": {run['verdict_reason']}" if run["verdict_reason"] else ""
+        if run["verdict_words"]:
+            outcome = run["verdict_words"]
         elif run["error_code"]:
             outcome = f"{run['error_words']} ({run['error_code']})"
         else:
@@ -313,10 +311,13 @@ class Command(BaseCommand):
             text = "\n".join(f"#{r['id']:<6} {r['status']:<18} {r['title']}" for r in rows)
             return emit(self, rows, as_json=as_json, text=text or "no tasks")
         if action == "show":
-            task = self._task(opts["task"])
-            data = task_with_history(task)
+            read = task_read(opts["task"], transcript=False, all_events=True)
+            if read is None:
+                raise CommandError(f"task {opts['task']} does not exist [task_not_found]")
+            task = read.task
+            data = task_with_history(read)
             data["open_operations"] = open_operations(task_id=task.pk)
-            result = task_result(task)
+            result = task_result(read)
             data |= result
             lines = [f"#{task.pk} {task.status} {_printable(task.title)}"]
             if task.failure_code:
@@ -325,8 +326,7 @@ class Command(BaseCommand):
                 lines.append(attempts_text(task.failed_attempts))
             lines += _acceptance_lines(task)
             lines += _result_lines(result)
-            rejection = last_rejection(task)
-            data["rejection"] = rejection.as_dict() if rejection else None
+            data["rejection"] = read.rejection.as_dict() if read.rejection else None
             lines += _rejection_lines(data["rejection"])
             lines += _run_lines(data["runs"])
             lines += ["open operations:", operations_as_text(data["open_operations"])]

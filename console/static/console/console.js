@@ -18,3 +18,21 @@ document.addEventListener("htmx:afterRequest", function (event) {
   var box = document.getElementById("htmx-error");
   if (box && event.detail.successful) box.hidden = true;
 });
+// A filter form leaves the filters a person left empty out of the URL: "?tag=finance", not
+// "?q=&tag=finance&goal=&model=…", whether htmx sends it or the browser does.
+document.addEventListener("htmx:configRequest", function (event) {
+  if (!event.detail.elt.matches || !event.detail.elt.matches("form[data-filters]")) return;
+  var data = event.detail.formData;
+  Array.from(new Set(data.keys())).forEach(function (name) {
+    if (data.getAll(name).every(function (value) { return value === ""; })) data.delete(name);
+  });
+});
+document.addEventListener("submit", function (event) {
+  var form = event.target;
+  if (!form.matches("form[data-filters]") || form.hasAttribute("hx-get")) return;
+  var emptied = Array.from(form.elements).filter(function (field) {
+    return field.name && !field.disabled && field.value === "";
+  });
+  emptied.forEach(function (field) { field.disabled = true; });
+  setTimeout(function () { emptied.forEach(function (field) { field.disabled = false; }); }, 0);
+});

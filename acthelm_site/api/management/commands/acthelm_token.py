@@ -19,6 +19,12 @@ class Command(ActionCommand):
         create = sub.add_parser("create", help="create a token for a person (printed once)")
         create.add_argument("--user", required=True, help="the person the token acts as")
         create.add_argument("--name", required=True, help="what the token is for")
+        create.add_argument(
+            "--replace",
+            action="store_true",
+            help="revoke the person's live token of this name first (a token is shown only "
+            "once: running again issues a new one, and the old one stops working)",
+        )
         lst = sub.add_parser("list", help="list tokens (never the tokens themselves)")
         lst.add_argument("--user", help="only this person's tokens")
         lst.add_argument("--all", action="store_true", help="include revoked tokens")
@@ -34,10 +40,14 @@ class Command(ActionCommand):
 
     def do_create(self, opts: dict[str, Any]) -> None:
         as_json = opts["json"]
-        new = tokens.token_create(user=self._user(opts["user"]), name=opts["name"])
-        data = tokens.token_as_dict(new.token) | {"token": new.secret}
+        new = tokens.token_create(
+            user=self._user(opts["user"]), name=opts["name"], replace=opts["replace"]
+        )
+        replaced = new.replaced.display if new.replaced else None
+        data = tokens.token_as_dict(new.token) | {"token": new.secret, "replaced": replaced}
         text = (
-            f"API token {new.token.name!r} for {new.token.user.get_username()} "
+            (f"token {replaced} ({new.token.name}) revoked\n" if replaced else "")
+            + f"API token {new.token.name!r} for {new.token.user.get_username()} "
             f"(shown only now; store it safely):\n{new.secret}"
         )
         emit(self, data, as_json=as_json, text=text)
