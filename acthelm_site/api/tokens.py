@@ -39,7 +39,6 @@ class TokenRefused(ActhelmError):
     """The request carries no token, a malformed or unknown one, or a revoked one (HTTP 401)."""
 
     error = ErrorCode.TOKEN_INVALID
-    http_status = 401
 
 
 class TokenNotFound(NotFound):
