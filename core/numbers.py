@@ -7,7 +7,7 @@ otherwise surface as a 500 (a DataError) or as a limit that silently never appli
 import math
 from decimal import Decimal
 
-from core.exceptions import InvalidInput
+from core.exceptions import ErrorCode, InvalidInput
 
 INT32_MAX = 2**31 - 1
 INT32_MIN = -(2**31)
@@ -35,7 +35,7 @@ def whole_number(
             else f"between {minimum} and {maximum}"
         )
         raise InvalidInput(
-            f"{name} must be {bounds}, not {number}", code="number_out_of_range", field=name
+            f"{name} must be {bounds}, not {number}", code=ErrorCode.NUMBER_OUT_OF_RANGE, field=name
         )
     return number
 
@@ -52,7 +52,7 @@ def finite_number(value: object, *, name: str, minimum: float, maximum: float) -
     if not minimum <= number <= maximum:
         raise InvalidInput(
             f"{name} must be between {minimum:g} and {maximum:g}, not {number:g}",
-            code="number_out_of_range",
+            code=ErrorCode.NUMBER_OUT_OF_RANGE,
             field=name,
         )
     return number

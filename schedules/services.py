@@ -26,7 +26,7 @@ from agents.engine.run.intake import _validate_tools, task_create
 from agents.engine.verdict.acceptance import validate_checks
 from agents.models import Connection, Model
 from core.actors import Actor
-from core.exceptions import ActhelmError, InvalidInput, NotFound
+from core.exceptions import ActhelmError, ErrorCode, InvalidInput, NotFound
 from schedules import slots
 from schedules.models import Schedule, ScheduleSlot
 from schedules.permissions import ADD_SCHEDULE, CHANGE_SCHEDULE, DELETE_SCHEDULE
@@ -49,7 +49,7 @@ TICK_BATCH = 100
 
 
 class ScheduleNotFound(NotFound):
-    code = "schedule_not_found"
+    error = ErrorCode.SCHEDULE_NOT_FOUND
 
 
 # --- Saving a schedule -------------------------------------------------------------------------

@@ -50,6 +50,7 @@ from console.views.connections import display_url
 from core.actors import Actor
 from core.exceptions import (
     ActhelmError,
+    ErrorCode,
     GoalNotFound,
     InvalidInput,
     NotFound,
@@ -90,7 +91,7 @@ class BearerToken(HttpBearer):
     def __call__(self, request: HttpRequest) -> ApiToken:
         header = request.headers.get("Authorization", "")
         if not header:
-            raise TokenRefused("send Authorization: Bearer <token>", code="token_missing")
+            raise TokenRefused("send Authorization: Bearer <token>", code=ErrorCode.TOKEN_MISSING)
         scheme, _, raw = header.partition(" ")
         if scheme.lower() != "bearer" or not raw.strip():
             raise TokenRefused("the Authorization header must be: Bearer <token>")
@@ -117,10 +118,20 @@ api.add_router("/schedules", schedules_router)
 
 
 def _error(
-    request: HttpRequest, status: int, code: str, message: str, field: str | None = None
+    request: HttpRequest,
+    code: ErrorCode,
+    message: str,
+    field: str | None = None,
+    *,
+    shown: str | None = None,
+    status: int | None = None,
 ) -> HttpResponse:
+    """The API's error answer, `{"code", "message", "field"}`, with the status the registry gives
+    `code` (`ErrorCode`): the one place a status is chosen. `shown` is a code of another registry
+    an error passes on (`ActhelmError.passing`); `status` only keeps a status ninja chose."""
+    status = code.http_status if status is None else status
     response = api.create_response(
-        request, {"code": code, "message": message, "field": field}, status=status
+        request, {"code": shown or code, "message": message, "field": field}, status=status
     )
     if status == 401:
         response["WWW-Authenticate"] = 'Bearer realm="acthelm"'
@@ -129,13 +140,12 @@ def _error(
 
 @api.exception_handler(ActhelmError)
 def _acthelm_error(request: HttpRequest, exc: ActhelmError) -> HttpResponse:
-    status = exc.http_status  # 401 for a refused token, as the console's for the rest
-    if status != 401:
+    if exc.http_status != 401:  # a refused token is not logged as a refusal
         log.info(
             "api.refused",
-            extra={"path": request.path, "code": exc.code, "status": status},
+            extra={"path": request.path, "code": exc.code, "status": exc.http_status},
         )
-    return _error(request, status, exc.code, exc.message, exc.field)
+    return _error(request, exc.error, exc.message, exc.field, shown=exc.code)
 
 
 @api.exception_handler(ValidationError)
@@ -149,7 +159,7 @@ def _validation_error(request: HttpRequest, exc: ValidationError) -> HttpRespons
     field = ".".join(parts) or None
     if first.get("type") == "extra_forbidden":
         return _error(
-            request, 422, "unknown_field", f"{field}: this endpoint has no such field", field
+            request, ErrorCode.UNKNOWN_FIELD, f"{field}: this endpoint has no such field", field
         )
     message = first.get("msg", "invalid input").removeprefix("Value error, ")
     if loc[:1] == ["form"] and request.content_type == "application/json":
@@ -157,36 +167,43 @@ def _validation_error(request: HttpRequest, exc: ValidationError) -> HttpRespons
             "this endpoint takes form fields (multipart/form-data, or "
             "application/x-www-form-urlencoded), not JSON; " + message
         )
-    return _error(request, 400, "invalid_input", f"{field}: {message}" if field else message, field)
+    text = f"{field}: {message}" if field else message
+    return _error(request, ErrorCode.INVALID_INPUT, text, field)
 
 
 @api.exception_handler(AuthenticationError)
 def _unauthenticated(request: HttpRequest, exc: AuthenticationError) -> HttpResponse:
-    return _error(request, 401, "token_missing", "send Authorization: Bearer <token>")
+    return _error(request, ErrorCode.TOKEN_MISSING, "send Authorization: Bearer <token>")
 
 
 @api.exception_handler(Http404)
 def _not_found(request: HttpRequest, exc: Http404) -> HttpResponse:
-    return _error(request, 404, "not_found", str(exc) or "not found")
+    return _error(request, ErrorCode.NOT_FOUND, str(exc) or "not found")
 
 
 @api.exception_handler(RequestDataTooBig)
 def _too_big(request: HttpRequest, exc: RequestDataTooBig) -> HttpResponse:
-    return _error(request, 413, "body_too_large", f"the request body is too large: {exc}")
+    return _error(request, ErrorCode.BODY_TOO_LARGE, f"the request body is too large: {exc}")
 
 
 @api.exception_handler(Exception)
 def _server_error(request: HttpRequest, exc: Exception) -> HttpResponse:
     """Whatever the API did not raise itself: logged with its traceback, answered as JSON."""
     log.exception("api.server_error", extra={"path": request.path})
-    return _error(request, 500, "server_error", "the server failed on this request; it is logged")
+    return _error(
+        request, ErrorCode.SERVER_ERROR, "the server failed on this request; it is logged"
+    )
+
+
+# Ninja's own refusals by their status (400 "Cannot parse request body" for a body that is not
+# JSON); any other keeps ninja's status with the generic code.
+NINJA_CODES = {400: ErrorCode.INVALID_INPUT, 429: ErrorCode.THROTTLED}
 
 
 @api.exception_handler(HttpError)
 def _http_error(request: HttpRequest, exc: HttpError) -> HttpResponse:
-    # Ninja's own refusals, e.g. 400 "Cannot parse request body" for a body that is not JSON.
-    code = {400: "invalid_input", 429: "throttled"}.get(exc.status_code, "error")
-    return _error(request, exc.status_code, code, str(exc))
+    code = NINJA_CODES.get(exc.status_code, ErrorCode.ERROR)
+    return _error(request, code, str(exc), status=exc.status_code)
 
 
 ERRORS = {
@@ -695,7 +712,9 @@ def test_connection(
     actor = _require(request, MANAGE_CONNECTIONS)
     conn = Connection.objects.filter(pk=connection_id).first()
     if conn is None:
-        raise NotFound(f"connection {connection_id} does not exist", code="connection_not_found")
+        raise NotFound(
+            f"connection {connection_id} does not exist", code=ErrorCode.CONNECTION_NOT_FOUND
+        )
     model_name = payload.model if payload else None
     try:
         return agent_connections.connection_test(actor=actor, name=conn.name, model_name=model_name)

@@ -9,14 +9,21 @@ from collections.abc import Callable
 from django.http import HttpRequest, HttpResponse
 from django.http.response import HttpResponseBase
 
+from core.exceptions import ErrorCode
+
 PREFIX = "/api/"
+# The code of each status Django may answer with before the API sees the request; another status
+# keeps the generic code.
 CODES = {
-    400: "invalid_input",
-    403: "permission_denied",
-    404: "not_found",
-    405: "method_not_allowed",
-    413: "body_too_large",
-    500: "server_error",
+    code.http_status: code
+    for code in (
+        ErrorCode.INVALID_INPUT,
+        ErrorCode.PERMISSION_DENIED,
+        ErrorCode.NOT_FOUND,
+        ErrorCode.METHOD_NOT_ALLOWED,
+        ErrorCode.BODY_TOO_LARGE,
+        ErrorCode.SERVER_ERROR,
+    )
 }
 MESSAGES = {
     400: "the request could not be read",
@@ -44,7 +51,7 @@ class ApiJsonErrors:
         if status == 405:
             allowed = response.get("Allow", "")
             message = f"{request.method} is not allowed here; allowed: {allowed or 'none'}"
-        body = {"code": CODES.get(status, "error"), "message": message, "field": None}
+        body = {"code": CODES.get(status, ErrorCode.ERROR), "message": message, "field": None}
         out = HttpResponse(json.dumps(body), status=status, content_type="application/json")
         for header in ("Allow", "WWW-Authenticate"):
             if header in response:

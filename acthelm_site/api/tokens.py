@@ -21,6 +21,7 @@ from django.utils import timezone
 from acthelm_site.api.models import ApiToken
 from core.exceptions import (
     ActhelmError,
+    ErrorCode,
     InvalidInput,
     NotFound,
     NotPermitted,
@@ -37,12 +38,11 @@ LAST_USED_PRECISION = timedelta(seconds=60)
 class TokenRefused(ActhelmError):
     """The request carries no token, a malformed or unknown one, or a revoked one (HTTP 401)."""
 
-    code = "token_invalid"
-    http_status = 401
+    error = ErrorCode.TOKEN_INVALID
 
 
 class TokenNotFound(NotFound):
-    code = "token_not_found"
+    error = ErrorCode.TOKEN_NOT_FOUND
 
 
 @dataclass(frozen=True)
@@ -83,7 +83,7 @@ def token_create(
         raise InvalidInput("a token name is at most 100 characters", field="name")
     holder_refusal = token_holder_refusal(user)
     if holder_refusal:
-        raise InvalidInput(holder_refusal, code="token_holder_not_allowed", field="user")
+        raise InvalidInput(holder_refusal, code=ErrorCode.TOKEN_HOLDER_NOT_ELIGIBLE, field="user")
     if created_by is not None and created_by.pk != user.pk and not created_by.is_superuser:
         raise NotPermitted(
             f"{created_by.get_username()} may create tokens only for themselves; only a "
@@ -166,11 +166,13 @@ def token_authenticate(raw: str) -> ApiToken:
     if token is None:
         raise TokenRefused("unknown API token")
     if token.revoked_at is not None:
-        raise TokenRefused("this API token was revoked", code="token_revoked")
+        raise TokenRefused("this API token was revoked", code=ErrorCode.TOKEN_REVOKED)
     if not token.user.is_active:
-        raise TokenRefused("the token's person is inactive", code="token_revoked")
+        raise TokenRefused("the token's person is inactive", code=ErrorCode.TOKEN_REVOKED)
     if not token.user.is_staff:  # lost staff status: the token stops working with it
-        raise TokenRefused("the token's person is not staff", code="token_holder_not_allowed")
+        raise TokenRefused(
+            "the token's person is not staff", code=ErrorCode.TOKEN_HOLDER_NOT_ALLOWED
+        )
     now = timezone.now()
     if token.last_used_at is None or token.last_used_at < now - LAST_USED_PRECISION:
         ApiToken.objects.filter(pk=token.pk).filter(

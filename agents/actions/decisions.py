@@ -36,7 +36,7 @@ from approvals.permissions import DECIDE_APPROVAL
 from approvals.services import decide_approval_row, decide_review_row
 from approvals.states import ApprovalStatus, ReviewChoice
 from core.actors import Actor
-from core.exceptions import InvalidInput, StaleDecision, TransitionNotAllowed
+from core.exceptions import ErrorCode, InvalidInput, StaleDecision, TransitionNotAllowed
 from tasks.models import Task
 from tasks.states import EventKind, TaskStatus
 from tasks.transitions import lock_task, record_event, set_status
@@ -81,7 +81,7 @@ def edited_arguments(arguments: dict[str, Any] | str | None) -> dict[str, Any] |
         if not text:
             raise InvalidInput(
                 "the edited arguments are empty: give a JSON object, or approve as proposed",
-                code="invalid_arguments",
+                code=ErrorCode.INVALID_ARGUMENTS,
                 field="arguments",
             )
         if len(text) > EDIT_MAX_CHARS:
@@ -95,13 +95,13 @@ def edited_arguments(arguments: dict[str, Any] | str | None) -> dict[str, Any] |
             raise InvalidInput(
                 f"the edited arguments are not valid JSON: {exc.msg} "
                 f"(line {exc.lineno}, column {exc.colno})",
-                code="invalid_arguments",
+                code=ErrorCode.INVALID_ARGUMENTS,
                 field="arguments",
             ) from None
         except RecursionError:
             raise InvalidInput(
                 "the edited arguments are nested too deeply",
-                code="invalid_arguments",
+                code=ErrorCode.INVALID_ARGUMENTS,
                 field="arguments",
             ) from None
     else:
@@ -109,7 +109,7 @@ def edited_arguments(arguments: dict[str, Any] | str | None) -> dict[str, Any] |
     if not isinstance(value, dict):
         raise InvalidInput(
             f"the edited arguments must be a JSON object, not {type(value).__name__}",
-            code="invalid_arguments",
+            code=ErrorCode.INVALID_ARGUMENTS,
             field="arguments",
         )
     return value
@@ -121,13 +121,13 @@ def _check_edit(task: Task, approval: Approval, edit: dict[str, Any]) -> Decisio
     if approval.tool not in task.tools:
         raise InvalidInput(
             f"the tool {approval.tool!r} is no longer on the task's list",
-            code="tool_not_allowed",
+            code=ErrorCode.TOOL_NOT_ALLOWED,
             field="arguments",
         )
     try:
         tool = get_tool(approval.tool)
     except ToolError as exc:
-        raise InvalidInput(exc.message, code=exc.code, field="arguments") from None
+        raise InvalidInput.passing(exc.message, code=exc.code, field="arguments") from None
     pins = Conversation.objects.filter(task=task).values_list("tool_pins", flat=True).first()
     decision = parse_operation(pinned_tool(tool, pins or {}), edit)
     if decision.verdict == CallVerdict.REFUSE:
@@ -141,7 +141,7 @@ def _check_edit(task: Task, approval: Approval, edit: dict[str, Any]) -> Decisio
 
 
 def _refused(code: str, message: str) -> InvalidInput:
-    return InvalidInput(
+    return InvalidInput.passing(
         f"the edited arguments are refused ({code}): {message}", code=code, field="arguments"
     )
 

@@ -13,7 +13,7 @@ from agents.catalogue.providers import (
 from agents.states import ConnectionKind, CostTier
 from core.actors import Actor
 from core.credentials import credential_problem, credential_refusal
-from core.exceptions import InvalidInput
+from core.exceptions import ErrorCode, InvalidInput
 from core.numbers import finite_number, whole_number
 
 MAX_TIMEOUT_SECONDS = 24 * 3600
@@ -99,19 +99,19 @@ def validate_connection(
     if provider.needs_command and check_command:
         problem = executable_refusal_for(actor, command)
         if problem:
-            raise InvalidInput(problem, code="executable_not_allowed", field="command")
+            raise InvalidInput(problem, code=ErrorCode.EXECUTABLE_NOT_ALLOWED, field="command")
     refused = provider.check_settings(
         base_url=base_url,
         command=command,
         allowed_executables=list(settings.ACTHELM_CLI_EXECUTABLES),
     )
     if refused:
-        raise InvalidInput(refused.message, code=refused.code)
+        raise InvalidInput.passing(refused.message, code=refused.code)
     # The name's rule, then where the credential would go (ACTHELM_CREDENTIAL_DESTINATIONS).
     destination = provider.credential_destination(base_url=base_url, command=command)
     refusal = credential_refusal(credential_env, destination)
     if refusal:
-        raise InvalidInput(refusal.message, code=refusal.code)
+        raise InvalidInput.passing(refusal.message, code=refusal.code)
     return {
         "priority": whole_number(priority, name="priority"),
         "timeout_seconds": finite_number(

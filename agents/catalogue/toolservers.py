@@ -45,7 +45,7 @@ from core.credentials import (
     credential_problem,
     credential_refusal,
 )
-from core.exceptions import InvalidInput
+from core.exceptions import ErrorCode, InvalidInput
 from core.numbers import finite_number
 
 log = logging.getLogger("acthelm.toolservers")
@@ -62,7 +62,7 @@ RESETS_TEST = ("transport", "command", "url", "credential_env", "trusted")
 class RunTestOnWorker(InvalidInput):
     """A stdio server's test starts its command: never in the web process."""
 
-    code = "test_on_worker"
+    error = ErrorCode.TEST_ON_WORKER
 
 
 def validate_credential_env(value: str) -> str:
@@ -70,7 +70,7 @@ def validate_credential_env(value: str) -> str:
     value = (value or "").strip()
     problem = credential_problem(value)
     if problem:
-        raise InvalidInput(problem, code=CREDENTIAL_NOT_ALLOWED, field="credential_env")
+        raise InvalidInput.passing(problem, code=CREDENTIAL_NOT_ALLOWED, field="credential_env")
     return value
 
 
@@ -141,7 +141,7 @@ def toolserver_check(
             )
         problem = stdio_refusal(actor, command) if check_command else None
         if problem:
-            raise InvalidInput(problem, code="executable_not_allowed", field="command")
+            raise InvalidInput(problem, code=ErrorCode.EXECUTABLE_NOT_ALLOWED, field="command")
         url = ""
     else:
         if not re.match(r"^https?://[^\s]+$", url):
@@ -154,7 +154,7 @@ def toolserver_check(
     # Where the credential would go, as the operator allows it (ACTHELM_CREDENTIAL_DESTINATIONS).
     refusal = credential_refusal(credential_env, credential_destination(transport, command, url))
     if refusal:
-        raise InvalidInput(refusal.message, code=refusal.code, field="credential_env")
+        raise InvalidInput.passing(refusal.message, code=refusal.code, field="credential_env")
     return {
         "transport": transport,
         "command": command,

@@ -29,7 +29,7 @@ from typing import Any
 import yaml
 
 from agents.eval.grading import validate_expect
-from core.exceptions import InvalidInput
+from core.exceptions import ErrorCode, InvalidInput
 
 CASES_DIR = Path(__file__).resolve().parent / "cases"
 _ID = re.compile(r"^[a-z0-9][a-z0-9_]{0,99}$")
@@ -50,7 +50,7 @@ DECISIONS = ("approve", "deny")
 
 
 class InvalidCase(InvalidInput):
-    code = "eval_case_invalid"
+    error = ErrorCode.EVAL_CASE_INVALID
 
 
 @dataclass(frozen=True)

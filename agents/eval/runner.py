@@ -58,7 +58,7 @@ from agents.states import ModelTestStatus, Verdict
 from approvals.models import Approval
 from approvals.states import ApprovalStatus
 from core.actors import Actor
-from core.exceptions import ActhelmError, StaleDecision
+from core.exceptions import ActhelmError, ErrorCode, StaleDecision
 from tasks.models import Task
 from tasks.states import TaskStatus
 from tasks.workspace import add_input_file
@@ -71,7 +71,7 @@ PAGE_HOST = "127.0.0.1"
 
 
 class EvalError(ActhelmError):
-    code = "eval_error"
+    error = ErrorCode.EVAL_ERROR
 
 
 # --- The loopback page server -----------------------------------------------------------------
@@ -219,16 +219,19 @@ class RunSummary:
 def _resolve(connection_name: str, model_name: str) -> tuple[Connection, Model]:
     connection = Connection.objects.filter(name=connection_name).first()
     if connection is None:
-        raise EvalError(f"no connection named {connection_name!r}", code="eval_connection_missing")
+        raise EvalError(
+            f"no connection named {connection_name!r}", code=ErrorCode.EVAL_CONNECTION_MISSING
+        )
     model = Model.objects.filter(connection=connection, name=model_name).first()
     if model is None:
         raise EvalError(
-            f"connection {connection_name!r} has no model {model_name!r}", code="eval_model_missing"
+            f"connection {connection_name!r} has no model {model_name!r}",
+            code=ErrorCode.EVAL_MODEL_MISSING,
         )
     if model.test_status != ModelTestStatus.PASSED:
         raise EvalError(
             f"model {model_name!r} has not passed its test: run acthelm_connection test first",
-            code="eval_model_untested",
+            code=ErrorCode.EVAL_MODEL_UNTESTED,
         )
     return connection, model
 
@@ -310,12 +313,13 @@ class Runner:
     ):
         if repeat < 1 or workers < 1 or concurrency < 1:
             raise EvalError(
-                "--repeat, --workers and --concurrency must be at least 1", code="eval_bad_option"
+                "--repeat, --workers and --concurrency must be at least 1",
+                code=ErrorCode.EVAL_BAD_OPTION,
             )
         self.connection, self.model = _resolve(connection, model)
         self.cases = load_cases(cases)
         if not self.cases:
-            raise EvalError(f"no case matches {cases!r}", code="eval_no_cases")
+            raise EvalError(f"no case matches {cases!r}", code=ErrorCode.EVAL_NO_CASES)
         self.pattern, self.repeat = cases or "", repeat
         self.workers, self.concurrency, self.start_workers = workers, concurrency, start_workers
         self.loopback_ok = allow_loopback_fetch or settings.ACTHELM_FETCH_ALLOW_PRIVATE

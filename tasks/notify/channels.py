@@ -17,6 +17,7 @@ its status code is kept.
 """
 
 import email.policy
+import enum
 import hashlib
 import hmac
 import ipaddress
@@ -47,7 +48,7 @@ from core.egress import (
     checked_addresses,
     ip_literal,
 )
-from core.exceptions import ActhelmError
+from core.exceptions import ActhelmError, ErrorCode
 
 if TYPE_CHECKING:
     from tasks.notify.models import NotificationTarget
@@ -61,8 +62,41 @@ USER_AGENT = "Acthelm-Notify/1"
 MAX_RESPONSE_BYTES = 4096
 
 
+class DeliveryCode(enum.StrEnum):
+    """Why a send failed, kept on the notification and its target (`last_error_code`): data for
+    the operator, not an HTTP answer, so a registry of its own beside `core.exceptions.ErrorCode`.
+    Besides these a code is a receiver's HTTP status (`http_code`), Slack's error name
+    (`slack_code`) or a refused credential's code (`core.credentials`)."""
+
+    INVALID_TARGET = "invalid_target"
+    TIMEOUT = "timeout"
+    CONNECTION_FAILED = "connection_failed"
+    ADDRESS_NOT_ALLOWED = "address_not_allowed"
+    SECRET_MISSING = "secret_missing"
+    SMTP_REFUSED = "smtp_refused"
+    SMTP_ERROR = "smtp_error"
+    SLACK_BAD_ANSWER = "slack_bad_answer"
+    TARGET_REMOVED = "target_removed"
+
+
+def http_code(status: int) -> str:
+    """The delivery code of a receiver's answer that is not a 2xx: `http_503`."""
+    return f"http_{status}"
+
+
+def slack_code(error: str) -> str:
+    """The delivery code of Slack's refusal, its stable error name: `slack_channel_not_found`."""
+    return f"slack_{error}"
+
+
 class DeliveryFailed(ActhelmError):
-    code = "delivery_failed"
+    """A send that failed; `code` is its delivery code (above), what the outbox keeps."""
+
+    error = ErrorCode.DELIVERY_FAILED
+
+    def __init__(self, message: str, *, code: str) -> None:
+        super().__init__(message)
+        self.code = code
 
 
 @dataclass(frozen=True)
@@ -161,7 +195,7 @@ def find_channel(kind: str) -> type[Channel] | None:
 def get_channel(kind: str) -> type[Channel]:
     channel = _CHANNELS.get(kind)
     if channel is None:
-        raise DeliveryFailed(f"unknown target kind {kind!r}", code="invalid_target")
+        raise DeliveryFailed(f"unknown target kind {kind!r}", code=DeliveryCode.INVALID_TARGET)
     return channel
 
 
@@ -236,17 +270,19 @@ def _send_email(target: "NotificationTarget", message: Message) -> str:
         # The timeout is the mailer's OPTIONS["timeout"] (ACTHELM_NOTIFY_TIMEOUT_SECONDS).
         sent = mailers.default.send_messages([email])
     except TimeoutError as exc:
-        raise DeliveryFailed(f"the mail server did not answer: {exc}", code="timeout") from None
+        raise DeliveryFailed(
+            f"the mail server did not answer: {exc}", code=DeliveryCode.TIMEOUT
+        ) from None
     except smtplib.SMTPRecipientsRefused as exc:
-        raise DeliveryFailed(f"recipient refused: {exc}", code="smtp_refused") from None
+        raise DeliveryFailed(f"recipient refused: {exc}", code=DeliveryCode.SMTP_REFUSED) from None
     except smtplib.SMTPException as exc:
-        raise DeliveryFailed(f"SMTP error: {exc}", code="smtp_error") from None
+        raise DeliveryFailed(f"SMTP error: {exc}", code=DeliveryCode.SMTP_ERROR) from None
     except OSError as exc:
         raise DeliveryFailed(
-            f"cannot reach the mail server: {exc}", code="connection_failed"
+            f"cannot reach the mail server: {exc}", code=DeliveryCode.CONNECTION_FAILED
         ) from None
     if not sent:
-        raise DeliveryFailed("the mail backend sent nothing", code="smtp_error")
+        raise DeliveryFailed("the mail backend sent nothing", code=DeliveryCode.SMTP_ERROR)
     return "accepted by the mail server"
 
 
@@ -256,9 +292,13 @@ def webhook_host(address: str) -> tuple[str, int]:
         url = httpx.URL(address)
         host = url.raw_host.decode("ascii").strip("[]").lower().rstrip(".")
     except (httpx.InvalidURL, UnicodeError, ValueError):
-        raise DeliveryFailed("the webhook URL is not valid", code="invalid_target") from None
+        raise DeliveryFailed(
+            "the webhook URL is not valid", code=DeliveryCode.INVALID_TARGET
+        ) from None
     if url.scheme not in ("http", "https") or not host:
-        raise DeliveryFailed("a webhook target needs an http(s) URL", code="invalid_target")
+        raise DeliveryFailed(
+            "a webhook target needs an http(s) URL", code=DeliveryCode.INVALID_TARGET
+        )
     return host, url.port or (443 if url.scheme == "https" else 80)
 
 
@@ -336,13 +376,14 @@ def _send_webhook(target: "NotificationTarget", message: Message) -> str:
             raise DeliveryFailed(exc.message, code=exc.code) from None
         if not secret:
             raise DeliveryFailed(
-                f"the environment variable {target.secret_env} is not set", code="secret_missing"
+                f"the environment variable {target.secret_env} is not set",
+                code=DeliveryCode.SECRET_MISSING,
             )
         headers[SIGNATURE_HEADER] = sign(secret, body, timestamp)
     status, _answer = post(target.address, body, headers)
     if not 200 <= status < 300:
         # The status only: what an internal peer answers is not ours to store or show.
-        raise DeliveryFailed(f"the receiver answered HTTP {status}", code=f"http_{status}")
+        raise DeliveryFailed(f"the receiver answered HTTP {status}", code=http_code(status))
     return f"HTTP {status}"
 
 
@@ -359,10 +400,10 @@ def post(url: str, body: bytes, headers: Mapping[str, str], *, keep: int = 0) ->
             host, port, timeout=timeout, allowed=settings.ACTHELM_NOTIFY_ALLOW_ADDRESSES
         )
     except ResolveError as exc:
-        code = "timeout" if exc.code == "timeout" else "connection_failed"
+        code = DeliveryCode.TIMEOUT if exc.code == "timeout" else DeliveryCode.CONNECTION_FAILED
         raise DeliveryFailed(exc.message, code=code) from None
     except EgressError as exc:
-        raise DeliveryFailed(exc.message, code="address_not_allowed") from None
+        raise DeliveryFailed(exc.message, code=DeliveryCode.ADDRESS_NOT_ALLOWED) from None
     guard = Guard(deadline, None)
     kept = bytearray()
     try:
@@ -386,10 +427,11 @@ def post(url: str, body: bytes, headers: Mapping[str, str], *, keep: int = 0) ->
                 if read >= limit:
                     break
     except httpx.TimeoutException:
-        raise DeliveryFailed(f"no answer within {timeout:g} s", code="timeout") from None
+        raise DeliveryFailed(f"no answer within {timeout:g} s", code=DeliveryCode.TIMEOUT) from None
     except httpx.HTTPError as exc:
         raise DeliveryFailed(
-            f"cannot reach the receiver: {exc.__class__.__name__}: {exc}", code="connection_failed"
+            f"cannot reach the receiver: {exc.__class__.__name__}: {exc}",
+            code=DeliveryCode.CONNECTION_FAILED,
         ) from None
     finally:
         guard.stop()

@@ -17,7 +17,7 @@ from django.conf import settings
 from django.core import signing
 from django.urls import Resolver404, resolve, reverse
 
-from core.exceptions import ActhelmError
+from core.exceptions import ActhelmError, ErrorCode
 
 SALT_PREFIX = "acthelm.decision-link."
 
@@ -31,13 +31,11 @@ class LinkKind(StrEnum):
 class LinkRefused(ActhelmError):
     """A decision link that opens nothing."""
 
-    code = "link_invalid"
-    http_status = 400
+    error = ErrorCode.LINK_INVALID
 
 
 class LinkExpired(LinkRefused):
-    code = "link_expired"
-    http_status = 410
+    error = ErrorCode.LINK_EXPIRED
 
 
 @dataclass(frozen=True)

@@ -21,7 +21,17 @@ from urllib.parse import unquote, urlsplit
 from django.conf import settings
 
 from core.credentials import CredentialRefused, credential_for
-from tasks.notify.channels import USER_AGENT, Channel, DeliveryFailed, Message, post, register
+from tasks.notify.channels import (
+    USER_AGENT,
+    Channel,
+    DeliveryCode,
+    DeliveryFailed,
+    Message,
+    http_code,
+    post,
+    register,
+    slack_code,
+)
 
 if TYPE_CHECKING:
     from tasks.notify.models import NotificationTarget
@@ -208,7 +218,7 @@ def _token(target: "NotificationTarget") -> str:
     if not token:
         raise DeliveryFailed(
             f"the environment variable {target.token_env or '(no token_env)'} is not set",
-            code="secret_missing",
+            code=DeliveryCode.SECRET_MISSING,
         )
     return token
 
@@ -222,23 +232,25 @@ def _post_message(target: "NotificationTarget", message: Message) -> str:
     headers = _json_headers() | {"Authorization": f"Bearer {_token(target)}"}
     status, answer = post(api_url("chat.postMessage"), body, headers, keep=MAX_ANSWER_BYTES)
     if not 200 <= status < 300:
-        raise DeliveryFailed(f"Slack answered HTTP {status}", code=f"http_{status}")
+        raise DeliveryFailed(f"Slack answered HTTP {status}", code=http_code(status))
     try:
         result = json.loads(answer)
     except ValueError:
-        raise DeliveryFailed("Slack's answer is not JSON", code="slack_bad_answer") from None
+        raise DeliveryFailed(
+            "Slack's answer is not JSON", code=DeliveryCode.SLACK_BAD_ANSWER
+        ) from None
     if not isinstance(result, dict) or result.get("ok") is not True:
         error = result.get("error") if isinstance(result, dict) else None
-        code = error if isinstance(error, str) and _SLACK_ERROR.fullmatch(error) else "error"
+        name = error if isinstance(error, str) and _SLACK_ERROR.fullmatch(error) else "error"
         # Slack's error names are stable codes (invalid_auth, channel_not_found, …).
-        raise DeliveryFailed(f"Slack refused the message: {code}", code=f"slack_{code}")
+        raise DeliveryFailed(f"Slack refused the message: {name}", code=slack_code(name))
     return f"posted to {target.address}"
 
 
 def _respond(response: Mapping[str, Any]) -> str:
     url = str(response.get("response_url", ""))
     if not response_url_allowed(url):
-        raise DeliveryFailed("the response_url is not Slack's", code="invalid_target")
+        raise DeliveryFailed("the response_url is not Slack's", code=DeliveryCode.INVALID_TARGET)
     body = {
         "text": _clip(response.get("text", "")),
         "replace_original": bool(response.get("replace_original")),
@@ -249,7 +261,7 @@ def _respond(response: Mapping[str, Any]) -> str:
         body["response_type"] = "ephemeral"
     status, _answer = post(url, json.dumps(body, ensure_ascii=False).encode(), _json_headers())
     if not 200 <= status < 300:
-        raise DeliveryFailed(f"Slack answered HTTP {status}", code=f"http_{status}")
+        raise DeliveryFailed(f"Slack answered HTTP {status}", code=http_code(status))
     return f"message updated (HTTP {status})"
 
 

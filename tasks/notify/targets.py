@@ -7,21 +7,21 @@ from django.core.exceptions import ValidationError
 from django.db import transaction
 from django.utils import timezone
 
-from core.exceptions import ActhelmError, InvalidInput
-from tasks.notify.channels import DeliveryFailed, Message, send
+from core.exceptions import ActhelmError, ErrorCode, InvalidInput
+from tasks.notify.channels import DeliveryCode, DeliveryFailed, Message, send
 from tasks.notify.models import Notification, NotificationTarget
 from tasks.notify.outbox import console_url
 from tasks.notify.states import NotificationStatus, NotifyEvent
 
 
 class TargetNotFound(ActhelmError, LookupError):
-    code = "target_not_found"
+    error = ErrorCode.TARGET_NOT_FOUND
 
 
 def _invalid(exc: ValidationError) -> InvalidInput:
     fields = getattr(exc, "message_dict", {"__all__": exc.messages})
     text = "; ".join(f"{name}: {' '.join(msgs)}" for name, msgs in fields.items())
-    return InvalidInput(text, code="invalid_target")
+    return InvalidInput(text, code=ErrorCode.INVALID_TARGET)
 
 
 def target_add(
@@ -67,7 +67,7 @@ def target_remove(*, name: str) -> int:
             target=target, status=NotificationStatus.PENDING
         ).update(
             status=NotificationStatus.FAILED,
-            last_error_code="target_removed",
+            last_error_code=DeliveryCode.TARGET_REMOVED,
             last_error="the target was removed",
         )
         target.delete()

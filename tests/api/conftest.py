@@ -6,6 +6,10 @@ import pytest
 from django.test import Client
 
 from acthelm_site.api.tokens import token_create
+from agents.catalogue.tools.base import ERROR_CODES
+from agents.failure_codes import FailureCode
+from core.credentials import CREDENTIAL_DESTINATION_NOT_ALLOWED, CREDENTIAL_NOT_ALLOWED
+from core.exceptions import ErrorCode
 from tests.factories import UserFactory
 
 ALL_PERMS = [
@@ -80,7 +84,25 @@ def powerless(db):
     return client_for("nobody", [])
 
 
+# The codes of other registries a refusal passes on (ActhelmError.passing), answered as 400: a
+# tool call's check of an edit, a model's refusal for a new task, a credential's.
+PASSED_ON = (
+    ERROR_CODES | set(FailureCode) | {CREDENTIAL_NOT_ALLOWED, CREDENTIAL_DESTINATION_NOT_ALLOWED}
+)
+
+
+def registered(code: str, status: int) -> None:
+    """An error answer's code is a member of the registry and came with the member's status, or
+    is a code passed on from another registry with a 400."""
+    if code in ErrorCode.__members__.values():
+        assert ErrorCode(code).http_status == status, (code, status)
+    else:
+        assert code in PASSED_ON and status == 400, (code, status)
+
+
 def error_of(response) -> dict:
+    """The error an answer carries: its shape, and its code registered with its status."""
     data = response.json()
     assert set(data) == {"code", "message", "field"}, data
+    registered(data["code"], response.status_code)
     return data

@@ -130,7 +130,8 @@ def test_only_the_person_or_a_superuser_creates_a_token_for_a_person(user):
 def test_a_person_who_is_not_staff_gets_no_token():
     with pytest.raises(InvalidInput) as refused:
         token_create(user=UserFactory(username="guest", is_staff=False), name="ci")
-    assert refused.value.code == "token_holder_not_allowed"
+    assert refused.value.code == "token_holder_not_eligible"
+    assert refused.value.http_status == 400  # the input is refused, not a token
 
 
 @pytest.mark.parametrize("change", [{"is_staff": False}, {"is_active": False}])

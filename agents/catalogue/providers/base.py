@@ -27,6 +27,7 @@ from core.credentials import (
 
 # The credential rule lives in core.credentials; re-exported here for the providers' users.
 from core.credentials import credential_name_refusal as credential_name_refusal
+from core.exceptions import ErrorCode
 
 # --------------------------------------------------------------------------------------
 # Stable error codes
@@ -138,7 +139,7 @@ def _rebuild_provider_error(
 @dataclass(frozen=True)
 class SettingsProblem:
     """Why a connection's settings are refused: the text shown, and a stable code (None: the
-    caller's default)."""
+    caller's default); a provider kind may name codes of its own, passed on as they are."""
 
     message: str
     code: str | None = None
@@ -346,7 +347,7 @@ class Provider(abc.ABC):
                 return SettingsProblem(f"a {cls.kind} command is a list of non-empty strings")
             problem = executable_refusal(list(command), list(allowed_executables))
             if problem:
-                return SettingsProblem(problem, code="executable_not_allowed")
+                return SettingsProblem(problem, code=ErrorCode.EXECUTABLE_NOT_ALLOWED)
         if cls.needs_base_url and not base_url:
             return SettingsProblem(f"a {cls.kind} connection needs a base URL")
         return None

@@ -24,6 +24,7 @@ from agents.models import Connection, Model
 from agents.states import CostTier, FailureCode
 from core.actors import Actor
 from core.exceptions import (
+    ErrorCode,
     InvalidInput,
 )
 from core.numbers import whole_number
@@ -88,8 +89,6 @@ def _with_default_policies(tools: list[str], policies: dict[str, str]) -> dict[s
     return out
 
 
-NO_USABLE_MODEL = "no_usable_model"
-
 # What a person does about each reason a chosen model is refused (`model_refusal`).
 _ADVICE = {
     FailureCode.MODEL_UNTESTED: "acthelm_connection test {connection}",
@@ -119,7 +118,7 @@ def model_for_new_task(
                     f"connection {connection} has no {what} model: choose a model "
                     f"or test one (acthelm_connection test {connection})",
                     field="model",
-                    code=NO_USABLE_MODEL,
+                    code=ErrorCode.NO_USABLE_MODEL,
                 )
         else:
             model = (
@@ -134,7 +133,7 @@ def model_for_new_task(
                     "connection and model, or add and test one (acthelm_connection add, "
                     "acthelm_connection test)",
                     field="model",
-                    code=NO_USABLE_MODEL,
+                    code=ErrorCode.NO_USABLE_MODEL,
                 )
         return model.connection, model
     if connection is not None and model.connection_id != connection.pk:
@@ -144,7 +143,7 @@ def model_for_new_task(
     refusal = model_refusal(model, with_tools=with_tools)
     if refusal is not None:
         advice = _ADVICE.get(refusal.code, "").format(connection=model.connection)
-        raise InvalidInput(
+        raise InvalidInput.passing(
             f"{refusal.message}: {advice}" if advice else refusal.message,
             field="model",
             code=refusal.code,
@@ -299,7 +298,7 @@ def follow_up_permissions(parent: Task, tools: list[str] | None = None) -> Follo
             raise InvalidInput(
                 f"a follow-up can only get tools this task has ({', '.join(own) or 'none'}), "
                 f"not {', '.join(extra)}",
-                code="tool_not_allowed",
+                code=ErrorCode.TOOL_NOT_ALLOWED,
             )
         child_tools = [t for t in own if t in tools]
     left = remaining(parent, task_usage(parent.pk))
@@ -315,7 +314,7 @@ def follow_up_permissions(parent: Task, tools: list[str] | None = None) -> Follo
             raise InvalidInput(
                 f"this task has used up its {field.removeprefix('limit_').replace('_', ' ')}; "
                 "a follow-up cannot be given more than remains",
-                code="limit_exhausted",
+                code=ErrorCode.LIMIT_EXHAUSTED,
             )
         limits[field] = rest
     limits.update({field: getattr(parent, field) for field in _COPIED_LIMITS})
@@ -377,7 +376,7 @@ def follow_up_create(
             raise InvalidInput(
                 f"this task has proposed {cap} follow-up tasks, the most one task may "
                 "propose (ACTHELM_MAX_PROPOSALS_PER_TASK); propose no more",
-                code="proposal_limit",
+                code=ErrorCode.PROPOSAL_LIMIT,
             )
         inherited = follow_up_permissions(parent, tools)
         if inherit_checks:

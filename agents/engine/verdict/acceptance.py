@@ -43,7 +43,7 @@ from typing import Any, NotRequired, Protocol, TypedDict
 
 import re2
 
-from core.exceptions import InvalidInput
+from core.exceptions import ErrorCode, InvalidInput
 
 FIELD = "acceptance_checks"
 MAX_CHECKS = 50
@@ -61,7 +61,7 @@ class Check(TypedDict):
 
 
 class InvalidCheck(InvalidInput):
-    code = "acceptance_check_invalid"
+    error = ErrorCode.ACCEPTANCE_CHECK_INVALID
     field = FIELD
 
 

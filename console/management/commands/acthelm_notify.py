@@ -1,7 +1,7 @@
 """acthelm_notify add|list|test|remove|deliver — notification targets and the outbox, scriptable."""
 
 from console.cli import ActionCommand, Actions, Options, emit
-from core.exceptions import InvalidInput
+from core.exceptions import ErrorCode, InvalidInput
 from tasks.notify.channels import channel_kinds, get_channel
 from tasks.notify.delivery import deliver_due
 from tasks.notify.models import NotificationTarget
@@ -60,7 +60,9 @@ class Command(ActionCommand):
         kind = next(k for k in channel_kinds() if opts[k] is not None)
         address = opts[kind]
         if NotificationTarget.objects.filter(name=opts["name"]).exists():
-            raise InvalidInput(f"a target named {opts['name']!r} exists", code="target_exists")
+            raise InvalidInput(
+                f"a target named {opts['name']!r} exists", code=ErrorCode.TARGET_EXISTS
+            )
         target = target_add(
             name=opts["name"],
             kind=kind,
