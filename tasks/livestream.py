@@ -32,7 +32,7 @@ from typing import Any
 import psycopg
 from django.conf import settings
 from django.db import connection as db
-from django.http import JsonResponse, StreamingHttpResponse
+from django.http import HttpRequest, JsonResponse, StreamingHttpResponse
 from django.http.response import HttpResponseBase
 
 from core.dburl import listen_conninfo
@@ -338,25 +338,48 @@ class _Stream:
         self.hub.unsubscribe(self.viewer)
 
 
-def stream_response(task_id: int, *, header: str | None, query: str | None) -> HttpResponseBase:
-    """The response both doors send, once they checked who asks: the stream, or 503 with
-    `Retry-After` when this process holds `ACTHELM_LIVE_MAX_VIEWERS` streams already."""
+def _refused(status: int, code: str, message: str, retry_after: int | None) -> JsonResponse:
+    refused = JsonResponse({"code": code, "message": message, "field": None}, status=status)
+    if retry_after is not None:
+        refused["Retry-After"] = str(retry_after)
+    return refused
+
+
+def one_request_at_a_time(request: HttpRequest) -> bool:
+    """Whether this process serves one request at a time and kills a long one: gunicorn's sync
+    worker (`wsgi.multithread` false), its default. A stream there would hold the process's
+    only slot — every other page waits — until the worker timeout kills it (30 s)."""
+    return request.META.get("wsgi.multithread") is False and str(
+        request.META.get("SERVER_SOFTWARE", "")
+    ).startswith("gunicorn")
+
+
+def stream_response(task_id: int, request: HttpRequest) -> HttpResponseBase:
+    """The response both doors send, once they checked who asks: the stream resumed after
+    `Last-Event-ID` (or `?last_event_id=`); or 503 — with `Retry-After` when this process holds
+    `ACTHELM_LIVE_MAX_VIEWERS` streams already, without it under a server that runs one request
+    at a time (`one_request_at_a_time`)."""
+    if one_request_at_a_time(request):
+        return _refused(
+            503,
+            "live_unavailable",
+            "this server runs one request at a time (gunicorn's sync worker): a stream would "
+            "hold it; run gunicorn with --threads (make serve does)",
+            None,
+        )
     the_hub = hub()
     viewer = the_hub.subscribe(task_id)
     if viewer is None:
-        refused = JsonResponse(
-            {
-                "code": "too_many_viewers",
-                "message": f"this server process streams to {the_hub.max_viewers} viewers "
-                "already; try again shortly",
-                "field": None,
-            },
-            status=503,
+        return _refused(
+            503,
+            "too_many_viewers",
+            f"this server process streams to {the_hub.max_viewers} viewers already; try again "
+            "shortly",
+            5,
         )
-        refused["Retry-After"] = "5"
-        return refused
+    after = last_event_id(request.headers.get("Last-Event-ID"), request.GET.get("last_event_id"))
     response = StreamingHttpResponse(
-        _Stream(the_hub, viewer, sse_events(the_hub, viewer, after=last_event_id(header, query))),
+        _Stream(the_hub, viewer, sse_events(the_hub, viewer, after=after)),
         content_type="text/event-stream",
     )
     response["Cache-Control"] = "no-cache"

@@ -27,7 +27,8 @@ def task_events(request: HttpRequest, task_id: int) -> HttpResponseBase:
     being written — `text`, `tool_call`, `turn`, `end` — never stored, never resumable) and
     `end` (`{"status": …}`, the last). `Last-Event-ID` (or `?last_event_id=`) resumes after
     that stored event. 503 with `Retry-After` when this server process streams to its maximum
-    of viewers already (`ACTHELM_LIVE_MAX_VIEWERS`)."""
+    of viewers already (`ACTHELM_LIVE_MAX_VIEWERS`); 503 without it under a server that runs
+    one request at a time (gunicorn's sync worker: `make serve` runs threads)."""
     # The API's BearerToken sets `auth`; Django's HttpRequest does not declare it.
     token = request.auth  # type: ignore[attr-defined]
     if not isinstance(token, ApiToken):
@@ -36,8 +37,4 @@ def task_events(request: HttpRequest, task_id: int) -> HttpResponseBase:
         raise NotPermitted(f"{token.user.get_username()} lacks the permission {VIEW_TASK}")
     if not Task.objects.filter(pk=task_id).exists():
         raise TaskNotFound(f"task {task_id} does not exist")
-    return stream_response(
-        task_id,
-        header=request.headers.get("Last-Event-ID"),
-        query=request.GET.get("last_event_id"),
-    )
+    return stream_response(task_id, request)

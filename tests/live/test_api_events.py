@@ -129,3 +129,23 @@ def test_past_the_bound_a_viewer_is_refused_with_503_and_retry_after(api, settin
     assert again.status_code == 200
     again.close()  # a client gone before the first byte: its place is given back
     assert livestream.hub().viewer_count() == 0
+
+
+def test_a_server_that_runs_one_request_at_a_time_is_refused_at_once(api):
+    """gunicorn's sync worker (its default): a stream would hold the process's only request
+    slot until the worker timeout killed it, every page waiting meanwhile (measured: /healthz
+    answered after 41 s, the stream cut at 30 s and the worker SIGKILLed). `make serve` runs
+    threads; under the sync worker the stream is refused, 503 without Retry-After."""
+    task = TaskFactory(status=TaskStatus.IN_PROGRESS)
+    sync = {"SERVER_SOFTWARE": "gunicorn/23.0.0", "wsgi.multithread": False}
+    answer = api.client.get(url(task.pk), headers={"Authorization": f"Bearer {api.token}"}, **sync)
+    assert answer.status_code == 503
+    assert answer.json()["code"] == "live_unavailable"
+    assert "--threads" in answer.json()["message"]
+    assert "Retry-After" not in answer
+    threaded = {"SERVER_SOFTWARE": "gunicorn/23.0.0", "wsgi.multithread": True}
+    answer = api.client.get(
+        url(task.pk), headers={"Authorization": f"Bearer {api.token}"}, **threaded
+    )
+    assert answer.status_code == 200
+    answer.close()
