@@ -354,11 +354,14 @@ def one_request_at_a_time(request: HttpRequest) -> bool:
     ).startswith("gunicorn")
 
 
-def stream_response(task_id: int, request: HttpRequest) -> HttpResponseBase:
+def stream_response(
+    task_id: int, request: HttpRequest, *, from_now: bool = False
+) -> HttpResponseBase:
     """The response both doors send, once they checked who asks: the stream resumed after
-    `Last-Event-ID` (or `?last_event_id=`); or 503 — with `Retry-After` when this process holds
-    `ACTHELM_LIVE_MAX_VIEWERS` streams already, without it under a server that runs one request
-    at a time (`one_request_at_a_time`)."""
+    `Last-Event-ID` (or `?last_event_id=`) — without either, from the first stored event, or
+    with `from_now` (the console's page, which shows the stored ones) from the newest. Or 503:
+    with `Retry-After` when this process holds `ACTHELM_LIVE_MAX_VIEWERS` streams already,
+    without it under a server that runs one request at a time (`one_request_at_a_time`)."""
     if one_request_at_a_time(request):
         return _refused(
             503,
@@ -377,7 +380,11 @@ def stream_response(task_id: int, request: HttpRequest) -> HttpResponseBase:
             "shortly",
             5,
         )
-    after = last_event_id(request.headers.get("Last-Event-ID"), request.GET.get("last_event_id"))
+    header, query = request.headers.get("Last-Event-ID"), request.GET.get("last_event_id")
+    after = last_event_id(header, query)
+    if from_now and not after:
+        newest = TaskEvent.objects.filter(task_id=task_id).order_by("-id").values_list("id")[:1]
+        after = newest[0][0] if newest else 0
     response = StreamingHttpResponse(
         _Stream(the_hub, viewer, sse_events(the_hub, viewer, after=after)),
         content_type="text/event-stream",
