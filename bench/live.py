@@ -10,7 +10,8 @@ acthelm_watch feeding `tasks.live.Publisher`, a text delta every 20 ms: 50 a sec
 4 NOTIFYs), opens N streams of `GET /api/tasks/{id}/events`, and measures: how long a delta takes
 from `publish` to each viewer, what the gunicorn process spends in CPU and memory, its database
 connections, how long /healthz takes while the streams are open, and what the next viewer past
-the bound gets. Then the same seconds with no viewer: NOTIFYs sent (0 is the claim).
+the bound gets. Then the same seconds with no viewer: NOTIFYs sent (0 is the claim). The figures
+go to bench/results/live.json, under the server's kind and the viewers.
 """
 
 import argparse
@@ -28,6 +29,7 @@ from pathlib import Path
 import httpx
 
 ROOT = Path(__file__).resolve().parent.parent
+RESULTS = ROOT / "bench" / "results" / "live.json"  # each run under "threads_8", "sync_1", …
 sys.path.insert(0, str(ROOT))
 os.environ.setdefault("DJANGO_SETTINGS_MODULE", "acthelm_site.settings")
 
@@ -231,6 +233,10 @@ def main() -> None:  # noqa: C901 - one measurement, in the order it runs
             quiet.publish(task.pk, 1, "text", {"text": f" q{m}"})
         result["notifies_sent_with_nobody_watching"] = quiet.sent
         print(json.dumps(result, indent=2))
+        key = f"{'sync' if args.sync else 'threads'}_{args.viewers}"
+        recorded = json.loads(RESULTS.read_text()) if RESULTS.exists() else {}
+        recorded[key] = result
+        RESULTS.write_text(json.dumps(recorded, indent=2, sort_keys=True) + "\n")
     finally:
         halt.set()
         proc.terminate()  # gunicorn waits for open streams up to its graceful timeout: not here

@@ -43,7 +43,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
-from django.db import DatabaseError, InterfaceError
+from django.db import DatabaseError, InterfaceError, transaction
 from django.db import connection as db
 
 from core.dbpool import is_pooled, release_connection
@@ -186,14 +186,9 @@ def _send_notifies(payloads: list[str]) -> None:
     """NOTIFY each payload on LIVE_CHANNEL, in order, in one transaction; then the connection is
     given back (pooled) or closed, so none is held until the next send."""
     try:
-        with db.cursor() as cursor:
-            if len(payloads) == 1:
-                cursor.execute("SELECT pg_notify(%s, %s)", [LIVE_CHANNEL, payloads[0]])
-            else:
-                cursor.execute("BEGIN")
-                for payload in payloads:
-                    cursor.execute("SELECT pg_notify(%s, %s)", [LIVE_CHANNEL, payload])
-                cursor.execute("COMMIT")
+        with transaction.atomic(), db.cursor() as cursor:
+            for payload in payloads:
+                cursor.execute("SELECT pg_notify(%s, %s)", [LIVE_CHANNEL, payload])
     finally:
         if is_pooled():
             release_connection()
