@@ -9,7 +9,8 @@ it over. The kinds (`KINDS`), each an append to what a viewer shows:
 - `"tool_call"`, `{"index": 0, "name": "fetch_url", "arguments": "{\\"url"}`: a tool call as it
   forms; `arguments` is a fragment appended to that call's, `name` may be empty after the first;
 - `"end"`, `{"stored": true}`: the turn is over: stored (the page's refresh shows it) or, with
-  `false`, discarded (cut off, truncated, declined: the viewer drops what it showed).
+  `false`, discarded (cut off, truncated, declined: the viewer drops what it showed). Publish it
+  after the step's commit, so that a page refreshed on it shows the stored turn.
 
 Hidden reasoning is no kind: it is never published. An unknown kind is a programming error
 (ValueError), raised before anything else.

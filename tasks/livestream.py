@@ -82,7 +82,6 @@ class Hub:
         self._cursor: dict[int, int] = {}  # task id -> the last stored event read for it
         self._joined: set[int] = set()
         self._thread: threading.Thread | None = None
-        self._wake = threading.Event()
         self.conninfo = ""
         self.polls = 0  # statements run (for tests and measurements)
 
@@ -117,7 +116,6 @@ class Hub:
             viewer.after = after
             self._cursor[viewer.task_id] = min(self._cursor.get(viewer.task_id, after), after)
             self._joined.add(viewer.task_id)
-        self._wake.set()
 
     def unsubscribe(self, viewer: Viewer) -> None:
         with self._lock:
@@ -176,8 +174,6 @@ class Hub:
             wait = max(0.05, min(self.poll_seconds - (time.monotonic() - polled), 0.25))
             for note in conn.notifies(timeout=wait, stop_after=200):
                 self._deliver(note.payload)
-            if self._wake.is_set():
-                self._wake.clear()
 
     def _announce(self, conn: psycopg.Connection[Any], tasks: list[int], joined: set[int]) -> None:
         items = [f"{t}:join" if t in joined else str(t) for t in tasks]

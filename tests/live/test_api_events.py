@@ -149,3 +149,25 @@ def test_a_server_that_runs_one_request_at_a_time_is_refused_at_once(api):
     )
     assert answer.status_code == 200
     answer.close()
+
+
+def test_a_viewer_arriving_mid_turn_is_sent_what_was_written_so_far(api):
+    task = TaskFactory(status=TaskStatus.IN_PROGRESS)
+    run = AgentRunFactory(task=task)
+    with WorkerSide() as worker:
+        worker.publisher.publish(task.pk, run.pk, "turn", {})
+        worker.publisher.publish(task.pk, run.pk, "text", {"text": "Written before "})
+        worker.publisher.publish(task.pk, run.pk, "text", {"text": "anyone watched."})
+        assert worker.publisher.sent == 0  # nobody watched: nothing was sent
+        answer = api.get(url(task.pk))
+        reader = StreamReader(answer)
+        reader.start()
+        _, caught_up = reader.next("delta", seconds=5)
+        assert caught_up["data"]["reset"] is True
+        assert caught_up["data"]["deltas"] == [["text", {"text": "Written before anyone watched."}]]
+        worker.publisher.publish(task.pk, run.pk, "text", {"text": " And after."})
+        _, more = reader.next("delta", seconds=3)
+        assert more["data"]["reset"] is False
+        assert more["data"]["deltas"] == [["text", {"text": " And after."}]]
+        TaskFactory._meta.model.objects.filter(pk=task.pk).update(status=TaskStatus.DONE)
+        assert reader.done.wait(5)
