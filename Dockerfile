@@ -27,4 +27,4 @@ RUN useradd --system --uid 10001 --create-home --home-dir /home/acthelm acthelm 
 USER acthelm
 
 EXPOSE 8000
-CMD ["gunicorn", "acthelm_site.wsgi", "--bind", "0.0.0.0:8000", "--access-logfile", "-"]
+CMD ["gunicorn", "acthelm_site.wsgi", "--threads", "16", "--bind", "0.0.0.0:8000", "--access-logfile", "-"]

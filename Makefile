@@ -5,6 +5,8 @@ PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed
 HOST ?= 127.0.0.1
 PORT ?= 8000
+# gunicorn threads per process (`make serve`): a live stream of a task holds one while open.
+WEB_THREADS ?= 16
 DEMO_MODEL_PORT ?= 8765
 PYTEST_ARGS ?=
 # The suite runs in this many processes (each with its own test database); the tests marked
@@ -115,7 +117,7 @@ clean: db-stop
 .PHONY: serve
 serve: $(STAMP)
 	DJANGO_SETTINGS_MODULE=acthelm_site.settings_production $(PY) manage.py collectstatic --noinput
-	DJANGO_SETTINGS_MODULE=acthelm_site.settings_production exec $(PY) -m gunicorn acthelm_site.wsgi \
+	DJANGO_SETTINGS_MODULE=acthelm_site.settings_production exec $(PY) -m gunicorn acthelm_site.wsgi --threads $(WEB_THREADS) \
 		--bind $(HOST):$(PORT) --access-logfile -
 
 # Benchmarks against the peers (Procrastinate, LangGraph), measured side by side on the project's

@@ -165,6 +165,10 @@ ACTHELM_DB_POOL_TIMEOUT_SECONDS = env_float("ACTHELM_DB_POOL_TIMEOUT_SECONDS", 3
 ACTHELM_LISTEN_DATABASE_URL = os.environ.get("ACTHELM_LISTEN_DATABASE_URL", "").strip()
 if ACTHELM_LISTEN_DATABASE_URL:  # a wrong URL stops the start, not the listener later
     parse_database_url(ACTHELM_LISTEN_DATABASE_URL, name="ACTHELM_LISTEN_DATABASE_URL")
+# The live channel (tasks/live.py, tasks/livestream.py): how many streams of a task's events one
+# web process serves at once; past it a stream is refused, 503 with Retry-After. Each holds one of
+# the server's threads for as long as it is open (docs/operations.md, "Watching a task live").
+ACTHELM_LIVE_MAX_VIEWERS = env_int("ACTHELM_LIVE_MAX_VIEWERS", 8)
 # How many ready tasks one claim statement may take for a worker's free places.
 ACTHELM_CLAIM_BATCH = env_int("ACTHELM_CLAIM_BATCH", 50)
 # A worker runs its tasks as fibers on this many step threads (0 = one per core, at most

@@ -24,6 +24,7 @@ from ninja.security import HttpBearer
 from pydantic import BaseModel, Field
 
 from acthelm_site.api import schemas as s
+from acthelm_site.api.events import router as events_router
 from acthelm_site.api.models import ApiToken
 from acthelm_site.api.schedules import router as schedules_router
 from acthelm_site.api.selectors import (
@@ -112,6 +113,7 @@ api = NinjaAPI(
     docs_decorator=staff_member_required,
 )
 api.add_router("/schedules", schedules_router)
+api.add_router("/tasks", events_router)
 
 
 # --- Errors ---------------------------------------------------------------------------------

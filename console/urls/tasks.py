@@ -23,6 +23,7 @@ task_patterns = [
     path("tasks/<int:pk>/model-check/", views.task_model_check, name="model_check"),
     path("tasks/<int:pk>/retry-now/", views.task_retry_now, name="retry_now"),
     path("tasks/<int:pk>/edit/", views.task_edit, name="edit"),
+    path("tasks/<int:pk>/live/", views.task_live, name="live"),
     path("tasks/<int:pk>/calls/<int:call_pk>/result/", views.task_call_result, name="call_result"),
     path("tasks/<int:pk>/artifacts/<int:artifact_pk>/", views.task_artifact, name="artifact"),
     path(

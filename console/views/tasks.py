@@ -14,6 +14,7 @@ from django.contrib import messages
 from django.contrib.auth.models import User
 from django.core.exceptions import PermissionDenied
 from django.http import FileResponse, Http404, HttpResponse, QueryDict
+from django.http.response import HttpResponseBase
 from django.shortcuts import get_object_or_404, redirect, render
 from django.template.loader import render_to_string
 from django.urls import reverse
@@ -66,6 +67,7 @@ from core.exceptions import ActhelmError, InvalidInput, NotPermitted
 from memory.models import MemorySelection
 from tasks import services
 from tasks.limits import BY_FIELD, CUMULATIVE, PER_ITEM, limit_for_failure
+from tasks.livestream import stream_response
 from tasks.models import Task, TaskEvent
 from tasks.notify.selectors import task_notifications
 from tasks.permissions import ADD_TASK, OPERATE_TASK
@@ -504,6 +506,17 @@ def render_task_page(
 @console_view()
 def task_detail(request: AuthenticatedHttpRequest, pk: int) -> HttpResponse:
     return render_task_page(request, pk)
+
+
+@require_GET
+@console_view()
+def task_live(request: AuthenticatedHttpRequest, pk: int) -> HttpResponseBase:
+    """The task page's live panel (an EventSource, the session's person): what the running turn
+    writes, as `GET /api/tasks/{id}/events` sends it (`tasks.livestream`), from the newest stored
+    event on — the page shows the stored ones."""
+    if not Task.objects.filter(pk=pk).exists():
+        raise Http404("no such task")
+    return stream_response(pk, request, from_now=True)
 
 
 @require_GET
