@@ -62,13 +62,17 @@ class ErrorCode(enum.StrEnum):
     SCHEDULE_NOT_FOUND = "schedule_not_found", 404
     TOKEN_NOT_FOUND = "token_not_found", 404
     TARGET_NOT_FOUND = "target_not_found", 404
-    # 405, 410, 413, 422, 429, 500: answered by the API (or its middleware), or a link's age.
+    # 405, 410, 413, 422, 429, 500, 503: answered by the API (or its middleware, or a live
+    # stream), or a link's age.
     METHOD_NOT_ALLOWED = "method_not_allowed", 405
     LINK_EXPIRED = "link_expired", 410
     BODY_TOO_LARGE = "body_too_large", 413
     UNKNOWN_FIELD = "unknown_field", 422
     THROTTLED = "throttled", 429
     SERVER_ERROR = "server_error", 500
+    # 503: a task's live stream this server process cannot serve now (`tasks.livestream`).
+    LIVE_UNAVAILABLE = "live_unavailable", 503
+    TOO_MANY_VIEWERS = "too_many_viewers", 503
     # 409: the current state does not allow it (a refusal that names no other status).
     ERROR = "error", 409
     TRANSITION_NOT_ALLOWED = "transition_not_allowed", 409

@@ -36,6 +36,7 @@ from django.http import HttpRequest, JsonResponse, StreamingHttpResponse
 from django.http.response import HttpResponseBase
 
 from core.dburl import listen_conninfo
+from core.exceptions import ErrorCode
 from tasks.live import ANNOUNCE_SECONDS, LIVE_CHANNEL, WATCH_CHANNEL
 from tasks.models import Task, TaskEvent
 from tasks.selectors import event_as_dict
@@ -334,8 +335,10 @@ class _Stream:
         self.hub.unsubscribe(self.viewer)
 
 
-def _refused(status: int, code: str, message: str, retry_after: int | None) -> JsonResponse:
-    refused = JsonResponse({"code": code, "message": message, "field": None}, status=status)
+def _refused(code: ErrorCode, message: str, retry_after: int | None) -> JsonResponse:
+    refused = JsonResponse(
+        {"code": str(code), "message": message, "field": None}, status=code.http_status
+    )
     if retry_after is not None:
         refused["Retry-After"] = str(retry_after)
     return refused
@@ -360,8 +363,7 @@ def stream_response(
     without it under a server that runs one request at a time (`one_request_at_a_time`)."""
     if one_request_at_a_time(request):
         return _refused(
-            503,
-            "live_unavailable",
+            ErrorCode.LIVE_UNAVAILABLE,
             "this server runs one request at a time (gunicorn's sync worker): a stream would "
             "hold it; run gunicorn with --threads (make serve does)",
             None,
@@ -370,8 +372,7 @@ def stream_response(
     viewer = the_hub.subscribe(task_id)
     if viewer is None:
         return _refused(
-            503,
-            "too_many_viewers",
+            ErrorCode.TOO_MANY_VIEWERS,
             f"this server process streams to {the_hub.max_viewers} viewers already; try again "
             "shortly",
             5,
