@@ -841,6 +841,7 @@ def run_procrastinate(
             stop_workers(children)
             model_stats = model_summary(stop_model(model), released) if model else None
     all_done = done >= args.agents
+    turns_done = (model_stats or {}).get("answered", 0) if kind == "http" else done * args.turns
     elapsed = float(end) - float(start) if all_done and start and end else wall
     per_job_kb = [(p - i) / max(1, per_proc) for p, i in zip(peak, idle, strict=True)]
     return {
@@ -857,7 +858,8 @@ def run_procrastinate(
         else None,
         "peak_connections": sampler.peak,
         "worker_cpu_s": cpu1 - cpu0,
-        "worker_cpu_ms_per_job_turn": (cpu1 - cpu0) * 1000 / max(1, done * args.turns),
+        # Over the requests the model answered (http) or the sleeps of the jobs done (sleep).
+        "worker_cpu_ms_per_job_turn": (cpu1 - cpu0) * 1000 / turns_done if turns_done else None,
         "worker_idle_rss_mb": [i / 1024 for i in idle],
         "worker_peak_rss_mb": [p / 1024 for p in peak],
         "memory_per_job_kb": sum(per_job_kb) / len(per_job_kb),
@@ -1125,7 +1127,7 @@ def fleet_main(args, db_url: str, datadir: str, limits: dict) -> int:
     a, o = acthelm, acthelm["outcomes"]
     done = f"{a['in_review_at_stop']}/{args.agents} in review"
     if a["stopped_by_deadline"]:
-        done += f" at {a['elapsed_s']:.0f} s (deadline)"
+        done += f" at {a['elapsed_s']:.1f} s (deadline)"
     rows = [
         [
             f"Acthelm ({args.label})",
@@ -1146,7 +1148,7 @@ def fleet_main(args, db_url: str, datadir: str, limits: dict) -> int:
         if peer["failed"]:
             pdone += f", {peer['failed']} failed"
         if peer["stopped_by_deadline"]:
-            pdone += f" at {peer['elapsed_s']:.0f} s (deadline)"
+            pdone += f" at {peer['elapsed_s']:.1f} s (deadline)"
         rows.append(
             [
                 peer["label"],
@@ -1362,7 +1364,7 @@ def main() -> int:
     DEBUG = args.debug
     PREPARE = args.prepare
     THREADED_MODEL = args.threaded_model
-    if not re.fullmatch(r"fleet(_[a-z0-9]+)?", args.section):
+    if not re.fullmatch(r"fleet(_[a-z0-9_]+)?", args.section):
         parser.error("--section: fleet or fleet_<something>")
     size = args.model_alone or args.agents
     limits = check_nofile(size, 1 if args.model_alone else args.procs)
