@@ -27,6 +27,7 @@ import argparse
 import asyncio
 import json
 import resource
+import subprocess
 import sys
 import threading
 import time
@@ -182,9 +183,10 @@ async def serve(latency: float, turns: int) -> None:
     threading.Thread(
         target=wait_stdin, args=(lambda: loop.call_soon_threadsafe(stop.set),), daemon=True
     ).start()
-    async with server:
-        await stop.wait()
+    await stop.wait()
+    # The counts first: closing waits for no held request (a stopped client's are gone anyway).
     print(json.dumps(stats.as_dict()), flush=True)
+    server.close()
 
 
 def serve_threaded(latency: float, turns: int) -> None:
@@ -242,8 +244,6 @@ class HoldingModel:
     `close()` stops it and returns its counts."""
 
     def __init__(self, latency: float, turns: int, *, threaded: bool = False):
-        import subprocess
-
         self.proc = subprocess.Popen(
             [sys.executable, __file__, "--latency", str(latency), "--turns", str(turns)]
             + (["--threaded"] if threaded else []),
@@ -267,7 +267,11 @@ class HoldingModel:
     def close(self) -> dict:
         self.proc.stdin.close()
         line = self.proc.stdout.readline().strip()
-        self.proc.wait(30)
+        try:
+            self.proc.wait(30)
+        except subprocess.TimeoutExpired:
+            self.proc.kill()
+            self.proc.wait()
         return json.loads(line) if line else {}
 
 
