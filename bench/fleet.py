@@ -1318,7 +1318,11 @@ def fleet_main(args, db_url: str, datadir: str, limits: dict) -> int:
         f"--agents {args.agents} --latency {args.latency:g} --turns {args.turns} "
         f"--procs {args.procs}"
         + (f" --deadline {args.deadline:g}" if args.deadline else "")
+        + (" --precheck" if args.precheck else "")
         + (" --threaded-model" if THREADED_MODEL else "")
+        + (f" --model-nice {MODEL_NICE}" if MODEL_NICE != DEFAULT_MODEL_NICE else "")
+        + (f" --peer {args.peer}" if args.peer != "sleep,http" and not args.no_peer else "")
+        + (" --no-peer" if args.no_peer else "")
         + (f" --peer-client {args.peer_client}" if args.peer_client != "shared" else "")
         + (" --debug" if args.debug else "")
         + (f" --section {args.section}" if args.section != NAME else "")
