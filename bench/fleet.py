@@ -39,7 +39,9 @@ Printed and recorded:
   (`asyncio.sleep`); `http` (the fair peer), N jobs that each make `turns` requests to a holding
   model of their own (the same L) with the bodies of an Acthelm run's turns (same shape, padded
   to the same bytes), from one `httpx.AsyncClient` per worker process (`--peer-client shared`,
-  no pool limit) or one per job (`per-job`; `both` runs the two). Each peer row: elapsed,
+  no pool limit), one per job (`per-job`) or one per SHARD jobs (`sharded`: httpcore's pool
+  stalls at ~1,000 connections, encode/httpcore #1035); `both` runs shared and per-job, `all`
+  the three. Each peer row: elapsed,
   effective concurrency, peak connections, worker CPU a job-turn, worker KiB a job (peak RSS less
   the process's own before the jobs were deferred), failed jobs.
 
@@ -67,6 +69,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import contextlib
+import itertools
 import json
 import os
 import re
@@ -140,6 +143,8 @@ def server_log_lines(pattern: str) -> int | None:
 
 # --- the model ----------------------------------------------------------------------------------
 
+#: --peer-client sharded: jobs per httpx.AsyncClient of the fair peer.
+SHARD = 100
 THREADED_MODEL = False  # --threaded-model: a thread per held request (issue 51's overload)
 #: Bytes of an Acthelm request body by turn (0: the first request), used for the fair peer and
 #: the model-alone check when no Acthelm run of this invocation measured them: the first two
@@ -698,6 +703,7 @@ def procrastinate_app(
     model_url: str | None = None,
     sizes: list[int] | None = None,
     client_mode: str = "shared",
+    concurrency: int = 1,
 ):
     import logging
 
@@ -738,12 +744,19 @@ def procrastinate_app(
             response.raise_for_status()
             _ = response.json()["choices"][0]["message"]
 
+    # sharded: a client for every SHARD jobs of the process, the jobs taken round-robin, so that
+    # no pool holds more than ~SHARD connections (httpcore's pool scans all of its connections
+    # for each idle one on every request: encode/httpcore #1035).
+    clients = max(1, -(-concurrency // SHARD))
+    turn = itertools.count()
+
     @app.task(name="asks")
     async def asks() -> None:
-        if client_mode == "shared":
-            if "client" not in shared:
-                shared["client"] = new_client()
-            await converse(shared["client"])
+        if client_mode in ("shared", "sharded"):
+            key = next(turn) % clients if client_mode == "sharded" else 0
+            if key not in shared:
+                shared[key] = new_client()
+            await converse(shared[key])
         else:
             async with new_client() as client:
                 await converse(client)
@@ -760,6 +773,7 @@ def procrastinate_worker(spec: dict) -> int:
         spec.get("model_url"),
         spec.get("sizes"),
         spec.get("client", "shared"),
+        spec["concurrency"],
     )
     with app.open():
         app.run_worker(
@@ -1158,7 +1172,10 @@ def fleet_main(args, db_url: str, datadir: str, limits: dict) -> int:
     sizes = body_bytes(acthelm["model_server"], args.turns)
     peers = []
     kinds = [] if args.no_peer else [k.strip() for k in args.peer.split(",") if k.strip()]
-    clients = ["shared", "per-job"] if args.peer_client == "both" else [args.peer_client]
+    clients = {
+        "both": ["shared", "per-job"],
+        "all": ["shared", "per-job", "sharded"],
+    }.get(args.peer_client, [args.peer_client])
     for kind in kinds:
         for client in clients if kind == "http" else ["-"]:
             what = "its jobs sleep" if kind == "sleep" else f"HTTP, {client} client, {sizes} B"
@@ -1359,9 +1376,10 @@ def main() -> int:
     )
     parser.add_argument(
         "--peer-client",
-        choices=("shared", "per-job", "both"),
+        choices=("shared", "per-job", "sharded", "both", "all"),
         default="shared",
-        help="the http peer's httpx.AsyncClient: one per worker process, one per job, or both",
+        help="the http peer's httpx.AsyncClient: one per worker process, one per job, one per "
+        f"{SHARD} jobs; both: shared and per-job; all: the three",
     )
     parser.add_argument(
         "--threaded-model",
