@@ -167,6 +167,12 @@ if ACTHELM_LISTEN_DATABASE_URL:  # a wrong URL stops the start, not the listener
     parse_database_url(ACTHELM_LISTEN_DATABASE_URL, name="ACTHELM_LISTEN_DATABASE_URL")
 # How many ready tasks one claim statement may take for a worker's free places.
 ACTHELM_CLAIM_BATCH = env_int("ACTHELM_CLAIM_BATCH", 50)
+# A worker runs its tasks as fibers on this many step threads (0 = one per core, at most
+# ACTHELM_DB_POOL_SIZE): a run waiting for its model, a tool's request or an MCP server holds no
+# thread. While the oldest ready run has waited longer than ACTHELM_CLAIM_MAX_LAG_SECONDS for a
+# step thread (or the event loop runs that late), the worker claims nothing more.
+ACTHELM_STEP_THREADS = env_int("ACTHELM_STEP_THREADS", 0)
+ACTHELM_CLAIM_MAX_LAG_SECONDS = env_float("ACTHELM_CLAIM_MAX_LAG_SECONDS", 0.25)
 # A task gets ACTHELM_MAX_ATTEMPTS attempts in all, the first run among them: after attempt n
 # fails, attempt n+1 runs ACTHELM_RETRY_DELAYS[n-1] seconds later (the last delay repeats); the
 # failure of the last attempt fails the task. A run that stops without failing (a pause, an

@@ -273,40 +273,43 @@ def test_the_worker_keeps_one_http_connection_to_the_model_server():
     assert len(set(_KeepAlive.ports)) == 1  # three requests, one TCP connection
 
 
-def test_a_run_thread_hands_its_loop_and_connection_to_the_next_one():
-    """A worker runs each task in a thread of its own; a thread that ended gives its event loop,
-    client and kept-alive connection to the next (`release_thread_http`), so a new task's first
-    request opens no connection. A thread that keeps its loop opens one of its own."""
-    from agents.catalogue.providers import Message, build_provider, release_thread_http
+def test_runs_on_any_thread_or_fiber_share_the_processs_connection():
+    """Every request is a task on the process's event loop (`core.fibers`), on one client per
+    endpoint: runs one after another — from plain threads, or fibers on different step threads —
+    use one kept-alive connection, and a new task's first request opens none."""
+    from agents.catalogue.providers import Message, build_provider
+    from core import fibers
 
     _KeepAlive.ports = []
     server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), _KeepAlive)
     thread = threading.Thread(target=server.serve_forever, daemon=True)
     thread.start()
     url = f"http://127.0.0.1:{server.server_address[1]}/v1"
+    answers: list[str] = []
 
-    def run(release: bool) -> None:
+    def run() -> None:
         provider = build_provider("openai_compatible", base_url=url, timeout=5)
         answer = provider.complete(
             model="m", messages=[Message(role="user", content="hi")], tools=[], max_tokens=5
         )
-        assert answer.text == "ok"
-        if release:
-            release_thread_http()
+        answers.append(answer.text)
 
+    pool = fibers.Fibers(2, name="test-step")
     try:
-        for release in (True, True, True, False, False):
-            run_thread = threading.Thread(target=run, args=(release,))
+        for _ in range(2):
+            run_thread = threading.Thread(target=run)
             run_thread.start()
             run_thread.join()
+        for _ in range(3):
+            pool.spawn(run)
+            assert pool.join(10)
     finally:
+        pool.close()
         server.shutdown()
         server.server_close()
+    assert answers == ["ok"] * 5
     assert len(_KeepAlive.ports) == 5
-    # three run threads one after another on one connection (the fourth takes it too, but
-    # keeps it); the fifth finds nothing given back and opens its own
-    assert len(set(_KeepAlive.ports[:4])) == 1
-    assert _KeepAlive.ports[4] != _KeepAlive.ports[0]
+    assert len(set(_KeepAlive.ports)) == 1
 
 
 def _mcp_steps(settings, count, steps: int) -> Counts:

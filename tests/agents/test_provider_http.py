@@ -347,9 +347,9 @@ def environment_proxy(monkeypatch):
     for name in ("NO_PROXY", "no_proxy", "HTTPS_PROXY", "https_proxy", "ALL_PROXY", "all_proxy"):
         monkeypatch.delenv(name, raising=False)
     monkeypatch.setenv("HTTP_PROXY", f"http://127.0.0.1:{proxy.port}")
-    provider_http._proxied.cache_clear()
+    provider_http.reset_clients()
     yield proxy
-    provider_http._proxied.cache_clear()
+    provider_http.reset_clients()
     proxy.close()
 
 

@@ -13,7 +13,6 @@ Django-free on purpose: settings and credentials are passed in as arguments.
 """
 
 from . import anthropic, cli, openai_compat  # noqa: F401 - imported to register the kinds
-from ._http import release_thread_http
 from .anthropic import AnthropicProvider
 from .base import (
     ALL_CODES,
@@ -80,5 +79,4 @@ __all__ = [
     "get_provider_class",
     "register",
     "registered_kinds",
-    "release_thread_http",
 ]

@@ -29,6 +29,7 @@ import threading
 import time
 from typing import IO, Any
 
+from core import fibers
 from core.credentials import EXEC_PREFIX
 
 from .base import (
@@ -297,7 +298,7 @@ class CLIProvider(Provider):
                         out.eof.wait(1.0)
                         err.eof.wait(1.0)
                         break
-                out.eof.wait(POLL_INTERVAL)
+                fibers.wait_event(out.eof, POLL_INTERVAL)  # a run in a fiber holds no step thread
         finally:
             if proc.poll() is None:
                 _kill_group(proc)

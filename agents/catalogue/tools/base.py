@@ -276,6 +276,10 @@ class Tool[A: BaseModel]:
     # The tool reads a workspace file's content (listing names is not reading one): the
     # acceptance check "the run read the input it names" counts a call to it.
     reads_files: ClassVar[bool] = False
+    # The tool waits on the network with a blocking client (fetch_url): a worker runs it on
+    # its blocking pool, not on a step thread (`core.fibers.blocking`). An MCP tool waits on
+    # the process's event loop instead; the others are a step's CPU.
+    waits_on_network: ClassVar[bool] = False
     #: The arguments model (a ``ToolArgs`` subclass for the built-in tools).
     Args: type[A]
 

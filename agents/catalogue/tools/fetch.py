@@ -374,6 +374,7 @@ class _Counter:
 @register
 class FetchUrl(Tool[FetchUrlArgs]):
     name = "fetch_url"
+    waits_on_network = True
     description = (
         "Fetch a web page or file with an HTTP GET request (http/https only, public "
         "internet addresses only). Follows up to 5 redirects. Returns the status, final "

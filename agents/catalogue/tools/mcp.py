@@ -22,6 +22,7 @@ makes it idempotent.
 from __future__ import annotations
 
 import asyncio
+import concurrent.futures
 import contextlib
 import json
 import os
@@ -36,6 +37,7 @@ from typing import TYPE_CHECKING, Any, cast
 
 from pydantic import BaseModel, ConfigDict
 
+from core import fibers
 from core.credentials import EXEC_PREFIX, CredentialRefused, credential_for, redact
 
 from .base import Tool, ToolContext, ToolError, ToolResult
@@ -481,16 +483,25 @@ class _Runner[R]:
         self.error: BaseException | None = None
         self.started = threading.Event()
 
-    def _thread(self) -> None:
-        async def main() -> R:
-            self.task = asyncio.current_task()
-            self.loop = asyncio.get_running_loop()
-            self.started.set()
-            return await self.make_coro()
+    async def _main(self) -> R:
+        self.task = asyncio.current_task()
+        self.loop = asyncio.get_running_loop()
+        self.started.set()
+        return await self.make_coro()
 
+    def _thread(self) -> None:
         try:
-            self.result = asyncio.run(main())
+            self.result = asyncio.run(self._main())
         except BaseException as exc:  # noqa: BLE001 - handed to the waiting thread
+            self.error = exc
+        finally:
+            self.started.set()
+            self.done.set()
+
+    def _settle(self, future: concurrent.futures.Future[R]) -> None:
+        try:
+            self.result = future.result()
+        except BaseException as exc:  # noqa: BLE001 - handed to the waiting fiber
             self.error = exc
         finally:
             self.started.set()
@@ -502,12 +513,19 @@ class _Runner[R]:
             with contextlib.suppress(RuntimeError):
                 self.loop.call_soon_threadsafe(self.task.cancel)
 
+    def _start(self) -> None:
+        if fibers.current() is not None:
+            # In a worker's fiber: the call is a task on the process's loop, and the fiber
+            # steps aside while it runs (no thread waits for the server).
+            fibers.submit(self._main()).add_done_callback(self._settle)
+        else:
+            threading.Thread(target=self._thread, name="mcp-call", daemon=True).start()
+        fibers.wait_event(self.started, CLOSE_GRACE_SECONDS + POLL_SECONDS)
+
     def run(self, *, deadline: float, cancel_event: threading.Event | None) -> R:
-        thread = threading.Thread(target=self._thread, name="mcp-call", daemon=True)
-        thread.start()
-        self.started.wait()
+        self._start()
         why: str | None = None
-        while not self.done.wait(POLL_SECONDS):
+        while not fibers.wait_event(self.done, POLL_SECONDS):
             if cancel_event is not None and cancel_event.is_set():
                 why = "cancelled"
             elif self.garbage is not None:
@@ -521,7 +539,7 @@ class _Runner[R]:
             if why:
                 self.cancel()
                 # The SDK closes the connection / ends the process; don't wait forever for it.
-                self.done.wait(CLOSE_GRACE_SECONDS)
+                fibers.wait_event(self.done, CLOSE_GRACE_SECONDS)
                 break
         if why is None and self.too_large is not None:
             why = "too_large"  # the session ended on the oversized answer before the poll

@@ -7,7 +7,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
-from agents.catalogue.tools import RecoveryClass, Tool, ToolError, all_tools
+from agents.catalogue.tools import RecoveryClass, Tool, ToolError, ToolResult, all_tools
 from agents.catalogue.tools.mcp import is_mcp_tool
 from agents.catalogue.tools.plan import ProposeTaskArgs
 from agents.catalogue.tools.schemas import CheckStopped
@@ -27,7 +27,7 @@ from agents.engine.store import storable
 from agents.engine.verdict.outcomes import Outcome
 from agents.states import TOOL_CALL_DONE
 from agents.states import ToolCallStatus as TC
-from core import telemetry
+from core import fibers, telemetry
 from core.dbpool import release_connection
 from core.exceptions import AttemptLost
 from tasks.limits import BEFORE_A_NETWORK_REQUEST, BEFORE_AN_MCP_CALL
@@ -260,7 +260,7 @@ class ToolRounds(RunState):
             return
         error: ToolError | None = None
         try:
-            result = tool.run(args, self._context())
+            result = self._run_tool(tool, args)
             text, requests, artifact = result.text, result.network_requests, result.artifact
         except ToolError as exc:
             error, text, requests, artifact = exc, "", exc.network_requests, None
@@ -291,6 +291,15 @@ class ToolRounds(RunState):
             granted, used = getattr(self.task, limit.field), getattr(usage, limit.counter)
             message = found[1] if found else limit.reached.format(granted=granted, used=used)
             raise fail(limit.failure_code, message, retryable=False)
+
+    def _run_tool(self, tool: Tool[Any], args: BaseModel) -> ToolResult:
+        """The tool's work. In a worker's fiber, a tool that waits on the network with a
+        blocking client (a fetch) runs on the blocking pool, so that it holds no step thread;
+        an MCP call waits on the process's loop by itself; the others are the step's CPU
+        (`core.fibers`)."""
+        if tool.waits_on_network:
+            return fibers.blocking(tool.run, args, self._context())
+        return tool.run(args, self._context())
 
     def _execute_internal(
         self, call: CallState, tool: Tool[Any], args: BaseModel, counted: int

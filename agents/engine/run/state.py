@@ -24,6 +24,7 @@ from agents.engine.run.usage import Usage, headroom, remaining
 from agents.engine.store import holds_now
 from agents.engine.verdict.outcomes import Outcome
 from agents.states import TOOL_CALL_DONE
+from core import fibers
 from core.actors import Actor
 from core.dbpool import release_connection
 from core.exceptions import AttemptLost
@@ -94,6 +95,7 @@ class RunState:
         self.signals = signals
         self.step = Step()
         self._clock = time.monotonic()
+        self._queued = fibers.queued_seconds()  # time ready but waiting for a step thread
         self.recorder: Recorder | None = None
         # The new turn's first call as admitted when the turn was stored (nothing ran since):
         # run without a second admission, and for an external call with its intent already
@@ -113,15 +115,19 @@ class RunState:
     # -- usage, time and the checkpoint -----------------------------------------------------------
 
     def _elapsed(self) -> float:
-        """The seconds since the last commit (booked with the step that ends now)."""
-        now = time.monotonic()
-        delta, self._clock = now - self._clock, now
-        return delta
+        """The seconds since the last commit (booked with the step that ends now), less the
+        time the run spent queued in its worker for a step thread: a busy worker makes a run
+        later, never closer to its runtime limit."""
+        now, queued = time.monotonic(), fibers.queued_seconds()
+        delta = (now - self._clock) - (queued - self._queued)
+        self._clock, self._queued = now, queued
+        return max(0.0, delta)
 
     def usage(self) -> Usage:
         """The task's usage now: earlier runs, this run's booked usage, and the time since the
-        last commit."""
-        return self.used.plus_seconds(time.monotonic() - self._clock)
+        last commit (less the time queued, as `_elapsed`)."""
+        queued = fibers.queued_seconds() - self._queued
+        return self.used.plus_seconds(max(0.0, time.monotonic() - self._clock - queued))
 
     def _book(self, delta: Usage) -> None:
         """The one place usage is booked: in memory (for the limits) and in the step (for the

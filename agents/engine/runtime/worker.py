@@ -1,14 +1,19 @@
-"""The worker: claim tasks, hold them with one heartbeat, run each in a thread, apply the outcome.
+"""The worker: claim tasks, hold them with one heartbeat, run them as fibers, apply the outcome.
 
 No broker: PostgreSQL is the queue. A dispatcher claims for the free places (several tasks in one
-statement) and starts a thread per claimed task, which ends with its run; free places hold no
-thread and no connection. One heartbeat renews every lease the process holds in one statement,
-on a connection of its own outside the pool, so that no run can make it wait. One listener
-(`LISTEN`) wakes the dispatcher for new work and the heartbeat for a person's action on a task
-that runs here. A maintenance thread runs `recover_stale()`, the reconciler and what apps
-registered with it (`agents.engine.runtime.maintenance`: the schedules' tick); a thread of its
-own delivers the notification outbox, so no receiver can delay recovery. A run borrows a pooled
-connection only to read or write (`configure_pool`), its verdict included
+statement) and starts a fiber per claimed task (`core.fibers`): the runs share a few step threads
+(`ACTHELM_STEP_THREADS`), and a run waiting for its model, a tool's request or an MCP server holds
+no thread and no connection — the request is a task on the process's event loop. The dispatcher
+takes only what the worker can carry: while the oldest ready run has waited longer than
+`ACTHELM_CLAIM_MAX_LAG_SECONDS` for a step thread, or the loop runs that late, it claims nothing
+(a busy worker slows, it never fails work), and the time a run spends ready but queued is not
+counted against its runtime limit. One heartbeat renews every lease the process holds in one
+statement, on a thread and connection of its own outside the pool, so that no run can make it
+wait. One listener (`LISTEN`) wakes the dispatcher for new work and the heartbeat for a person's
+action on a task that runs here. A maintenance thread runs `recover_stale()`, the reconciler
+and what apps registered with it (`agents.engine.runtime.maintenance`: the schedules' tick); a
+thread of its own delivers the notification outbox, so no receiver can delay recovery. A run
+borrows a pooled connection only to read or write (`configure_pool`), its verdict included
 (`agents.engine.verdict.supervisor`). The first SIGTERM/SIGINT stops claiming and lets every run
 hand its task back at its next safe point; a second one exits at once (the leases then expire and
 another worker recovers the tasks).
@@ -27,7 +32,6 @@ from django.conf import settings
 from django.db import DatabaseError
 from django.db import connection as db
 
-from agents.catalogue.providers import release_thread_http
 from agents.engine.run.loop import AgentLoop, RunSignals
 from agents.engine.run.recorder import SavedState, load_starts
 from agents.engine.runtime.heartbeat import CONNECTION_ERRORS, DB_ERRORS, Heartbeat, Running
@@ -46,6 +50,7 @@ from agents.engine.verdict.supervisor import supervise
 from agents.engine.verdict.supervisor import uses_model as supervisor_uses_model
 from agents.models import AgentRun
 from agents.states import FailureCode
+from core import fibers
 from core.dbpool import release_connection
 from core.dburl import listen_conninfo
 from core.exceptions import AttemptLost
@@ -55,6 +60,17 @@ from tasks.transitions import READY_CHANNEL, SIGNAL_CHANNEL
 log = logging.getLogger("acthelm.worker")
 
 DELIVERY_INTERVAL_SECONDS = 1.0  # between delivery passes (a pass sends every row that is due)
+_BEHIND_RECHECK_SECONDS = 0.1  # how soon a worker that is behind looks again
+
+
+def step_threads() -> int:
+    """ACTHELM_STEP_THREADS, or one per core, at most the database pool's size (each step
+    thread borrows one connection at a time)."""
+    if settings.ACTHELM_STEP_THREADS > 0:
+        return settings.ACTHELM_STEP_THREADS
+    cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count()
+    pool = settings.ACTHELM_DB_POOL_SIZE
+    return max(1, min(cores or 1, pool) if pool > 0 else (cores or 1))
 
 
 def storage_message(exc: Exception, loop: AgentLoop | None) -> str:
@@ -74,8 +90,8 @@ def default_worker_id() -> str:
 
 
 class Worker:
-    """`concurrency` runs at once, each in a thread of its own that exists only while it runs a
-    task; one dispatcher claims for the free places (several ready tasks in one statement), one
+    """`concurrency` runs at once, as fibers on a few step threads; one dispatcher claims for
+    the free places (several ready tasks in one statement) while the worker keeps up, one
     heartbeat renews every lease, one listener hears new work and people's actions."""
 
     def __init__(
@@ -97,7 +113,7 @@ class Worker:
         self._cond = threading.Condition()
         self._generation = 0
         self._running: dict[int, Running] = {}
-        self._threads: set[threading.Thread] = set()
+        self.fibers = fibers.Fibers(step_threads(), name="step")
         self._lock = threading.Lock()
         self.heartbeat: Heartbeat | None = None
         self.processed = 0
@@ -207,6 +223,12 @@ class Worker:
                     if not busy:
                         return
                     free = 0
+                elif free > 0:
+                    free = self.can_take(free)
+                    if not free:
+                        # Busy: the runs it holds come first. Look again shortly.
+                        self.stopping.wait(_BEHIND_RECHECK_SECONDS)
+                        continue
                 claims, starts = self._claim(free) if free > 0 else ([], {})
                 for claim in claims:
                     self._start_run(claim, starts.get(claim.task_id))
@@ -259,37 +281,38 @@ class Worker:
             release_connection()
         return claims, {}
 
-    def _start_run(self, claim: Claim, saved: SavedState | None = None) -> None:
-        thread = threading.Thread(
-            target=self._run_thread,
-            args=(claim, saved),
-            name=f"run-{claim.task_id}",
-            daemon=True,
-        )
-        with self._lock:
-            self._threads.add(thread)
-        thread.start()
+    def can_take(self, free: int) -> int:
+        """How many of the `free` places to claim for now: none while the worker is not keeping
+        up with the runs it holds — the oldest ready run has waited longer than
+        ACTHELM_CLAIM_MAX_LAG_SECONDS for a step thread, or the event loop runs its callbacks
+        that late —, else no more than keeps ACTHELM_CLAIM_BATCH runs ready at most (new runs
+        start as fast as the step threads take them, not faster)."""
+        limit = settings.ACTHELM_CLAIM_MAX_LAG_SECONDS
+        if self.fibers.lag() > limit or fibers.loop_lag() > limit:
+            return 0
+        return max(0, min(free, settings.ACTHELM_CLAIM_BATCH - self.fibers.waiting()))
 
-    def _run_thread(self, claim: Claim, saved: SavedState | None = None) -> None:
+    def _start_run(self, claim: Claim, saved: SavedState | None = None) -> None:
+        # Listed (and so heartbeaten) from the claim on, also while it waits for a step thread.
+        signals = RunSignals()
+        if self.stopping.is_set():
+            signals.stop.set()
+        with self._lock:
+            self._running[claim.run_id] = Running(claim, signals)
+        self.fibers.spawn(self._run_fiber, claim, saved, signals)
+
+    def _run_fiber(self, claim: Claim, saved: SavedState | None, signals: RunSignals) -> None:
         try:
-            self.process(claim, saved)
+            self.process(claim, saved, signals=signals)
         except Exception:  # nothing may end the worker
             log.exception("worker.process_error", extra={"task_id": claim.task_id})
         finally:
             db.close()
-            release_thread_http()  # its model connections, for the next run
-            with self._lock:
-                self._threads.discard(threading.current_thread())
             self._wake()
 
     def _join_runs(self) -> None:
-        while True:
-            with self._lock:
-                threads = list(self._threads)
-            if not threads:
-                return
-            for t in threads:
-                t.join(0.2)
+        self.fibers.join()
+        self.fibers.close()
 
     def drain(self) -> int:
         """Claim and run tasks one at a time in THIS thread until nothing is claimable (what a
@@ -301,10 +324,17 @@ class Worker:
             self.process(claim)
         return self.processed
 
-    def process(self, claim: Claim, saved: SavedState | None = None) -> str | None:
+    def process(
+        self,
+        claim: Claim,
+        saved: SavedState | None = None,
+        *,
+        signals: RunSignals | None = None,
+    ) -> str | None:
         """Run one claimed task to an outcome and record it with the run's last step (`saved`:
         its state as read with the claim, else the run reads it)."""
-        signals = RunSignals()
+        if signals is None:
+            signals = RunSignals()
         if self.stopping.is_set():
             signals.stop.set()
         # Outside `run` (a test, a benchmark's measuring thread), the run has a heartbeat of its
@@ -441,7 +471,7 @@ class Worker:
                     log.exception("run.hand_back_failed", extra={"task_id": claim.task_id})
                     db.close()
                     return None
-                time.sleep(delay)
+                fibers.sleep(delay)
                 delay = min(delay * 2, 1.0)
 
     # -- helpers -------------------------------------------------------------------------------

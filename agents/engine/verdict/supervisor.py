@@ -58,6 +58,7 @@ from agents.engine.verdict.evidence import (
 )
 from agents.models import Artifact, Model, ToolCall
 from agents.states import TOOL_CALL_DONE, ModelTestStatus
+from core import fibers
 from core.dbpool import release_connection
 from core.exceptions import AttemptLost
 from tasks.limits import CUMULATIVE
@@ -289,7 +290,8 @@ def _evaluate_within(
             if left <= 0:
                 raise _OutOfTime
             # A CancelEvent wakes the wait itself; a plain Event is looked at twice a second.
-            done.wait(left if wakes or cancel is None else min(left, 0.5))
+            # In a worker's fiber, the wait holds no step thread (`core.fibers.wait_event`).
+            fibers.wait_event(done, left if wakes or cancel is None else min(left, 0.5))
     finally:
         if wakes:
             assert isinstance(cancel, CancelEvent)

@@ -1,0 +1,165 @@
+"""core.fibers: runs as greenlets on a few step threads, their waits as tasks on one loop.
+
+What the worker relies on: a waiting fiber holds no thread; the fibers of one thread take turns
+only where they wait, never inside a transaction; time ready but queued is counted, so that a
+run can leave it out of its runtime; the pool's lag says when the worker is behind."""
+
+import asyncio
+import threading
+import time
+
+import pytest
+from django.db import connection, transaction
+
+from core import fibers
+
+
+@pytest.fixture
+def pool():
+    pool = fibers.Fibers(1, name="test-step")
+    yield pool
+    pool.close()
+
+
+def test_a_thousand_waiting_fibers_hold_no_thread_of_their_own(pool):
+    """1,000 fibers waiting on the loop at once: the process has no more threads than before
+    they started, and each gets its own result back."""
+    loop = fibers.io_loop()
+    pool.start()
+    before = threading.active_count()
+    results: list[int] = []
+
+    async def new_gate() -> asyncio.Event:
+        return asyncio.Event()
+
+    gate = fibers.wait(new_gate())
+
+    async def hold(n: int) -> int:
+        await gate.wait()
+        return n
+
+    for n in range(1000):
+        pool.spawn(lambda n=n: results.append(fibers.wait(hold(n))))
+    deadline = time.monotonic() + 30
+    while pool.lag() > 0 and time.monotonic() < deadline:  # every fiber has started and waits
+        time.sleep(0.05)
+    assert pool.live == 1000
+    assert threading.active_count() <= before  # no thread per waiting fiber
+    loop.call_soon_threadsafe(gate.set)
+    assert pool.join(30)
+    assert sorted(results) == list(range(1000))
+
+
+def test_an_error_in_the_coroutine_is_raised_in_the_fiber(pool):
+    seen: list[BaseException] = []
+
+    async def fail() -> None:
+        raise ValueError("from the loop")
+
+    def run() -> None:
+        try:
+            fibers.wait(fail())
+        except ValueError as exc:
+            seen.append(exc)
+
+    pool.spawn(run)
+    assert pool.join(10)
+    assert [str(e) for e in seen] == ["from the loop"]
+
+
+def test_outside_a_fiber_wait_blocks_the_calling_thread():
+    async def answer() -> int:
+        await asyncio.sleep(0.01)
+        return 42
+
+    assert fibers.current() is None
+    assert fibers.wait(answer()) == 42
+
+
+@pytest.mark.django_db(transaction=True)
+def test_a_fiber_never_steps_aside_inside_a_transaction(pool):
+    """The fibers of a thread share its connection: one that waits inside a transaction keeps
+    its thread (the wait blocks), so no other fiber runs a statement inside that transaction."""
+    order: list[str] = []
+
+    def in_transaction() -> None:
+        with transaction.atomic():
+            order.append("a: begin")
+            fibers.sleep(0.2)  # inside the transaction: blocks, does not switch
+            order.append("a: commit")
+        connection.close()
+
+    def other() -> None:
+        order.append("b: runs")
+        fibers.sleep(0)
+
+    pool.spawn(in_transaction)
+    pool.spawn(other)
+    assert pool.join(10)
+    assert order == ["a: begin", "a: commit", "b: runs"]
+
+
+def test_outside_a_transaction_the_fibers_of_a_thread_take_turns_at_their_waits(pool):
+    order: list[str] = []
+
+    def run(name: str) -> None:
+        order.append(f"{name}: before")
+        fibers.sleep(0.05)
+        order.append(f"{name}: after")
+
+    pool.spawn(run, "a")
+    pool.spawn(run, "b")
+    assert pool.join(10)
+    assert order[:2] == ["a: before", "b: before"]
+    assert sorted(order[2:]) == ["a: after", "b: after"]
+
+
+def test_time_ready_but_queued_behind_a_busy_fiber_is_counted(pool):
+    """A fiber kept from its thread by another one's CPU work counts that time as queued (a run
+    leaves it out of its runtime), and the pool's lag shows it while it lasts."""
+    queued: dict[str, float] = {}
+    lags: list[float] = []
+
+    def busy() -> None:
+        end = time.monotonic() + 0.5
+        while time.monotonic() < end:
+            pass
+        queued["busy"] = fibers.queued_seconds()
+
+    def patient() -> None:
+        queued["patient"] = fibers.queued_seconds()
+
+    pool.spawn(busy)
+    pool.spawn(patient)
+    time.sleep(0.3)
+    lags.append(pool.lag())
+    assert pool.join(10)
+    assert queued["patient"] >= 0.4  # it was ready from the start, and ran after busy's 0.5 s
+    assert queued["busy"] < queued["patient"]
+    assert lags[0] >= 0.2
+    assert pool.lag() == 0
+    assert fibers.queued_seconds() == 0  # outside a fiber
+
+
+def test_blocking_work_runs_off_the_step_thread(pool):
+    """`blocking` hands a blocking call to the blocking pool: the fiber's step thread runs the
+    other fibers meanwhile."""
+    order: list[str] = []
+    started = threading.Event()
+
+    def slow() -> str:
+        started.set()
+        time.sleep(0.3)
+        return "done"
+
+    def first() -> None:
+        order.append(fibers.blocking(slow))
+
+    def second() -> None:
+        started.wait(5)
+        order.append("second ran meanwhile")
+
+    pool.spawn(first)
+    pool.spawn(second)
+    assert pool.join(10)
+    assert order == ["second ran meanwhile", "done"]
