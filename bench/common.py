@@ -291,7 +291,19 @@ def facts_line(facts: dict, vers: dict) -> str:
     )
 
 
-BENCH_ORDER = ("dispatch", "steps", "boundary", "wakeup", "console", "fleet", "fleet_signals")
+BENCH_ORDER = (
+    "dispatch",
+    "steps",
+    "boundary",
+    "wakeup",
+    "console",
+    "fleet",
+    "fleet_1000",
+    "fleet_3000",
+    "fleet_10000",
+    "fleet_10000_threaded",
+    "fleet_signals",
+)
 
 
 def record(name: str, section_markdown: str, data: dict, goals: list[list[str]]) -> None:
