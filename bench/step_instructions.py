@@ -10,9 +10,13 @@ conversation (its history is longer there).
 
 `--engine-root PATH` also counts another checkout's worker (a "before": a worktree of an earlier
 commit) on the same tasks, made by this checkout; its migrations must be this checkout's or a
-prefix of them. The child runs what `acthelm_worker --burst --concurrency 1` runs in its slot,
-with the production settings (DEBUG off), after `gc.freeze()` as the command does. Prints a table;
-writes nothing. Needs valgrind (Debian's package); each tree takes a few minutes.
+prefix of them, and its step function this checkout's: a tree before migration 0022 (0b2dd48 and
+earlier) fails every step on this database (its worker sends no value for the conversation's new
+columns), so count it with its own `bench/step_instructions.py`, run from that tree. Each count
+checks that its task reached review: a run that failed is no step counted. The child runs what
+`acthelm_worker --burst --concurrency 1` runs in its slot, with the production settings (DEBUG
+off), after `gc.freeze()` as the command does. Prints a table; writes nothing. Needs valgrind
+(Debian's package); each tree takes a few minutes.
 """
 
 from __future__ import annotations
@@ -43,12 +47,18 @@ PRODUCTION_ENV = {"DJANGO_DEBUG": "0", "DJANGO_SECRET_KEY": "step-instructions-"
 CHILD = """
 import gc, os, django
 django.setup()
-from agents.engine.runtime.worker import Worker
+try:
+    from agents.engine.runtime.worker import Worker
+except ImportError:  # a tree before the engine's rooms (issue 50)
+    from agents.engine.worker import Worker
 gc.collect(); gc.freeze()
 worker = Worker(worker_id="step-instructions", concurrency=1, burst=True)
 worker.drain()
 expected = int(os.environ["STEP_INSTRUCTIONS_TASKS"])
 assert worker.processed == expected, (worker.processed, expected)
+from tasks.models import Task
+ended = list(Task.objects.values_list("status", "failure_message"))
+assert all(status == "review" for status, _ in ended), ended
 """
 
 

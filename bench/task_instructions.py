@@ -11,10 +11,11 @@ on this 2-core machine moves by ±30 % between windows, a count by under 1 %.
 
 `--engine-root PATH` also counts another checkout's worker (a "before": a worktree of an earlier
 commit) on the same tasks, made by this checkout; its migrations must be this checkout's or a
-prefix of them. The slot claims one task at a time (`Worker.drain`), where a fleet's dispatcher
-claims up to ACTHELM_CLAIM_BATCH in one statement: a claim here costs a statement a task. The
-production settings (DEBUG off), after `gc.freeze()` as the command does. Prints a table; writes
-nothing. Needs valgrind (Debian's package).
+prefix of them, and its step function this checkout's (bench/step_instructions.py says why; each
+count checks that its tasks reached review). The slot claims one task at a time (`Worker.drain`),
+where a fleet's dispatcher claims up to ACTHELM_CLAIM_BATCH in one statement: a claim here costs a
+statement a task. The production settings (DEBUG off), after `gc.freeze()` as the command does.
+Prints a table; writes nothing. Needs valgrind (Debian's package).
 """
 
 from __future__ import annotations
