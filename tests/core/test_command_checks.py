@@ -1,5 +1,7 @@
 """The `acthelm_*` commands run Django's system checks before their work, all but the URLconf's
-(core/commands.py): a command that serves no page does not import every view to start."""
+(core/commands.py): a command that serves no page does not import every view to start. Only
+`check`, `migrate` and `runserver` run the untagged ones (Django runs those only when no tag is
+asked for)."""
 
 from io import StringIO
 
@@ -8,17 +10,26 @@ from django.core import checks
 from django.core.management import call_command, get_commands, load_command_class
 from django.core.management.base import SystemCheckError
 
-from core.commands import CHECKS
+from core.commands import CHECKS, PROJECT_TAG
 
 
 def test_every_acthelm_command_runs_every_check_but_the_urlconfs():
     names = sorted(name for name in get_commands() if name.startswith("acthelm_"))
     assert len(names) >= 13
     every = {tag for name, tag in vars(checks.Tags).items() if not name.startswith("_")}
+    assert set(CHECKS) == every - {checks.Tags.urls} | {PROJECT_TAG}
     for name in names:
         command = load_command_class(get_commands()[name], name)
-        assert set(command.requires_system_checks) == every - {checks.Tags.urls}, name
-    assert set(CHECKS) == every - {checks.Tags.urls}
+        assert command.requires_system_checks == CHECKS, name
+
+
+def test_every_registered_tagged_check_but_the_urlconfs_is_one_a_command_runs():
+    """A check registered under a tag CHECKS lacks would never run before a command."""
+    registered = checks.registry.registry.get_checks(include_deployment_checks=True)
+    tagged = [check for check in registered if check.tags]
+    assert any(PROJECT_TAG in check.tags for check in tagged)  # agents/checks.py
+    for check in tagged:
+        assert set(check.tags) & set(CHECKS) or set(check.tags) == {checks.Tags.urls}, check
 
 
 @pytest.fixture
