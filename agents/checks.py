@@ -13,9 +13,10 @@ from django.apps import AppConfig
 from django.conf import settings
 from django.core.checks import CheckMessage, Error, Tags, Warning, register
 
+from core.commands import PROJECT_TAG
 from core.credentials import destinations_problem
 
-TAG = "acthelm"
+TAG = PROJECT_TAG
 
 
 def _positive(name: str, value: object) -> Error | None:

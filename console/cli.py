@@ -11,6 +11,7 @@ from django.contrib.auth import get_user_model
 from django.core.management.base import BaseCommand, CommandError, CommandParser
 
 from core.actors import Actor
+from core.commands import CHECKS
 from core.exceptions import ActhelmError
 from core.numbers import money_text
 
@@ -69,6 +70,7 @@ class ActionCommand(BaseCommand):
     (`person_actor`). An `ActhelmError` prints as JSON under --json and exits as a CommandError.
     """
 
+    requires_system_checks = CHECKS  # all but the URLconf's: core/commands.py
     person_option = False
 
     def add_arguments(self, parser: CommandParser) -> None:

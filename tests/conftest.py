@@ -4,6 +4,7 @@ Django imports stay inside fixtures so that the Django-free provider and tool te
 with `-p no:django`.
 """
 
+import contextlib
 import os
 import shutil
 import sys
@@ -156,8 +157,9 @@ def worker_env(transactional_db, _media_root):
 
 
 @pytest.fixture
-def manage(worker_env):
-    """Run `manage.py ARGS` in a child process against the test database."""
+def manage_process(worker_env):
+    """Run `manage.py ARGS` in a child process against the test database: for what only a real
+    process shows (its exit status to a shell, settings read from its environment)."""
     import subprocess
 
     def run(*args, env=None, timeout=60, check=False):
@@ -173,3 +175,65 @@ def manage(worker_env):
         return result
 
     return run
+
+
+@pytest.fixture
+def manage(worker_env, manage_process):
+    """Run `manage.py ARGS` against the test database, as the child process would, but inside
+    this one: the command parses the same argv (`run_from_argv`), writes to stdout and stderr
+    (its log lines too), and its exit status is what `sys.exit` would give the shell; an
+    exception it does not catch is a traceback on stderr and status 1. A child process costs
+    some 2 s of CPU to start Django; the suite ran some hundreds of them. With `env`, the
+    command runs in a real child process (settings read the environment at start-up)."""
+    import io
+    import logging
+    import subprocess
+    import traceback
+
+    from django.core.management import get_commands, load_command_class
+
+    def run(*args, env=None, timeout=60, check=False):
+        if env:
+            return manage_process(*args, env=env, timeout=timeout, check=check)
+        out, err = io.StringIO(), io.StringIO()
+        # Django's logging handler writes to the stderr of the process that configured it.
+        consoles = [h for h in logging.getLogger().handlers if h.get_name() == "console"]
+        streams = [h.setStream(err) for h in consoles]  # type: ignore[attr-defined]
+        code = 0
+        try:
+            with (
+                contextlib.redirect_stdout(out),
+                contextlib.redirect_stderr(err),
+                _stdin(io.StringIO()),
+            ):
+                command = load_command_class(get_commands()[args[0]], args[0])
+                try:
+                    command.run_from_argv([str(ROOT / "manage.py"), *args])
+                except SystemExit as exit_:
+                    code = exit_.code if isinstance(exit_.code, int) else (exit_.code is not None)
+                    if isinstance(exit_.code, str):
+                        err.write(exit_.code + "\n")
+                except Exception:  # noqa: BLE001 - what Python prints, and exits 1
+                    err.write(traceback.format_exc())
+                    code = 1
+        finally:
+            for handler, stream in zip(consoles, streams, strict=True):
+                handler.setStream(stream)  # type: ignore[attr-defined]
+        result = subprocess.CompletedProcess(
+            ["manage.py", *args], int(code), out.getvalue(), err.getvalue()
+        )
+        if check and result.returncode != 0:
+            raise AssertionError(f"manage.py {' '.join(args)} failed:\n{result.stderr}")
+        return result
+
+    return run
+
+
+@contextlib.contextmanager
+def _stdin(stream):
+    """The child process's stdin as `subprocess.run` left it: nothing to read."""
+    saved, sys.stdin = sys.stdin, stream
+    try:
+        yield
+    finally:
+        sys.stdin = saved

@@ -1,16 +1,16 @@
 """Every shell example of the README, run as written on what `make run` starts (issues 24, 34).
 
-`make run` seeds the demo (`acthelm_demo`) and starts three processes (`bin/run-demo`): the
-scripted demo model, one worker and the console. The test does the same against the test
-database: the demo model, `manage.py acthelm_worker` and `manage.py runserver` as child processes,
-on free ports. Then each fenced shell block of the README runs in bash, whole, from a folder of its
-own that looks like the project's (`.venv` and `manage.py` linked, a `notes.txt` beside them); the
-one change to its text is the console's address, `http://127.0.0.1:8000`, which becomes the test
-console's, and its environment points the commands at the test database and media folder. A block
-must exit 0 (bash without `set -e`, as a paste runs), twice in a row in the same folder, its task
-must have read `notes.txt`, and the one file it writes must be that task's real output (the
-artifact's stored SHA-256). The Ollama block, pasted without Ollama, must stop at its first failure
-with one clear line, twice.
+`make run` seeds the demo (`acthelm_demo`) and starts three processes (`bin/run-demo`): the scripted
+demo model, one worker and the console. Each block's test does the same against its test database:
+the demo model, `manage.py acthelm_worker` and `manage.py runserver` as child processes, on free
+ports. Then the fenced shell block of the README runs in bash, whole, from a folder of its own that
+looks like the project's (`.venv` and `manage.py` linked, a `notes.txt` beside them); the one change
+to its text is the console's address, `http://127.0.0.1:8000`, which becomes the test console's, and
+its environment points the commands at the test database and media folder. A block must exit 0 (bash
+without `set -e`, as a paste runs), twice in a row in the same folder, its task must have read
+`notes.txt`, and the one file it writes must be that task's real output (the artifact's stored
+SHA-256). The Ollama block, pasted without Ollama, must stop at its first failure with one clear
+line, twice.
 
 A block that cannot run here carries the marker `<!-- not run by tests/acthelm_site/test_readme.py:
 REASON -->` on the line before its fence, and `NOT_RUN` below names each such block by its first
@@ -190,15 +190,14 @@ def shell_env(worker_env: dict[str, str]) -> dict[str, str]:
     return env
 
 
-def test_every_readme_example_runs_as_written_twice_in_a_row(make_run, worker_env, tmp_path):
+@pytest.mark.parametrize("block", runnable(), ids=lambda block: f"README-line-{block.line}")
+def test_every_readme_example_runs_as_written_twice_in_a_row(block, make_run, worker_env, tmp_path):
     """Each block is pasted twice into the same folder (issue 49, item 7: the second paste of
-    the curl block stopped at "founder already has a live token named 'laptop'")."""
+    the curl block stopped at "founder already has a live token named 'laptop'"). One test per
+    block, each on its own `make run`, so the suite's processes run the blocks side by side."""
     env = shell_env(worker_env)
-    pastes = [(n, block) for n, block in enumerate(runnable()) for _ in range(2)]
-    for n, block in pastes:
-        folder = tmp_path / f"example-{n}"
-        if not folder.exists():
-            project_folder(folder)
+    folder = project_folder(tmp_path / "example")
+    for _paste in range(2):
         newest = Task.objects.order_by("-pk").values_list("pk", flat=True).first() or 0
         out = run_block(block, cwd=folder, env=env, console=make_run)
         [task] = Task.objects.filter(pk__gt=newest, title="Summarise")  # the one it made

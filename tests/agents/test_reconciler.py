@@ -160,7 +160,8 @@ def test_promotes_blocked_tasks_whose_dependencies_are_done():
     assert reconcile().promoted == []
 
 
-def test_the_command_prints_a_summary_and_json(manage, free_model):
+def test_the_command_prints_a_summary_and_json(manage_process, free_model):
+    manage = manage_process  # the command's one test: a real `manage.py` process
     goal = GoalFactory()
     result = manage("acthelm_reconcile", check=True)
     assert "created 1 planning task(s)" in result.stdout

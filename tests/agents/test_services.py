@@ -83,7 +83,10 @@ def test_the_test_needs_the_permission_and_an_existing_connection(actor, outside
         connection_test(actor=Actor.person(outsider), name="x")
 
 
-def test_the_command_exits_non_zero_when_a_model_fails(manage, transactional_db, model_server):
+def test_the_command_exits_non_zero_when_a_model_fails(
+    manage_process, transactional_db, model_server
+):
+    manage = manage_process  # a real process: the exit status a script sees
     from tests.factories import UserFactory
 
     UserFactory(username="ops", is_superuser=True)

@@ -1,4 +1,6 @@
-"""acthelm_token and acthelm_goal, run as real `manage.py` processes against the test database."""
+"""acthelm_token and acthelm_goal against the test database: as `manage.py` runs them, in this
+process (the `manage` fixture); the refusals as real `manage.py` processes, for their exit status
+and stderr as a shell sees them."""
 
 import json
 
@@ -44,7 +46,8 @@ def test_token_create_list_revoke(manage, people):
     assert again.returncode != 0 and json.loads(again.stdout)["error"] == "transition_not_allowed"
 
 
-def test_token_create_refuses_an_unknown_user_or_a_duplicate_name(manage, people):
+def test_token_create_refuses_an_unknown_user_or_a_duplicate_name(manage_process, people):
+    manage = manage_process
     unknown = manage("acthelm_token", "create", "--user", "ghost", "--name", "ci")
     assert unknown.returncode != 0 and "no user named 'ghost'" in unknown.stderr
     manage("acthelm_token", "create", "--user", "script", "--name", "ci", check=True)
@@ -107,7 +110,8 @@ def test_goal_create_list_show_deactivate(manage, people):
     assert again.returncode != 0 and json.loads(again.stdout)["error"] == "transition_not_allowed"
 
 
-def test_goal_commands_refuse_bad_input_and_missing_permission(manage, people):
+def test_goal_commands_refuse_bad_input_and_missing_permission(manage_process, people):
+    manage = manage_process
     empty = manage("acthelm_goal", "--user", "ops", "create", "--title", "  ")
     assert empty.returncode != 0 and "invalid_input" in empty.stderr
     denied = manage("acthelm_goal", "--user", "script", "create", "--title", "G")

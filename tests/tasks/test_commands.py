@@ -65,7 +65,10 @@ def test_no_tools_and_tool_together_are_refused_by_name(manage, admin_user):
     assert not Task.objects.exists()
 
 
-def test_close_of_a_task_not_in_review_fails_clearly_and_changes_nothing(manage, admin_user):
+def test_close_of_a_task_not_in_review_fails_clearly_and_changes_nothing(
+    manage_process, admin_user
+):
+    manage = manage_process  # a real process: its exit status and stderr, as a shell sees them
     task = TaskFactory(status=TaskStatus.READY)
     result = manage("acthelm_task", "close", str(task.pk))
     assert result.returncode != 0
@@ -74,7 +77,8 @@ def test_close_of_a_task_not_in_review_fails_clearly_and_changes_nothing(manage,
     assert Task.objects.get(pk=task.pk).status == TaskStatus.READY
 
 
-def test_json_errors_are_json(manage, admin_user):
+def test_json_errors_are_json(manage_process, admin_user):
+    manage = manage_process  # a real process: the JSON on stdout and the exit status 1
     task = TaskFactory(status=TaskStatus.DONE)
     result = manage("acthelm_task", "--json", "cancel", str(task.pk))
     assert result.returncode == 1

@@ -9,6 +9,7 @@ from django.core.management.base import BaseCommand, CommandError
 
 from agents.engine.runtime.pool import configure_pool
 from agents.engine.runtime.worker import Worker, default_worker_id
+from core.commands import CHECKS
 
 # A running task is a thread that holds a database connection only while it reads or writes (the
 # pool, ACTHELM_DB_POOL_SIZE); more than this in one process is a typo, not a plan.
@@ -16,6 +17,7 @@ MAX_CONCURRENCY = 5000
 
 
 class Command(BaseCommand):
+    requires_system_checks = CHECKS  # all but the URLconf's: core/commands.py
     help = "Run workers that claim and run tasks (SIGTERM hands running tasks back, then exits)."
 
     def add_arguments(self, parser: ArgumentParser) -> None:

@@ -17,6 +17,7 @@ from agents.engine.run.intake import task_create
 from agents.models import Connection, Model
 from agents.states import ConnectionKind, CostTier, ModelTestStatus
 from core.actors import Actor
+from core.commands import CHECKS
 from tasks.models import Goal, Task
 from tasks.workspace import add_input_file
 
@@ -54,6 +55,7 @@ def _answers(url: str) -> bool:
 
 
 class Command(BaseCommand):
+    requires_system_checks = CHECKS  # all but the URLconf's: core/commands.py
     help = "Create a demo superuser (printing its name and password) and demo tasks."
 
     def add_arguments(self, parser: CommandParser) -> None:

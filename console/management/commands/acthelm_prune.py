@@ -12,6 +12,7 @@ from django.core.management.base import BaseCommand, CommandError, CommandParser
 
 from agents.engine.runtime.prune import DEFAULT_BATCH_SIZE, prune
 from console.cli import emit
+from core.commands import CHECKS
 
 # A hundred years: any older date is a typo, and past ~2.7 million days the cutoff itself
 # cannot be computed.
@@ -42,6 +43,7 @@ def _batch_size(value: str) -> int:
 
 
 class Command(BaseCommand):
+    requires_system_checks = CHECKS  # all but the URLconf's: core/commands.py
     help = (
         "Remove transcripts, events, artifacts and memory selections of done/cancelled tasks "
         "last updated more than DAYS ago (dry run unless --yes)."

@@ -6,9 +6,11 @@ from django.core.management.base import BaseCommand, CommandParser
 
 from agents.engine.runtime.reconciler import reconcile
 from console.cli import emit
+from core.commands import CHECKS
 
 
 class Command(BaseCommand):
+    requires_system_checks = CHECKS  # all but the URLconf's: core/commands.py
     help = "Run one reconciler pass (safe to run while workers reconcile too)."
 
     def add_arguments(self, parser: CommandParser) -> None:

@@ -6,9 +6,11 @@ from typing import Any
 from django.core.management.base import BaseCommand, CommandParser
 
 from agents.engine.runtime.recovery import recover_stale
+from core.commands import CHECKS
 
 
 class Command(BaseCommand):
+    requires_system_checks = CHECKS  # all but the URLconf's: core/commands.py
     help = "Fail runs whose lease expired (or that overran), requeue their task once."
 
     def add_arguments(self, parser: CommandParser) -> None:

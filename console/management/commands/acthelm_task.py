@@ -35,6 +35,7 @@ from console.actions import REGISTRY, ConsoleAction, by_slug
 from console.cli import Actions, Options, emit, fail, person_actor
 from console.templatetags.console_time import seconds, usd
 from core.actors import Actor
+from core.commands import CHECKS
 from core.exceptions import ActhelmError, InvalidInput
 from tasks.limits import LIMIT_FIELDS
 from tasks.models import Task
@@ -189,6 +190,7 @@ def _run_lines(runs: list[RunDict]) -> list[str]:
 
 class Command(BaseCommand):
     help = "Create, inspect and act on tasks (the console's actions, scriptable)."
+    requires_system_checks = CHECKS
 
     def add_arguments(self, parser: CommandParser) -> None:
         parser.add_argument("--json", action="store_true", help="print JSON")
