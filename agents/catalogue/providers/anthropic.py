@@ -18,6 +18,7 @@ from . import _http
 from .base import (
     Completion,
     Message,
+    OnDelta,
     ProbeResult,
     Provider,
     ToolCallRequest,
@@ -215,6 +216,7 @@ class AnthropicProvider(Provider):
         tools: list[ToolSpec],
         max_tokens: int,
         cancel_event: threading.Event | None = None,
+        on_delta: OnDelta | None = None,
     ) -> Completion:
         with telemetry.chat(
             provider_name=self.telemetry_name or self.kind,
