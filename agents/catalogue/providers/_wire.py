@@ -11,6 +11,8 @@ line, headers, a body by Content-Length, chunked, or to the end of the connectio
 trusted for `KEEPALIVE_SECONDS` idle; one the server closed is dropped when the loop sees the
 close. A cancelled or failed exchange aborts its connection. Redirects are answers like any
 other (never followed). With a proxy in the environment, `_http` uses httpx's client instead.
+A streamed answer's pieces are handed to the caller's `on_body` as they are decoded (the body
+is kept whole as well, and capped as a whole); what `on_body` raises fails the exchange.
 """
 
 from __future__ import annotations
