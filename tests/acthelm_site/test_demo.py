@@ -154,6 +154,7 @@ def test_the_demo_model_streams_word_by_word_over_a_second_or_two():
 
     from acthelm_site.demo_model import STREAM_SECONDS
     from agents.catalogue.providers import Message, build_provider
+    from tests.agents.test_provider_http import in_thread
 
     server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
     threading.Thread(target=server.serve_forever, daemon=True).start()
@@ -175,9 +176,9 @@ def test_the_demo_model_streams_word_by_word_over_a_second_or_two():
             pieces.append(data["text"])
 
         started = time.monotonic()
-        streamed = provider.complete(**ask, on_delta=on_delta)
+        streamed = in_thread(lambda: provider.complete(**ask, on_delta=on_delta))
         ended = time.monotonic()
-        whole = provider.complete(**ask)
+        whole = in_thread(lambda: provider.complete(**ask))
     finally:
         server.shutdown()
         server.server_close()

@@ -19,6 +19,7 @@ from agents.catalogue.providers.base import (
     PROVIDER_SERVER_ERROR,
     CancelEvent,
 )
+from tests.agents.test_provider_http import in_thread
 from tests.fakes.model_server import (
     ScriptedModelServer,
     reply_error,
@@ -39,13 +40,17 @@ def provider_for(server: ScriptedModelServer, **kwargs):
 
 
 def ask(provider, *, on_delta=None, cancel_event=None):
-    return provider.complete(
-        model="test-model",
-        messages=[Message(role="user", content="Summarise the notes")],
-        tools=[],
-        max_tokens=100,
-        on_delta=on_delta,
-        cancel_event=cancel_event,
+    """One turn, asked from a thread of its own as a worker asks (never from a thread where an
+    event loop runs, as Playwright's does in the e2e tests' process)."""
+    return in_thread(
+        lambda: provider.complete(
+            model="test-model",
+            messages=[Message(role="user", content="Summarise the notes")],
+            tools=[],
+            max_tokens=100,
+            on_delta=on_delta,
+            cancel_event=cancel_event,
+        )
     )
 
 
@@ -187,15 +192,8 @@ def test_through_an_environment_proxy_the_answer_streams_too(scripted_proxy):
         target = f"http://127.0.0.1:{sock.getsockname()[1]}/v1"
     provider = build_provider("openai_compatible", base_url=target)
     times: list[float] = []
-    result: list = []
-    thread = threading.Thread(
-        target=lambda: result.append(
-            ask(provider, on_delta=lambda k, d: times.append(time.monotonic()))
-        )
-    )
-    thread.start()
-    thread.join(10)
+    completion = ask(provider, on_delta=lambda k, d: times.append(time.monotonic()))
     ended = time.monotonic()
-    assert result[0].text == TEXT
+    assert completion.text == TEXT
     assert len(times) == len(TEXT.split())
     assert ended - times[0] > 0.5  # the first word came long before the end
