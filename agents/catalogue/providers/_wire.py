@@ -18,6 +18,7 @@ is kept whole as well, and capped as a whole); what `on_body` raises fails the e
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import ssl
 import time
 import zlib
@@ -81,6 +82,8 @@ class _Connection(asyncio.Protocol):
 
     def __init__(self) -> None:
         self.transport: asyncio.Transport | None = None
+        #: The loop the connection lives on: only requests on that loop may reuse it.
+        self.loop = asyncio.get_running_loop()
         self.closed = False
         self.idle_since = 0.0
         self._reset(None, 0, False)
@@ -331,8 +334,15 @@ class Pool:
     def take(self, key: tuple[str, str, int]) -> _Connection | None:
         idle = self.idle.get(key)
         now = time.monotonic()
+        loop = asyncio.get_running_loop()
         while idle:
             conn = idle.pop()
+            if conn.loop is not loop:
+                # Made on another loop (a request made where a loop already ran gets a private
+                # one, gone since): its transport can never be read again here.
+                with contextlib.suppress(RuntimeError):  # that loop is closed
+                    conn.abort()
+                continue
             if not conn.closed and now - conn.idle_since < KEEPALIVE_SECONDS:
                 return conn
             conn.abort()
