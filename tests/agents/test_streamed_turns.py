@@ -16,15 +16,20 @@ import pytest
 from django.db import connection
 
 from agents.actions.task import task_cancel, task_retry_now
-from agents.models import AgentRun, Turn
+from agents.models import AgentRun, ToolCall, Turn
 from core.actors import Actor
 from core.dburl import libpq_conninfo
 from tasks import live
 from tasks.models import Task
 from tasks.states import TaskStatus
-from tests.agents.conftest import FAST_ENV, WorkerProcess, wait_for
+from tests.agents.conftest import FAST_ENV, WorkerProcess, run_burst, wait_for
 from tests.agents.scripted import tool_task
-from tests.fakes.model_server import ScriptedModelServer, reply_streamed, reply_text
+from tests.fakes.model_server import (
+    ScriptedModelServer,
+    reply_streamed,
+    reply_text,
+    reply_tool_calls,
+)
 
 pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.slow]
 
@@ -188,3 +193,27 @@ def test_a_stream_broken_mid_turn_stores_nothing_and_the_run_recovers_as_an_inte
                 proc.stop()
     (turn,) = assistant_turns(task)
     assert turn.content == TEXT
+
+
+@pytest.mark.parametrize("flavor", ["openai", "anthropic"])
+@pytest.mark.parametrize("stream", [True, False])
+def test_the_setting_decides_whether_turns_are_streamed_and_the_turn_is_the_same(
+    model_server, http_model, loop_task, fast_worker_settings, settings, flavor, stream
+):
+    """ACTHELM_STREAM_TURNS (an in-process worker): on, the model is asked to stream; off, for
+    whole answers; the turns stored are the same (the tool call's arguments included)."""
+    settings.ACTHELM_STREAM_TURNS = stream
+    call = ("write_artifact", {"name": "report.md", "content": "April"})
+    server = model_server(
+        [reply_tool_calls([call], text="Writing the report"), reply_text(TEXT)], flavor=flavor
+    )
+    task = loop_task(http_model(server, flavor=flavor), tools=["write_artifact"])
+    run_burst()
+    asked = [r.json.get("stream") for r in server.completion_requests]
+    assert asked == ([True, True] if stream else [False if flavor == "openai" else None] * 2)
+    turns = assistant_turns(task)
+    assert [t.content for t in turns] == ["Writing the report", TEXT]
+    (stored,) = ToolCall.objects.filter(task=task)
+    assert stored.tool == call[0] and stored.arguments_raw == json.dumps(call[1])
+    assert {k: stored.arguments[k] for k in call[1]} == call[1]
+    assert status(task) == TaskStatus.REVIEW

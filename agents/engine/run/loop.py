@@ -336,7 +336,7 @@ class AgentLoop(ToolRounds):
                 tools=self.specs,
                 max_tokens=max_tokens,
                 cancel_event=self.signals.cancel,
-                on_delta=self._live_delta,
+                on_delta=self._live_delta if settings.ACTHELM_STREAM_TURNS else None,
             )
         except ProviderError as exc:
             self._live_end(stored=False)  # cut off, refused, cancelled: nothing of it is kept
