@@ -7,19 +7,27 @@ artifact, then answer with what it did (not the task repeated back: the supervis
 checks reject an echo, and a run that never read the file its task names). Real deployments point
 a connection at OpenAI, Ollama, vLLM, llama.cpp or Anthropic instead.
 
-    python -m acthelm_site.demo_model [--port 8765]
+Asked to stream (``"stream": true``, as the worker asks), it answers in Server-Sent Events word by
+word over about `STREAM_SECONDS` (a tool call's arguments in small pieces), so that the task page
+shows the turn as it is written.
+
+    python -m acthelm_site.demo_model [--port 8765] [--stream-seconds 1.5]
 """
 
 import argparse
 import contextlib
 import json
 import re
+import time
 import uuid
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
 
 # A JSON object of the Chat Completions protocol, as the worker sends it.
 Json = dict[str, Any]
+
+#: How long a streamed turn takes to arrive, about.
+STREAM_SECONDS = 1.5
 
 
 def _called(messages: list[Json], tool: str) -> bool:
@@ -168,7 +176,27 @@ def next_turn(body: Json) -> Json:
     }
 
 
+def stream_deltas(content: str, calls: list[Json]) -> list[Json]:
+    """The pieces of a turn as a streamed answer's deltas: the text word by word, then each tool
+    call (its name first, its arguments in pieces of a few characters)."""
+    deltas: list[Json] = [{"role": "assistant", "content": ""}]
+    words = content.split(" ")
+    deltas += [{"content": w + " "} for w in words[:-1] if w] + [{"content": words[-1]}]
+    for index, call in enumerate(calls):
+        function = call["function"]
+        first = {"index": index, "id": call["id"], "type": "function"}
+        deltas.append({"tool_calls": [{**first, "function": {**function, "arguments": ""}}]})
+        arguments = function["arguments"]
+        for start in range(0, len(arguments), 16):
+            piece = {"index": index, "function": {"arguments": arguments[start : start + 16]}}
+            deltas.append({"tool_calls": [piece]})
+    return [d for d in deltas if d != {"content": ""}]
+
+
 class Handler(BaseHTTPRequestHandler):
+    #: A streamed turn arrives over about this many seconds.
+    stream_seconds = STREAM_SECONDS
+
     def log_message(self, format: str, *args: Any) -> None:  # quiet: the worker logs what matters
         return
 
@@ -198,32 +226,55 @@ class Handler(BaseHTTPRequestHandler):
             return
         message = next_turn(body)
         calls = message.pop("tool_calls")
+        finish = "tool_calls" if calls else "stop"
+        head = {"id": f"chatcmpl-{uuid.uuid4().hex[:12]}", "model": body.get("model", "demo")}
+        usage = {"prompt_tokens": 50, "completion_tokens": 20, "total_tokens": 70}
+        if body.get("stream") is True:
+            self._stream(head, stream_deltas(message["content"], calls), finish, usage)
+            return
         reply = {"role": "assistant", "content": message["content"]}
         if calls:
             reply["tool_calls"] = calls
         self._send(
             200,
             {
-                "id": f"chatcmpl-{uuid.uuid4().hex[:12]}",
+                **head,
                 "object": "chat.completion",
-                "model": body.get("model", "demo"),
-                "choices": [
-                    {
-                        "index": 0,
-                        "message": reply,
-                        "finish_reason": "tool_calls" if calls else "stop",
-                    }
-                ],
-                "usage": {"prompt_tokens": 50, "completion_tokens": 20, "total_tokens": 70},
+                "choices": [{"index": 0, "message": reply, "finish_reason": finish}],
+                "usage": usage,
             },
         )
+
+    def _stream(self, head: Json, deltas: list[Json], finish: str, usage: Json) -> None:
+        """Server-Sent Events, one delta each, spread over `stream_seconds`; the connection's
+        close ends the answer (HTTP/1.0)."""
+        self.send_response(200)
+        self.send_header("Content-Type", "text/event-stream")
+        self.send_header("Cache-Control", "no-cache")
+        self.end_headers()
+        pace = self.stream_seconds / max(1, len(deltas))
+        chunk = {**head, "object": "chat.completion.chunk"}
+        events = [{**chunk, "choices": [{"index": 0, "delta": d}]} for d in deltas]
+        events.append({**chunk, "choices": [{"index": 0, "delta": {}, "finish_reason": finish}]})
+        events.append({**chunk, "choices": [], "usage": usage})
+        try:
+            for n, event in enumerate(events):
+                if n and n < len(deltas):
+                    time.sleep(pace)
+                self.wfile.write(f"data: {json.dumps(event)}\n\n".encode())
+                self.wfile.flush()
+            self.wfile.write(b"data: [DONE]\n\n")
+        except OSError:  # the worker let go (a cancel): nothing more to say
+            self.close_connection = True
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--host", default="127.0.0.1")
     parser.add_argument("--port", type=int, default=8765)
+    parser.add_argument("--stream-seconds", type=float, default=STREAM_SECONDS)
     args = parser.parse_args()
+    Handler.stream_seconds = args.stream_seconds
     server = ThreadingHTTPServer((args.host, args.port), Handler)
     print(f"demo model on http://{args.host}:{args.port}/v1", flush=True)
     server.serve_forever()

@@ -169,6 +169,10 @@ if ACTHELM_LISTEN_DATABASE_URL:  # a wrong URL stops the start, not the listener
 # web process serves at once; past it a stream is refused, 503 with Retry-After. Each holds one of
 # the server's threads for as long as it is open (docs/operations.md, "Watching a task live").
 ACTHELM_LIVE_MAX_VIEWERS = env_int("ACTHELM_LIVE_MAX_VIEWERS", 8)
+# A worker asks its model for a streamed answer (Server-Sent Events), so that a watched task's
+# turn is shown as it is written; off, every answer comes whole (and nothing is shown until the
+# turn is stored). The stored turn is the same either way.
+ACTHELM_STREAM_TURNS = env_bool("ACTHELM_STREAM_TURNS", True)
 # How many ready tasks one claim statement may take for a worker's free places.
 ACTHELM_CLAIM_BATCH = env_int("ACTHELM_CLAIM_BATCH", 50)
 # A worker runs its tasks as fibers on this many step threads (0 = one per core, at most

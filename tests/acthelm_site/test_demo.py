@@ -13,9 +13,13 @@ from tasks.states import TaskKind, TaskOrigin, TaskStatus
 pytestmark = pytest.mark.django_db(transaction=True)
 
 
+class QuickHandler(Handler):
+    stream_seconds = 0.05  # each turn streamed, quickly
+
+
 @pytest.fixture
 def demo_model():
-    server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+    server = ThreadingHTTPServer(("127.0.0.1", 0), QuickHandler)
     thread = threading.Thread(target=server.serve_forever, daemon=True)
     thread.start()
     yield server.server_address[1]
@@ -141,3 +145,44 @@ def test_the_natural_first_task_reaches_review_with_the_file_it_names(demo_model
     run = AgentRun.objects.get(task=task)
     assert run.verdict == "approved"
     assert run.answer.startswith("I read notes.txt and wrote summary.md.")
+
+
+def test_the_demo_model_streams_word_by_word_over_a_second_or_two():
+    """Asked to stream, as the worker asks, the demo model's turn arrives in pieces over about
+    STREAM_SECONDS, and makes the same turn as its whole answer."""
+    import time
+
+    from acthelm_site.demo_model import STREAM_SECONDS
+    from agents.catalogue.providers import Message, build_provider
+    from tests.agents.test_provider_http import in_thread
+
+    server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    try:
+        provider = build_provider(
+            "openai_compatible", base_url=f"http://127.0.0.1:{server.server_address[1]}/v1"
+        )
+        ask = {
+            "model": "demo",
+            "messages": [Message(role="user", content="## Task\nSummarise tickets.csv")],
+            "tools": [],
+            "max_tokens": 200,
+        }
+        times: list[float] = []
+        pieces: list[str] = []
+
+        def on_delta(kind, data):
+            times.append(time.monotonic())
+            pieces.append(data["text"])
+
+        started = time.monotonic()
+        streamed = in_thread(lambda: provider.complete(**ask, on_delta=on_delta))
+        ended = time.monotonic()
+        whole = in_thread(lambda: provider.complete(**ask))
+    finally:
+        server.shutdown()
+        server.server_close()
+    assert streamed == whole
+    assert "".join(pieces) == whole.text and len(pieces) > 10  # word by word
+    assert times[0] - started < 0.5
+    assert STREAM_SECONDS * 0.7 < ended - started < STREAM_SECONDS + 1.5

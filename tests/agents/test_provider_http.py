@@ -4,6 +4,7 @@ The servers are real sockets on loopback, answering with bytes written here."""
 
 from __future__ import annotations
 
+import asyncio
 import datetime
 import gzip
 import ipaddress
@@ -197,6 +198,27 @@ def test_turns_share_one_connection_while_the_server_keeps_it():
             "connection: keep-alive",
         ):
             assert line in head
+    finally:
+        server.close()
+
+
+def test_a_request_made_where_a_loop_runs_never_reuses_a_connection_of_a_gone_loop():
+    """From a thread where an event loop runs (Playwright's sync API, async code calling a sync
+    API), a request runs on a private loop that is gone once it is answered: its kept-alive
+    connection is not reused by the next request, which would wait on it for ever."""
+    server = RawServer(lambda n, i, head: (response(answer(f"conn {n} request {i}")), False))
+
+    async def twice_from_a_running_loop() -> list[str]:
+        return [ask(server.url()) for _ in range(2)]
+
+    try:
+        texts = in_thread(lambda: asyncio.run(twice_from_a_running_loop()))
+        assert texts == ["conn 1 request 1", "conn 2 request 1"]
+        # and the process's own loop still keeps its connections
+        assert in_thread(lambda: [ask(server.url()) for _ in range(2)]) == [
+            "conn 3 request 1",
+            "conn 3 request 2",
+        ]
     finally:
         server.close()
 

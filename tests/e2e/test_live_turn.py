@@ -2,17 +2,22 @@
 its turn is writing appear on the page before the turn is stored — published by the worker's side
 of the live channel (`tasks.live.Publisher`, fed by a real LISTEN on the watch channel, as the
 worker's listener feeds it) through real NOTIFYs — and give way to the stored turn when the
-page's refresh shows it."""
+page's refresh shows it. The last test runs it all for real: a worker process, and the scripted
+model streaming its answer slowly on loopback."""
 
 import time
 
 import pytest
 from playwright.sync_api import expect
 
+from agents.engine.run.intake import task_create
 from agents.models import Turn
+from core.actors import Actor
 from tasks import livestream
 from tasks.states import EventKind, TaskStatus
+from tests.agents.scripted import scripted_model
 from tests.factories import AgentRunFactory, TaskEventFactory, TaskFactory, TurnFactory, UserFactory
+from tests.fakes.model_server import ScriptedModelServer, reply_text
 from tests.live.helpers import WorkerSide
 
 pytestmark = [pytest.mark.e2e, pytest.mark.slow, pytest.mark.django_db(transaction=True)]
@@ -62,3 +67,39 @@ def test_the_text_being_written_shows_before_the_turn_is_stored(page, login):
         worker.publisher.publish(task.pk, run.pk, "end", {"stored": True})
         expect(page.locator(".transcript")).to_contain_text(WRITTEN, timeout=6000)
         expect(panel).to_be_hidden(timeout=6000)
+
+
+STREAMED = (
+    "The notes say the launch moves to April because the venue is booked until then, "
+    "and the team agrees to use the extra weeks for a second round of testing"
+)
+
+
+def test_a_real_worker_streams_its_turn_onto_the_page_before_storing_it(page, login, start_worker):
+    UserFactory(username="watcher", perms=["tasks.view_task"])
+    words = len(STREAMED.split())
+    # The model waits 2 s (the page opens meanwhile), then writes word by word over 4 s.
+    step = reply_text(STREAMED, delay=2.0, pace=4.0 / words)
+    with ScriptedModelServer([step]) as server:
+        task = task_create(
+            actor=Actor.system("test"),
+            title="Summarise the notes",
+            instruction="Summarise the notes.",
+            tools=[],
+            model=scripted_model(server),
+        )
+        login("watcher")
+        page.goto(f"/tasks/{task.pk}/")
+        start_worker()
+        panel, text = page.locator("#live-turn"), page.locator("#live-turn-text")
+        expect(panel).to_be_visible(timeout=15_000)
+        expect(text).to_contain_text("The notes say", timeout=5000)
+        # part of the turn on the page, none of it stored yet
+        assert not Turn.objects.filter(task=task, role="assistant").exists()
+        assert text.inner_text().strip() != STREAMED
+        expect(page.locator(".transcript")).not_to_contain_text("second round of testing")
+        # then the stored turn takes its place
+        expect(page.locator(".transcript")).to_contain_text(STREAMED, timeout=15_000)
+        expect(panel).to_be_hidden(timeout=6000)
+        assert server.completion_requests[0].json["stream"] is True
+    assert Turn.objects.get(task=task, role="assistant").content == STREAMED

@@ -21,6 +21,11 @@ Standalone (e.g. for crash tests in a separate process)::
 URL (``server.url``) once listening; the record file gets one JSON line per event:
 ``{"event": "request", ...}`` for each request and ``{"event": "abort", ...}`` when a client
 closes a connection the server was still holding or writing.
+
+Streaming: a text or tool-call step answers a request that asks ``"stream": true`` with
+Server-Sent Events, as the real servers do (word by word; ``pace`` seconds between events,
+``cut_after`` events before the connection is dropped mid-answer), unless the server was made
+with ``streams=False`` (then it answers the whole JSON body, as a server that does not stream).
 """
 
 from __future__ import annotations
@@ -71,6 +76,10 @@ class Step:
     model: str | None = None
     delay: float = 0.0
     then: Step | None = None
+    #: Streamed: seconds between two events; ``cut_after``: events sent before the connection
+    #: is dropped mid-answer (None: the whole answer).
+    pace: float = 0.0
+    cut_after: int | None = None
 
 
 StepLike = Step | Callable[[Any], Any] | dict
@@ -85,6 +94,8 @@ def reply_text(
     usage: dict[str, Any] | None = None,
     model: str | None = None,
     delay: float = 0.0,
+    pace: float = 0.0,
+    cut_after: int | None = None,
 ) -> Step:
     """A normal text answer. ``finish`` is the raw wire value (default ``stop`` for openai,
     ``end_turn`` for anthropic). ``reasoning`` adds ``reasoning_content``/``reasoning``
@@ -93,7 +104,9 @@ def reply_text(
     flavor's key names (e.g. ``{"prompt_tokens": 7}`` or ``{"cache_read_input_tokens": 3}``),
     nested ones too: ``{"prompt_tokens_details": {"cached_tokens": 6}, "cost": 0.0012}``
     (OpenAI cached input, OpenRouter's reported cost).
-    ``delay`` holds the request that many seconds first (aborts are detected)."""
+    ``delay`` holds the request that many seconds first (aborts are detected). Streamed (a
+    request with ``"stream": true``): ``pace`` seconds between events, ``cut_after`` events
+    before the connection drops."""
     return Step(
         "text",
         text=text,
@@ -103,7 +116,15 @@ def reply_text(
         usage=usage,
         model=model,
         delay=delay,
+        pace=pace,
+        cut_after=cut_after,
     )
+
+
+def reply_streamed(text: str, *, seconds: float = 1.5, cut_after: int | None = None) -> Step:
+    """A text answer that, streamed, comes word by word over about ``seconds``."""
+    events = max(1, len(text.split()))
+    return reply_text(text, pace=seconds / events, cut_after=cut_after)
 
 
 def reply_tool_calls(
@@ -115,6 +136,8 @@ def reply_tool_calls(
     usage: dict[str, Any] | None = None,
     model: str | None = None,
     delay: float = 0.0,
+    pace: float = 0.0,
+    cut_after: int | None = None,
 ) -> Step:
     """Tool calls: ``[(name, args), ...]`` or ``[(name, args, call_id), ...]``; ``args`` is a
     dict or a raw string sent verbatim (openai ``arguments``; for anthropic a raw string is
@@ -133,6 +156,8 @@ def reply_tool_calls(
         usage=usage,
         model=model,
         delay=delay,
+        pace=pace,
+        cut_after=cut_after,
     )
 
 
@@ -187,7 +212,8 @@ def step_from_dict(data: StepLike) -> StepLike:
     if not isinstance(data, dict) or "type" not in data:
         raise ValueError(f"step must be a dict with a 'type': {data!r}")
     kind = data["type"]
-    common = {k: data[k] for k in ("usage", "model", "delay", "reasoning") if k in data}
+    keys = ("usage", "model", "delay", "reasoning", "pace", "cut_after")
+    common = {k: data[k] for k in keys if k in data}
     if kind == "text":
         return reply_text(
             data.get("text", ""), data.get("finish"), refusal=data.get("refusal"), **common
@@ -329,6 +355,145 @@ def render_reply(step: Step, flavor: str, request_json: Any, defaults: dict[str,
         "choices": [{"index": 0, "message": message, "finish_reason": finish}],
         "usage": usage,
     }
+
+
+def _words(text: str) -> list[str]:
+    """``text`` in pieces of one word each (with the space after it): joined, the text."""
+    pieces: list[str] = []
+    for word in text.split(" "):
+        pieces.append(word + " ")
+    pieces[-1] = pieces[-1][:-1]
+    return [p for p in pieces if p]
+
+
+def _fragments(text: str, n: int = 3) -> list[str]:
+    size = max(1, -(-len(text) // n))
+    return [text[i : i + size] for i in range(0, len(text), size)] or [""]
+
+
+def _sse(data: Any, name: str | None = None) -> bytes:
+    head = f"event: {name}\n" if name else ""
+    return f"{head}data: {json.dumps(data)}\n\n".encode()
+
+
+def _anthropic_stream(whole: dict[str, Any]) -> list[bytes]:
+    """A Messages answer as its stream's events (message_start, content blocks, message_delta,
+    message_stop)."""
+    events: list[bytes] = []
+
+    def emit(data: Any, name: str | None = None) -> None:
+        events.append(_sse(data, name))
+
+    usage = whole["usage"]
+    start = {**whole, "content": [], "stop_reason": None}
+    start["usage"] = {**usage, "output_tokens": 1}
+    emit({"type": "message_start", "message": start}, "message_start")
+    for index, block in enumerate(whole["content"]):
+        kind = block["type"]
+        if kind == "text":
+            emit(
+                {
+                    "type": "content_block_start",
+                    "index": index,
+                    "content_block": {"type": "text", "text": ""},
+                },
+                "content_block_start",
+            )
+            for word in _words(block["text"]):
+                delta = {"type": "text_delta", "text": word}
+                emit(
+                    {"type": "content_block_delta", "index": index, "delta": delta},
+                    "content_block_delta",
+                )
+        elif kind == "tool_use":
+            emit(
+                {
+                    "type": "content_block_start",
+                    "index": index,
+                    "content_block": {**block, "input": {}},
+                },
+                "content_block_start",
+            )
+            for part in _fragments(json.dumps(block["input"])):
+                delta = {"type": "input_json_delta", "partial_json": part}
+                emit(
+                    {"type": "content_block_delta", "index": index, "delta": delta},
+                    "content_block_delta",
+                )
+        elif kind == "thinking":
+            emit(
+                {
+                    "type": "content_block_start",
+                    "index": index,
+                    "content_block": {"type": "thinking", "thinking": ""},
+                },
+                "content_block_start",
+            )
+            delta = {"type": "thinking_delta", "thinking": block["thinking"]}
+            emit(
+                {"type": "content_block_delta", "index": index, "delta": delta},
+                "content_block_delta",
+            )
+        else:
+            emit(
+                {"type": "content_block_start", "index": index, "content_block": block},
+                "content_block_start",
+            )
+        emit({"type": "content_block_stop", "index": index}, "content_block_stop")
+    emit(
+        {
+            "type": "message_delta",
+            "delta": {"stop_reason": whole["stop_reason"], "stop_sequence": None},
+            "usage": {"output_tokens": usage.get("output_tokens", 0)},
+        },
+        "message_delta",
+    )
+    emit({"type": "message_stop"}, "message_stop")
+    return events
+
+
+def render_stream(step: Step, flavor: str, request_json: Any, defaults: dict[str, Any]) -> list:
+    """The Server-Sent Events of a text/tool_calls step, each one's bytes: the same answer as
+    `render_reply`'s, in pieces (text word by word, tool-call arguments in fragments)."""
+    whole = render_reply(step, flavor, request_json, defaults)
+    if flavor == "anthropic":
+        return _anthropic_stream(whole)
+    events: list[bytes] = []
+
+    def emit(data: Any, name: str | None = None) -> None:
+        events.append(_sse(data, name))
+
+    message = whole["choices"][0]["message"]
+    head = {k: whole[k] for k in ("id", "created", "model")}
+    head["object"] = "chat.completion.chunk"
+
+    def chunk(delta: dict[str, Any], finish: str | None = None) -> None:
+        emit({**head, "choices": [{"index": 0, "delta": delta, "finish_reason": finish}]})
+
+    chunk({"role": "assistant", "content": ""})
+    if message.get("reasoning_content"):
+        for word in _words(message["reasoning_content"]):
+            chunk({"reasoning_content": word})
+    for word in _words(message.get("content") or ""):
+        chunk({"content": word})
+    if message.get("refusal"):
+        chunk({"refusal": message["refusal"]})
+    for index, call in enumerate(message.get("tool_calls") or []):
+        function = call["function"]
+        first = {"name": function["name"], "arguments": ""}
+        chunk(
+            {
+                "tool_calls": [
+                    {"index": index, "id": call["id"], "type": "function", "function": first}
+                ]
+            }
+        )
+        for part in _fragments(function["arguments"]):
+            chunk({"tool_calls": [{"index": index, "function": {"arguments": part}}]})
+    chunk({}, whole["choices"][0]["finish_reason"])
+    emit({**head, "choices": [], "usage": whole["usage"]})
+    events.append(b"data: [DONE]\n\n")
+    return events
 
 
 # --------------------------------------------------------------------------------------
@@ -475,7 +640,11 @@ class _Handler(BaseHTTPRequestHandler):
         if step.delay and not self._hold(step.delay):
             return
         if step.type in ("text", "tool_calls"):
-            self._send_json(200, render_reply(step, owner.flavor, request_json, owner.defaults))
+            asked = isinstance(request_json, dict) and request_json.get("stream") is True
+            if asked and owner.streams:
+                self._stream(step, request_json)
+            else:
+                self._send_json(200, render_reply(step, owner.flavor, request_json, owner.defaults))
         elif step.type == "error":
             body = (
                 step.body
@@ -502,6 +671,42 @@ class _Handler(BaseHTTPRequestHandler):
             self._huge(step)
         else:  # pragma: no cover - step_from_dict validates types
             self._send_json(500, {"error": {"message": f"bad step {step.type}"}})
+
+    def _stream(self, step: Step, request_json: Any) -> None:
+        """Server-Sent Events, ``step.pace`` seconds apart (an abort is seen meanwhile):
+        chunked on a kept-alive connection, else delimited by the close; ``step.cut_after``
+        events, then the connection is dropped with the answer unfinished."""
+        owner = self.server.owner
+        events = render_stream(step, owner.flavor, request_json, owner.defaults)
+        chunked = self.request_version == "HTTP/1.1" and self.protocol_version == "HTTP/1.1"
+        try:
+            self.send_response(200)
+            self.send_header("Content-Type", "text/event-stream")
+            self.send_header("Cache-Control", "no-cache")
+            if chunked:
+                self.send_header("Transfer-Encoding", "chunked")
+            else:
+                self.send_header("Connection", "close")
+            self.end_headers()
+            self.wfile.flush()
+        except OSError:
+            self._aborted()
+            return
+        for sent, event in enumerate(events):
+            if step.cut_after is not None and sent >= step.cut_after:
+                self.close_connection = True
+                with contextlib.suppress(OSError):
+                    self.connection.shutdown(socket.SHUT_RDWR)
+                return
+            if sent and step.pace and not self._hold(step.pace):
+                return
+            data = b"%x\r\n%s\r\n" % (len(event), event) if chunked else event
+            if not self._write(data):
+                return
+        if chunked:
+            self._write(b"0\r\n\r\n")
+        else:
+            self.close_connection = True
 
     def _trickle(self, step: Step, request_json: Any) -> None:
         owner = self.server.owner
@@ -577,6 +782,7 @@ class ScriptedModelServer:
         record_path: str | os.PathLike | None = None,
         prompt_cache: bool = False,
         keep_alive: bool = False,
+        streams: bool = True,
     ) -> None:
         if flavor not in FLAVORS:
             raise ValueError(f"flavor must be one of {FLAVORS}")
@@ -600,6 +806,7 @@ class ScriptedModelServer:
         self.aborts: list[str] = []
         self.stopping = threading.Event()
         self.keep_alive = keep_alive
+        self.streams = streams
         self.stop_fd = -1  # readable once the server stops (a held request wakes on it)
         self._stop_w = -1
         self._lock = threading.Lock()

@@ -8,7 +8,8 @@ matters: one loop carries every request of a worker process); with a proxy in th
 applies it. The caller's cancel event cancels the request's task — called back by a
 `CancelEvent`, polled for a plain `threading.Event` — and the connection is aborted. An overall
 deadline bounds the whole exchange (slow-loris servers). The body is capped as it arrives,
-counting decoded bytes; redirects are never followed.
+counting decoded bytes; redirects are never followed. A streamed answer (Server-Sent Events) is
+handed to the caller's `on_body` piece by piece as it arrives, on the loop, on either path.
 
 httpx's clients (the proxied path) are kept per endpoint and shared by the requests in flight, at
 most `SHARD` per client: httpcore's pool does work for each waiting request against each of its
@@ -23,6 +24,7 @@ import contextlib
 import email.utils
 import functools
 import json
+import logging
 import math
 import re
 import ssl
@@ -53,6 +55,8 @@ from .base import (
     Provider,
     ProviderError,
 )
+
+log = logging.getLogger("acthelm.providers")
 
 CANCEL_POLL_INTERVAL = 0.1
 _ERROR_TEXT_LIMIT = 500
@@ -102,11 +106,14 @@ def request(
     encoded_body: bytes | None = None,
     cancel_event: threading.Event | None = None,
     timeout: float | None = None,
+    on_body: OnBody | None = None,
 ) -> HttpResponse:
     """Send one request and return the full (capped) response; raise ProviderError on
     transport problems, timeout, cancellation or an oversized body. HTTP error statuses are
     returned, not raised: the caller classifies them with ``raise_for_status``. The body is
-    ``json_body`` encoded here, or ``encoded_body``, JSON the caller encoded already."""
+    ``json_body`` encoded here, or ``encoded_body``, JSON the caller encoded already.
+    ``on_body(status, headers, piece)`` is called on the loop with each decoded piece of the
+    body as it arrives (the whole body is returned as well); what it raises ends the request."""
     provider.check_config()
     provider.check_request_url(url)
     if cancel_event is not None and cancel_event.is_set():
@@ -117,12 +124,16 @@ def request(
     if content is not None:
         headers = {"content-type": "application/json", **headers}
     timeout = timeout or provider.timeout
-    return fibers.wait(_request(provider, method, url, headers, content, cancel_event, timeout))
+    return fibers.wait(
+        _request(provider, method, url, headers, content, cancel_event, timeout, on_body)
+    )
 
 
 # -- clients, on the loop ----------------------------------------------------------------------
 
 type _ClientKey = tuple[str, str, float]
+#: What sees a body's pieces as they arrive (on the loop): the status, the headers, the piece.
+type OnBody = Callable[[int, httpx.Headers, bytes], None]
 
 
 @dataclass
@@ -252,6 +263,7 @@ async def _request(
     content: bytes | None,
     cancel_event: threading.Event | None,
     timeout: float,
+    on_body: OnBody | None = None,
 ) -> HttpResponse:
     """The exchange, as a task on the process's loop: the caller's cancel event cancels this
     very task (no watcher task), `asyncio.timeout` bounds it. A cancelled or timed-out exchange
@@ -273,10 +285,12 @@ async def _request(
     try:
         async with asyncio.timeout(timeout):
             if not _proxied():
-                return await _send_direct(provider, parsed, method, url, headers, content)
+                return await _send_direct(provider, parsed, method, url, headers, content, on_body)
             key = (type(provider).__name__, _origin(url), timeout)
             shard = _clients.setdefault(key, _Clients()).take(timeout)
-            return await _send(provider, shard.client, method, url, headers, content, timeout)
+            return await _send(
+                provider, shard.client, method, url, headers, content, timeout, on_body
+            )
     except TimeoutError:
         raise provider.error(
             PROVIDER_TIMEOUT, f"no complete response within {timeout:g} s (overall deadline)"
@@ -298,6 +312,7 @@ async def _send_direct(
     url: str,
     headers: dict[str, str],
     content: bytes | None,
+    on_body: OnBody | None = None,
 ) -> HttpResponse:
     """The exchange on `_wire`'s connection (no proxy applies)."""
     https = parsed.scheme == "https"
@@ -310,6 +325,15 @@ async def _send_direct(
     if content is not None and "content-length" not in own:
         lines.append(f"content-length: {len(content)}")
     head = ("\r\n".join(lines) + "\r\n\r\n").encode("ascii")
+    wire_on_body: _wire.OnBody | None = None
+    if on_body is not None:
+        seen: list[httpx.Headers] = []  # the answer's headers, built once
+
+        def wire_on_body(status: int, raw: list[tuple[bytes, bytes]], piece: bytes) -> None:
+            if not seen:
+                seen.append(httpx.Headers(raw))
+            on_body(status, seen[0], piece)
+
     try:
         answer = await _direct.send(
             scheme=parsed.scheme,
@@ -319,6 +343,7 @@ async def _send_direct(
             cap=provider.max_response_bytes,
             head_only=method == "HEAD",
             ssl_context=_ssl_context() if https else None,
+            on_body=wire_on_body,
         )
     except _wire.WireError as exc:
         if exc.kind == "connect":
@@ -339,6 +364,7 @@ async def _send(
     headers: dict[str, str],
     content: bytes | None,
     timeout: float,
+    on_body: OnBody | None = None,
 ) -> HttpResponse:
     cap = provider.max_response_bytes
     try:
@@ -361,6 +387,8 @@ async def _send(
                         status=resp.status_code,
                     )
                 chunks.append(chunk)
+                if on_body is not None and chunk:
+                    on_body(resp.status_code, resp.headers, chunk)
             return HttpResponse(resp.status_code, resp.headers, b"".join(chunks))
     except ProviderError:
         raise
@@ -384,6 +412,85 @@ async def _send(
         ) from None
     except httpx.HTTPError as exc:  # pragma: no cover - defensive
         raise provider.error(PROVIDER_BAD_RESPONSE, f"{type(exc).__name__}: {exc}") from None
+
+
+# --------------------------------------------------------------------------------------
+# Streamed answers (Server-Sent Events)
+# --------------------------------------------------------------------------------------
+
+
+class EventStream:
+    """A streamed answer's Server-Sent Events, parsed as its pieces arrive: pass it as a
+    request's ``on_body``. Each complete event goes to ``on_event(event, data)`` (the event's
+    name, "" when none, and its data lines joined). An answer that is not a 2xx
+    ``text/event-stream`` (an error, or a server that answered a whole JSON body to a streamed
+    request) is left alone: ``streamed`` stays False and the caller reads the body as today."""
+
+    def __init__(self, on_event: Callable[[str, str], None]) -> None:
+        self.on_event = on_event
+        self.streamed: bool | None = None  # None: no piece yet
+        self._buffer = bytearray()
+        self._event = ""
+        self._data: list[str] = []
+
+    def __call__(self, status: int, headers: httpx.Headers, piece: bytes) -> None:
+        if self.streamed is None:
+            kind = headers.get("content-type", "").split(";", 1)[0].strip().lower()
+            self.streamed = 200 <= status < 300 and kind == "text/event-stream"
+        if self.streamed:
+            self.feed(piece)
+
+    def feed(self, piece: bytes) -> None:
+        buffer = self._buffer
+        buffer += piece
+        start = 0
+        while True:
+            end = buffer.find(b"\n", start)
+            if end < 0:
+                break
+            line = bytes(buffer[start:end]).rstrip(b"\r").decode("utf-8", "replace")
+            start = end + 1
+            self._line(line)
+        del buffer[:start]
+
+    def _line(self, line: str) -> None:
+        if not line:
+            if self._data or self._event:
+                event, data = self._event, "\n".join(self._data)
+                self._event, self._data = "", []
+                self.on_event(event, data)
+            return
+        if line.startswith(":"):
+            return  # a comment (a keep-alive)
+        name, _, value = line.partition(":")
+        value = value.removeprefix(" ")
+        if name == "data":
+            self._data.append(value)
+        elif name == "event":
+            self._event = value
+
+    def close(self) -> None:
+        """The body ended: an event not followed by its blank line still counts."""
+        if self._buffer:
+            self._line(bytes(self._buffer).rstrip(b"\r").decode("utf-8", "replace"))
+            self._buffer.clear()
+        self._line("")
+
+
+def safe_delta(
+    on_delta: Callable[[str, dict[str, Any]], None] | None,
+) -> Callable[[str, dict[str, Any]], None]:
+    """``on_delta`` that never raises into the request (what it raises is logged)."""
+
+    def call(kind: str, data: dict[str, Any]) -> None:
+        if on_delta is None:
+            return
+        try:
+            on_delta(kind, data)
+        except Exception:
+            log.exception("provider.on_delta_failed")
+
+    return call
 
 
 @functools.lru_cache(maxsize=256)

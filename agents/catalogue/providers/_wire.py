@@ -11,14 +11,18 @@ line, headers, a body by Content-Length, chunked, or to the end of the connectio
 trusted for `KEEPALIVE_SECONDS` idle; one the server closed is dropped when the loop sees the
 close. A cancelled or failed exchange aborts its connection. Redirects are answers like any
 other (never followed). With a proxy in the environment, `_http` uses httpx's client instead.
+A streamed answer's pieces are handed to the caller's `on_body` as they are decoded (the body
+is kept whole as well, and capped as a whole); what `on_body` raises fails the exchange.
 """
 
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import ssl
 import time
 import zlib
+from collections.abc import Callable
 from dataclasses import dataclass
 
 KEEPALIVE_SECONDS = 5.0
@@ -34,6 +38,11 @@ class WireError(Exception):
     def __init__(self, kind: str, message: str, status: int | None = None):
         super().__init__(message)
         self.kind, self.status = kind, status
+
+
+#: Called on the loop with each decoded piece of a body as it arrives: the status, the headers
+#: and the piece. What it raises fails the exchange (the connection is aborted).
+type OnBody = Callable[[int, list[tuple[bytes, bytes]], bytes], None]
 
 
 @dataclass(frozen=True)
@@ -73,12 +82,21 @@ class _Connection(asyncio.Protocol):
 
     def __init__(self) -> None:
         self.transport: asyncio.Transport | None = None
+        #: The loop the connection lives on: only requests on that loop may reuse it.
+        self.loop = asyncio.get_running_loop()
         self.closed = False
         self.idle_since = 0.0
         self._reset(None, 0, False)
 
-    def _reset(self, future: asyncio.Future[Answer] | None, cap: int, head_only: bool) -> None:
+    def _reset(
+        self,
+        future: asyncio.Future[Answer] | None,
+        cap: int,
+        head_only: bool,
+        on_body: OnBody | None = None,
+    ) -> None:
         self.future = future
+        self.on_body = on_body
         self.cap = cap
         self.head_only = head_only
         self.buffer = bytearray()
@@ -112,6 +130,8 @@ class _Connection(asyncio.Protocol):
             self._fail(exc)
         except (zlib.error, ValueError) as exc:
             self._fail(WireError("decode", f"cannot decode response body: {exc}", self.status))
+        except Exception as exc:  # noqa: BLE001 - what on_body raised: the exchange's error
+            self._fail(exc)
 
     def eof_received(self) -> bool:
         return False  # close the transport: connection_lost follows
@@ -127,16 +147,20 @@ class _Connection(asyncio.Protocol):
                 self._fail(error)
             except zlib.error as error:
                 self._fail(WireError("decode", f"cannot decode response body: {error}"))
+            except Exception as error:  # noqa: BLE001 - what on_body raised
+                self._fail(error)
             return
         why = f": {exc}" if exc else ""
         self._fail(WireError("closed", f"the server closed the connection mid-response{why}"))
 
     # -- one exchange ------------------------------------------------------------------------
 
-    async def exchange(self, request: bytes, cap: int, *, head_only: bool) -> Answer:
+    async def exchange(
+        self, request: bytes, cap: int, *, head_only: bool, on_body: OnBody | None = None
+    ) -> Answer:
         assert self.transport is not None
         future: asyncio.Future[Answer] = asyncio.get_running_loop().create_future()
-        self._reset(future, cap, head_only)
+        self._reset(future, cap, head_only, on_body)
         self.transport.write(request)
         return await future
 
@@ -145,7 +169,7 @@ class _Connection(asyncio.Protocol):
         if self.transport is not None:
             self.transport.abort()
 
-    def _fail(self, exc: WireError) -> None:
+    def _fail(self, exc: Exception) -> None:
         self.keep_alive = False
         if self.future is not None and not self.future.done():
             self.future.set_exception(exc)
@@ -277,6 +301,8 @@ class _Connection(asyncio.Protocol):
                 "too_large", f"response body exceeds the limit of {self.cap} bytes", self.status
             )
         self.body.append(data)
+        if self.on_body is not None and data:
+            self.on_body(self.status, self.headers, data)
 
     def _finish(self) -> None:
         if self.decoder is not None:
@@ -295,6 +321,8 @@ class _Connection(asyncio.Protocol):
                 "too_large", f"response body exceeds the limit of {self.cap} bytes", self.status
             )
         self.body.append(data)
+        if self.on_body is not None and data:
+            self.on_body(self.status, self.headers, data)
 
 
 class Pool:
@@ -306,8 +334,15 @@ class Pool:
     def take(self, key: tuple[str, str, int]) -> _Connection | None:
         idle = self.idle.get(key)
         now = time.monotonic()
+        loop = asyncio.get_running_loop()
         while idle:
             conn = idle.pop()
+            if conn.loop is not loop:
+                # Made on another loop (a request made where a loop already ran gets a private
+                # one, gone since): its transport can never be read again here.
+                with contextlib.suppress(RuntimeError):  # that loop is closed
+                    conn.abort()
+                continue
             if not conn.closed and now - conn.idle_since < KEEPALIVE_SECONDS:
                 return conn
             conn.abort()
@@ -336,16 +371,19 @@ class Pool:
         cap: int,
         head_only: bool,
         ssl_context: ssl.SSLContext | None,
+        on_body: OnBody | None = None,
     ) -> Answer:
         """One exchange on a kept-alive or new connection. A connection that did not end its
-        exchange cleanly (cancelled, timed out, failed) is aborted, never reused."""
+        exchange cleanly (cancelled, timed out, failed) is aborted, never reused. `on_body`, if
+        given, sees each decoded piece of the body as it arrives (a streamed answer); the body
+        is kept whole as well, and the cap counts all of it."""
         key = (scheme, host, port)
         conn = self.take(key)
         if conn is None:
             conn = await _connect(host, port, ssl_context)
         done = False
         try:
-            answer = await conn.exchange(request, cap, head_only=head_only)
+            answer = await conn.exchange(request, cap, head_only=head_only, on_body=on_body)
             done = True
             return answer
         finally:

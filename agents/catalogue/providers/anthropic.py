@@ -3,6 +3,12 @@
 ``base_url`` defaults to ``https://api.anthropic.com``; requests go to
 ``{base_url}/v1/messages`` (a base_url that already ends in ``/v1`` is accepted too).
 Extended thinking is never requested; thinking blocks in answers are dropped.
+
+Asked for a turn with an ``on_delta`` callback, the request is streamed (``"stream": true``): the
+events (message_start, content_block_start / _delta / _stop, message_delta, message_stop) are
+assembled as they arrive into the message a whole answer gives, visible text and tool input
+pieces handed to ``on_delta`` on the way (thinking never). A whole JSON body is read as one; a
+stream that ends before message_stop is an interrupted request.
 """
 
 from __future__ import annotations
@@ -16,8 +22,11 @@ from core import telemetry
 
 from . import _http
 from .base import (
+    PROVIDER_BAD_RESPONSE,
+    PROVIDER_SERVER_ERROR,
     Completion,
     Message,
+    OnDelta,
     ProbeResult,
     Provider,
     ToolCallRequest,
@@ -39,6 +48,102 @@ _STOP_MAP = {
     "model_context_window_exceeded": "length",
     "refusal": "refusal",
 }
+
+
+class _MessageStream:
+    """The events of one streamed Messages answer, assembled as they arrive (on the loop) into
+    the message a whole answer would have been."""
+
+    def __init__(self, provider: Provider, on_delta: OnDelta) -> None:
+        self.provider, self.on_delta = provider, on_delta
+        self.message: dict[str, Any] = {}
+        self.blocks: dict[int, dict[str, Any]] = {}
+        self.partial: dict[int, list[str]] = {}  # a tool_use block's input JSON, in pieces
+        self.call_of: dict[int, int] = {}  # block index -> the tool call's position
+        self.done = False
+
+    def event(self, _name: str, data: str) -> None:
+        if self.done:
+            return
+        try:
+            event = json.loads(data)
+        except ValueError:
+            snippet = self.provider.redact(data[:2000])[:200]
+            raise self.provider.error(
+                PROVIDER_BAD_RESPONSE, f"a streamed event is not valid JSON: {snippet!r}"
+            ) from None
+        if not isinstance(event, dict):
+            raise self.provider.error(PROVIDER_BAD_RESPONSE, "a streamed event is not an object")
+        kind = event.get("type")
+        if kind == "message_start" and isinstance(event.get("message"), dict):
+            self.message = dict(event["message"])
+        elif kind == "content_block_start" and isinstance(event.get("content_block"), dict):
+            self._start(event)
+        elif kind == "content_block_delta" and isinstance(event.get("delta"), dict):
+            self._delta(event)
+        elif kind == "message_delta":
+            delta = event.get("delta")
+            if isinstance(delta, dict) and "stop_reason" in delta:
+                self.message["stop_reason"] = delta["stop_reason"]
+            usage = event.get("usage")
+            if isinstance(usage, dict):  # counts so far, output_tokens the final one
+                self.message["usage"] = {**(self.message.get("usage") or {}), **usage}
+        elif kind == "message_stop":
+            self.done = True
+        elif kind == "error":
+            summary, _ = _http.error_text(json.dumps(event).encode(), self.provider.redact)
+            raise self.provider.error(PROVIDER_SERVER_ERROR, f"error in the stream: {summary}")
+
+    def _start(self, event: dict[str, Any]) -> None:
+        index = event.get("index")
+        index = index if isinstance(index, int) else len(self.blocks)
+        block = dict(event["content_block"])
+        self.blocks[index] = block
+        if block.get("type") == "text" and isinstance(block.get("text"), str) and block["text"]:
+            self.on_delta("text", {"text": block["text"]})
+        elif block.get("type") == "tool_use":
+            position = self.call_of[index] = len(self.call_of)
+            self.partial[index] = []
+            name = block.get("name") if isinstance(block.get("name"), str) else ""
+            self.on_delta("tool_call", {"index": position, "name": name, "arguments": ""})
+
+    def _delta(self, event: dict[str, Any]) -> None:
+        index = event.get("index")
+        if not isinstance(index, int) or index not in self.blocks:
+            return
+        block = self.blocks[index]
+        delta = event["delta"]
+        if delta.get("type") == "text_delta" and isinstance(delta.get("text"), str):
+            block["text"] = str(block.get("text") or "") + delta["text"]
+            self.on_delta("text", {"text": delta["text"]})
+        elif (
+            delta.get("type") == "input_json_delta"
+            and isinstance(delta.get("partial_json"), str)
+            and index in self.partial
+        ):
+            self.partial[index].append(delta["partial_json"])
+            position = self.call_of[index]
+            self.on_delta(
+                "tool_call", {"index": position, "name": "", "arguments": delta["partial_json"]}
+            )
+        # thinking_delta, signature_delta: hidden reasoning, neither kept nor shown
+
+    def body(self, status: int) -> dict[str, Any]:
+        """The message a whole answer would have been; a stream cut off before message_stop is
+        an interrupted request (nothing of it is kept)."""
+        if not self.done:
+            raise self.provider.error(
+                PROVIDER_SERVER_ERROR,
+                "the streamed answer ended before the turn was complete",
+                status=status,
+            )
+        for index, pieces in self.partial.items():
+            raw = "".join(pieces)
+            try:
+                self.blocks[index]["input"] = json.loads(raw) if raw.strip() else {}
+            except ValueError:
+                self.blocks[index]["input"] = raw  # unparsable: the loop refuses the call
+        return {**self.message, "content": [self.blocks[i] for i in sorted(self.blocks)]}
 
 
 @register
@@ -215,6 +320,7 @@ class AnthropicProvider(Provider):
         tools: list[ToolSpec],
         max_tokens: int,
         cancel_event: threading.Event | None = None,
+        on_delta: OnDelta | None = None,
     ) -> Completion:
         with telemetry.chat(
             provider_name=self.telemetry_name or self.kind,
@@ -222,16 +328,30 @@ class AnthropicProvider(Provider):
             max_tokens=max_tokens,
             server=self.base_url,
         ) as span:
+            body = self.payload(model, messages, tools, max_tokens)
+            headers = self.headers()
+            stream = events = None
+            if on_delta is not None:
+                body["stream"] = True
+                headers["accept"] = "text/event-stream, application/json"
+                stream = _MessageStream(self, _http.safe_delta(on_delta))
+                events = _http.EventStream(stream.event)
             resp = _http.request(
                 self,
                 "POST",
                 f"{self.base_url}/v1/messages",
-                headers=self.headers(),
-                json_body=self.payload(model, messages, tools, max_tokens),
+                headers=headers,
+                json_body=body,
                 cancel_event=cancel_event,
+                on_body=events,
             )
             _http.raise_for_status(self, resp)
-            completion = self.parse_completion(resp.json(self), model, resp.status)
+            if stream is not None and events is not None and events.streamed:
+                events.close()
+                data = stream.body(resp.status)
+            else:
+                data = resp.json(self)
+            completion = self.parse_completion(data, model, resp.status)
             span.completed(completion)
             return completion
 

@@ -136,6 +136,11 @@ def _rebuild_provider_error(
     return ProviderError(code, message, status=status, retry_after=retry_after)
 
 
+#: What a streaming provider calls with each piece of a turn as it arrives: the kind
+#: ("text", "tool_call") and its data (see `Provider.complete`).
+type OnDelta = Callable[[str, dict[str, Any]], None]
+
+
 @dataclass(frozen=True)
 class SettingsProblem:
     """Why a connection's settings are refused: the text shown, and a stable code (None: the
@@ -454,9 +459,17 @@ class Provider(abc.ABC):
         tools: list[ToolSpec],
         max_tokens: int,
         cancel_event: threading.Event | None = None,
+        on_delta: OnDelta | None = None,
     ) -> Completion:
         """Run one model turn. Raises ProviderError (never anything else for provider
-        problems); raises ``provider_cancelled`` soon after ``cancel_event`` is set."""
+        problems); raises ``provider_cancelled`` soon after ``cancel_event`` is set.
+
+        With ``on_delta``, a provider that can asks for a streamed answer and calls
+        ``on_delta(kind, data)`` for each piece as it arrives — ``"text"`` ``{"text": …}`` (visible
+        text only, never hidden reasoning) and ``"tool_call"`` ``{"index", "name",
+        "arguments"}`` (fragments appended) — possibly from another thread than the caller's;
+        what it raises is logged, never the turn's. The Completion returned is the same as
+        without it; a stream cut off is a ProviderError as an interrupted request is."""
 
     @abc.abstractmethod
     def probe(self, *, model: str, tools: bool) -> ProbeResult:

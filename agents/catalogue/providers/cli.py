@@ -45,6 +45,7 @@ from .base import (
     PROVIDER_UNREACHABLE,
     Completion,
     Message,
+    OnDelta,
     ProbeResult,
     Provider,
     ProviderError,
@@ -222,9 +223,10 @@ class CLIProvider(Provider):
         tools: list[ToolSpec],
         max_tokens: int,
         cancel_event: threading.Event | None = None,
+        on_delta: OnDelta | None = None,
     ) -> Completion:
-        # ``tools`` and ``max_tokens`` are ignored: a CLI has no tool-calling interface and
-        # its output limit is configured in its own arguments.
+        # ``tools``, ``max_tokens`` and ``on_delta`` are ignored: a CLI has no tool-calling
+        # interface, its output limit is configured in its own arguments, and it answers whole.
         prompt = render_prompt(messages)
         stdout = self.run(prompt, cancel_event=cancel_event)
         return self.parse_output(stdout, model)

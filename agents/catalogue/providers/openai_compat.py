@@ -3,6 +3,13 @@ OpenRouter, LM Studio, ...).
 
 ``base_url`` is the API root including the version, e.g. ``https://api.openai.com/v1`` or
 ``http://localhost:11434/v1``; requests go to ``{base_url}/chat/completions``.
+
+Asked for a turn with an ``on_delta`` callback, the request is streamed (``"stream": true``, the
+usage asked for in the last event): the Server-Sent Events are parsed as they arrive, each piece
+of visible text and of a tool call handed to ``on_delta``, and the pieces assembled into the same
+Completion a whole answer gives. A server that answers a streamed request with a whole JSON body
+is read as one; one that refuses the ``stream`` field (a 400 naming it) is asked again without.
+A stream that ends before its ``finish_reason`` (or ``[DONE]``) is an interrupted request.
 """
 
 from __future__ import annotations
@@ -21,8 +28,11 @@ from core import telemetry
 from . import _http
 from .base import (
     PROVIDER_BAD_REQUEST,
+    PROVIDER_BAD_RESPONSE,
+    PROVIDER_SERVER_ERROR,
     Completion,
     Message,
+    OnDelta,
     ProbeResult,
     Provider,
     ProviderError,
@@ -79,6 +89,119 @@ def context_window_from_model_entry(entry: dict[str, Any]) -> int | None:
         if isinstance(value, int) and not isinstance(value, bool) and value > 0:
             return value
     return None
+
+
+class _ChatStream:
+    """The events of one streamed Chat Completion, assembled as they arrive (on the loop) into
+    the body a whole answer would have had; visible text and tool-call pieces go to
+    ``on_delta`` on the way (``reasoning_content`` / ``reasoning`` never do)."""
+
+    def __init__(self, provider: Provider, on_delta: OnDelta) -> None:
+        self.provider, self.on_delta = provider, on_delta
+        self.text: list[str] = []
+        self.refusal: list[str] = []
+        self.calls: dict[int, dict[str, str]] = {}
+        self.finish: str | None = None
+        self.usage: Any = None
+        self.model: Any = None
+        self.done = False
+        self.error: dict[str, Any] | None = None
+
+    def event(self, _name: str, data: str) -> None:
+        if self.done or self.error is not None:
+            return
+        if data.strip() == "[DONE]":
+            self.done = True
+            return
+        try:
+            chunk = json.loads(data)
+        except ValueError:
+            snippet = self.provider.redact(data[:2000])[:200]
+            raise self.provider.error(
+                PROVIDER_BAD_RESPONSE, f"a streamed event is not valid JSON: {snippet!r}"
+            ) from None
+        if not isinstance(chunk, dict):
+            raise self.provider.error(PROVIDER_BAD_RESPONSE, "a streamed event is not an object")
+        if "error" in chunk and not chunk.get("choices"):
+            self.error = chunk  # parse_completion classifies it as a whole answer's
+            return
+        if isinstance(chunk.get("model"), str):
+            self.model = chunk["model"]
+        if isinstance(chunk.get("usage"), dict):
+            self.usage = chunk["usage"]
+        choices = chunk.get("choices")
+        if not isinstance(choices, list) or not choices or not isinstance(choices[0], dict):
+            return  # e.g. the usage event, whose choices are empty
+        choice = choices[0]
+        delta = choice.get("delta")
+        if isinstance(delta, dict):
+            self._delta(delta)
+        if isinstance(choice.get("finish_reason"), str):
+            self.finish = choice["finish_reason"]
+
+    def _delta(self, delta: dict[str, Any]) -> None:
+        content = delta.get("content")
+        if isinstance(content, str) and content:
+            self.text.append(content)
+            self.on_delta("text", {"text": content})
+        refusal = delta.get("refusal")
+        if isinstance(refusal, str) and refusal:
+            self.refusal.append(refusal)  # a declined turn: discarded, never shown
+        raw_calls = delta.get("tool_calls")
+        if not isinstance(raw_calls, list):
+            legacy = delta.get("function_call")
+            raw_calls = [{"index": 0, "function": legacy}] if isinstance(legacy, dict) else []
+        for position, raw in enumerate(raw_calls):
+            if not isinstance(raw, dict):
+                continue
+            index = raw.get("index", position)
+            index = index if isinstance(index, int) and not isinstance(index, bool) else position
+            call = self.calls.setdefault(index, {"id": "", "name": "", "arguments": ""})
+            if isinstance(raw.get("id"), str) and raw["id"]:
+                call["id"] = raw["id"]
+            function = raw.get("function")
+            function = function if isinstance(function, dict) else {}
+            name = function.get("name")
+            name = name if isinstance(name, str) and name != call["name"] else ""
+            arguments = function.get("arguments")
+            if isinstance(arguments, dict):  # a server that sends the object whole
+                arguments = json.dumps(arguments, ensure_ascii=False)
+            arguments = arguments if isinstance(arguments, str) else ""
+            call["name"] += name
+            call["arguments"] += arguments
+            if name or arguments:
+                self.on_delta("tool_call", {"index": index, "name": name, "arguments": arguments})
+
+    def body(self, status: int) -> dict[str, Any]:
+        """What a whole answer would have been; a stream cut off before its end is an
+        interrupted request (nothing of it is kept)."""
+        if self.error is not None:
+            return self.error
+        if self.finish is None and not self.done:
+            raise self.provider.error(
+                PROVIDER_SERVER_ERROR,
+                "the streamed answer ended before the turn was complete",
+                status=status,
+            )
+        message: dict[str, Any] = {"content": "".join(self.text) or None}
+        if self.calls:
+            message["tool_calls"] = [
+                {
+                    "id": call["id"],
+                    "type": "function",
+                    "function": {"name": call["name"], "arguments": call["arguments"]},
+                }
+                for _, call in sorted(self.calls.items())
+            ]
+        if self.refusal:
+            message["refusal"] = "".join(self.refusal)
+        body: dict[str, Any] = {
+            "choices": [{"message": message, "finish_reason": self.finish}],
+            "usage": self.usage,
+        }
+        if self.model is not None:
+            body["model"] = self.model
+        return body
 
 
 #: Where `wire_body` puts the encoded messages: a string no JSON encoder writes otherwise.
@@ -296,23 +419,37 @@ class OpenAICompatibleProvider(Provider):
         tools: list[ToolSpec],
         max_tokens: int,
         cancel_event: threading.Event | None = None,
+        on_delta: OnDelta | None = None,
     ) -> Completion:
         body = self.payload(model, [], tools, max_tokens)  # the messages: wire_body
         del body["messages"]
+        if on_delta is not None:
+            body["stream"] = True
+            body["stream_options"] = {"include_usage": True}
         with telemetry.chat(
             provider_name=self.telemetry_name or self.kind,
             model=model,
             max_tokens=max_tokens,
             server=self.base_url,
         ) as span:
-            try:
-                completion = self._post(body, messages, model, cancel_event)
-            except ProviderError as exc:
-                # Newer OpenAI models reject max_tokens and ask for max_completion_tokens.
-                if exc.code != PROVIDER_BAD_REQUEST or "max_completion_tokens" not in exc.message:
-                    raise
-                body["max_completion_tokens"] = body.pop("max_tokens")
-                completion = self._post(body, messages, model, cancel_event)
+            completion = None
+            for _attempt in range(3):
+                try:
+                    completion = self._post(body, messages, model, cancel_event, on_delta)
+                    break
+                except ProviderError as exc:
+                    if exc.code != PROVIDER_BAD_REQUEST:
+                        raise
+                    if "max_completion_tokens" in exc.message and "max_tokens" in body:
+                        # Newer OpenAI models reject max_tokens, ask for max_completion_tokens.
+                        body["max_completion_tokens"] = body.pop("max_tokens")
+                    elif "stream" in exc.message and body.get("stream"):
+                        # A server that does not stream: the whole answer, as before.
+                        body["stream"] = False
+                        body.pop("stream_options", None)
+                    else:
+                        raise
+            assert completion is not None  # each attempt returns or raises
             span.completed(completion)
             return completion
 
@@ -322,16 +459,26 @@ class OpenAICompatibleProvider(Provider):
         messages: list[Message],
         model: str,
         cancel_event: threading.Event | None,
+        on_delta: OnDelta | None = None,
     ) -> Completion:
+        chat = _ChatStream(self, _http.safe_delta(on_delta)) if body.get("stream") else None
+        events = _http.EventStream(chat.event) if chat is not None else None
+        headers = self.headers()
+        if events is not None:
+            headers["accept"] = "text/event-stream, application/json"
         resp = _http.request(
             self,
             "POST",
             f"{self.base_url}/chat/completions",
-            headers=self.headers(),
+            headers=headers,
             encoded_body=self.wire_body(body, messages),
             cancel_event=cancel_event,
+            on_body=events,
         )
         _http.raise_for_status(self, resp)
+        if chat is not None and events is not None and events.streamed:
+            events.close()
+            return self.parse_completion(chat.body(resp.status), model, resp.status)
         return self.parse_completion(resp.json(self), model, resp.status)
 
     def context_window(self, model: str) -> int | None:

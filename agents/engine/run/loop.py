@@ -121,6 +121,7 @@ class AgentLoop(ToolRounds):
         """Record the last step together with the run's outcome, in one fenced transaction.
         Returns the task's new status (None for a lost run: nothing is written)."""
         if outcome.kind == OutcomeKind.LOST:
+            self._live_end(stored=False)  # nothing of the run is written
             return None
         if self.recorder is None:  # the run never loaded its task
             return apply_outcome(
@@ -138,6 +139,7 @@ class AgentLoop(ToolRounds):
             verdict=verdict,
         )
         self.step = Step()
+        self._live_end(stored=True)
         return status
 
     # -- the saved state, read once ---------------------------------------------------------------
@@ -324,6 +326,9 @@ class AgentLoop(ToolRounds):
             max_tokens = max(1, min(task.limit_output_tokens, remaining_budget))
         else:
             max_tokens = task.limit_output_tokens
+        # The turn is published as it is written (`tasks.live`: nothing is sent while nobody
+        # watches); its "end" follows the commit that stores it.
+        self._live_start()
         try:
             completion = self.provider.complete(
                 model=model.name,
@@ -331,8 +336,10 @@ class AgentLoop(ToolRounds):
                 tools=self.specs,
                 max_tokens=max_tokens,
                 cancel_event=self.signals.cancel,
+                on_delta=self._live_delta if settings.ACTHELM_STREAM_TURNS else None,
             )
         except ProviderError as exc:
+            self._live_end(stored=False)  # cut off, refused, cancelled: nothing of it is kept
             if exc.code == "provider_cancelled":
                 raise AttemptLost("cancelled during the model request") from None
             raise fail(
@@ -398,6 +405,7 @@ class AgentLoop(ToolRounds):
             calls.append(state)
         self.calls += calls
         if discarded:
+            self._live_end(stored=False)  # truncated or declined: a viewer drops what it showed
             self._user_turn(DISCARDED_NOTE.format(reason=completion.stop_reason))
             self.commit()
             return

@@ -28,6 +28,7 @@ from core import fibers
 from core.actors import Actor
 from core.dbpool import release_connection
 from core.exceptions import AttemptLost
+from tasks import live
 from tasks.limits import BEFORE_A_NETWORK_REQUEST
 from tasks.states import TaskStatus
 
@@ -104,6 +105,8 @@ class RunState:
         self.intended = False
         self.tool_context: ToolContext | None = None  # the fixed part, built at first use
         self.feedback_after_round = False  # the task's feedback waits for open calls to run
+        # A model turn published on the live channel (`tasks.live`) whose "end" is not sent yet.
+        self.live_turn = False
 
     def commit(self) -> None:
         """Write what the run produced since its last commit (one fenced transaction)."""
@@ -111,6 +114,25 @@ class RunState:
         self._book(Usage(active_seconds=self._elapsed()))
         self.recorder.commit(self.step, checkpoint=self._checkpoint)
         self.step = Step()
+        self._live_end(stored=True)
+
+    # -- the live channel: the turn being written, for whoever watches ------------------------
+
+    def _live_start(self) -> None:
+        """A model turn starts: a viewer clears the last one's text."""
+        self.live_turn = True
+        live.publish(self.task_id, self.run_id, "turn", {})
+
+    def _live_delta(self, kind: str, data: dict[str, Any]) -> None:
+        """A piece of the turn as the provider hands it over (on the request's loop thread;
+        `live.publish` only takes its lock)."""
+        live.publish(self.task_id, self.run_id, kind, data)
+
+    def _live_end(self, *, stored: bool) -> None:
+        """The turn published is over: stored (after the commit that wrote it) or discarded."""
+        if self.live_turn:
+            self.live_turn = False
+            live.publish(self.task_id, self.run_id, "end", {"stored": stored})
 
     # -- usage, time and the checkpoint -----------------------------------------------------------
 

@@ -54,6 +54,7 @@ from core import fibers
 from core.dbpool import release_connection
 from core.dburl import listen_conninfo
 from core.exceptions import AttemptLost
+from tasks import live
 from tasks.notify.delivery import deliver_in_maintenance
 from tasks.transitions import READY_CHANNEL, SIGNAL_CHANNEL
 
@@ -542,7 +543,8 @@ class Worker:
 
     def _listen(self) -> None:
         """LISTEN on its own connection (outside the pool): new work wakes the dispatcher; a
-        person's action on a task that runs here makes the heartbeat check it at once."""
+        person's action on a task that runs here makes the heartbeat check it at once; a web
+        process's announcement that someone watches a task makes its runs publish their turns."""
         while not self.halted.is_set():
             try:
                 # ACTHELM_LISTEN_DATABASE_URL, or the default database: every option of it
@@ -555,6 +557,7 @@ class Worker:
                 with psycopg.connect(conninfo, autocommit=True) as conn:
                     conn.execute(f"LISTEN {READY_CHANNEL}")
                     conn.execute(f"LISTEN {SIGNAL_CHANNEL}")
+                    conn.execute(f"LISTEN {live.WATCH_CHANNEL}")
                     self._wake()  # anything that became ready while we were not listening
                     if self.heartbeat is not None:
                         self.heartbeat.poke(0)  # and any action missed meanwhile
@@ -563,6 +566,10 @@ class Worker:
                             if note.channel == SIGNAL_CHANNEL:
                                 if note.payload.isdigit():
                                     self.signal(int(note.payload))
+                            elif note.channel == live.WATCH_CHANNEL:
+                                # Someone watches a task: its runs here publish their turns
+                                # (never a wake for the dispatcher).
+                                live.watch_announced(note.payload)
                             else:
                                 self._wake()
             except psycopg.Error:

@@ -1,0 +1,199 @@
+"""Streamed model answers (issue 52): the OpenAI-compatible and Anthropic providers ask for
+Server-Sent Events when given `on_delta`, hand each visible piece over as it arrives, and return
+the very Completion a whole answer gives. A server that answers whole, a stream cut off, the byte
+cap, a cancel mid-stream and the proxied path. The scripted model server streams on loopback."""
+
+from __future__ import annotations
+
+import socket
+import threading
+import time
+
+import pytest
+
+from agents.catalogue.providers import Message, ProviderError, build_provider
+from agents.catalogue.providers import _http as provider_http
+from agents.catalogue.providers.base import (
+    PROVIDER_BAD_RESPONSE,
+    PROVIDER_CANCELLED,
+    PROVIDER_SERVER_ERROR,
+    CancelEvent,
+)
+from tests.agents.test_provider_http import in_thread
+from tests.fakes.model_server import (
+    ScriptedModelServer,
+    reply_error,
+    reply_streamed,
+    reply_text,
+    reply_tool_calls,
+)
+
+pytestmark = pytest.mark.timeout(30)
+
+KINDS = {"openai": "openai_compatible", "anthropic": "anthropic"}
+TEXT = "The launch moves to April and the team agrees"
+CALL = ("fetch_url", {"url": "https://example.com/notes", "max_bytes": 2000})
+
+
+def provider_for(server: ScriptedModelServer, **kwargs):
+    return build_provider(KINDS[server.flavor], base_url=server.url, **kwargs)
+
+
+def ask(provider, *, on_delta=None, cancel_event=None):
+    """One turn, asked from a thread of its own as a worker asks (never from a thread where an
+    event loop runs, as Playwright's does in the e2e tests' process)."""
+    return in_thread(
+        lambda: provider.complete(
+            model="test-model",
+            messages=[Message(role="user", content="Summarise the notes")],
+            tools=[],
+            max_tokens=100,
+            on_delta=on_delta,
+            cancel_event=cancel_event,
+        )
+    )
+
+
+def same(streamed, whole) -> None:
+    """The same Completion, the tool calls' ids aside (the scripted model makes new ones)."""
+    strip = {"tool_calls"}
+    assert streamed.model_dump(exclude=strip) == whole.model_dump(exclude=strip)
+    assert [c.model_dump(exclude={"id"}) for c in streamed.tool_calls] == [
+        c.model_dump(exclude={"id"}) for c in whole.tool_calls
+    ]
+
+
+@pytest.mark.parametrize("flavor", ["openai", "anthropic"])
+@pytest.mark.parametrize("keep_alive", [False, True], ids=["close-delimited", "chunked"])
+def test_a_streamed_turn_is_the_whole_answer_and_its_pieces_come_in_order(flavor, keep_alive):
+    turns = [
+        reply_text(TEXT, reasoning="the hidden chain of thought", pace=0.01),
+        reply_tool_calls([CALL], text="Let me read it", pace=0.01),
+    ]
+    with ScriptedModelServer(turns + turns, flavor=flavor, keep_alive=keep_alive) as server:
+        provider = provider_for(server)
+        pieces: list[tuple[str, dict]] = []
+        streamed = [ask(provider, on_delta=lambda k, d: pieces.append((k, d))) for _ in turns]
+        whole = [ask(provider) for _ in turns]
+        asked = [r.json.get("stream") for r in server.completion_requests]
+    assert asked[:2] == [True, True] and not any(asked[2:])
+    for s, w in zip(streamed, whole, strict=True):
+        same(s, w)
+    assert streamed[0].text == TEXT and streamed[0].stop_reason == "end"
+    assert streamed[1].tool_calls[0].arguments == CALL[1]
+    text = "".join(d["text"] for k, d in pieces if k == "text")
+    assert text == TEXT + "Let me read it"
+    assert len([k for k, _ in pieces if k == "text"]) > 5  # word by word, not whole
+    calls = [d for k, d in pieces if k == "tool_call"]
+    assert calls[0]["name"] == "fetch_url" and {c["index"] for c in calls} == {0}
+    assert "".join(c["arguments"] for c in calls) == streamed[1].tool_calls[0].arguments_raw
+    assert "hidden" not in repr(pieces)  # reasoning is never handed over
+
+
+@pytest.mark.parametrize("flavor", ["openai", "anthropic"])
+def test_pieces_arrive_while_the_answer_is_still_being_written(flavor):
+    with ScriptedModelServer([reply_streamed(TEXT, seconds=1.5)], flavor=flavor) as server:
+        provider = provider_for(server)
+        started = time.monotonic()
+        times: list[float] = []
+        completion = ask(provider, on_delta=lambda k, d: times.append(time.monotonic()))
+        ended = time.monotonic()
+    assert completion.text == TEXT
+    assert times[0] - started < 0.5  # the first word, well before the end
+    assert ended - started > 1.2
+    assert ended - times[0] > 1.0
+
+
+@pytest.mark.parametrize("flavor", ["openai", "anthropic"])
+def test_a_server_that_answers_whole_to_a_streamed_request_is_read_as_before(flavor):
+    with ScriptedModelServer([reply_text(TEXT)] * 2, flavor=flavor, streams=False) as server:
+        provider = provider_for(server)
+        pieces: list = []
+        streamed = ask(provider, on_delta=lambda k, d: pieces.append(d))
+        whole = ask(provider)
+        assert server.completion_requests[0].json["stream"] is True
+    same(streamed, whole)
+    assert pieces == []  # nothing came in pieces: the stored turn is all there is
+
+
+def test_a_server_that_refuses_the_stream_field_is_asked_again_whole():
+    refusal = {"error": {"message": "Unrecognized request argument supplied: stream"}}
+    with ScriptedModelServer([reply_error(400, refusal), reply_text(TEXT)]) as server:
+        completion = ask(provider_for(server), on_delta=lambda k, d: None)
+        asked = [r.json.get("stream") for r in server.completion_requests]
+    assert completion.text == TEXT
+    assert asked == [True, False]
+
+
+@pytest.mark.parametrize("flavor", ["openai", "anthropic"])
+@pytest.mark.parametrize("keep_alive", [False, True], ids=["close-delimited", "chunked"])
+def test_a_stream_cut_off_mid_turn_is_an_interrupted_request(flavor, keep_alive):
+    step = reply_text(TEXT, pace=0.01, cut_after=4)
+    with ScriptedModelServer([step], flavor=flavor, keep_alive=keep_alive) as server:
+        pieces: list = []
+        with pytest.raises(ProviderError) as info:
+            ask(provider_for(server), on_delta=lambda k, d: pieces.append(d))
+    assert info.value.code == PROVIDER_SERVER_ERROR
+    assert info.value.transient  # retried as an interrupted request is
+    assert pieces  # some of it was shown before the cut
+
+
+def test_the_byte_cap_counts_the_whole_stream_as_it_grows():
+    with ScriptedModelServer([reply_text("word " * 400, pace=0.005)]) as server:
+        provider = provider_for(server, max_response_bytes=4000)
+        pieces: list = []
+        with pytest.raises(ProviderError) as info:
+            ask(provider, on_delta=lambda k, d: pieces.append(d))
+    assert info.value.code == PROVIDER_BAD_RESPONSE
+    assert "exceeds the limit" in info.value.message
+    assert pieces  # it was cut as it grew, not after it ended
+
+
+@pytest.mark.parametrize("flavor", ["openai", "anthropic"])
+def test_a_cancel_mid_stream_drops_the_connection_at_once(flavor):
+    with ScriptedModelServer([reply_streamed(TEXT * 20, seconds=60)], flavor=flavor) as server:
+        cancel = CancelEvent()
+        first = threading.Event()
+        outcome: list = []
+
+        def run() -> None:
+            try:
+                ask(provider_for(server), on_delta=lambda k, d: first.set(), cancel_event=cancel)
+            except ProviderError as exc:
+                outcome.append((exc.code, time.monotonic()))
+
+        thread = threading.Thread(target=run)
+        thread.start()
+        assert first.wait(10)
+        cancelled = time.monotonic()
+        cancel.set()
+        thread.join(5)
+        assert server.wait_aborted(3)  # the server saw the connection go
+    assert outcome and outcome[0][0] == PROVIDER_CANCELLED
+    assert outcome[0][1] - cancelled < 1.0
+
+
+@pytest.fixture
+def scripted_proxy(monkeypatch):
+    """HTTP_PROXY names the scripted model: the proxied path (httpx) streams too."""
+    server = ScriptedModelServer([reply_streamed(TEXT, seconds=1.0)]).start()
+    for name in ("NO_PROXY", "no_proxy", "HTTPS_PROXY", "https_proxy", "ALL_PROXY", "all_proxy"):
+        monkeypatch.delenv(name, raising=False)
+    monkeypatch.setenv("HTTP_PROXY", server.root_url)
+    provider_http.reset_clients()
+    yield server
+    provider_http.reset_clients()
+    server.stop()
+
+
+def test_through_an_environment_proxy_the_answer_streams_too(scripted_proxy):
+    with socket.socket() as sock:  # a target nobody listens on: only the proxy answers
+        sock.bind(("127.0.0.1", 0))
+        target = f"http://127.0.0.1:{sock.getsockname()[1]}/v1"
+    provider = build_provider("openai_compatible", base_url=target)
+    times: list[float] = []
+    completion = ask(provider, on_delta=lambda k, d: times.append(time.monotonic()))
+    ended = time.monotonic()
+    assert completion.text == TEXT
+    assert len(times) == len(TEXT.split())
+    assert ended - times[0] > 0.5  # the first word came long before the end
