@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import select
 import ssl
 import time
 import zlib
@@ -163,6 +164,16 @@ class _Connection(asyncio.Protocol):
         self._reset(future, cap, head_only, on_body)
         self.transport.write(request)
         return await future
+
+    def quiet(self) -> bool:
+        """Whether the idle connection has nothing to read: a server that closed it (or said
+        anything unasked) makes its socket readable before the loop gets to handle it."""
+        sock = self.transport.get_extra_info("socket") if self.transport is not None else None
+        if sock is None:
+            return False
+        poller = select.poll()
+        poller.register(sock.fileno(), select.POLLIN | select.POLLPRI)
+        return not poller.poll(0)
 
     def abort(self) -> None:
         self.closed = True
@@ -343,7 +354,7 @@ class Pool:
                 with contextlib.suppress(RuntimeError):  # that loop is closed
                     conn.abort()
                 continue
-            if not conn.closed and now - conn.idle_since < KEEPALIVE_SECONDS:
+            if not conn.closed and now - conn.idle_since < KEEPALIVE_SECONDS and conn.quiet():
                 return conn
             conn.abort()
         return None
