@@ -301,7 +301,6 @@ BENCH_ORDER = (
     "fleet_1000",
     "fleet_3000",
     "fleet_10000",
-    "fleet_10000_threaded",
     "fleet_signals",
 )
 

@@ -65,7 +65,8 @@ def test_a_test_runs_in_the_background_and_records_its_progress():
         )
         assert waiting.model_name == "slow" and waiting.finished_at is None
         # While the model holds its answer, the test holds no database connection.
-        assert _other_backends() == before
+        # (At most as many: a thread of another test in this process may let one go meanwhile.)
+        assert _other_backends() <= before
         # A second start while it runs starts nothing.
         again, started_again = tests.connection_test_start(actor=actor, connection_id=conn.pk)
         assert not started_again and again.pk == test.pk
@@ -78,7 +79,7 @@ def test_a_test_runs_in_the_background_and_records_its_progress():
     model.refresh_from_db()
     assert model.test_status == ModelTestStatus.PASSED and model.context_window == 32768
     # The thread closed its connection when it ended.
-    _until(lambda: _other_backends() == before)
+    _until(lambda: _other_backends() <= before)
 
 
 @pytest.mark.django_db

@@ -24,6 +24,7 @@ ENDPOINTS = [
     ("get", "/api/tasks/1/calls/1/result", None),
     ("get", "/api/tasks/1/artifacts/1", None),
     ("get", "/api/tasks/1/files/1", None),
+    ("get", "/api/tasks/1/events", None),
     ("post", "/api/tasks/1/pause", None),
     ("post", "/api/tasks/1/withdraw-pause", None),
     ("post", "/api/tasks/1/resume", {}),
