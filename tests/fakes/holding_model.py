@@ -9,6 +9,8 @@ has, and a listen backlog of 5 would measure the server, not the worker).
 
 Each conversation gets `turns` answers: `turns - 1` calls of list_files (a read-only tool), then
 a final text. Every answer comes after `latency` seconds. Keep-alive connections are honoured.
+A request that asks to stream (`"stream": true`) gets the same answer as Server-Sent Events: the
+text word by word, each tool call in one piece (`streamed`; the asyncio server only).
 
 What it counts (printed as JSON when it stops, and served live at `GET /stats`): requests held
 at once (`open`, `peak`), answered, and per turn of a conversation (the number of tool results in
@@ -119,6 +121,29 @@ def _reply(path: str, stats: Stats) -> bytes | None:
     return json.dumps(payload).encode()
 
 
+def streamed(whole: dict) -> bytes:
+    """The same answer as Server-Sent Events, as an OpenAI-compatible server streams it: the
+    text word by word, each tool call in one piece, the finish reason, the usage, [DONE]."""
+    message = whole["choices"][0]["message"]
+    base = {"id": whole["id"], "object": "chat.completion.chunk", "model": whole["model"]}
+
+    def event(choices: list, **extra) -> bytes:
+        return b"data: " + json.dumps({**base, "choices": choices, **extra}).encode() + b"\n\n"
+
+    out = [event([{"index": 0, "delta": {"role": "assistant"}, "finish_reason": None}])]
+    for word in (message.get("content") or "").split(" "):
+        if word:
+            piece = {"index": 0, "delta": {"content": word + " "}, "finish_reason": None}
+            out.append(event([piece]))
+    for i, call in enumerate(message.get("tool_calls") or []):
+        delta = {"tool_calls": [{"index": i, **call}]}
+        out.append(event([{"index": 0, "delta": delta, "finish_reason": None}]))
+    finish = whole["choices"][0]["finish_reason"]
+    out.append(event([{"index": 0, "delta": {}, "finish_reason": finish}]))
+    out.append(event([], usage=whole["usage"]))
+    return b"".join(out) + b"data: [DONE]\n\n"
+
+
 async def handle(reader, writer, latency: float, turns: int, stats: Stats) -> None:
     loop = asyncio.get_running_loop()
     try:
@@ -144,8 +169,16 @@ async def handle(reader, writer, latency: float, turns: int, stats: Stats) -> No
                 finally:
                     stats.left(late)
                 data = json.dumps(answer(request, turns)).encode()
+                if request.get("stream"):
+                    data, kind = streamed(json.loads(data)), b"text/event-stream"
+                else:
+                    kind = b"application/json"
+            else:
+                kind = b"application/json"
             writer.write(
-                b"HTTP/1.1 200 OK\r\ncontent-type: application/json\r\n"
+                b"HTTP/1.1 200 OK\r\ncontent-type: "
+                + kind
+                + b"\r\n"
                 + f"content-length: {len(data)}\r\n\r\n".encode()
                 + data
             )
