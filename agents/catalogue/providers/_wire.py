@@ -306,6 +306,10 @@ class _Connection(asyncio.Protocol):
     def _body(self, data: bytes) -> None:
         if self.decoder is not None:
             data = self.decoder.decode(data, self.cap - self.total)
+        self._keep(data)
+
+    def _keep(self, data: bytes) -> None:
+        """Decoded body bytes: counted against the cap, kept, handed to `on_body`."""
         self.total += len(data)
         if self.total > self.cap:
             raise WireError(
@@ -317,23 +321,13 @@ class _Connection(asyncio.Protocol):
 
     def _finish(self) -> None:
         if self.decoder is not None:
-            self._body_tail(self.decoder.flush())
+            self._keep(self.decoder.flush())
         if self.buffer:  # bytes after the answer: the connection is out of step
             self.keep_alive = False
         assert self.future is not None
         if not self.future.done():
             self.future.set_result(Answer(self.status, self.headers, b"".join(self.body)))
         self.idle_since = time.monotonic()
-
-    def _body_tail(self, data: bytes) -> None:
-        self.total += len(data)
-        if self.total > self.cap:
-            raise WireError(
-                "too_large", f"response body exceeds the limit of {self.cap} bytes", self.status
-            )
-        self.body.append(data)
-        if self.on_body is not None and data:
-            self.on_body(self.status, self.headers, data)
 
 
 class Pool:
