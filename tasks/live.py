@@ -66,6 +66,9 @@ MAX_PAYLOAD_BYTES = 7600
 MAX_TURN_BYTES = 256 * 1024
 #: A turn no delta touched for this long is forgotten (a run that died without an "end").
 TURN_IDLE_SECONDS = 600.0
+#: How often at most those turns (and expired watches) are looked for: a scan of every task the
+#: process runs, so never once per turn (10,000 agents starting turns made it quadratic).
+SWEEP_SECONDS = 10.0
 
 Delta = list[Any]  # [kind, data]: a list, as JSON gives it back
 
@@ -207,10 +210,15 @@ class Publisher:
         send: Callable[[list[str]], None] = _send_notifies,
         flushes_per_second: float = FLUSHES_PER_SECOND,
         watch_seconds: float = WATCH_SECONDS,
+        turn_idle_seconds: float = TURN_IDLE_SECONDS,
+        sweep_seconds: float = SWEEP_SECONDS,
     ) -> None:
         self._send = send
         self.interval = 1.0 / flushes_per_second
         self.watch_seconds = watch_seconds
+        self.turn_idle_seconds = turn_idle_seconds
+        self.sweep_seconds = sweep_seconds
+        self._next_sweep = 0.0
         self._cond = threading.Condition()
         self._watched: dict[int, float] = {}  # task id -> monotonic expiry
         self._turns: dict[int, _Turn] = {}
@@ -255,7 +263,7 @@ class Publisher:
         with self._cond:
             turn = self._turns.get(task_id)
             if kind == "turn" or turn is None or turn.run_id != run_id:
-                if turn is None:
+                if turn is None and now >= self._next_sweep:
                     self._forget_idle(now)
                 turn = self._turns[task_id] = _Turn(run_id)
             if kind == "end":
@@ -273,7 +281,8 @@ class Publisher:
             self._cond.notify()
 
     def _forget_idle(self, now: float) -> None:
-        idle = [t for t, turn in self._turns.items() if now - turn.touched > TURN_IDLE_SECONDS]
+        self._next_sweep = now + self.sweep_seconds
+        idle = [t for t, turn in self._turns.items() if now - turn.touched > self.turn_idle_seconds]
         for task_id in idle:
             del self._turns[task_id]
         for task_id in [t for t, until in self._watched.items() if until <= now]:

@@ -187,3 +187,15 @@ def test_a_malformed_announcement_is_ignored():
     publisher = Publisher()
     publisher.watch_announced("x,7:join, 9 ,;DROP")
     assert publisher.watched(7) and publisher.watched(9) and not publisher.watched(0)
+
+
+def test_a_turn_left_without_its_end_is_forgotten_by_a_sweep_not_by_every_new_turn():
+    publisher = Publisher(turn_idle_seconds=0.05, sweep_seconds=1.5)
+    publisher.publish(7, 1, "turn", {})  # the run died: no "end" ever comes
+    publisher.publish(7, 1, "text", {"text": "lost"})
+    time.sleep(0.1)
+    publisher.publish(8, 2, "turn", {})  # 7 is idle, but the next sweep is not due
+    assert set(publisher._turns) == {7, 8}
+    time.sleep(1.5)
+    publisher.publish(9, 3, "turn", {})
+    assert set(publisher._turns) == {9}
