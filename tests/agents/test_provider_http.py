@@ -17,7 +17,7 @@ from collections.abc import Callable
 
 import pytest
 
-from agents.catalogue.providers import Message, ProviderError, build_provider
+from agents.catalogue.providers import Message, ProviderError, _wire, build_provider
 from agents.catalogue.providers import _http as provider_http
 from agents.catalogue.providers.base import (
     PROVIDER_BAD_RESPONSE,
@@ -198,6 +198,34 @@ def test_turns_share_one_connection_while_the_server_keeps_it():
             "connection: keep-alive",
         ):
             assert line in head
+    finally:
+        server.close()
+
+
+def test_a_new_connection_goes_to_the_address_the_last_one_reached():
+    server = RawServer(lambda n, i, head: (response(answer(f"conn {n}")), True))
+    _wire._reached.pop(("localhost", server.port), None)
+    try:
+        url = f"http://localhost:{server.port}/v1"  # ::1 (nobody there) and 127.0.0.1 maybe
+        assert in_thread(lambda: [ask(url) for _ in range(3)]) == ["conn 1", "conn 2", "conn 3"]
+        _, family, address = _wire._reached[("localhost", server.port)]
+        assert (family, address[:2]) == (socket.AF_INET, ("127.0.0.1", server.port))
+    finally:
+        server.close()
+
+
+def test_a_remembered_address_that_refuses_is_forgotten_and_the_host_resolved_again():
+    server = RawServer(lambda n, i, head: (response(answer("here")), True))
+    gone = socket.socket()
+    gone.bind(("127.0.0.1", 0))
+    dead_port = gone.getsockname()[1]
+    gone.close()  # nobody listens there: a connect is refused
+    key = ("127.0.0.1", server.port)
+    _wire._reached[key] = (time.monotonic() + 30, socket.AF_INET, ("127.0.0.1", dead_port))
+    try:
+        assert in_thread(lambda: ask(server.url())) == "here"
+        assert _wire._reached[key][2][:2] == ("127.0.0.1", server.port)
+        assert server.connections == 1
     finally:
         server.close()
 
