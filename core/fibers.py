@@ -304,6 +304,7 @@ class _StepThread(threading.Thread):
                         return
                     self.cond.wait(0.5)
                 fiber = self.queue.popleft()
+            self.pool.taken()
             _loop_first()
             fiber.queued += time.monotonic() - fiber.ready_since
             if fiber.glet is None:
@@ -327,6 +328,8 @@ class Fibers:
         self.closing = False
         self._threads = [_StepThread(self, i) for i in range(threads)]
         self._idle = threading.Condition()
+        self._drain = threading.Condition()
+        self._low_water = -1  # while >= 0, a waiter wants to know when waiting() drops to it
         self._started = False
 
     def start(self) -> None:
@@ -349,6 +352,24 @@ class Fibers:
     def waiting(self) -> int:
         """Fibers ready to run and waiting for their thread."""
         return sum(t.waiting() for t in self._threads)
+
+    def wait_ready_at_most(self, count: int, timeout: float) -> bool:
+        """Block until at most `count` fibers are ready and waiting for their thread, or
+        `timeout` passed; True when so. One waiter at a time (the dispatcher)."""
+        with self._drain:
+            self._low_water = count
+            try:
+                return self.waiting() <= count or (
+                    self._drain.wait(timeout) and self.waiting() <= count
+                )
+            finally:
+                self._low_water = -1
+
+    def taken(self) -> None:
+        """A step thread took a ready fiber: wake the waiter once few enough are left."""
+        if self._low_water >= 0 and self.waiting() <= self._low_water:
+            with self._drain:
+                self._drain.notify_all()
 
     def lag(self) -> float:
         """Seconds the oldest ready fiber has waited for its thread."""

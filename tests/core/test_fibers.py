@@ -163,3 +163,27 @@ def test_blocking_work_runs_off_the_step_thread(pool):
     pool.spawn(second)
     assert pool.join(10)
     assert order == ["second ran meanwhile", "done"]
+
+
+def test_a_waiter_is_woken_once_the_step_threads_have_taken_enough_ready_fibers(pool):
+    """The dispatcher's wait for room: it returns as soon as few enough fibers are ready, not
+    after a fixed pause, and not before."""
+    gate = threading.Event()
+    ran: list[int] = []
+
+    def step(n: int) -> None:
+        if n == 0:
+            gate.wait(10)  # holds the one step thread: the other nine stay ready
+        ran.append(n)
+
+    for n in range(10):
+        pool.spawn(step, n)
+    time.sleep(0.2)
+    assert pool.waiting() == 9
+    assert pool.wait_ready_at_most(3, 0.2) is False  # nothing was taken: it timed out
+    gate.set()
+    assert pool.wait_ready_at_most(3, 10) is True
+    assert pool.waiting() <= 3
+    assert pool.join(10)
+    assert sorted(ran) == list(range(10))
+    assert pool.wait_ready_at_most(0, 0.01) is True

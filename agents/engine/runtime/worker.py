@@ -225,10 +225,17 @@ class Worker:
                         return
                     free = 0
                 elif free > 0:
-                    free = self.can_take(free)
-                    if not free:
+                    if self.behind():
                         # Busy: the runs it holds come first. Look again shortly.
                         self.stopping.wait(_BEHIND_RECHECK_SECONDS)
+                        continue
+                    free = self.can_take(free)
+                    if not free:
+                        # Enough runs ready: claim again as soon as the step threads have
+                        # taken half of them (a fixed pause here paced the claims, not the CPU).
+                        self.fibers.wait_ready_at_most(
+                            settings.ACTHELM_CLAIM_BATCH // 2, _BEHIND_RECHECK_SECONDS
+                        )
                         continue
                 claims, starts = self._claim(free) if free > 0 else ([], {})
                 for claim in claims:
@@ -282,16 +289,22 @@ class Worker:
             release_connection()
         return claims, {}
 
-    def can_take(self, free: int) -> int:
-        """How many of the `free` places to claim for now: none while the worker is not keeping
-        up with the runs it holds — the oldest ready run has waited longer than
-        ACTHELM_CLAIM_MAX_LAG_SECONDS for a step thread, or the event loop runs its callbacks
-        that late —, else no more than keeps ACTHELM_CLAIM_BATCH runs ready at most (new runs
-        start as fast as the step threads take them, not faster)."""
+    def behind(self) -> bool:
+        """The worker is not keeping up with the runs it holds: the oldest ready run has waited
+        longer than ACTHELM_CLAIM_MAX_LAG_SECONDS for a step thread, or the event loop runs its
+        callbacks that late. It claims nothing then."""
         limit = settings.ACTHELM_CLAIM_MAX_LAG_SECONDS
-        if self.fibers.lag() > limit or fibers.loop_lag() > limit:
+        return self.fibers.lag() > limit or fibers.loop_lag() > limit
+
+    def can_take(self, free: int) -> int:
+        """How many of the `free` places to claim for now (when not `behind`): none while more
+        than half of ACTHELM_CLAIM_BATCH runs are ready, else no more than keeps
+        ACTHELM_CLAIM_BATCH runs ready (new runs start as fast as the step threads take them,
+        not faster)."""
+        ready = self.fibers.waiting()
+        if ready > settings.ACTHELM_CLAIM_BATCH // 2:
             return 0
-        return max(0, min(free, settings.ACTHELM_CLAIM_BATCH - self.fibers.waiting()))
+        return max(0, min(free, settings.ACTHELM_CLAIM_BATCH - ready))
 
     def _start_run(self, claim: Claim, saved: SavedState | None = None) -> None:
         # Listed (and so heartbeaten) from the claim on, also while it waits for a step thread.
