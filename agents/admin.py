@@ -77,8 +77,8 @@ def _changes(form: forms.BaseForm, editable: Collection[str]) -> dict[str, Any]:
 class ModelInline(ModelInlineBase):
     model = Model
     extra = 0
-    fields = ["name", "context_window", "supports_tools", "test_status", "tested_at"]
-    readonly_fields = ["test_status", "tested_at"]
+    fields = ["name", "context_window", "supports_tools", "test_status", "tested_at", "streams"]
+    readonly_fields = ["test_status", "tested_at", "streams"]
 
 
 @admin.action(description="Override the probe: count as tool-capable (recorded with your name)")
@@ -201,6 +201,7 @@ class ModelAdmin(ModelAdminBase):
         "supports_tools",
         "test_status",
         "tested_at",
+        "streams",
     ]
     list_filter = ["test_status", "connection"]
     list_select_related = ["connection"]
@@ -208,6 +209,7 @@ class ModelAdmin(ModelAdminBase):
         "test_status",
         "tested_at",
         "test_message",
+        "streams",
         "tools_override_by",
         "tools_override_at",
     ]

@@ -100,6 +100,14 @@ class Model(models.Model):
     )
     tested_at = models.DateTimeField(null=True, blank=True)
     test_message = models.TextField(blank=True)
+    # What the test found of streamed answers: True, the server streams them; False, it answered
+    # a streamed request whole or refused it (the worker asks it for whole answers); None, not
+    # tested (or the test could not tell), and the worker asks for a stream, falling back.
+    streams = models.BooleanField(
+        null=True,
+        blank=True,
+        help_text="Whether the server streams its answers, by the last test; empty: unknown.",
+    )
     # A person's explicit word that the model may call tools although the probe saw no call.
     tools_override_by = models.ForeignKey(
         settings.AUTH_USER_MODEL,

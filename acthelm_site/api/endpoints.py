@@ -686,6 +686,7 @@ def _connection_as_dict(conn: Connection, now: datetime) -> ConnectionDict:
                 "test_status": m.test_status,
                 "test_message": m.test_message,
                 "tested_at": m.tested_at,
+                "streams": m.streams,
             }
             for m in conn.models.all()
         ],

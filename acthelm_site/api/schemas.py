@@ -479,6 +479,11 @@ class ConnectionTestOut(Schema):
     ok: bool
     message: str
     context_window: int | None
+    streams: bool | None = Field(
+        None,
+        description="Whether the server streamed its answer to a streamed request (no: the "
+        "worker asks it for whole answers); null when the test could not tell",
+    )
 
 
 class ModelCheckOut(Schema):

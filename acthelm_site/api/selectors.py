@@ -69,6 +69,8 @@ class ModelDict(TypedDict):
     test_status: str
     test_message: str
     tested_at: datetime | None
+    #: Whether the server streams its answers, by the last test (None: unknown).
+    streams: bool | None
 
 
 class ConnectionDict(TypedDict):

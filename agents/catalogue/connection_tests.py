@@ -26,9 +26,10 @@ from core.exceptions import ActhelmError, InvalidInput
 
 log = logging.getLogger("acthelm.agents")
 
-# Up to two requests a model (the answer and the tool-calling probe), each within the
-# connection's timeout, plus a margin for the database writes between them.
-REQUESTS_PER_MODEL = 2
+# Up to three requests a model (the answer, streamed — asked again whole when the stream failed —
+# and the tool-calling probe), each within the connection's timeout, plus a margin for the
+# database writes between them.
+REQUESTS_PER_MODEL = 3
 MARGIN_SECONDS = 10
 
 # Ended tests kept per connection: the page shows the newest; the rest is a short history.

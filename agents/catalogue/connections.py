@@ -127,6 +127,8 @@ class ModelTestResult(TypedDict):
     context_window: int | None
     supports_tools: bool
     tools_override_by: str | None
+    #: Whether the server streamed its answer (None: the test could not tell).
+    streams: bool | None
 
 
 def connection_add(
@@ -258,6 +260,7 @@ def _untest(models: QuerySet[Model], *, reason: str, actor: Actor) -> int:
         test_status=ModelTestStatus.UNTESTED,
         tested_at=None,
         test_message=f"{reason} (by {actor.label}): test again"[:2000],
+        streams=None,
         tools_override_by=None,
         tools_override_at=None,
     )
@@ -472,7 +475,9 @@ def connection_test(
 
     An empty answer fails. A model that accepts the probe tool but never calls it is recorded as
     not tool-capable, unless a person overrode that (``override_tools`` records the override now
-    for the models tested; the admin has the same action)."""
+    for the models tested; the admin has the same action). Whether the server streamed its
+    answer to a streamed request is recorded as the model's ``streams`` (the worker asks one
+    that did not for whole answers)."""
     from django.utils import timezone
 
     actor.require(MANAGE_CONNECTIONS)
@@ -495,7 +500,7 @@ def connection_test(
         try:
             probe = provider.probe(model=model.name, tools=model.supports_tools)
             ok, message = probe.ok, probe.message
-            window = probe.context_window
+            window, streams = probe.context_window, probe.streams
             if probe.tool_ignored and model.supports_tools:
                 if overridden:
                     who = model.tools_override_by or "a person"
@@ -508,7 +513,8 @@ def connection_test(
             elif probe.supports_tools is False and model.supports_tools:
                 ok, message = False, f"tool-calling probe failed: {probe.message}"
         except ProviderError as exc:
-            ok, message, window = False, f"{exc.code}: {exc.message}", None
+            ok, message, window, streams = False, f"{exc.code}: {exc.message}", None, None
+        model.streams = streams
         model.test_status = ModelTestStatus.PASSED if ok else ModelTestStatus.FAILED
         model.test_message = message[:2000]
         model.tested_at = timezone.now()
@@ -521,6 +527,7 @@ def connection_test(
                 "tested_at",
                 "context_window",
                 "supports_tools",
+                "streams",
             ]
         )
         results.append(
@@ -531,6 +538,7 @@ def connection_test(
                 "context_window": model.context_window,
                 "supports_tools": model.supports_tools,
                 "tools_override_by": str(model.tools_override_by) if overridden else None,
+                "streams": model.streams,
             }
         )
     return results

@@ -22,6 +22,7 @@ from agents.catalogue.providers.base import (
 from tests.agents.test_provider_http import in_thread
 from tests.fakes.model_server import (
     ScriptedModelServer,
+    reply_endless,
     reply_error,
     reply_streamed,
     reply_text,
@@ -197,3 +198,136 @@ def test_through_an_environment_proxy_the_answer_streams_too(scripted_proxy):
     assert completion.text == TEXT
     assert len(times) == len(TEXT.split())
     assert ended - times[0] > 0.5  # the first word came long before the end
+
+
+# -- the output-per-turn limit, as the stream grows --------------------------------------------
+
+
+def ask_at_most(provider, max_tokens: int, *, on_delta=None):
+    return in_thread(
+        lambda: provider.complete(
+            model="test-model",
+            messages=[Message(role="user", content="Summarise the notes")],
+            tools=[],
+            max_tokens=max_tokens,
+            on_delta=on_delta,
+        )
+    )
+
+
+def shown(pieces) -> int:
+    """Characters handed to `on_delta`: text, and tool calls' names and arguments."""
+    return sum(
+        len(d.get("text", "")) + len(d.get("name", "")) + len(d.get("arguments", ""))
+        for d in pieces
+    )
+
+
+@pytest.mark.parametrize("flavor", ["openai", "anthropic"])
+@pytest.mark.parametrize("tool_call", [None, "write_artifact"], ids=["text", "tool-call"])
+def test_a_server_that_streams_past_the_output_limit_is_cut_off_and_the_turn_is_truncated(
+    flavor, tool_call
+):
+    """The server ignores max_tokens and writes forever: once what it wrote is more than
+    max_tokens tokens can be (`MAX_CHARS_PER_TOKEN` characters each) the connection is dropped,
+    and the turn is one truncated at the limit, with nothing of what was written in it."""
+    limit = 20
+    with ScriptedModelServer(
+        [reply_endless("and more ", tool_call=tool_call)], flavor=flavor
+    ) as server:
+        pieces: list[dict] = []
+        completion = ask_at_most(
+            provider_for(server), limit, on_delta=lambda k, d: pieces.append(d)
+        )
+        assert server.wait_aborted(10)  # it dropped the connection (the server writes 60 s)
+        assert server.completion_requests[0].json["max_tokens"] == limit
+    assert completion.stop_reason == "length" and completion.truncated_or_declined
+    assert completion.raw_stop_reason == provider_http.OUTPUT_LIMIT_EXCEEDED
+    assert completion.text == "" and completion.tool_calls == []
+    bound = limit * provider_http.MAX_CHARS_PER_TOKEN
+    # Cut at the bound: the piece that passes it is not handed over.
+    assert bound - len("and more ") < shown(pieces) <= bound
+    assert completion.output_tokens > limit
+
+
+@pytest.mark.parametrize("flavor", ["openai", "anthropic"])
+def test_a_stream_that_counts_its_tokens_is_cut_by_its_own_count(flavor):
+    """A stream that reports its output tokens as it goes (vLLM's continuous usage stats, an
+    Anthropic message_delta before the end) is cut as soon as its count is clearly past the
+    limit, long before its characters would prove it."""
+    limit = 100
+    step = reply_endless("word ", count_tokens=True)
+    with ScriptedModelServer([step], flavor=flavor) as server:
+        pieces: list[dict] = []
+        completion = ask_at_most(
+            provider_for(server), limit, on_delta=lambda k, d: pieces.append(d)
+        )
+        assert server.wait_aborted(10)
+    assert completion.stop_reason == "length" and completion.text == ""
+    allowed = limit + limit // 4 + 16  # `past_limit`'s tolerance
+    assert completion.output_tokens == allowed + 1  # the count that passed the tolerance
+    assert allowed <= len(pieces) <= allowed + 1  # (OpenAI's count comes with its piece)
+    assert shown(pieces) < limit * provider_http.MAX_CHARS_PER_TOKEN
+
+
+OVER = {"openai": {"completion_tokens": 500}, "anthropic": {"output_tokens": 500}}
+
+
+@pytest.mark.parametrize("flavor", ["openai", "anthropic"])
+@pytest.mark.parametrize("streamed", [True, False], ids=["streamed", "whole"])
+def test_an_answer_that_counts_more_tokens_than_asked_is_truncated_at_the_limit(flavor, streamed):
+    """A whole answer (or a stream's end) whose usage says the server wrote clearly more than
+    max_tokens: the server ignored the limit, and the turn is treated as one truncated at it,
+    as a whole answer with finish_reason "length" is (its text kept, the turn discarded)."""
+    script = [reply_text(TEXT, usage=OVER[flavor]), reply_text(TEXT, usage=OVER[flavor])]
+    with ScriptedModelServer(script, flavor=flavor) as server:
+        provider = provider_for(server)
+        on_delta = (lambda k, d: None) if streamed else None
+        over = ask_at_most(provider, 100, on_delta=on_delta)
+        within = ask_at_most(provider, 400, on_delta=on_delta)  # 500 is within 400's tolerance
+    assert over.stop_reason == "length" and over.truncated_or_declined
+    assert over.raw_stop_reason == provider_http.OUTPUT_LIMIT_EXCEEDED
+    assert over.text == TEXT and over.output_tokens == 500
+    assert within.stop_reason == "end" and within.text == TEXT
+
+
+@pytest.mark.parametrize(
+    ("usage", "reasoning", "truncated"),
+    [
+        (
+            {"completion_tokens": 500, "completion_tokens_details": {"reasoning_tokens": 450}},
+            "why",
+            False,
+        ),
+        ({"completion_tokens": 500}, "thinking it over", False),  # reasoning, count unsplit
+        (
+            {"completion_tokens": 500, "completion_tokens_details": {"reasoning_tokens": 100}},
+            "why",
+            True,
+        ),
+    ],
+    ids=["reasoning-counted-apart", "reasoning-not-split", "visible-output-over"],
+)
+@pytest.mark.parametrize("streamed", [True, False], ids=["streamed", "whole"])
+def test_hidden_reasoning_is_not_held_to_the_output_limit(usage, reasoning, truncated, streamed):
+    """Some servers do not hold hidden reasoning to max_tokens: only the visible output's count
+    is compared with it, and an answer whose count does not say how much was reasoning is not
+    judged by its count."""
+    with ScriptedModelServer([reply_text(TEXT, reasoning=reasoning, usage=usage)]) as server:
+        on_delta = (lambda k, d: None) if streamed else None
+        completion = ask_at_most(provider_for(server), 100, on_delta=on_delta)
+    assert (completion.stop_reason == "length") is truncated
+    assert completion.text == TEXT
+
+
+def test_an_anthropic_server_that_refuses_the_stream_field_is_asked_again_whole():
+    refusal = {
+        "type": "error",
+        "error": {"type": "invalid_request_error", "message": "stream: not supported"},
+    }
+    script = [reply_error(400, refusal), reply_text(TEXT)]
+    with ScriptedModelServer(script, flavor="anthropic") as server:
+        completion = ask(provider_for(server), on_delta=lambda k, d: None)
+        asked = [r.json.get("stream") for r in server.completion_requests]
+    assert completion.text == TEXT
+    assert asked == [True, None]

@@ -162,6 +162,62 @@ def test_a_model_that_calls_the_probe_tool_is_tool_capable(model_server, actor, 
     assert "ping was called" in model.test_message
 
 
+# -- issue 52: the test says whether the server streams -------------------------------------------
+
+STREAM_REFUSED = {
+    "openai": {"error": {"message": "Unrecognized request argument supplied: stream"}},
+    "anthropic": {
+        "type": "error",
+        "error": {
+            "type": "invalid_request_error",
+            "message": "stream: Extra inputs are not permitted",
+        },
+    },
+}
+PING = reply_tool_calls([("ping", {})])
+
+
+@pytest.mark.parametrize("flavor", ["openai", "anthropic"])
+@pytest.mark.parametrize(
+    ("server_kwargs", "script", "streams", "note"),
+    [
+        ({}, [reply_text("OK"), PING], True, "streamed answers work"),
+        ({"streams": False}, [reply_text("OK"), PING], False, "came back whole"),
+        ({}, ["refused", reply_text("OK"), PING], False, "turns are asked whole"),
+        (
+            {},
+            [reply_text("OK", cut_after=1), reply_text("OK"), PING],
+            False,
+            "a streamed request failed",
+        ),
+    ],
+    ids=["streams", "answers-whole", "refuses-stream", "broken-stream"],
+)
+def test_the_connection_test_records_whether_the_server_streams(
+    model_server, actor, flavor, server_kwargs, script, streams, note
+):
+    script = [reply_error(400, STREAM_REFUSED[flavor]) if s == "refused" else s for s in script]
+    server = model_server(script, flavor=flavor, **server_kwargs)
+    _probe_connection(actor, server, flavor)
+    [result] = connection_test(actor=actor, name=f"probe-{flavor}")
+    model = Model.objects.get(name="small")
+    assert result["ok"] and model.test_status == "passed" and model.supports_tools
+    assert model.streams is streams and result["streams"] is streams
+    assert note in model.test_message and "ping was called" in model.test_message
+    assert server.completion_requests[0].json["stream"] is True  # a streamed request was tried
+    assert not server.remaining_steps  # the script as written: a request each step
+
+
+def test_a_failed_test_cannot_tell_whether_the_server_streams(model_server, actor):
+    server = model_server([reply_error(401)])
+    _probe_connection(actor, server, "openai")
+    Model.objects.filter(name="small").update(streams=False)  # an older test's finding
+    [result] = connection_test(actor=actor, name="probe-openai")
+    model = Model.objects.get(name="small")
+    assert not result["ok"] and model.streams is None and result["streams"] is None
+    assert len(server.completion_requests) == 1  # an auth error is not asked again whole
+
+
 def test_the_override_flag_keeps_a_model_tool_capable_and_records_who(
     manage, transactional_db, model_server
 ):

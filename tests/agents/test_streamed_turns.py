@@ -16,7 +16,7 @@ import pytest
 from django.db import connection
 
 from agents.actions.task import task_cancel, task_retry_now
-from agents.models import AgentRun, ToolCall, Turn
+from agents.models import AgentRun, Model, ToolCall, Turn
 from core.actors import Actor
 from core.dburl import libpq_conninfo
 from tasks import live
@@ -26,6 +26,8 @@ from tests.agents.conftest import FAST_ENV, WorkerProcess, run_burst, wait_for
 from tests.agents.scripted import tool_task
 from tests.fakes.model_server import (
     ScriptedModelServer,
+    reply_endless,
+    reply_error,
     reply_streamed,
     reply_text,
     reply_tool_calls,
@@ -217,3 +219,75 @@ def test_the_setting_decides_whether_turns_are_streamed_and_the_turn_is_the_same
     assert stored.tool == call[0] and stored.arguments_raw == json.dumps(call[1])
     assert {k: stored.arguments[k] for k in call[1]} == call[1]
     assert status(task) == TaskStatus.REVIEW
+
+
+@pytest.mark.parametrize("flavor", ["openai", "anthropic"])
+def test_a_turn_streamed_past_the_output_limit_is_discarded_as_a_truncated_one(
+    model_server, http_model, loop_task, fast_worker_settings, flavor
+):
+    """The model's server ignores max_tokens and writes a tool call's arguments forever (an
+    in-process worker, as the truncated whole answer's test in test_loop.py): the connection
+    is dropped once the stream is clearly past the output limit, the turn is stored as a
+    truncated one is — discarded, stop reason "length", nothing of it kept, its call never run —
+    and the model is asked again, told why, as after a truncated whole answer."""
+    endless = reply_endless('{"name": "r.md", "content": "more ', tool_call="write_artifact")
+    server = model_server([endless, reply_text(TEXT)], flavor=flavor)
+    task = loop_task(
+        http_model(server, flavor=flavor),
+        tools=["write_artifact"],
+        limits={"limit_output_tokens": 20},
+    )
+    run_burst()
+    assert server.wait_aborted(5)  # cut off, long before the server's 60 s
+    first, second = server.completion_requests
+    assert first.json["stream"] is True and first.json["max_tokens"] == 20
+    cut, answer = assistant_turns(task)
+    assert cut.discarded and cut.stop_reason == "length" and cut.content == ""
+    assert cut.output_tokens > 20  # what the cut turn took at least, booked
+    assert not ToolCall.objects.filter(task=task).exists() and not task.artifacts.exists()
+    note = Turn.objects.get(task=task, index=cut.index + 1)
+    assert note.role == "user" and "cut off or declined (length)" in note.content
+    assert "cut off or declined (length)" in json.dumps(second.json["messages"])
+    assert not answer.discarded and answer.content == TEXT
+    assert status(task) == TaskStatus.REVIEW
+
+
+@pytest.mark.parametrize("flavor", ["openai", "anthropic"])
+@pytest.mark.parametrize("refuses", [True, False], ids=["refuses-stream", "streams"])
+def test_the_worker_asks_a_server_that_the_test_found_not_streaming_for_whole_answers(
+    model_server, actor, fast_worker_settings, flavor, refuses
+):
+    """The connection test records whether the server streams; the worker asks one that
+    refused the `stream` field for whole answers at once (no refused attempt first), and
+    streams from one that streams."""
+    from agents.catalogue.connections import connection_add, connection_test
+    from agents.engine.run.intake import task_create
+    from tests.agents.test_services import STREAM_REFUSED
+
+    probe = [reply_text("OK")]
+    if refuses:
+        probe.insert(0, reply_error(400, STREAM_REFUSED[flavor]))
+    server = model_server([*probe, reply_text(TEXT)], flavor=flavor)
+    connection_add(
+        actor=actor,
+        name="local",
+        kind="openai_compatible" if flavor == "openai" else "anthropic",
+        base_url=server.url,
+        cost_tier="zero_cost",
+        models=[{"name": "small", "supports_tools": False}],
+    )
+    [result] = connection_test(actor=actor, name="local")
+    assert result["ok"] and result["streams"] is not refuses
+    tested = len(server.completion_requests)
+    task = task_create(
+        actor=actor, title="Report", instruction="Write it.", tools=[], model=Model.objects.get()
+    )
+    run_burst()
+    assert status(task) == TaskStatus.REVIEW
+    asked = [r.json.get("stream") for r in server.completion_requests[tested:]]
+    if refuses:
+        assert asked == [False if flavor == "openai" else None]  # one request, whole
+    else:
+        assert asked == [True]
+    (turn,) = assistant_turns(task)
+    assert turn.content == TEXT

@@ -40,7 +40,7 @@ def test_connections_show_health_and_model_tests(manager):
         last_error_message="429 Too Many Requests",
         last_error_at=timezone.now(),
     )
-    ModelFactory(connection=cooling, name="llama-70b", context_window=131072)
+    ModelFactory(connection=cooling, name="llama-70b", context_window=131072, streams=True)
     ModelFactory(
         connection=cooling,
         name="broken",
@@ -48,6 +48,7 @@ def test_connections_show_health_and_model_tests(manager):
         test_message="provider_auth: bad key",
         context_window=None,
     )
+    ModelFactory(connection=cooling, name="whole-only", streams=False)
     ConnectionFactory(name="local-ollama")
     page = manager.get(PAGE).content.decode()
     groq = page[page.index(f'id="conn-{cooling.pk}"') :]
@@ -55,6 +56,12 @@ def test_connections_show_health_and_model_tests(manager):
     assert "429 Too Many Requests" in groq
     assert "llama-70b" in groq and "131072" in groq and "Passed" in groq
     assert "broken" in groq and "Failed" in groq and "provider_auth: bad key" in groq
+    # Whether each model's server streams, by its test: yes, unknown (not told), no.
+    rows = {name: groq[groq.index(f"<code>{name}</code>") :] for name in ("llama-70b", "broken")}
+    assert rows["llama-70b"].index('data-streams="yes"') < rows["llama-70b"].index("</tr>")
+    assert rows["broken"].index('data-streams="unknown"') < rows["broken"].index("</tr>")
+    whole = groq[groq.index("<code>whole-only</code>") :]
+    assert 'data-streams="no"' in whole[: whole.index("</tr>")] and "whole answers" in whole
     local = page[page.index("local-ollama") :]
     assert "available" in local
 
@@ -215,6 +222,8 @@ def test_the_test_button_starts_a_background_test_whose_progress_the_page_polls(
     assert model.test_status == ModelTestStatus.PASSED and model.context_window == 65536
     assert "fake-openai/test-model</code> — " in finished and "passed" in finished
     assert "context window 65536" in finished and SECRET not in finished
+    assert 'data-streams="yes"' in finished and "streams its answers" in finished
+    assert model.streams is True
     assert 'data-test-phase="finished"' in finished
 
 

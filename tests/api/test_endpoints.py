@@ -557,6 +557,9 @@ def test_testing_a_connection_makes_a_real_request(api):
     assert response.status_code == 200
     [result] = response.json()
     assert result["model"] == "test-model" and result["ok"] and result["context_window"] == 65536
+    assert result["streams"] is True  # the scripted server streams
+    [listed] = api.get("/api/connections").json()
+    assert listed["models"][0]["streams"] is True
 
 
 def test_testing_an_unknown_connection_or_model(api):

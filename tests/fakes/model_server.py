@@ -32,6 +32,7 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import itertools
 import json
 import os
 import select
@@ -42,7 +43,7 @@ import threading
 import time
 import uuid
 import weakref
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass, field
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
@@ -158,6 +159,30 @@ def reply_tool_calls(
         delay=delay,
         pace=pace,
         cut_after=cut_after,
+    )
+
+
+def reply_endless(
+    piece: str = "and more ",
+    *,
+    tool_call: str | None = None,
+    pace: float = 0.0,
+    count_tokens: bool = False,
+    seconds: float = 60.0,
+) -> Step:
+    """A server that ignores ``max_tokens``: asked to stream, it writes ``piece`` after ``piece``
+    (as text, or as the arguments of a call of ``tool_call``), ``pace`` seconds apart, until the
+    client leaves (an abort is recorded) or ``seconds`` pass; ``count_tokens`` adds its count of
+    output tokens so far (one a piece) to every event, as vLLM's continuous usage stats do (an
+    Anthropic ``message_delta`` with usage and no stop reason). Asked for a whole answer, it
+    answers ``piece`` once."""
+    return Step(
+        "endless",
+        text=piece,
+        calls=[(tool_call, {}, f"call_{uuid.uuid4().hex[:8]}")] if tool_call else [],
+        pace=pace,
+        seconds=seconds,
+        usage={"count": True} if count_tokens else None,
     )
 
 
@@ -496,6 +521,62 @@ def render_stream(step: Step, flavor: str, request_json: Any, defaults: dict[str
     return events
 
 
+def _endless_anthropic(step: Step, model: str, defaults: dict[str, Any]) -> Iterator[bytes]:
+    call = step.calls[0] if step.calls else None
+    message = {
+        "id": f"msg_{uuid.uuid4().hex[:12]}", "type": "message", "role": "assistant",
+        "model": model, "content": [], "stop_reason": None,
+        "usage": {"input_tokens": defaults["prompt_tokens"], "output_tokens": 1},
+    }  # fmt: skip
+    yield _sse({"type": "message_start", "message": message}, "message_start")
+    if call:
+        block = {"type": "tool_use", "id": call[2], "name": call[0], "input": {}}
+        delta = {"type": "input_json_delta", "partial_json": step.text}
+    else:
+        block = {"type": "text", "text": ""}
+        delta = {"type": "text_delta", "text": step.text}
+    start = {"type": "content_block_start", "index": 0, "content_block": block}
+    yield _sse(start, "content_block_start")
+    piece = {"type": "content_block_delta", "index": 0, "delta": delta}
+    for n in itertools.count(1):
+        yield _sse(piece, "content_block_delta")
+        if step.usage:
+            count = {"type": "message_delta", "delta": {}, "usage": {"output_tokens": n}}
+            yield _sse(count, "message_delta")
+
+
+def render_endless(
+    step: Step, flavor: str, request_json: Any, defaults: dict[str, Any]
+) -> Iterator[bytes]:
+    """The Server-Sent Events of `reply_endless`: a turn that never finishes."""
+    model = (request_json or {}).get("model") or "test-model"
+    if flavor == "anthropic":
+        yield from _endless_anthropic(step, model, defaults)
+        return
+    call = step.calls[0] if step.calls else None
+    head = {
+        "id": f"chatcmpl-{uuid.uuid4().hex[:12]}", "object": "chat.completion.chunk",
+        "created": int(time.time()), "model": model,
+    }  # fmt: skip
+
+    def chunk(delta: dict, n: int) -> bytes:
+        data = {**head, "choices": [{"index": 0, "delta": delta, "finish_reason": None}]}
+        if step.usage:  # a count as it goes (vLLM's continuous usage stats)
+            data["usage"] = {"prompt_tokens": defaults["prompt_tokens"], "completion_tokens": n}
+        return _sse(data)
+
+    if call:
+        first = {"index": 0, "id": call[2], "type": "function"}
+        first["function"] = {"name": call[0], "arguments": ""}
+        yield chunk({"role": "assistant", "tool_calls": [first]}, 0)
+        delta: dict[str, Any] = {"tool_calls": [{"index": 0, "function": {"arguments": step.text}}]}
+    else:
+        yield chunk({"role": "assistant", "content": ""}, 0)
+        delta = {"content": step.text}
+    for n in itertools.count(1):
+        yield chunk(delta, n)
+
+
 # --------------------------------------------------------------------------------------
 # Server
 # --------------------------------------------------------------------------------------
@@ -639,12 +720,15 @@ class _Handler(BaseHTTPRequestHandler):
         owner = self.server.owner
         if step.delay and not self._hold(step.delay):
             return
-        if step.type in ("text", "tool_calls"):
+        if step.type in ("text", "tool_calls", "endless"):
             asked = isinstance(request_json, dict) and request_json.get("stream") is True
             if asked and owner.streams:
                 self._stream(step, request_json)
             else:
-                self._send_json(200, render_reply(step, owner.flavor, request_json, owner.defaults))
+                whole = reply_text(step.text) if step.type == "endless" else step
+                self._send_json(
+                    200, render_reply(whole, owner.flavor, request_json, owner.defaults)
+                )
         elif step.type == "error":
             body = (
                 step.body
@@ -677,7 +761,12 @@ class _Handler(BaseHTTPRequestHandler):
         chunked on a kept-alive connection, else delimited by the close; ``step.cut_after``
         events, then the connection is dropped with the answer unfinished."""
         owner = self.server.owner
-        events = render_stream(step, owner.flavor, request_json, owner.defaults)
+        if step.type == "endless":
+            events: Iterable[bytes] = render_endless(
+                step, owner.flavor, request_json, owner.defaults
+            )
+        else:
+            events = render_stream(step, owner.flavor, request_json, owner.defaults)
         chunked = self.request_version == "HTTP/1.1" and self.protocol_version == "HTTP/1.1"
         try:
             self.send_response(200)
@@ -692,7 +781,11 @@ class _Handler(BaseHTTPRequestHandler):
         except OSError:
             self._aborted()
             return
+        end = time.monotonic() + (step.seconds or 3600)  # an endless step's bound
         for sent, event in enumerate(events):
+            if owner.stopping.is_set() or time.monotonic() > end:
+                self.close_connection = True
+                return
             if step.cut_after is not None and sent >= step.cut_after:
                 self.close_connection = True
                 with contextlib.suppress(OSError):

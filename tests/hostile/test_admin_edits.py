@@ -71,13 +71,14 @@ def _edit(client, url, **changes):
 )
 def test_changing_what_a_model_was_tested_against_untests_it(admin_client, field, value):
     conn = ConnectionFactory(credential_env="ACTHELM_KEY_ONE")
-    model = ModelFactory(connection=conn, test_status="passed")
+    model = ModelFactory(connection=conn, test_status="passed", streams=False)
     url = reverse("admin:agents_connection_change", args=[conn.pk])
     response = _edit(admin_client, url, **{field: value})
     assert response.status_code == 302, response.content.decode()[:2000]
     model.refresh_from_db()
     assert getattr(model.connection, field) == value
     assert model.test_status == "untested" and f"connection's {field} changed" in model.test_message
+    assert model.streams is None  # what the old server did says nothing of the new one
 
 
 def test_changing_a_cli_command_untests_its_models(admin_client):

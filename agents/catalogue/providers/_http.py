@@ -46,12 +46,14 @@ from .base import (
     PROVIDER_BAD_REQUEST,
     PROVIDER_BAD_RESPONSE,
     PROVIDER_CANCELLED,
+    PROVIDER_OUTPUT_TOO_LARGE,
     PROVIDER_QUOTA,
     PROVIDER_RATE_LIMITED,
     PROVIDER_SERVER_ERROR,
     PROVIDER_TIMEOUT,
     PROVIDER_UNREACHABLE,
     CancelEvent,
+    Completion,
     Provider,
     ProviderError,
 )
@@ -491,6 +493,100 @@ def safe_delta(
             log.exception("provider.on_delta_failed")
 
     return call
+
+
+# --------------------------------------------------------------------------------------
+# The output-per-turn limit, as a streamed answer grows
+# --------------------------------------------------------------------------------------
+
+#: The most characters one token of a model's output can decode to, with room to spare: the
+#: longest tokens of the common vocabularies (runs of spaces, of dashes or of `=` in
+#: byte-level BPE, tiktoken's and its descendants'; SentencePiece's pieces are at most 16 by
+#: default) decode to well under this many. So an answer of `max_tokens` tokens has at most
+#: `max_tokens * MAX_CHARS_PER_TOKEN` characters of text and tool calls, and a stream that
+#: has written more has passed the limit for certain: no answer within it is ever cut.
+MAX_CHARS_PER_TOKEN = 256
+#: What `raw_stop_reason` says of an answer the server let run past the output limit.
+OUTPUT_LIMIT_EXCEEDED = "output_limit_exceeded"
+
+
+def past_limit(tokens: int, max_tokens: int) -> bool:
+    """Whether a server's count of output tokens is clearly more than the `max_tokens` it was
+    asked for: by more than a quarter and 16 tokens, so that a count of the end-of-turn token,
+    or a gateway's count in another tokenizer than the model's, is not taken for it."""
+    return tokens > max_tokens + max_tokens // 4 + 16
+
+
+class OutputLimitReached(ProviderError):
+    """A streamed answer has clearly passed the turn's output limit (raised on the loop, by
+    `OutputMeter`): the exchange fails, so the connection is dropped at once, and the provider
+    answers with `OutputMeter.cut`, a turn truncated at the limit. Never reaches the loop."""
+
+
+class OutputMeter:
+    """What a streamed turn has produced so far, held against its output limit as it grows: the
+    characters of visible text, refusal and tool calls (names and arguments) — hidden reasoning
+    is not counted (some servers do not count it against the limit either; the byte cap and the
+    deadline bound it) — and the count of output tokens when the stream reports one. It raises
+    `OutputLimitReached` once either shows the limit passed."""
+
+    def __init__(self, provider: Provider, max_tokens: int) -> None:
+        self.provider = provider
+        self.max_tokens = max(1, int(max_tokens))
+        self.chars = 0
+        self.reported = 0
+
+    def add(self, text: str) -> None:
+        self.chars += len(text)
+        if self.chars > self.max_tokens * MAX_CHARS_PER_TOKEN:
+            self._reached(f"{self.chars} characters")
+
+    def report(self, tokens: int) -> None:
+        """The stream's own count of output tokens so far (hidden reasoning's taken off)."""
+        self.reported = max(self.reported, tokens)
+        if past_limit(self.reported, self.max_tokens):
+            self._reached(f"{self.reported} tokens by its own count")
+
+    @property
+    def tokens(self) -> int:
+        """Output tokens the answer took at least: what it reported, or what its characters
+        prove (at most `MAX_CHARS_PER_TOKEN` a token), and more than the limit."""
+        proven = -(-self.chars // MAX_CHARS_PER_TOKEN)
+        return max(self.reported, proven, self.max_tokens + 1)
+
+    def _reached(self, what: str) -> None:
+        raise OutputLimitReached(
+            PROVIDER_OUTPUT_TOO_LARGE,
+            f"the streamed answer passed the output limit of {self.max_tokens} tokens "
+            f"({what}): the server did not stop at it",
+        )
+
+    def cut(self, whole: Completion) -> Completion:
+        """The turn a stream cut at the limit gives: `whole`, the Completion of what the stream
+        said before its text (its usage, its model), as a turn truncated at the output limit,
+        with nothing of what was written — no text, no tool call — and the tokens it took."""
+        return whole.model_copy(
+            update={
+                "text": "",
+                "tool_calls": [],
+                "stop_reason": "length",
+                "raw_stop_reason": OUTPUT_LIMIT_EXCEEDED,
+                "output_tokens": self.tokens,
+            }
+        )
+
+
+def at_output_limit(completion: Completion, max_tokens: int, visible: int | None) -> Completion:
+    """A whole answer whose server counts more visible output tokens (`visible`: None when it
+    cannot be told apart from hidden reasoning) than `past_limit` allows: the server ignored
+    the limit, and the turn is one truncated at it (`stop_reason` "length": discarded unrun)."""
+    if completion.stop_reason == "length" or visible is None:
+        return completion
+    if not past_limit(visible, max_tokens):
+        return completion
+    return completion.model_copy(
+        update={"stop_reason": "length", "raw_stop_reason": OUTPUT_LIMIT_EXCEEDED}
+    )
 
 
 @functools.lru_cache(maxsize=256)

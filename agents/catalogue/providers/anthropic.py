@@ -8,7 +8,13 @@ Asked for a turn with an ``on_delta`` callback, the request is streamed (``"stre
 events (message_start, content_block_start / _delta / _stop, message_delta, message_stop) are
 assembled as they arrive into the message a whole answer gives, visible text and tool input
 pieces handed to ``on_delta`` on the way (thinking never). A whole JSON body is read as one; a
-stream that ends before message_stop is an interrupted request.
+server that refuses the ``stream`` field (a 400 naming it) is asked again without; a stream that
+ends before message_stop is an interrupted request.
+
+The output-per-turn limit (``max_tokens``) is held as the stream grows, not only asked for: a
+server that writes clearly past it (`_http.OutputMeter`) is cut off at once, and the turn is one
+truncated at the limit (``stop_reason`` "length", nothing of it kept); a whole answer whose usage
+counts clearly more output tokens than asked is truncated at the limit too.
 """
 
 from __future__ import annotations
@@ -22,6 +28,7 @@ from core import telemetry
 
 from . import _http
 from .base import (
+    PROVIDER_BAD_REQUEST,
     PROVIDER_BAD_RESPONSE,
     PROVIDER_SERVER_ERROR,
     Completion,
@@ -29,6 +36,7 @@ from .base import (
     OnDelta,
     ProbeResult,
     Provider,
+    ProviderError,
     ToolCallRequest,
     ToolSpec,
     probe_by_chat,
@@ -54,8 +62,8 @@ class _MessageStream:
     """The events of one streamed Messages answer, assembled as they arrive (on the loop) into
     the message a whole answer would have been."""
 
-    def __init__(self, provider: Provider, on_delta: OnDelta) -> None:
-        self.provider, self.on_delta = provider, on_delta
+    def __init__(self, provider: Provider, on_delta: OnDelta, meter: _http.OutputMeter) -> None:
+        self.provider, self.on_delta, self.meter = provider, on_delta, meter
         self.message: dict[str, Any] = {}
         self.blocks: dict[int, dict[str, Any]] = {}
         self.partial: dict[int, list[str]] = {}  # a tool_use block's input JSON, in pieces
@@ -83,11 +91,14 @@ class _MessageStream:
             self._delta(event)
         elif kind == "message_delta":
             delta = event.get("delta")
+            ending = isinstance(delta, dict) and bool(delta.get("stop_reason"))
             if isinstance(delta, dict) and "stop_reason" in delta:
                 self.message["stop_reason"] = delta["stop_reason"]
             usage = event.get("usage")
             if isinstance(usage, dict):  # counts so far, output_tokens the final one
                 self.message["usage"] = {**(self.message.get("usage") or {}), **usage}
+                if not ending:  # the last count is the whole answer's (`at_output_limit`)
+                    self.meter.report(_http.as_int(usage.get("output_tokens")))
         elif kind == "message_stop":
             self.done = True
         elif kind == "error":
@@ -100,11 +111,13 @@ class _MessageStream:
         block = dict(event["content_block"])
         self.blocks[index] = block
         if block.get("type") == "text" and isinstance(block.get("text"), str) and block["text"]:
+            self.meter.add(block["text"])
             self.on_delta("text", {"text": block["text"]})
         elif block.get("type") == "tool_use":
             position = self.call_of[index] = len(self.call_of)
             self.partial[index] = []
-            name = block.get("name") if isinstance(block.get("name"), str) else ""
+            name = block["name"] if isinstance(block.get("name"), str) else ""
+            self.meter.add(name)
             self.on_delta("tool_call", {"index": position, "name": name, "arguments": ""})
 
     def _delta(self, event: dict[str, Any]) -> None:
@@ -114,6 +127,7 @@ class _MessageStream:
         block = self.blocks[index]
         delta = event["delta"]
         if delta.get("type") == "text_delta" and isinstance(delta.get("text"), str):
+            self.meter.add(delta["text"])
             block["text"] = str(block.get("text") or "") + delta["text"]
             self.on_delta("text", {"text": delta["text"]})
         elif (
@@ -121,12 +135,18 @@ class _MessageStream:
             and isinstance(delta.get("partial_json"), str)
             and index in self.partial
         ):
+            self.meter.add(delta["partial_json"])
             self.partial[index].append(delta["partial_json"])
             position = self.call_of[index]
             self.on_delta(
                 "tool_call", {"index": position, "name": "", "arguments": delta["partial_json"]}
             )
         # thinking_delta, signature_delta: hidden reasoning, neither kept nor shown
+
+    def cut(self) -> dict[str, Any]:
+        """What the stream said before it was cut at the output limit (message_start's usage
+        and model), none of what it wrote (`OutputMeter.cut` makes the turn of it)."""
+        return {**self.message, "content": [], "stop_reason": "max_tokens"}
 
     def body(self, status: int) -> dict[str, Any]:
         """The message a whole answer would have been; a stream cut off before message_stop is
@@ -329,13 +349,39 @@ class AnthropicProvider(Provider):
             server=self.base_url,
         ) as span:
             body = self.payload(model, messages, tools, max_tokens)
-            headers = self.headers()
-            stream = events = None
             if on_delta is not None:
                 body["stream"] = True
-                headers["accept"] = "text/event-stream, application/json"
-                stream = _MessageStream(self, _http.safe_delta(on_delta))
-                events = _http.EventStream(stream.event)
+            try:
+                completion = self._post(body, model, max_tokens, cancel_event, on_delta)
+            except ProviderError as exc:
+                if not (exc.code == PROVIDER_BAD_REQUEST and "stream" in exc.message):
+                    raise
+                # A server that does not stream (an Anthropic-compatible gateway, say): the
+                # whole answer, as before.
+                del body["stream"]
+                completion = self._post(body, model, max_tokens, cancel_event, None)
+            span.completed(completion)
+            return completion
+
+    def _post(
+        self,
+        body: dict[str, Any],
+        model: str,
+        max_tokens: int,
+        cancel_event: threading.Event | None,
+        on_delta: OnDelta | None,
+    ) -> Completion:
+        """One request. A streamed answer is held to the output limit as it grows
+        (`_http.OutputMeter`: cut, it is a turn truncated at the limit), a whole one (or a
+        stream's end) by the usage it reports (`_http.at_output_limit`)."""
+        headers = self.headers()
+        meter = _http.OutputMeter(self, max_tokens)
+        stream = events = None
+        if body.get("stream"):
+            headers["accept"] = "text/event-stream, application/json"
+            stream = _MessageStream(self, _http.safe_delta(on_delta), meter)
+            events = _http.EventStream(stream.event)
+        try:
             resp = _http.request(
                 self,
                 "POST",
@@ -351,9 +397,12 @@ class AnthropicProvider(Provider):
                 data = stream.body(resp.status)
             else:
                 data = resp.json(self)
-            completion = self.parse_completion(data, model, resp.status)
-            span.completed(completion)
-            return completion
+        except _http.OutputLimitReached:
+            assert stream is not None  # only a stream's meter raises it
+            return meter.cut(self.parse_completion(stream.cut(), model, 200))
+        completion = self.parse_completion(data, model, resp.status)
+        # output_tokens counts thinking too, which max_tokens bounds as well (never asked for).
+        return _http.at_output_limit(completion, max_tokens, completion.output_tokens)
 
     def probe(self, *, model: str, tools: bool) -> ProbeResult:
         return probe_by_chat(self, model=model, tools=tools)

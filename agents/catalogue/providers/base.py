@@ -283,6 +283,9 @@ class ProbeResult(BaseModel):
     error_code: str | None = None
     #: True when the request with the probe tool was accepted but the model did not call it.
     tool_ignored: bool = False
+    #: Whether a streamed request was answered in pieces (True) or whole, or refused (False);
+    #: None when the test could not tell (the model did not answer, or the kind never streams).
+    streams: bool | None = None
 
 
 #: The message a probe gives for a model that accepted the tool but never called it.
@@ -476,31 +479,66 @@ class Provider(abc.ABC):
         """Make a real minimal request; never raises ProviderError (reports ok=False)."""
 
 
+#: A streamed request that failed with one of these may have failed because it was streamed: the
+#: probe asks again for a whole answer before it judges the model.
+_STREAM_SUSPECT = frozenset({PROVIDER_BAD_REQUEST, PROVIDER_BAD_RESPONSE, PROVIDER_SERVER_ERROR})
+
+
 def probe_by_chat(
     provider: Provider, *, model: str, tools: bool, context_window: int | None = None
 ) -> ProbeResult:
     """The model test of a chat provider: a real minimal request that must come back with a
     non-empty answer, then (when the model claims tools) a request offering the ``ping`` tool that
     the model must call — a model that accepts the tool but never calls it is recorded as not
-    tool-capable. Never raises ProviderError."""
+    tool-capable. Never raises ProviderError.
+
+    The first request asks for a streamed answer: whether it came in pieces is ``streams`` (a
+    server that answers it whole, or refuses the ``stream`` field, streams not; the worker then
+    asks it for whole answers). A streamed request that fails as a stream may (a 400, a broken
+    or garbled stream) is asked again whole, and the model judged by that answer."""
     window = context_window
+    pieces: list[str] = []
+    plain = [Message(role="user", content=PROBE_PROMPT)]
+    stream_note = "streamed answers work"
     try:
         answer = provider.complete(
             model=model,
-            messages=[Message(role="user", content=PROBE_PROMPT)],
+            messages=plain,
             tools=[],
             max_tokens=16,
+            on_delta=lambda kind, _data: pieces.append(kind),
         )
-    except ProviderError as exc:
-        return ProbeResult(ok=False, message=str(exc), context_window=window, error_code=exc.code)
+        streams = bool(pieces)
+        if not streams:
+            stream_note = (
+                "a streamed request came back whole (or its stream field was refused): "
+                "turns are asked whole"
+            )
+    except ProviderError as streamed_error:
+        if streamed_error.code not in _STREAM_SUSPECT:
+            return ProbeResult(
+                ok=False,
+                message=str(streamed_error),
+                context_window=window,
+                error_code=streamed_error.code,
+            )
+        try:
+            answer = provider.complete(model=model, messages=plain, tools=[], max_tokens=16)
+        except ProviderError as exc:
+            return ProbeResult(
+                ok=False, message=str(exc), context_window=window, error_code=exc.code
+            )
+        streams = False
+        stream_note = f"a streamed request failed ({streamed_error}): turns are asked whole"
     problem = probe_answer_problem(answer)
     if problem:
         return ProbeResult(
             ok=False, message=problem, context_window=window, error_code=PROVIDER_BAD_RESPONSE
         )
     message = f"model answered ({answer.stop_reason}): {answer.text.strip()[:80]!r}"
+    message += f"; {stream_note}"
     if not tools:
-        return ProbeResult(ok=True, message=message, context_window=window)
+        return ProbeResult(ok=True, message=message, context_window=window, streams=streams)
     try:
         tool_answer = provider.complete(
             model=model,
@@ -515,6 +553,7 @@ def probe_by_chat(
             context_window=window,
             supports_tools=False,
             error_code=exc.code,
+            streams=streams,
         )
     if not any(call.name == PING_TOOL.name for call in tool_answer.tool_calls):
         return ProbeResult(
@@ -523,9 +562,12 @@ def probe_by_chat(
             context_window=window,
             supports_tools=False,
             tool_ignored=True,
+            streams=streams,
         )
     message += "; tool calling works (ping was called)"
-    return ProbeResult(ok=True, message=message, context_window=window, supports_tools=True)
+    return ProbeResult(
+        ok=True, message=message, context_window=window, supports_tools=True, streams=streams
+    )
 
 
 # --------------------------------------------------------------------------------------

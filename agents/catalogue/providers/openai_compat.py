@@ -10,6 +10,11 @@ of visible text and of a tool call handed to ``on_delta``, and the pieces assemb
 Completion a whole answer gives. A server that answers a streamed request with a whole JSON body
 is read as one; one that refuses the ``stream`` field (a 400 naming it) is asked again without.
 A stream that ends before its ``finish_reason`` (or ``[DONE]``) is an interrupted request.
+
+The output-per-turn limit (``max_tokens``) is held as the stream grows, not only asked for: a
+server that writes clearly past it (`_http.OutputMeter`) is cut off at once, and the turn is one
+truncated at the limit (``stop_reason`` "length", nothing of it kept); a whole answer whose usage
+counts clearly more visible output tokens than asked is truncated at the limit too.
 """
 
 from __future__ import annotations
@@ -91,13 +96,39 @@ def context_window_from_model_entry(entry: dict[str, Any]) -> int | None:
     return None
 
 
+def _reasoned(data: Any) -> bool:
+    """Whether a whole answer came with hidden reasoning (`reasoning_content`, `reasoning`)."""
+    choices = data.get("choices") if isinstance(data, dict) else None
+    if not isinstance(choices, list) or not choices or not isinstance(choices[0], dict):
+        return False
+    message = choices[0].get("message")
+    return isinstance(message, dict) and bool(
+        message.get("reasoning_content") or message.get("reasoning")
+    )
+
+
+def visible_output(usage: Any, *, reasoned: bool) -> int | None:
+    """The output tokens of an answer's visible text and tool calls by the server's `usage`:
+    `completion_tokens` less the hidden reasoning's (`completion_tokens_details`
+    `.reasoning_tokens`), which some servers do not hold to `max_tokens`. None when there is no
+    count, or when the answer reasoned (`reasoned`) and the count does not say how much."""
+    if not isinstance(usage, dict) or "completion_tokens" not in usage:
+        return None
+    details = usage.get("completion_tokens_details")
+    hidden = details.get("reasoning_tokens") if isinstance(details, dict) else None
+    if hidden is None and reasoned:
+        return None
+    return max(0, _http.as_int(usage.get("completion_tokens")) - _http.as_int(hidden))
+
+
 class _ChatStream:
     """The events of one streamed Chat Completion, assembled as they arrive (on the loop) into
     the body a whole answer would have had; visible text and tool-call pieces go to
     ``on_delta`` on the way (``reasoning_content`` / ``reasoning`` never do)."""
 
-    def __init__(self, provider: Provider, on_delta: OnDelta) -> None:
-        self.provider, self.on_delta = provider, on_delta
+    def __init__(self, provider: Provider, on_delta: OnDelta, meter: _http.OutputMeter) -> None:
+        self.provider, self.on_delta, self.meter = provider, on_delta, meter
+        self.reasoned = False  # hidden reasoning came (its tokens may be in the usage)
         self.text: list[str] = []
         self.refusal: list[str] = []
         self.calls: dict[int, dict[str, str]] = {}
@@ -129,6 +160,11 @@ class _ChatStream:
             self.model = chunk["model"]
         if isinstance(chunk.get("usage"), dict):
             self.usage = chunk["usage"]
+            visible = visible_output(self.usage, reasoned=self.reasoned)
+            if visible is not None and self.finish is None:
+                # A count as it goes (vLLM's continuous usage stats); the last one, after the
+                # finish, is the whole answer's (`at_output_limit`).
+                self.meter.report(visible)
         choices = chunk.get("choices")
         if not isinstance(choices, list) or not choices or not isinstance(choices[0], dict):
             return  # e.g. the usage event, whose choices are empty
@@ -140,12 +176,16 @@ class _ChatStream:
             self.finish = choice["finish_reason"]
 
     def _delta(self, delta: dict[str, Any]) -> None:
+        if delta.get("reasoning_content") or delta.get("reasoning"):
+            self.reasoned = True
         content = delta.get("content")
         if isinstance(content, str) and content:
+            self.meter.add(content)
             self.text.append(content)
             self.on_delta("text", {"text": content})
         refusal = delta.get("refusal")
         if isinstance(refusal, str) and refusal:
+            self.meter.add(refusal)
             self.refusal.append(refusal)  # a declined turn: discarded, never shown
         raw_calls = delta.get("tool_calls")
         if not isinstance(raw_calls, list):
@@ -167,10 +207,23 @@ class _ChatStream:
             if isinstance(arguments, dict):  # a server that sends the object whole
                 arguments = json.dumps(arguments, ensure_ascii=False)
             arguments = arguments if isinstance(arguments, str) else ""
+            self.meter.add(name)
+            self.meter.add(arguments)
             call["name"] += name
             call["arguments"] += arguments
             if name or arguments:
                 self.on_delta("tool_call", {"index": index, "name": name, "arguments": arguments})
+
+    def cut(self) -> dict[str, Any]:
+        """What the stream said before it was cut at the output limit: its usage and model,
+        none of what it wrote (`OutputMeter.cut` makes the turn of it)."""
+        body: dict[str, Any] = {
+            "choices": [{"message": {"content": None}, "finish_reason": "length"}],
+            "usage": self.usage,
+        }
+        if self.model is not None:
+            body["model"] = self.model
+        return body
 
     def body(self, status: int) -> dict[str, Any]:
         """What a whole answer would have been; a stream cut off before its end is an
@@ -435,7 +488,9 @@ class OpenAICompatibleProvider(Provider):
             completion = None
             for _attempt in range(3):
                 try:
-                    completion = self._post(body, messages, model, cancel_event, on_delta)
+                    completion = self._post(
+                        body, messages, model, max_tokens, cancel_event, on_delta
+                    )
                     break
                 except ProviderError as exc:
                     if exc.code != PROVIDER_BAD_REQUEST:
@@ -458,28 +513,45 @@ class OpenAICompatibleProvider(Provider):
         body: dict[str, Any],
         messages: list[Message],
         model: str,
+        max_tokens: int,
         cancel_event: threading.Event | None,
         on_delta: OnDelta | None = None,
     ) -> Completion:
-        chat = _ChatStream(self, _http.safe_delta(on_delta)) if body.get("stream") else None
+        """One request. A streamed answer is held to the output limit as it grows
+        (`_http.OutputMeter`: cut, it is a turn truncated at the limit), a whole one (or a
+        stream's end) by the usage it reports (`_http.at_output_limit`)."""
+        meter = _http.OutputMeter(self, max_tokens)
+        chat = _ChatStream(self, _http.safe_delta(on_delta), meter) if body.get("stream") else None
         events = _http.EventStream(chat.event) if chat is not None else None
         headers = self.headers()
         if events is not None:
             headers["accept"] = "text/event-stream, application/json"
-        resp = _http.request(
-            self,
-            "POST",
-            f"{self.base_url}/chat/completions",
-            headers=headers,
-            encoded_body=self.wire_body(body, messages),
-            cancel_event=cancel_event,
-            on_body=events,
+        try:
+            resp = _http.request(
+                self,
+                "POST",
+                f"{self.base_url}/chat/completions",
+                headers=headers,
+                encoded_body=self.wire_body(body, messages),
+                cancel_event=cancel_event,
+                on_body=events,
+            )
+            _http.raise_for_status(self, resp)
+            if chat is not None and events is not None and events.streamed:
+                events.close()
+                data = chat.body(resp.status)
+                reasoned = chat.reasoned
+            else:
+                data = resp.json(self)
+                reasoned = _reasoned(data)
+        except _http.OutputLimitReached:
+            assert chat is not None  # only a stream's meter raises it
+            return meter.cut(self.parse_completion(chat.cut(), model, 200))
+        completion = self.parse_completion(data, model, resp.status)
+        usage = data.get("usage") if isinstance(data, dict) else None
+        return _http.at_output_limit(
+            completion, max_tokens, visible_output(usage, reasoned=reasoned)
         )
-        _http.raise_for_status(self, resp)
-        if chat is not None and events is not None and events.streamed:
-            events.close()
-            return self.parse_completion(chat.body(resp.status), model, resp.status)
-        return self.parse_completion(resp.json(self), model, resp.status)
 
     def context_window(self, model: str) -> int | None:
         """Best effort: the model's context window from ``GET {base_url}/models``."""

@@ -327,7 +327,9 @@ class AgentLoop(ToolRounds):
         else:
             max_tokens = task.limit_output_tokens
         # The turn is published as it is written (`tasks.live`: nothing is sent while nobody
-        # watches); its "end" follows the commit that stores it.
+        # watches); its "end" follows the commit that stores it. A model whose test found that
+        # its server does not stream is asked for whole answers (no refused attempt first).
+        stream = settings.ACTHELM_STREAM_TURNS and model.streams is not False
         self._live_start()
         try:
             completion = self.provider.complete(
@@ -336,7 +338,7 @@ class AgentLoop(ToolRounds):
                 tools=self.specs,
                 max_tokens=max_tokens,
                 cancel_event=self.signals.cancel,
-                on_delta=self._live_delta if settings.ACTHELM_STREAM_TURNS else None,
+                on_delta=self._live_delta if stream else None,
             )
         except ProviderError as exc:
             self._live_end(stored=False)  # cut off, refused, cancelled: nothing of it is kept

@@ -41,6 +41,7 @@ def connection_as_dict(conn: Connection) -> dict[str, Any]:
                 "supports_tools": m.supports_tools,
                 "test_status": m.test_status,
                 "test_message": m.test_message or None,
+                "streams": m.streams,
                 "tools_override_by": str(m.tools_override_by) if m.tools_override_by_id else None,
                 "tools_override_at": (
                     m.tools_override_at.isoformat() if m.tools_override_at else None
