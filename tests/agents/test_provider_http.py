@@ -203,7 +203,9 @@ def test_turns_share_one_connection_while_the_server_keeps_it():
 
 
 def test_a_new_connection_goes_to_the_address_the_last_one_reached():
-    server = RawServer(lambda n, i, head: (response(answer(f"conn {n}")), True))
+    server = RawServer(
+        lambda n, i, head: (response(answer(f"conn {n}"), "Connection: close"), True)
+    )
     _wire._reached.pop(("localhost", server.port), None)
     try:
         url = f"http://localhost:{server.port}/v1"  # ::1 (nobody there) and 127.0.0.1 maybe
@@ -215,7 +217,7 @@ def test_a_new_connection_goes_to_the_address_the_last_one_reached():
 
 
 def test_a_remembered_address_that_refuses_is_forgotten_and_the_host_resolved_again():
-    server = RawServer(lambda n, i, head: (response(answer("here")), True))
+    server = RawServer(lambda n, i, head: (response(answer("here"), "Connection: close"), True))
     gone = socket.socket()
     gone.bind(("127.0.0.1", 0))
     dead_port = gone.getsockname()[1]

@@ -9,7 +9,9 @@ exchange is written here: the request in one write, the response parsed as it ar
 line, headers, a body by Content-Length, chunked, or to the end of the connection — decoded
 (gzip, deflate) and capped as it grows. Connections are kept alive per origin (`Pool`) and
 trusted for `KEEPALIVE_SECONDS` idle; one the server closed is dropped when the loop sees the
-close. A cancelled or failed exchange aborts its connection. Redirects are answers like any
+close. A new connection goes straight to the address the last one to its origin reached
+(`ADDRESS_SECONDS`); one refused there resolves and races (Happy Eyeballs) again. A cancelled or
+failed exchange aborts its connection. Redirects are answers like any
 other (never followed). With a proxy in the environment, `_http` uses httpx's client instead.
 A streamed answer's pieces are handed to the caller's `on_body` as they are decoded (the body
 is kept whole as well, and capped as a whole); what `on_body` raises fails the exchange.
