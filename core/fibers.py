@@ -13,6 +13,10 @@ Greenlets take turns: a run is switched out only inside `wait` (and `sleep`, `wa
 connection one after another. Outside a fiber (the web process, a command, a test, the
 benchmarks' measuring thread) the same calls block the calling thread, as a plain call would.
 
+A run's signals (cancel, stop, pause) are `Event`s: a `threading.Event` whose lock and waiter
+queue are made only when a thread first blocks on it — a run only looks at its signals, and
+thousands wait at once.
+
 What the worker reads to take only what it can carry (`Fibers.lag`, `loop_lag`): how long the
 oldest ready run has waited for its step thread, and how late the loop runs its callbacks.
 What a run reads to leave that queueing out of its runtime: `queued_seconds`.
@@ -143,6 +147,65 @@ def _settle[R](future: concurrent.futures.Future[R], task: asyncio.Task[R]) -> N
         future.set_exception(exc)
     else:
         future.set_result(task.result())
+
+
+# -- events ------------------------------------------------------------------------------------
+
+_EVENT_LOCK = threading.Lock()  # makes an Event's Condition once
+
+
+class Event(threading.Event):
+    """A `threading.Event` that makes its Condition (a lock and a queue of waiters, ~1 KB) only
+    when a thread first blocks in `wait`: a run holds a few events for its whole life and looks
+    at them (`is_set`, `fibers.wait_event`) far more often than a thread waits on one.
+
+    `set` writes the flag before it looks for a Condition, and `wait` makes the Condition before
+    it reads the flag under it: a waiter either sees the flag or is woken by `notify_all`."""
+
+    def __init__(self) -> None:  # no super().__init__(): that makes the Condition
+        self._flag = False
+        self._cond: threading.Condition | None = None
+
+    def _condition(self) -> threading.Condition:
+        cond = self._cond
+        if cond is None:
+            with _EVENT_LOCK:
+                cond = self._cond
+                if cond is None:
+                    cond = self._cond = threading.Condition(threading.Lock())
+        return cond
+
+    def _at_fork_reinit(self) -> None:
+        if self._cond is not None:
+            self._cond._at_fork_reinit()  # type: ignore[attr-defined]  # private, as the base's
+
+    def is_set(self) -> bool:
+        return self._flag
+
+    def set(self) -> None:
+        self._flag = True
+        cond = self._cond
+        if cond is not None:
+            with cond:
+                cond.notify_all()
+
+    def clear(self) -> None:
+        cond = self._cond
+        if cond is None:
+            self._flag = False
+            return
+        with cond:
+            self._flag = False
+
+    def wait(self, timeout: float | None = None) -> bool:
+        if self._flag:
+            return True
+        cond = self._condition()
+        with cond:
+            signaled: bool = self._flag
+            if not signaled:
+                signaled = cond.wait(timeout)
+            return signaled
 
 
 # -- waiting -----------------------------------------------------------------------------------

@@ -381,3 +381,25 @@ def test_an_environment_proxy_is_used(environment_proxy):
         target = f"http://127.0.0.1:{sock.getsockname()[1]}/v1"
     assert in_thread(lambda: ask(target)) == "via the proxy"
     assert environment_proxy.heads[0].startswith(f"POST {target}/chat/completions ".encode())
+
+
+def test_cancel_events_share_one_lock_but_never_each_others_callbacks():
+    """Every CancelEvent guards its callbacks with one lock of the process (a run holds its
+    event for its whole life): setting one calls its own callbacks, once, and no other's."""
+    calls: list[str] = []
+    first, second = CancelEvent(), CancelEvent()
+    first.add_callback(lambda: calls.append("first"))
+    second.add_callback(lambda: calls.append("second"))
+    removed = lambda: calls.append("removed")  # noqa: E731
+    first.add_callback(removed)
+    first.remove_callback(removed)
+    first.set()
+    assert calls == ["first"] and not second.is_set()
+    first.set()  # again: nothing more
+    assert calls == ["first"]
+    first.add_callback(lambda: calls.append("late"))  # already set: called at once
+    assert calls == ["first", "late"]
+    setter = threading.Thread(target=second.set)  # set in another thread: called back there
+    setter.start()
+    setter.join(5)
+    assert calls == ["first", "late", "second"]

@@ -163,3 +163,37 @@ def test_blocking_work_runs_off_the_step_thread(pool):
     pool.spawn(second)
     assert pool.join(10)
     assert order == ["second ran meanwhile", "done"]
+
+
+def test_an_event_is_a_threading_event_that_wakes_its_waiters():
+    """`fibers.Event` (a run's signals) makes its Condition only when a thread blocks on it,
+    and behaves as `threading.Event` does: set before or while threads wait, cleared, timed out."""
+    event = fibers.Event()
+    assert isinstance(event, threading.Event)
+    assert not event.is_set() and event.wait(0.01) is False
+    event.set()
+    assert event.is_set() and event.wait() is True and event.wait(0) is True
+    event.clear()
+    assert not event.is_set() and event.wait(0.01) is False
+    for _ in range(50):  # set while many threads are about to wait, or already wait
+        event = fibers.Event()
+        woken: list[bool] = []
+        threads = [
+            threading.Thread(target=lambda e=event, w=woken: w.append(e.wait(10))) for _ in range(8)
+        ]
+        for t in threads:
+            t.start()
+        event.set()
+        for t in threads:
+            t.join(15)
+        assert woken == [True] * 8
+
+
+def test_an_event_never_waited_on_holds_no_lock():
+    """What a waiting run keeps of its signals: the flag, no Condition until a thread waits."""
+    event = fibers.Event()
+    event.set()
+    event.clear()
+    assert event._cond is None
+    assert event.wait(0.001) is False
+    assert isinstance(event._cond, threading.Condition)

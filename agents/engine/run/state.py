@@ -44,10 +44,10 @@ class RunSignals:
 
     # attempt lost or cancelled; wakes a waiting model request itself (no polling)
     cancel: threading.Event = field(default_factory=CancelEvent)
-    stop: threading.Event = field(default_factory=threading.Event)  # graceful shutdown
-    pause: threading.Event = field(default_factory=threading.Event)  # a person asked to pause
+    stop: threading.Event = field(default_factory=fibers.Event)  # graceful shutdown
+    pause: threading.Event = field(default_factory=fibers.Event)  # a person asked to pause
     # the run is writing its end: a task the heartbeat no longer finds held has moved on with it
-    ending: threading.Event = field(default_factory=threading.Event)
+    ending: threading.Event = field(default_factory=fibers.Event)
 
 
 class Stop(Exception):
