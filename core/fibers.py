@@ -220,12 +220,10 @@ def wait[R](coro: Coroutine[Any, Any, R]) -> R:
         with concurrent.futures.ThreadPoolExecutor(max_workers=1) as pool:
             return pool.submit(asyncio.run, coro).result()
     fiber = current()
-    future = submit(coro)
     if fiber is None or connection.in_atomic_block:
         # Never step aside inside a transaction: the thread's other runs share its connection.
-        return future.result()
-    fiber.suspend(future)
-    return future.result()
+        return submit(coro).result()
+    return fiber.wait(coro)
 
 
 def sleep(seconds: float) -> None:
@@ -299,13 +297,14 @@ class _Greenlet(greenlet.greenlet):  # type: ignore[misc]  # greenlet ships no s
 class Fiber:
     """One run on a step thread: its greenlet, and the time it spent ready but not running."""
 
-    __slots__ = ("args", "fn", "glet", "queued", "ready_since", "thread")
+    __slots__ = ("args", "fn", "glet", "queued", "ready_since", "task", "thread")
 
     def __init__(self, fn: Callable[..., Any], args: tuple[Any, ...], thread: _StepThread):
         self.fn, self.args, self.thread = fn, args, thread
         self.glet: _Greenlet | None = None
         self.queued = 0.0
         self.ready_since = 0.0
+        self.task: asyncio.Task[Any] | None = None  # what the fiber waits for
 
     def main(self) -> None:
         try:
@@ -313,11 +312,30 @@ class Fiber:
         except BaseException:  # noqa: BLE001 - a fiber's error must not end its thread
             log.exception("fiber.error")
 
-    def suspend(self, future: concurrent.futures.Future[Any]) -> None:
-        """Step aside until `future` is done (called in this fiber)."""
+    def wait[R](self, coro: Coroutine[Any, Any, R]) -> R:
+        """Step aside until `coro`, a task on the loop in this fiber's context, has ended; its
+        result (called in this fiber). The task wakes the fiber itself when it ends: no future
+        of another kind in between (a waiting run keeps its task and nothing more)."""
+        loop = io_loop()
         release_connection()
-        future.add_done_callback(lambda _: self.thread.ready(self))
+        loop.call_soon_threadsafe(self._start, loop, coro, contextvars.copy_context())
         self.thread.hub.switch()
+        task, self.task = self.task, None
+        assert task is not None and task.done()  # only its end makes this fiber ready
+        result: R = task.result()
+        return result
+
+    def _start(
+        self,
+        loop: asyncio.AbstractEventLoop,
+        coro: Coroutine[Any, Any, Any],
+        ctx: contextvars.Context,
+    ) -> None:  # on the loop
+        self.task = loop.create_task(coro, context=ctx)
+        self.task.add_done_callback(self._ended)
+
+    def _ended(self, _task: asyncio.Task[Any]) -> None:  # on the loop
+        self.thread.ready(self)
 
 
 def current() -> Fiber | None:

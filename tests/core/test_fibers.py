@@ -67,6 +67,35 @@ def test_an_error_in_the_coroutine_is_raised_in_the_fiber(pool):
     assert [str(e) for e in seen] == ["from the loop"]
 
 
+def test_a_task_cancelled_on_the_loop_is_a_cancel_in_the_fiber(pool):
+    """The fiber waits for its task itself: a task cancelled on the loop (what a cancel event
+    does to a request) ends the wait with CancelledError, and the fiber lets the task go."""
+    loop = fibers.io_loop()
+    tasks: list[asyncio.Task] = []
+    seen: list[str] = []
+
+    async def hold() -> None:
+        task = asyncio.current_task()
+        assert task is not None
+        tasks.append(task)
+        await asyncio.sleep(30)
+
+    def run() -> None:
+        try:
+            fibers.wait(hold())
+        except asyncio.CancelledError:
+            fiber = fibers.current()
+            seen.append("cancelled" if fiber is not None and fiber.task is None else "kept")
+
+    pool.spawn(run)
+    deadline = time.monotonic() + 10
+    while not tasks and time.monotonic() < deadline:
+        time.sleep(0.01)
+    loop.call_soon_threadsafe(tasks[0].cancel)
+    assert pool.join(10)
+    assert seen == ["cancelled"]
+
+
 def test_outside_a_fiber_wait_blocks_the_calling_thread():
     async def answer() -> int:
         await asyncio.sleep(0.01)
