@@ -46,6 +46,20 @@ class WireError(Exception):
 type OnBody = Callable[[int, list[tuple[bytes, bytes]], bytes], None]
 
 
+class Outgoing:
+    """A request's bytes until the exchange writes them, then nothing: a run waiting for its
+    answer keeps nothing of what it sent (a model request's body is the whole conversation)."""
+
+    __slots__ = ("data",)
+
+    def __init__(self, data: bytes) -> None:
+        self.data = data
+
+    def take(self) -> bytes:
+        data, self.data = self.data, b""
+        return data
+
+
 @dataclass(frozen=True)
 class Answer:
     status: int
@@ -157,12 +171,12 @@ class _Connection(asyncio.Protocol):
     # -- one exchange ------------------------------------------------------------------------
 
     async def exchange(
-        self, request: bytes, cap: int, *, head_only: bool, on_body: OnBody | None = None
+        self, request: Outgoing, cap: int, *, head_only: bool, on_body: OnBody | None = None
     ) -> Answer:
         assert self.transport is not None
         future: asyncio.Future[Answer] = asyncio.get_running_loop().create_future()
         self._reset(future, cap, head_only, on_body)
-        self.transport.write(request)
+        self.transport.write(request.take())  # what the socket did not take, the transport keeps
         return await future
 
     def quiet(self) -> bool:
@@ -372,7 +386,7 @@ class Pool:
         scheme: str,
         host: str,
         port: int,
-        request: bytes,
+        request: Outgoing,
         cap: int,
         head_only: bool,
         ssl_context: ssl.SSLContext | None,
