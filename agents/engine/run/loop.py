@@ -87,6 +87,8 @@ _ADVICE = {
 class AgentLoop(ToolRounds):
     """One run of a claimed task, from its saved state to an Outcome."""
 
+    __slots__ = ()
+
     # -- entry points ----------------------------------------------------------------------------
 
     def run(self) -> Outcome:
