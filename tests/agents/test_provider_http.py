@@ -485,3 +485,43 @@ def test_a_url_is_parsed_once_for_all_its_requests_and_only_its_own():
     )
     with pytest.raises(AttributeError):
         first.port = 1  # type: ignore[misc]
+
+
+def test_a_kept_alive_connection_holds_nothing_of_the_request_that_used_it_last():
+    """What a streamed request handed the exchange (its `on_body`: the run's parser, the run
+    itself behind it) is let go when the answer is complete, though the connection stays in the
+    pool for the next request."""
+    import gc
+    import weakref
+
+    server = RawServer(lambda n, i, head: (response(answer("ok")), False))
+
+    class Pieces:
+        def __init__(self) -> None:
+            self.seen = 0
+
+        def __call__(self, status: int, headers: object, piece: bytes) -> None:
+            self.seen += len(piece)
+
+    def call() -> weakref.ref:
+        provider = build_provider("openai_compatible", base_url=server.url(), timeout=5)
+        pieces = Pieces()
+        resp = provider_http.request(
+            provider,
+            "POST",
+            f"{server.url()}/chat/completions",
+            headers={},
+            json_body={},
+            on_body=pieces,
+        )
+        assert resp.status == 200 and pieces.seen == len(resp.body)
+        return weakref.ref(pieces)
+
+    try:
+        gone = in_thread(call)
+        gc.collect()
+        assert gone() is None
+        assert in_thread(lambda: ask(server.url())) == "ok"
+        assert server.connections == 1  # the same connection, kept alive meanwhile
+    finally:
+        server.close()

@@ -219,6 +219,8 @@ class _Canceller:
     `CancelEvent` (in the thread that sets it), polled for a plain `threading.Event`. Once
     closed, a late cancel finds nothing to abort (a request that ended stays as it ended)."""
 
+    __slots__ = ("aborted", "event", "loop", "over", "poll", "task")
+
     def __init__(
         self,
         loop: asyncio.AbstractEventLoop,

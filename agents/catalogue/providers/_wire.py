@@ -93,7 +93,31 @@ class _Decoder:
 
 
 class _Connection(asyncio.Protocol):
-    """One connection, one exchange at a time; the response parsed in `data_received`."""
+    """One connection, one exchange at a time; the response parsed in `data_received`. An
+    exchange that ended lets go of what it used (its caller's `on_body`, the body's pieces): a
+    kept-alive connection holds nothing of the run that used it last."""
+
+    __slots__ = (
+        "body",
+        "buffer",
+        "cap",
+        "chunk_state",
+        "closed",
+        "decoder",
+        "future",
+        "head_only",
+        "headers",
+        "idle_since",
+        "keep_alive",
+        "loop",
+        "mode",
+        "on_body",
+        "received",
+        "remaining",
+        "status",
+        "total",
+        "transport",
+    )
 
     def __init__(self) -> None:
         self.transport: asyncio.Transport | None = None
@@ -339,8 +363,10 @@ class _Connection(asyncio.Protocol):
         if self.buffer:  # bytes after the answer: the connection is out of step
             self.keep_alive = False
         assert self.future is not None
+        answer = Answer(self.status, self.headers, b"".join(self.body))
+        self.body, self.on_body, self.decoder = [], None, None
         if not self.future.done():
-            self.future.set_result(Answer(self.status, self.headers, b"".join(self.body)))
+            self.future.set_result(answer)
         self.idle_since = time.monotonic()
 
 
@@ -371,7 +397,7 @@ class Pool:
         if conn.closed or not conn.keep_alive:
             conn.abort()
             return
-        conn.future = None
+        conn.future = conn.on_body = None
         self.idle.setdefault(key, []).append(conn)
 
     def close(self) -> None:
