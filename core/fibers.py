@@ -223,7 +223,17 @@ def wait[R](coro: Coroutine[Any, Any, R]) -> R:
     if fiber is None or connection.in_atomic_block:
         # Never step aside inside a transaction: the thread's other runs share its connection.
         return submit(coro).result()
-    return fiber.wait(coro)
+    # Step aside until the task ends: it makes the fiber ready itself (`Fiber.start`), no future
+    # of another kind in between. Done here, not in a helper: while a fiber waits, each of its
+    # frames is kept as a frame object (greenlet exposes them), one more per helper.
+    loop = io_loop()
+    release_connection()
+    loop.call_soon_threadsafe(fiber.start, loop, coro, contextvars.copy_context())
+    fiber.thread.hub.switch()
+    task, fiber.task = fiber.task, None
+    assert task is not None and task.done()  # only its end makes the fiber ready
+    result: R = task.result()
+    return result
 
 
 def sleep(seconds: float) -> None:
@@ -291,6 +301,7 @@ def _running_loop() -> asyncio.AbstractEventLoop | None:
 
 
 class _Greenlet(greenlet.greenlet):  # type: ignore[misc]  # greenlet ships no stubs
+    __slots__ = ("fiber",)  # no instance dict
     fiber: Fiber
 
 
@@ -312,25 +323,13 @@ class Fiber:
         except BaseException:  # noqa: BLE001 - a fiber's error must not end its thread
             log.exception("fiber.error")
 
-    def wait[R](self, coro: Coroutine[Any, Any, R]) -> R:
-        """Step aside until `coro`, a task on the loop in this fiber's context, has ended; its
-        result (called in this fiber). The task wakes the fiber itself when it ends: no future
-        of another kind in between (a waiting run keeps its task and nothing more)."""
-        loop = io_loop()
-        release_connection()
-        loop.call_soon_threadsafe(self._start, loop, coro, contextvars.copy_context())
-        self.thread.hub.switch()
-        task, self.task = self.task, None
-        assert task is not None and task.done()  # only its end makes this fiber ready
-        result: R = task.result()
-        return result
-
-    def _start(
+    def start(
         self,
         loop: asyncio.AbstractEventLoop,
         coro: Coroutine[Any, Any, Any],
         ctx: contextvars.Context,
     ) -> None:  # on the loop
+        """Run `coro` as the task this fiber waits for (`wait`), in the fiber's context."""
         self.task = loop.create_task(coro, context=ctx)
         self.task.add_done_callback(self._ended)
 
