@@ -13,6 +13,10 @@ Greenlets take turns: a run is switched out only inside `wait` (and `sleep`, `wa
 connection one after another. Outside a fiber (the web process, a command, a test, the
 benchmarks' measuring thread) the same calls block the calling thread, as a plain call would.
 
+A run's signals (cancel, stop, pause) are `Event`s: a `threading.Event` whose lock and waiter
+queue are made only when a thread first blocks on it — a run only looks at its signals, and
+thousands wait at once.
+
 What the worker reads to take only what it can carry (`Fibers.lag`, `loop_lag`): how long the
 oldest ready run has waited for its step thread, and how late the loop runs its callbacks.
 What a run reads to leave that queueing out of its runtime: `queued_seconds`.
@@ -145,6 +149,65 @@ def _settle[R](future: concurrent.futures.Future[R], task: asyncio.Task[R]) -> N
         future.set_result(task.result())
 
 
+# -- events ------------------------------------------------------------------------------------
+
+_EVENT_LOCK = threading.Lock()  # makes an Event's Condition once
+
+
+class Event(threading.Event):
+    """A `threading.Event` that makes its Condition (a lock and a queue of waiters, ~1 KB) only
+    when a thread first blocks in `wait`: a run holds a few events for its whole life and looks
+    at them (`is_set`, `fibers.wait_event`) far more often than a thread waits on one.
+
+    `set` writes the flag before it looks for a Condition, and `wait` makes the Condition before
+    it reads the flag under it: a waiter either sees the flag or is woken by `notify_all`."""
+
+    def __init__(self) -> None:  # no super().__init__(): that makes the Condition
+        self._flag = False
+        self._cond: threading.Condition | None = None
+
+    def _condition(self) -> threading.Condition:
+        cond = self._cond
+        if cond is None:
+            with _EVENT_LOCK:
+                cond = self._cond
+                if cond is None:
+                    cond = self._cond = threading.Condition(threading.Lock())
+        return cond
+
+    def _at_fork_reinit(self) -> None:
+        if self._cond is not None:
+            self._cond._at_fork_reinit()  # type: ignore[attr-defined]  # private, as the base's
+
+    def is_set(self) -> bool:
+        return self._flag
+
+    def set(self) -> None:
+        self._flag = True
+        cond = self._cond
+        if cond is not None:
+            with cond:
+                cond.notify_all()
+
+    def clear(self) -> None:
+        cond = self._cond
+        if cond is None:
+            self._flag = False
+            return
+        with cond:
+            self._flag = False
+
+    def wait(self, timeout: float | None = None) -> bool:
+        if self._flag:
+            return True
+        cond = self._condition()
+        with cond:
+            signaled: bool = self._flag
+            if not signaled:
+                signaled = cond.wait(timeout)
+            return signaled
+
+
 # -- waiting -----------------------------------------------------------------------------------
 
 
@@ -157,12 +220,20 @@ def wait[R](coro: Coroutine[Any, Any, R]) -> R:
         with concurrent.futures.ThreadPoolExecutor(max_workers=1) as pool:
             return pool.submit(asyncio.run, coro).result()
     fiber = current()
-    future = submit(coro)
     if fiber is None or connection.in_atomic_block:
         # Never step aside inside a transaction: the thread's other runs share its connection.
-        return future.result()
-    fiber.suspend(future)
-    return future.result()
+        return submit(coro).result()
+    # Step aside until the task ends: it makes the fiber ready itself (`Fiber.start`), no future
+    # of another kind in between. Done here, not in a helper: while a fiber waits, each of its
+    # frames is kept as a frame object (greenlet exposes them), one more per helper.
+    loop = io_loop()
+    release_connection()
+    loop.call_soon_threadsafe(fiber.start, loop, coro, contextvars.copy_context())
+    fiber.thread.hub.switch()
+    task, fiber.task = fiber.task, None
+    assert task is not None and task.done()  # only its end makes the fiber ready
+    result: R = task.result()
+    return result
 
 
 def sleep(seconds: float) -> None:
@@ -230,19 +301,21 @@ def _running_loop() -> asyncio.AbstractEventLoop | None:
 
 
 class _Greenlet(greenlet.greenlet):  # type: ignore[misc]  # greenlet ships no stubs
+    __slots__ = ("fiber",)  # no instance dict
     fiber: Fiber
 
 
 class Fiber:
     """One run on a step thread: its greenlet, and the time it spent ready but not running."""
 
-    __slots__ = ("args", "fn", "glet", "queued", "ready_since", "thread")
+    __slots__ = ("args", "fn", "glet", "queued", "ready_since", "task", "thread")
 
     def __init__(self, fn: Callable[..., Any], args: tuple[Any, ...], thread: _StepThread):
         self.fn, self.args, self.thread = fn, args, thread
         self.glet: _Greenlet | None = None
         self.queued = 0.0
         self.ready_since = 0.0
+        self.task: asyncio.Task[Any] | None = None  # what the fiber waits for
 
     def main(self) -> None:
         try:
@@ -250,11 +323,18 @@ class Fiber:
         except BaseException:  # noqa: BLE001 - a fiber's error must not end its thread
             log.exception("fiber.error")
 
-    def suspend(self, future: concurrent.futures.Future[Any]) -> None:
-        """Step aside until `future` is done (called in this fiber)."""
-        release_connection()
-        future.add_done_callback(lambda _: self.thread.ready(self))
-        self.thread.hub.switch()
+    def start(
+        self,
+        loop: asyncio.AbstractEventLoop,
+        coro: Coroutine[Any, Any, Any],
+        ctx: contextvars.Context,
+    ) -> None:  # on the loop
+        """Run `coro` as the task this fiber waits for (`wait`), in the fiber's context."""
+        self.task = loop.create_task(coro, context=ctx)
+        self.task.add_done_callback(self._ended)
+
+    def _ended(self, _task: asyncio.Task[Any]) -> None:  # on the loop
+        self.thread.ready(self)
 
 
 def current() -> Fiber | None:

@@ -13,7 +13,9 @@ Span helpers, following the OpenTelemetry GenAI semantic conventions:
 * ``execute_tool(...)``  one per tool call, with the tool's name and outcome; arguments only
   when ``ACTHELM_OTEL_TOOL_ARGUMENTS`` is on (they may hold secrets).
 
-When tracing is off every helper hands out a no-op span: the cost is a function call.
+When tracing is off every helper hands out the current (non-recording) span and attaches
+nothing to the context: the cost is a function call, and a run waiting for its model keeps no
+span machinery alive (no generator, context token or attributes per run and per request).
 """
 
 from __future__ import annotations
@@ -23,11 +25,12 @@ import json
 import os
 import threading
 from collections.abc import Iterator
+from contextlib import AbstractContextManager
 from typing import TYPE_CHECKING, Any, Protocol
 
 from django.conf import settings
 from opentelemetry import trace
-from opentelemetry.trace import SpanKind, Status, StatusCode
+from opentelemetry.trace import NonRecordingSpan, SpanKind, Status, StatusCode
 
 if TYPE_CHECKING:
     from opentelemetry.sdk.resources import Resource
@@ -118,6 +121,31 @@ def tracer() -> trace.Tracer:
     return trace.NoOpTracer()
 
 
+class _Quiet[T]:
+    """A helper's context when nothing records: hands out `value`, attaches nothing."""
+
+    __slots__ = ("value",)
+
+    def __init__(self, value: T) -> None:
+        self.value = value
+
+    def __enter__(self) -> T:
+        return self.value
+
+    def __exit__(self, *exc: object) -> None:
+        return None
+
+
+def _quiet_span() -> trace.Span | None:
+    """The span a helper hands out when no trace records here (tracing off and no recording
+    span around): the current non-recording span, which is what the no-op tracer would start
+    and make current — so nothing need be attached to the context. None: the full path."""
+    if _provider is not None:
+        return None
+    span = trace.get_current_span()
+    return span if isinstance(span, NonRecordingSpan) else None
+
+
 def _record_error(span: trace.Span, code: str, message: str = "") -> None:
     span.set_attribute("error.type", code)
     span.set_status(Status(StatusCode.ERROR, message[:200] or code))
@@ -126,13 +154,22 @@ def _record_error(span: trace.Span, code: str, message: str = "") -> None:
 # -- invoke_agent: one per run -----------------------------------------------------------------
 
 
-@contextlib.contextmanager
 def invoke_agent(
     *, task_id: int, run_id: int, model: str = "", provider_name: str = ""
-) -> Iterator[trace.Span]:
+) -> AbstractContextManager[trace.Span]:
     """The span of one run of a task; the run's chat and execute_tool spans nest in it.
     Call ``span.set_attribute("acthelm.outcome", ...)`` before leaving; an exception marks it
     failed."""
+    quiet = _quiet_span()
+    if quiet is not None:
+        return _Quiet(quiet)
+    return _invoke_agent(task_id, run_id, model, provider_name)
+
+
+@contextlib.contextmanager
+def _invoke_agent(
+    task_id: int, run_id: int, model: str, provider_name: str
+) -> Iterator[trace.Span]:
     attributes: dict[str, AttributeValue] = {
         "gen_ai.operation.name": "invoke_agent",
         "gen_ai.agent.name": "acthelm",
@@ -194,11 +231,20 @@ class ChatSpan:
             span.set_attribute("acthelm.cost_usd", float(cost))
 
 
-@contextlib.contextmanager
 def chat(
     *, provider_name: str, model: str, max_tokens: int | None = None, server: str = ""
-) -> Iterator[ChatSpan]:
+) -> AbstractContextManager[ChatSpan]:
     """The span of one model request. A raised ProviderError is recorded by its code."""
+    quiet = _quiet_span()
+    if quiet is not None:
+        return _Quiet(ChatSpan(quiet))
+    return _chat(provider_name, model, max_tokens, server)
+
+
+@contextlib.contextmanager
+def _chat(
+    provider_name: str, model: str, max_tokens: int | None, server: str
+) -> Iterator[ChatSpan]:
     attributes: dict[str, AttributeValue] = {
         "gen_ai.operation.name": "chat",
         "gen_ai.provider.name": provider_name,
@@ -248,11 +294,20 @@ def _tool_arguments_allowed() -> bool:
     return settings.configured and bool(getattr(settings, "ACTHELM_OTEL_TOOL_ARGUMENTS", False))
 
 
-@contextlib.contextmanager
 def execute_tool(
     *, tool: str, call_id: str = "", arguments: Any = None, recovery_class: str = ""
-) -> Iterator[ToolSpan]:
+) -> AbstractContextManager[ToolSpan]:
     """The span of one tool call. Arguments are attached only when the setting allows it."""
+    quiet = _quiet_span()
+    if quiet is not None:
+        return _Quiet(ToolSpan(quiet))
+    return _execute_tool(tool, call_id, arguments, recovery_class)
+
+
+@contextlib.contextmanager
+def _execute_tool(
+    tool: str, call_id: str, arguments: Any, recovery_class: str
+) -> Iterator[ToolSpan]:
     attributes: dict[str, AttributeValue] = {
         "gen_ai.operation.name": "execute_tool",
         "gen_ai.tool.name": tool,

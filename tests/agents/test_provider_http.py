@@ -11,6 +11,7 @@ import ipaddress
 import json
 import socket
 import ssl
+import sys
 import threading
 import time
 from collections.abc import Callable
@@ -411,3 +412,146 @@ def test_an_environment_proxy_is_used(environment_proxy):
         target = f"http://127.0.0.1:{sock.getsockname()[1]}/v1"
     assert in_thread(lambda: ask(target)) == "via the proxy"
     assert environment_proxy.heads[0].startswith(f"POST {target}/chat/completions ".encode())
+
+
+def test_cancel_events_share_one_lock_but_never_each_others_callbacks():
+    """Every CancelEvent guards its callbacks with one lock of the process (a run holds its
+    event for its whole life): setting one calls its own callbacks, once, and no other's."""
+    calls: list[str] = []
+    first, second = CancelEvent(), CancelEvent()
+    first.add_callback(lambda: calls.append("first"))
+    second.add_callback(lambda: calls.append("second"))
+    removed = lambda: calls.append("removed")  # noqa: E731
+    first.add_callback(removed)
+    first.remove_callback(removed)
+    first.set()
+    assert calls == ["first"] and not second.is_set()
+    first.set()  # again: nothing more
+    assert calls == ["first"]
+    first.add_callback(lambda: calls.append("late"))  # already set: called at once
+    assert calls == ["first", "late"]
+    setter = threading.Thread(target=second.set)  # set in another thread: called back there
+    setter.start()
+    setter.join(5)
+    assert calls == ["first", "late", "second"]
+
+
+def test_a_request_in_flight_keeps_nothing_of_the_bytes_it_sent():
+    """A model request's body is the whole conversation: once written, neither the caller's
+    frames nor the request's coroutines hold it while the answer is awaited (thousands of runs
+    wait at once)."""
+    from agents.catalogue.providers._wire import Outgoing
+    from core import fibers
+
+    held, release = threading.Event(), threading.Event()
+
+    def script(n: int, i: int, head: bytes) -> tuple[bytes, bool]:
+        held.set()
+        release.wait(10)
+        return response(answer("ok")), False
+
+    server = RawServer(script)
+    big = "x" * 300_000
+    texts: list[str] = []
+
+    def call() -> None:
+        provider = build_provider("openai_compatible", base_url=server.url(), timeout=5)
+        completion = provider.complete(
+            model="m", messages=[Message(role="user", content=big)], tools=[], max_tokens=5
+        )
+        texts.append(completion.text)
+
+    caller = threading.Thread(target=call)
+    try:
+        caller.start()
+        assert held.wait(10)
+        frames = []
+        frame = sys._current_frames()[caller.ident]
+        while frame is not None:
+            frames.append(frame)
+            frame = frame.f_back
+
+        async def in_flight() -> list:
+            return [t for t in asyncio.all_tasks() if t is not asyncio.current_task()]
+
+        for task in fibers.wait(in_flight()):
+            coro = task.get_coro()
+            while getattr(coro, "cr_frame", None) is not None:
+                frames.append(coro.cr_frame)
+                coro = coro.cr_await
+        names = {f.f_code.co_name for f in frames}
+        assert {"request", "_request", "send", "exchange"} <= names
+        for f in frames:
+            for name, value in f.f_locals.items():
+                if isinstance(value, Outgoing):
+                    value = value.data
+                if isinstance(value, bytes | bytearray):
+                    assert len(value) < 10_000, f"{f.f_code.co_name} keeps {name}"
+    finally:
+        release.set()
+        caller.join(10)
+        server.close()
+    assert texts == ["ok"]
+
+
+def test_a_url_is_parsed_once_for_all_its_requests_and_only_its_own():
+    """The direct exchange's view of a URL is cached by the URL (the runs of a connection
+    share one): immutable, and a different URL never gets another's."""
+    first = provider_http._target("http://127.0.0.1:8080/v1/chat/completions?x=1")
+    assert first is provider_http._target("http://127.0.0.1:8080/v1/chat/completions?x=1")
+    assert (first.scheme, first.raw_host, first.port, first.path, first.netloc) == (
+        "http",
+        "127.0.0.1",
+        8080,
+        "/v1/chat/completions?x=1",
+        "127.0.0.1:8080",
+    )
+    other = provider_http._target("https://bücher.example/v1/chat/completions")
+    assert (other.host, other.raw_host, other.port, other.path) == (
+        "bücher.example",
+        "xn--bcher-kva.example",
+        443,
+        "/v1/chat/completions",
+    )
+    with pytest.raises(AttributeError):
+        first.port = 1  # type: ignore[misc]
+
+
+def test_a_kept_alive_connection_holds_nothing_of_the_request_that_used_it_last():
+    """What a streamed request handed the exchange (its `on_body`: the run's parser, the run
+    itself behind it) is let go when the answer is complete, though the connection stays in the
+    pool for the next request."""
+    import gc
+    import weakref
+
+    server = RawServer(lambda n, i, head: (response(answer("ok")), False))
+
+    class Pieces:
+        def __init__(self) -> None:
+            self.seen = 0
+
+        def __call__(self, status: int, headers: object, piece: bytes) -> None:
+            self.seen += len(piece)
+
+    def call() -> weakref.ref:
+        provider = build_provider("openai_compatible", base_url=server.url(), timeout=5)
+        pieces = Pieces()
+        resp = provider_http.request(
+            provider,
+            "POST",
+            f"{server.url()}/chat/completions",
+            headers={},
+            json_body={},
+            on_body=pieces,
+        )
+        assert resp.status == 200 and pieces.seen == len(resp.body)
+        return weakref.ref(pieces)
+
+    try:
+        gone = in_thread(call)
+        gc.collect()
+        assert gone() is None
+        assert in_thread(lambda: ask(server.url())) == "ok"
+        assert server.connections == 1  # the same connection, kept alive meanwhile
+    finally:
+        server.close()

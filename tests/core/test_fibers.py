@@ -67,6 +67,35 @@ def test_an_error_in_the_coroutine_is_raised_in_the_fiber(pool):
     assert [str(e) for e in seen] == ["from the loop"]
 
 
+def test_a_task_cancelled_on_the_loop_is_a_cancel_in_the_fiber(pool):
+    """The fiber waits for its task itself: a task cancelled on the loop (what a cancel event
+    does to a request) ends the wait with CancelledError, and the fiber lets the task go."""
+    loop = fibers.io_loop()
+    tasks: list[asyncio.Task] = []
+    seen: list[str] = []
+
+    async def hold() -> None:
+        task = asyncio.current_task()
+        assert task is not None
+        tasks.append(task)
+        await asyncio.sleep(30)
+
+    def run() -> None:
+        try:
+            fibers.wait(hold())
+        except asyncio.CancelledError:
+            fiber = fibers.current()
+            seen.append("cancelled" if fiber is not None and fiber.task is None else "kept")
+
+    pool.spawn(run)
+    deadline = time.monotonic() + 10
+    while not tasks and time.monotonic() < deadline:
+        time.sleep(0.01)
+    loop.call_soon_threadsafe(tasks[0].cancel)
+    assert pool.join(10)
+    assert seen == ["cancelled"]
+
+
 def test_outside_a_fiber_wait_blocks_the_calling_thread():
     async def answer() -> int:
         await asyncio.sleep(0.01)
@@ -187,3 +216,37 @@ def test_a_waiter_is_woken_once_the_step_threads_have_taken_enough_ready_fibers(
     assert pool.join(10)
     assert sorted(ran) == list(range(10))
     assert pool.wait_ready_at_most(0, 0.01) is True
+
+
+def test_an_event_is_a_threading_event_that_wakes_its_waiters():
+    """`fibers.Event` (a run's signals) makes its Condition only when a thread blocks on it,
+    and behaves as `threading.Event` does: set before or while threads wait, cleared, timed out."""
+    event = fibers.Event()
+    assert isinstance(event, threading.Event)
+    assert not event.is_set() and event.wait(0.01) is False
+    event.set()
+    assert event.is_set() and event.wait() is True and event.wait(0) is True
+    event.clear()
+    assert not event.is_set() and event.wait(0.01) is False
+    for _ in range(50):  # set while many threads are about to wait, or already wait
+        event = fibers.Event()
+        woken: list[bool] = []
+        threads = [
+            threading.Thread(target=lambda e=event, w=woken: w.append(e.wait(10))) for _ in range(8)
+        ]
+        for t in threads:
+            t.start()
+        event.set()
+        for t in threads:
+            t.join(15)
+        assert woken == [True] * 8
+
+
+def test_an_event_never_waited_on_holds_no_lock():
+    """What a waiting run keeps of its signals: the flag, no Condition until a thread waits."""
+    event = fibers.Event()
+    event.set()
+    event.clear()
+    assert event._cond is None
+    assert event.wait(0.001) is False
+    assert isinstance(event._cond, threading.Condition)

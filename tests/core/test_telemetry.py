@@ -42,6 +42,46 @@ def test_off_by_default_the_helpers_are_no_ops(monkeypatch):
     assert not span.span.is_recording()
 
 
+def test_off_the_helpers_attach_nothing_to_the_context(monkeypatch):
+    """A run holds its run's span for its whole life and a chat span while it waits for the
+    model: with tracing off these are the current non-recording span, and no context is
+    attached (nothing per run kept alive, nothing to detach)."""
+    from opentelemetry import context
+
+    for name in telemetry.ENDPOINT_VARS:
+        monkeypatch.delenv(name, raising=False)
+    assert telemetry.setup() is False
+    before = context.get_current()
+    with (
+        telemetry.invoke_agent(task_id=1, run_id=2, model="m", provider_name="openai") as run,
+        telemetry.chat(provider_name="openai", model="m", max_tokens=5) as chat,
+        telemetry.execute_tool(tool="read_file", call_id="c1") as tool,
+    ):
+        assert context.get_current() is before
+        assert not run.is_recording()
+        assert not chat.span.is_recording() and not tool.span.is_recording()
+    with pytest.raises(ProviderError), telemetry.chat(provider_name="openai", model="m"):
+        raise ProviderError("provider_timeout", "slow")
+    assert context.get_current() is before
+
+
+def test_off_inside_someone_elses_recording_span_the_helpers_carry_its_context(monkeypatch):
+    """Not Acthelm's tracing but a recording span around (another library's provider): the
+    helpers start what the no-op tracer starts, a non-recording span with the parent's ids."""
+    from opentelemetry.sdk.trace import TracerProvider
+
+    for name in telemetry.ENDPOINT_VARS:
+        monkeypatch.delenv(name, raising=False)
+    assert telemetry.setup() is False
+    other = TracerProvider().get_tracer("someone-else")
+    with (
+        other.start_as_current_span("outer") as outer,
+        telemetry.chat(provider_name="openai", model="m") as chat,
+    ):
+        assert not chat.span.is_recording()
+        assert chat.span.get_span_context() == outer.get_span_context()
+
+
 def ask(provider, model="test-model"):
     return provider.complete(
         model=model, messages=[Message(role="user", content="hi")], tools=[], max_tokens=64

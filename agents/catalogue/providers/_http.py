@@ -34,7 +34,7 @@ import urllib.request
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from decimal import Decimal, InvalidOperation
-from typing import Any
+from typing import Any, NamedTuple
 
 import httpx
 
@@ -125,9 +125,11 @@ def request(
         content = json.dumps(json_body, ensure_ascii=False).encode("utf-8")
     if content is not None:
         headers = {"content-type": "application/json", **headers}
+    body = None if content is None else _wire.Outgoing(content)
+    del content, encoded_body  # the exchange takes the bytes when it writes them
     timeout = timeout or provider.timeout
     return fibers.wait(
-        _request(provider, method, url, headers, content, cancel_event, timeout, on_body)
+        _request(provider, method, url, headers, body, cancel_event, timeout, on_body)
     )
 
 
@@ -219,6 +221,8 @@ class _Canceller:
     `CancelEvent` (in the thread that sets it), polled for a plain `threading.Event`. Once
     closed, a late cancel finds nothing to abort (a request that ended stays as it ended)."""
 
+    __slots__ = ("aborted", "event", "loop", "over", "poll", "task")
+
     def __init__(
         self,
         loop: asyncio.AbstractEventLoop,
@@ -257,12 +261,38 @@ class _Canceller:
             self.poll.cancel()
 
 
+class _Target(NamedTuple):
+    """What the direct exchange needs of a URL."""
+
+    scheme: str
+    host: str  # as a person reads it ("" when the URL has none)
+    raw_host: str  # as it is connected to (IDNA-encoded)
+    port: int
+    path: str  # the request target: path and query, as sent
+    netloc: str  # the Host header
+
+
+@functools.lru_cache(maxsize=256)
+def _target(url: str) -> _Target:
+    """`url` parsed once for all the requests to it (a run's requests go to one URL; a
+    NamedTuple of strings, shared by the runs). Raises what httpx.URL raises."""
+    parsed = httpx.URL(url)
+    return _Target(
+        scheme=parsed.scheme,
+        host=parsed.host,
+        raw_host=parsed.raw_host.decode("ascii"),
+        port=parsed.port or (443 if parsed.scheme == "https" else 80),
+        path=parsed.raw_path.decode("ascii"),
+        netloc=parsed.netloc.decode("ascii"),
+    )
+
+
 async def _request(
     provider: Provider,
     method: str,
     url: str,
     headers: dict[str, str],
-    content: bytes | None,
+    body: _wire.Outgoing | None,
     cancel_event: threading.Event | None,
     timeout: float,
     on_body: OnBody | None = None,
@@ -271,10 +301,10 @@ async def _request(
     very task (no watcher task), `asyncio.timeout` bounds it. A cancelled or timed-out exchange
     closes its connection (httpcore does, for a response not read to its end)."""
     try:
-        parsed = httpx.URL(url)
+        target = _target(url)
     except (httpx.InvalidURL, TypeError, ValueError) as exc:
         raise provider.error(PROVIDER_UNREACHABLE, f"invalid URL {url!r}: {exc}") from None
-    if parsed.scheme not in ("http", "https") or not parsed.host:
+    if target.scheme not in ("http", "https") or not target.host:
         raise provider.error(
             PROVIDER_UNREACHABLE, f"invalid URL {url!r}: it needs http:// or https:// and a host"
         )
@@ -287,9 +317,10 @@ async def _request(
     try:
         async with asyncio.timeout(timeout):
             if not _proxied():
-                return await _send_direct(provider, parsed, method, url, headers, content, on_body)
+                return await _send_direct(provider, target, method, url, headers, body, on_body)
             key = (type(provider).__name__, _origin(url), timeout)
             shard = _clients.setdefault(key, _Clients()).take(timeout)
+            content = None if body is None else body.take()
             return await _send(
                 provider, shard.client, method, url, headers, content, timeout, on_body
             )
@@ -309,24 +340,15 @@ async def _request(
 
 async def _send_direct(
     provider: Provider,
-    parsed: httpx.URL,
+    target: _Target,
     method: str,
     url: str,
     headers: dict[str, str],
-    content: bytes | None,
+    body: _wire.Outgoing | None,
     on_body: OnBody | None = None,
 ) -> HttpResponse:
     """The exchange on `_wire`'s connection (no proxy applies)."""
-    https = parsed.scheme == "https"
-    own = {name.lower() for name in headers}
-    lines = [f"{method} {parsed.raw_path.decode('ascii')} HTTP/1.1"]
-    if "host" not in own:
-        lines.append(f"host: {parsed.netloc.decode('ascii')}")
-    lines += [f"{name}: {value}" for name, value in _DEFAULTS if name not in own]
-    lines += [f"{name}: {value}" for name, value in headers.items()]
-    if content is not None and "content-length" not in own:
-        lines.append(f"content-length: {len(content)}")
-    head = ("\r\n".join(lines) + "\r\n\r\n").encode("ascii")
+    request = _wire.Outgoing(_wire_request(target, method, headers, body))
     wire_on_body: _wire.OnBody | None = None
     if on_body is not None:
         seen: list[httpx.Headers] = []  # the answer's headers, built once
@@ -338,13 +360,13 @@ async def _send_direct(
 
     try:
         answer = await _direct.send(
-            scheme=parsed.scheme,
-            host=parsed.raw_host.decode("ascii"),
-            port=parsed.port or (443 if https else 80),
-            request=head + content if content else head,
+            scheme=target.scheme,
+            host=target.raw_host,
+            port=target.port,
+            request=request,
             cap=provider.max_response_bytes,
             head_only=method == "HEAD",
-            ssl_context=_ssl_context() if https else None,
+            ssl_context=_ssl_context() if target.scheme == "https" else None,
             on_body=wire_on_body,
         )
     except _wire.WireError as exc:
@@ -356,6 +378,23 @@ async def _send_direct(
             code, message = PROVIDER_SERVER_ERROR, f"connection to {_origin(url)} failed: {exc}"
         raise provider.error(code, message, status=exc.status) from None
     return HttpResponse(answer.status, httpx.Headers(answer.headers), answer.body)
+
+
+def _wire_request(
+    target: _Target, method: str, headers: dict[str, str], body: _wire.Outgoing | None
+) -> bytes:
+    """The request's head and body, as written (the body taken from `body`)."""
+    own = {name.lower() for name in headers}
+    lines = [f"{method} {target.path} HTTP/1.1"]
+    if "host" not in own:
+        lines.append(f"host: {target.netloc}")
+    lines += [f"{name}: {value}" for name, value in _DEFAULTS if name not in own]
+    lines += [f"{name}: {value}" for name, value in headers.items()]
+    content = None if body is None else body.take()
+    if content is not None and "content-length" not in own:
+        lines.append(f"content-length: {len(content)}")
+    head = ("\r\n".join(lines) + "\r\n\r\n").encode("ascii")
+    return head + content if content else head
 
 
 async def _send(

@@ -49,6 +49,20 @@ class WireError(Exception):
 type OnBody = Callable[[int, list[tuple[bytes, bytes]], bytes], None]
 
 
+class Outgoing:
+    """A request's bytes until the exchange writes them, then nothing: a run waiting for its
+    answer keeps nothing of what it sent (a model request's body is the whole conversation)."""
+
+    __slots__ = ("data",)
+
+    def __init__(self, data: bytes) -> None:
+        self.data = data
+
+    def take(self) -> bytes:
+        data, self.data = self.data, b""
+        return data
+
+
 @dataclass(frozen=True)
 class Answer:
     status: int
@@ -82,7 +96,31 @@ class _Decoder:
 
 
 class _Connection(asyncio.Protocol):
-    """One connection, one exchange at a time; the response parsed in `data_received`."""
+    """One connection, one exchange at a time; the response parsed in `data_received`. An
+    exchange that ended lets go of what it used (its caller's `on_body`, the body's pieces): a
+    kept-alive connection holds nothing of the run that used it last."""
+
+    __slots__ = (
+        "body",
+        "buffer",
+        "cap",
+        "chunk_state",
+        "closed",
+        "decoder",
+        "future",
+        "head_only",
+        "headers",
+        "idle_since",
+        "keep_alive",
+        "loop",
+        "mode",
+        "on_body",
+        "received",
+        "remaining",
+        "status",
+        "total",
+        "transport",
+    )
 
     def __init__(self) -> None:
         self.transport: asyncio.Transport | None = None
@@ -160,12 +198,12 @@ class _Connection(asyncio.Protocol):
     # -- one exchange ------------------------------------------------------------------------
 
     async def exchange(
-        self, request: bytes, cap: int, *, head_only: bool, on_body: OnBody | None = None
+        self, request: Outgoing, cap: int, *, head_only: bool, on_body: OnBody | None = None
     ) -> Answer:
         assert self.transport is not None
         future: asyncio.Future[Answer] = asyncio.get_running_loop().create_future()
         self._reset(future, cap, head_only, on_body)
-        self.transport.write(request)
+        self.transport.write(request.take())  # what the socket did not take, the transport keeps
         return await future
 
     def quiet(self) -> bool:
@@ -328,8 +366,10 @@ class _Connection(asyncio.Protocol):
         if self.buffer:  # bytes after the answer: the connection is out of step
             self.keep_alive = False
         assert self.future is not None
+        answer = Answer(self.status, self.headers, b"".join(self.body))
+        self.body, self.on_body, self.decoder = [], None, None
         if not self.future.done():
-            self.future.set_result(Answer(self.status, self.headers, b"".join(self.body)))
+            self.future.set_result(answer)
         self.idle_since = time.monotonic()
 
 
@@ -360,7 +400,7 @@ class Pool:
         if conn.closed or not conn.keep_alive:
             conn.abort()
             return
-        conn.future = None
+        conn.future = conn.on_body = None
         self.idle.setdefault(key, []).append(conn)
 
     def close(self) -> None:
@@ -375,7 +415,7 @@ class Pool:
         scheme: str,
         host: str,
         port: int,
-        request: bytes,
+        request: Outgoing,
         cap: int,
         head_only: bool,
         ssl_context: ssl.SSLContext | None,

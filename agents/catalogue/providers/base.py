@@ -18,6 +18,7 @@ from pydantic import BaseModel, ConfigDict, Field, field_validator
 
 from agents.catalogue.tools.base import non_finite_path
 from agents.failure_codes import FailureCode
+from core import fibers
 from core.credentials import (
     CREDENTIAL_DESTINATION_NOT_ALLOWED,
     is_server_secret,
@@ -218,34 +219,41 @@ class Message(BaseModel):
 StopReason = Literal["end", "tool_calls", "length", "content_filter", "refusal", "other"]
 
 
-class CancelEvent(threading.Event):
+#: Guards every CancelEvent's callbacks (each holds it for a list operation): one lock, not
+#: one per run.
+_CALLBACKS_LOCK = threading.Lock()
+
+
+class CancelEvent(fibers.Event):
     """A `threading.Event` that also calls back when it is set, so that a waiting request is
     woken by the cancel itself instead of polling for it (a thousand waiting agents polling ten
-    times a second would cost a core). Callbacks run in the thread that sets the event."""
+    times a second would cost a core). Callbacks run in the thread that sets the event. Light
+    (`core.fibers.Event`): a run holds one for its whole life."""
 
     def __init__(self) -> None:
         super().__init__()
-        self._callbacks: list[Callable[[], object]] = []
-        self._callbacks_lock = threading.Lock()
+        self._callbacks: list[Callable[[], object]] | None = None
 
     def set(self) -> None:
         super().set()
-        with self._callbacks_lock:
-            callbacks, self._callbacks = self._callbacks, []
-        for callback in callbacks:
+        with _CALLBACKS_LOCK:
+            callbacks, self._callbacks = self._callbacks, None
+        for callback in callbacks or ():
             callback()
 
     def add_callback(self, callback: Callable[[], object]) -> None:
         """Call `callback()` once when the event is set (at once if it is)."""
-        with self._callbacks_lock:
+        with _CALLBACKS_LOCK:
             if not self.is_set():
+                if self._callbacks is None:
+                    self._callbacks = []
                 self._callbacks.append(callback)
                 return
         callback()
 
     def remove_callback(self, callback: Callable[[], object]) -> None:
-        with self._callbacks_lock:
-            if callback in self._callbacks:
+        with _CALLBACKS_LOCK:
+            if self._callbacks and callback in self._callbacks:
                 self._callbacks.remove(callback)
 
 

@@ -89,6 +89,12 @@ def register[T: type[Tool[Any]]](cls: T) -> T:
     return cls
 
 
+def is_builtin(tool: Tool[Any]) -> bool:
+    """Whether `tool` is the registry's own object for its name (a built-in tool: the same for
+    every task), not one resolved for a task (an MCP server's)."""
+    return _REGISTRY.get(getattr(tool, "name", None)) is tool  # type: ignore[arg-type]
+
+
 def get_tool(name: str) -> Tool[Any]:
     tool = find_tool(name)
     if tool is None:

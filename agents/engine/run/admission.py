@@ -17,7 +17,8 @@ from typing import TYPE_CHECKING, Any
 
 from django.conf import settings
 
-from agents.catalogue.tools import Tool, ToolContext, ToolError, operation_hash
+from agents.catalogue.providers import ToolSpec
+from agents.catalogue.tools import Tool, ToolContext, ToolError, is_builtin, operation_hash
 from agents.catalogue.tools.mcp import McpTool, RemoteTool
 from agents.catalogue.tools.schemas import stop_checks_when
 from approvals.services import ApprovalRequest
@@ -36,6 +37,7 @@ __all__ = [
     "approval_reason",
     "approval_request",
     "jsonb_order",
+    "offered_spec",
     "parse_operation",
     "pinned_tool",
     "refuse",
@@ -147,6 +149,24 @@ def pinned_tool(tool: Tool[Any], pins: dict[str, Any]) -> Tool[Any]:
     if isinstance(tool, McpTool) and tool.name in pins:
         return McpTool(tool.spec, RemoteTool.from_dict(pins[tool.name]))
     return tool
+
+
+#: The spec of each built-in tool, made once per process and offered by every run: a built-in
+#: tool's name, description and schema are its class's, the same for every task. Read-only: the
+#: providers put it into each request's own payload and change nothing of it.
+_BUILTIN_SPECS: dict[str, tuple[Tool[Any], ToolSpec]] = {}
+
+
+def offered_spec(tool: Tool[Any]) -> ToolSpec:
+    """What the model is offered of `tool`: a built-in tool's spec shared by the runs, any other
+    (an MCP tool, as its task pinned it) made for the run."""
+    if not is_builtin(tool):
+        return ToolSpec(name=tool.name, description=tool.description, parameters=tool.json_schema())
+    made = _BUILTIN_SPECS.get(tool.name)
+    if made is None or made[0] is not tool:  # a tool registered again (a reload) gets its own
+        spec = ToolSpec(name=tool.name, description=tool.description, parameters=tool.json_schema())
+        made = _BUILTIN_SPECS[tool.name] = (tool, spec)
+    return made[1]
 
 
 def jsonb_order(value: Any) -> Any:

@@ -24,7 +24,7 @@ from django.utils import timezone
 from agents.catalogue.connections import provider_for
 from agents.catalogue.eligibility import has_tools, model_refusal
 from agents.catalogue.prices import turn_usage_fields
-from agents.catalogue.providers import Completion, ProviderError, ToolCallRequest, ToolSpec
+from agents.catalogue.providers import Completion, ProviderError, ToolCallRequest
 from agents.catalogue.providers.base import PERMANENT_CODES, traced_name
 from agents.catalogue.tools import (
     RecoveryClass,
@@ -34,7 +34,7 @@ from agents.catalogue.tools import (
 )
 from agents.catalogue.tools.artifacts import stamp_fence
 from agents.catalogue.tools.mcp import McpTool, is_mcp_tool
-from agents.engine.run.admission import CallVerdict, jsonb_order, pinned_tool
+from agents.engine.run.admission import CallVerdict, jsonb_order, offered_spec, pinned_tool
 from agents.engine.run.prompting import (
     DISCARDED_NOTE,
     History,
@@ -86,6 +86,8 @@ _ADVICE = {
 
 class AgentLoop(ToolRounds):
     """One run of a claimed task, from its saved state to an Outcome."""
+
+    __slots__ = ()
 
     # -- entry points ----------------------------------------------------------------------------
 
@@ -207,10 +209,7 @@ class AgentLoop(ToolRounds):
         # Resolved once: an MCP tool (SERVER__TOOL) is read from its server's recorded list.
         self.tools: dict[str, Tool[Any]] = {name: get_tool(name) for name in offered}
         self._pin_mcp_tools()
-        self.specs = [
-            ToolSpec(name=t.name, description=t.description, parameters=t.json_schema())
-            for t in self.tools.values()
-        ]
+        self.specs = [offered_spec(t) for t in self.tools.values()]
         if "write_artifact" in offered:
             # From now on, no older run of this task can replace an artifact file.
 

@@ -49,6 +49,8 @@ _STRICTNESS: dict[str, int] = {
 class ToolRounds(RunState):
     """The tool calls of a run (`AgentLoop` is one)."""
 
+    __slots__ = ()
+
     def _intend(self, call: CallState, d: Decision) -> None:
         """An external call's intent for the next commit: recorded running before the request
         leaves, so that after a crash the call's outcome is unknown and a person decides (never

@@ -44,10 +44,10 @@ class RunSignals:
 
     # attempt lost or cancelled; wakes a waiting model request itself (no polling)
     cancel: threading.Event = field(default_factory=CancelEvent)
-    stop: threading.Event = field(default_factory=threading.Event)  # graceful shutdown
-    pause: threading.Event = field(default_factory=threading.Event)  # a person asked to pause
+    stop: threading.Event = field(default_factory=fibers.Event)  # graceful shutdown
+    pause: threading.Event = field(default_factory=fibers.Event)  # a person asked to pause
     # the run is writing its end: a task the heartbeat no longer finds held has moved on with it
-    ending: threading.Event = field(default_factory=threading.Event)
+    ending: threading.Event = field(default_factory=fibers.Event)
 
 
 class Stop(Exception):
@@ -65,7 +65,47 @@ def fail(code: str, message: str, *, retryable: bool = True, health: bool = Fals
 
 class RunState:
     """One run's state in memory, read once at its start (`AgentLoop._load`), and what every part
-    of the run does with it."""
+    of the run does with it. Slots, not a dict: a run keeps this for its whole life, waits
+    included, and a dict of its ~36 attributes cost ~1.5 KB (the subclasses add none)."""
+
+    __slots__ = (
+        "_clock",
+        "_queued",
+        "actor",
+        "admitted",
+        "approvals",
+        "calls",
+        "claim_count",
+        "connection",
+        "conversation",
+        "feedback_after_round",
+        "fresh_conversation",
+        "history",
+        "intended",
+        "last",
+        "live_turn",
+        "memory_from_run",
+        "memory_to_rank",
+        "model",
+        "next_index",
+        "offered",
+        "outcome",
+        "plan_exists",
+        "provider",
+        "recorder",
+        "run_again",
+        "run_id",
+        "saved",
+        "signals",
+        "specs",
+        "started_fresh",
+        "step",
+        "task",
+        "task_id",
+        "tool_context",
+        "tools",
+        "used",
+    )
 
     task: Task
     claim_count: int
