@@ -415,54 +415,29 @@ def _anthropic_stream(whole: dict[str, Any]) -> list[bytes]:
     emit({"type": "message_start", "message": start}, "message_start")
     for index, block in enumerate(whole["content"]):
         kind = block["type"]
+        # Each block: how it starts, then the deltas that complete it.
         if kind == "text":
-            emit(
-                {
-                    "type": "content_block_start",
-                    "index": index,
-                    "content_block": {"type": "text", "text": ""},
-                },
-                "content_block_start",
-            )
-            for word in _words(block["text"]):
-                delta = {"type": "text_delta", "text": word}
-                emit(
-                    {"type": "content_block_delta", "index": index, "delta": delta},
-                    "content_block_delta",
-                )
+            opening = {"type": "text", "text": ""}
+            deltas = [{"type": "text_delta", "text": word} for word in _words(block["text"])]
         elif kind == "tool_use":
-            emit(
-                {
-                    "type": "content_block_start",
-                    "index": index,
-                    "content_block": {**block, "input": {}},
-                },
-                "content_block_start",
-            )
-            for part in _fragments(json.dumps(block["input"])):
-                delta = {"type": "input_json_delta", "partial_json": part}
-                emit(
-                    {"type": "content_block_delta", "index": index, "delta": delta},
-                    "content_block_delta",
-                )
+            opening = {**block, "input": {}}
+            deltas = [
+                {"type": "input_json_delta", "partial_json": part}
+                for part in _fragments(json.dumps(block["input"]))
+            ]
         elif kind == "thinking":
-            emit(
-                {
-                    "type": "content_block_start",
-                    "index": index,
-                    "content_block": {"type": "thinking", "thinking": ""},
-                },
-                "content_block_start",
-            )
-            delta = {"type": "thinking_delta", "thinking": block["thinking"]}
+            opening = {"type": "thinking", "thinking": ""}
+            deltas = [{"type": "thinking_delta", "thinking": block["thinking"]}]
+        else:
+            opening, deltas = block, []
+        emit(
+            {"type": "content_block_start", "index": index, "content_block": opening},
+            "content_block_start",
+        )
+        for delta in deltas:
             emit(
                 {"type": "content_block_delta", "index": index, "delta": delta},
                 "content_block_delta",
-            )
-        else:
-            emit(
-                {"type": "content_block_start", "index": index, "content_block": block},
-                "content_block_start",
             )
         emit({"type": "content_block_stop", "index": index}, "content_block_stop")
     emit(
