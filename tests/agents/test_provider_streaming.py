@@ -118,12 +118,21 @@ def test_a_server_that_answers_whole_to_a_streamed_request_is_read_as_before(fla
 
 
 def test_a_server_that_refuses_the_stream_field_is_asked_again_whole():
+    """...and the provider (a run's) remembers: its next turn is asked whole at once, not
+    refused first again."""
     refusal = {"error": {"message": "Unrecognized request argument supplied: stream"}}
-    with ScriptedModelServer([reply_error(400, refusal), reply_text(TEXT)]) as server:
-        completion = ask(provider_for(server), on_delta=lambda k, d: None)
+    script = [reply_error(400, refusal), reply_text(TEXT), reply_text("again")]
+    with ScriptedModelServer(script) as server:
+        provider = provider_for(server)
+        completion = ask(provider, on_delta=lambda k, d: None)
+        assert ask(provider, on_delta=lambda k, d: None).text == "again"
         asked = [r.json.get("stream") for r in server.completion_requests]
     assert completion.text == TEXT
-    assert asked == [True, False]
+    assert asked == [True, False, False]
+    with ScriptedModelServer([reply_text(TEXT, pace=0.01)]) as server:
+        # Another run's provider asks for a stream again (the connection test decides for all).
+        ask(provider_for(server), on_delta=lambda k, d: None)
+        assert server.completion_requests[0].json.get("stream") is True
 
 
 @pytest.mark.parametrize("flavor", ["openai", "anthropic"])
@@ -325,9 +334,11 @@ def test_an_anthropic_server_that_refuses_the_stream_field_is_asked_again_whole(
         "type": "error",
         "error": {"type": "invalid_request_error", "message": "stream: not supported"},
     }
-    script = [reply_error(400, refusal), reply_text(TEXT)]
+    script = [reply_error(400, refusal), reply_text(TEXT), reply_text("again")]
     with ScriptedModelServer(script, flavor="anthropic") as server:
-        completion = ask(provider_for(server), on_delta=lambda k, d: None)
+        provider = provider_for(server)
+        completion = ask(provider, on_delta=lambda k, d: None)
+        assert ask(provider, on_delta=lambda k, d: None).text == "again"
         asked = [r.json.get("stream") for r in server.completion_requests]
     assert completion.text == TEXT
-    assert asked == [True, None]
+    assert asked == [True, None, None]  # remembered: the next turn is asked whole at once

@@ -523,9 +523,12 @@ def test_openai_max_completion_tokens_fallback(oai):
             )
         return reply_text(f"limit={request['max_completion_tokens']}")
 
-    oai.enqueue(step, step)
-    assert ask(make(oai)).text == "limit=100"
+    oai.enqueue(step, step, step)
+    provider = make(oai)
+    assert ask(provider).text == "limit=100"
     assert len(oai.completion_requests) == 2
+    assert ask(provider).text == "limit=100"  # remembered: the next turn asks for it at once
+    assert len(oai.completion_requests) == 3
 
 
 # ======================================================================================

@@ -8,8 +8,9 @@ Asked for a turn with an ``on_delta`` callback, the request is streamed (``"stre
 events (message_start, content_block_start / _delta / _stop, message_delta, message_stop) are
 assembled as they arrive into the message a whole answer gives, visible text and tool input
 pieces handed to ``on_delta`` on the way (thinking never). A whole JSON body is read as one; a
-server that refuses the ``stream`` field (a 400 naming it) is asked again without; a stream that
-ends before message_stop is an interrupted request.
+server that refuses the ``stream`` field (a 400 naming it) is asked again without, and the
+instance (a run's) asks its later turns whole at once; a stream that ends before message_stop is
+an interrupted request.
 
 The output-per-turn limit (``max_tokens``) is held as the stream grows, not only asked for: a
 server that writes clearly past it (`_http.OutputMeter`) is cut off at once, and the turn is one
@@ -349,16 +350,21 @@ class AnthropicProvider(Provider):
             server=self.base_url,
         ) as span:
             body = self.payload(model, messages, tools, max_tokens)
-            if on_delta is not None:
+            if on_delta is not None and not self.stream_refused:
                 body["stream"] = True
             try:
                 completion = self._post(body, model, max_tokens, cancel_event, on_delta)
             except ProviderError as exc:
-                if not (exc.code == PROVIDER_BAD_REQUEST and "stream" in exc.message):
+                if not (
+                    exc.code == PROVIDER_BAD_REQUEST
+                    and "stream" in exc.message
+                    and body.get("stream")
+                ):
                     raise
                 # A server that does not stream (an Anthropic-compatible gateway, say): the
-                # whole answer, as before.
+                # whole answer, as before, and the instance's later requests at once.
                 del body["stream"]
+                self.stream_refused = True
                 completion = self._post(body, model, max_tokens, cancel_event, None)
             span.completed(completion)
             return completion

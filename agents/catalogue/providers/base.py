@@ -415,6 +415,9 @@ class Provider(abc.ABC):
         self.api_key_env = api_key_env or None
         # Set when the connection's configuration is refused: no request is ever sent.
         self.config_error = config_error or None
+        # Set once the server refused the ``stream`` field (a 400 naming it): the instance's
+        # later requests (a run's turns) are asked whole, not refused once each first.
+        self.stream_refused = False
         if self.api_key_env and is_server_secret(self.api_key_env):
             self.config_error = f"the credential {self.api_key_env} is one of the server's secrets"
 

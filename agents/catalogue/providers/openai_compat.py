@@ -8,7 +8,8 @@ Asked for a turn with an ``on_delta`` callback, the request is streamed (``"stre
 usage asked for in the last event): the Server-Sent Events are parsed as they arrive, each piece
 of visible text and of a tool call handed to ``on_delta``, and the pieces assembled into the same
 Completion a whole answer gives. A server that answers a streamed request with a whole JSON body
-is read as one; one that refuses the ``stream`` field (a 400 naming it) is asked again without.
+is read as one; one that refuses the ``stream`` field (a 400 naming it) is asked again without,
+and the instance (a run's) asks its later turns whole at once.
 A stream that ends before its ``finish_reason`` (or ``[DONE]``) is an interrupted request.
 
 The output-per-turn limit (``max_tokens``) is held as the stream grows, not only asked for: a
@@ -269,6 +270,9 @@ class OpenAICompatibleProvider(Provider):
     telemetry_name = "openai"
     supports_tools = True
     supports_cancel = True
+    #: Set once the server refused ``max_tokens`` for ``max_completion_tokens`` (newer OpenAI
+    #: models): the instance's later requests (a run's turns) send the latter at once.
+    completion_tokens_field: bool = False
 
     # -- wire mapping --------------------------------------------------------------------
 
@@ -476,7 +480,9 @@ class OpenAICompatibleProvider(Provider):
     ) -> Completion:
         body = self.payload(model, [], tools, max_tokens)  # the messages: wire_body
         del body["messages"]
-        if on_delta is not None:
+        if self.completion_tokens_field:
+            body["max_completion_tokens"] = body.pop("max_tokens")
+        if on_delta is not None and not self.stream_refused:
             body["stream"] = True
             body["stream_options"] = {"include_usage": True}
         with telemetry.chat(
@@ -496,12 +502,15 @@ class OpenAICompatibleProvider(Provider):
                     if exc.code != PROVIDER_BAD_REQUEST:
                         raise
                     if "max_completion_tokens" in exc.message and "max_tokens" in body:
-                        # Newer OpenAI models reject max_tokens, ask for max_completion_tokens.
+                        # Newer OpenAI models reject max_tokens, ask for max_completion_tokens
+                        # (remembered: the run's later turns ask for it at once).
                         body["max_completion_tokens"] = body.pop("max_tokens")
+                        self.completion_tokens_field = True
                     elif "stream" in exc.message and body.get("stream"):
                         # A server that does not stream: the whole answer, as before.
                         body["stream"] = False
                         body.pop("stream_options", None)
+                        self.stream_refused = True
                     else:
                         raise
             assert completion is not None  # each attempt returns or raises
