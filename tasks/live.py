@@ -8,9 +8,10 @@ it over. The kinds (`KINDS`), each an append to what a viewer shows:
 - `"text"`, `{"text": "…"}`: visible text, appended;
 - `"tool_call"`, `{"index": 0, "name": "fetch_url", "arguments": "{\\"url"}`: a tool call as it
   forms; `arguments` is a fragment appended to that call's, `name` may be empty after the first;
-- `"end"`, `{"stored": true}`: the turn is over: stored (the page's refresh shows it) or, with
-  `false`, discarded (cut off, truncated, declined: the viewer drops what it showed). Publish it
-  after the step's commit, so that a page refreshed on it shows the stored turn.
+- `"end"`, `{"stored": true, "turn": 3}`: the turn is over: stored as the transcript's turn 3
+  (the page's refresh shows it) or, `{"stored": false}`, discarded (cut off, truncated, declined:
+  the viewer drops what it showed). Publish it after the step's commit, so that a page refreshed
+  on it shows the stored turn.
 
 Hidden reasoning is no kind: it is never published. An unknown kind is a programming error
 (ValueError), raised before anything else.

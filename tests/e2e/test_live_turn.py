@@ -12,6 +12,7 @@ from playwright.sync_api import expect
 
 from agents.engine.run.intake import task_create
 from agents.models import Turn
+from console.views import tasks as console_tasks
 from core.actors import Actor
 from tasks import livestream
 from tasks.states import EventKind, TaskStatus
@@ -67,6 +68,63 @@ def test_the_text_being_written_shows_before_the_turn_is_stored(page, login):
         worker.publisher.publish(task.pk, run.pk, "end", {"stored": True})
         expect(page.locator(".transcript")).to_contain_text(WRITTEN, timeout=6000)
         expect(panel).to_be_hidden(timeout=6000)
+
+
+# Counts the page's refreshes and the stored events its live stream delivered (a listener added
+# before live.js adds its own, so it has run by the time the test reads it).
+WATCH_THE_PAGE = """
+window.__settles = 0;
+window.__stored = [];
+document.addEventListener("htmx:afterSettle", function () { window.__settles += 1; });
+var Original = window.EventSource;
+window.EventSource = function (url, options) {
+  var source = new Original(url, options);
+  source.addEventListener("task_event", function (event) {
+    window.__stored.push(JSON.parse(event.data).kind);
+  });
+  return source;
+};
+"""
+
+
+def test_the_panel_gives_way_as_soon_as_the_page_shows_the_stored_turn(page, login, monkeypatch):
+    """A refresh that began before the turn was stored can show it: the end (which names the
+    turn) then empties the panel at once, not a refresh later, so the page never shows the turn
+    twice for a refresh's length; and a stored event read late for that turn does not empty the
+    next turn's panel."""
+    monkeypatch.setattr(console_tasks, "POLL_SECONDS", 5)  # a refresh is far from the next
+    UserFactory(username="watcher", perms=["tasks.view_task"])
+    task = TaskFactory(status=TaskStatus.IN_PROGRESS, title="Summarise the notes")
+    run = AgentRunFactory(task=task)
+    TaskEventFactory(task=task, kind=EventKind.CLAIMED, run=run)
+    page.add_init_script(WATCH_THE_PAGE)
+    with WorkerSide() as worker:
+        login("watcher")
+        page.goto(f"/tasks/{task.pk}/")
+        panel, text = page.locator("#live-turn"), page.locator("#live-turn-text")
+        worker.wait_watched(task.pk, seconds=10)
+        worker.publisher.publish(task.pk, run.pk, "turn", {})
+        worker.publisher.publish(task.pk, run.pk, "text", {"text": WRITTEN})
+        expect(text).to_have_text(WRITTEN, timeout=3000)
+
+        # committed; a refresh shows it before the worker's end comes: on the page twice
+        TurnFactory(run=run, task=task, index=1, content=WRITTEN)
+        expect(page.locator("#turn-1")).to_contain_text(WRITTEN, timeout=12_000)
+        expect(panel).to_be_visible()
+        settles = page.evaluate("window.__settles")
+        worker.publisher.publish(task.pk, run.pk, "end", {"stored": True, "turn": 1})
+        expect(panel).to_be_hidden(timeout=3000)
+        assert page.evaluate("window.__settles") == settles  # the end did it, no refresh
+
+        # the next turn is written; turn 1's stored event, read late, leaves it shown
+        worker.publisher.publish(task.pk, run.pk, "turn", {})
+        worker.publisher.publish(task.pk, run.pk, "text", {"text": "Next, the budget."})
+        expect(text).to_have_text("Next, the budget.", timeout=3000)
+        TaskEventFactory(task=task, kind=EventKind.MODEL_TURN, run=run, data={"turn": 1})
+        page.wait_for_function("window.__stored.includes('model_turn')", timeout=5000)
+        expect(panel).to_be_visible()
+        expect(text).to_have_text("Next, the budget.")
+        expect(page.locator("#live-turn-note")).to_contain_text("not stored yet")
 
 
 STREAMED = (

@@ -97,11 +97,12 @@ def test_watch_the_transcript_grow_while_a_worker_runs_the_task(
         start_worker()
         expect(page.locator("#task-status")).to_have_text("In progress", timeout=20_000)
         expect(page.locator(".live-dot")).to_be_visible()
-        expect(page.get_by_text("I will plan first.")).to_be_visible(timeout=20_000)
+        transcript = page.locator(".transcript")
+        expect(transcript.get_by_text("I will plan first.")).to_be_visible(timeout=20_000)
         # The transcript grows turn by turn: the answer is not there yet.
         expect(page.locator(".transcript")).not_to_contain_text(ANSWER)
         expect(page.locator(".plan")).to_contain_text("Read notes.txt")
-        expect(page.get_by_text("Reading the notes.")).to_be_visible(timeout=20_000)
+        expect(transcript.get_by_text("Reading the notes.")).to_be_visible(timeout=20_000)
         expect(page.locator(".call", has_text="read_file")).to_contain_text(
             "move the launch from April 2 to April 16", timeout=20_000
         )

@@ -117,6 +117,7 @@ class RunState:
     calls: list[CallState]
     last: TurnState | None  # the last turn that was not discarded
     started_fresh: bool  # the task had no turn when the run started
+    next_index: int  # the index the run's next stored turn takes
     offered: list[str] | None
     used: Usage
 
@@ -145,8 +146,9 @@ class RunState:
         self.intended = False
         self.tool_context: ToolContext | None = None  # the fixed part, built at first use
         self.feedback_after_round = False  # the task's feedback waits for open calls to run
-        # A model turn published on the live channel (`tasks.live`) whose "end" is not sent yet.
-        self.live_turn = False
+        # The index of the model turn published on the live channel (`tasks.live`) whose "end"
+        # is not sent yet, else None.
+        self.live_turn: int | None = None
 
     def commit(self) -> None:
         """Write what the run produced since its last commit (one fenced transaction)."""
@@ -159,8 +161,9 @@ class RunState:
     # -- the live channel: the turn being written, for whoever watches ------------------------
 
     def _live_start(self) -> None:
-        """A model turn starts: a viewer clears the last one's text."""
-        self.live_turn = True
+        """A model turn starts: a viewer clears the last one's text. Stored, it is the turn
+        `next_index` (nothing is stored between the request and the answer's turn)."""
+        self.live_turn = self.next_index
         live.publish(self.task_id, self.run_id, "turn", {})
 
     def _live_delta(self, kind: str, data: dict[str, Any]) -> None:
@@ -170,9 +173,10 @@ class RunState:
 
     def _live_end(self, *, stored: bool) -> None:
         """The turn published is over: stored (after the commit that wrote it) or discarded."""
-        if self.live_turn:
-            self.live_turn = False
-            live.publish(self.task_id, self.run_id, "end", {"stored": stored})
+        if self.live_turn is not None:
+            data = {"stored": True, "turn": self.live_turn} if stored else {"stored": False}
+            self.live_turn = None
+            live.publish(self.task_id, self.run_id, "end", data)
 
     # -- usage, time and the checkpoint -----------------------------------------------------------
 
