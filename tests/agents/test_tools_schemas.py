@@ -5,6 +5,7 @@ Bounds here are on work done (thread CPU time, bytes traced, polls), generous ag
 old checker took (151 s of CPU for a uniqueItems of 8,000 items, ~3 KiB an error), never on
 wall-clock speed."""
 
+import gc
 import itertools
 import threading
 import time
@@ -259,3 +260,30 @@ def test_the_engines_stop_signal_reaches_a_check_through_stop_checks_when():
         checker.errors({"x": 1})
     small = OutsideSchema({"type": "object", "properties": {"x": {"type": "integer"}}})
     assert [e.message for e in small.errors({"x": "no"})] == ["'no' is not of type 'integer'"]
+
+
+def test_a_full_garbage_collection_inside_a_check_is_not_charged_to_it():
+    """A full collection runs in whichever thread allocates when one is due, and costs the whole
+    heap's size (over 100 ms in a worker holding thousands of runs): landing in a cheap check, it
+    must not make the call "too costly". The check's own work is still bounded: a check whose
+    work passes the budget is refused with or without collections (the tests above)."""
+    heap = [[None] for _ in range(600_000)]  # a worker's heap: a full collection takes a while
+    took: list[float] = []
+
+    def collect_once() -> bool:  # polled inside the check, every POLL_EVERY steps
+        if not took:
+            started = time.thread_time()
+            gc.collect()
+            took.append(time.thread_time() - started)
+        return False
+
+    budget = 0.004
+    schema = {
+        "type": "object",
+        "properties": {"xs": {"type": "array", "items": {"type": "integer"}}},
+    }
+    checker = OutsideSchema(schema, cpu_seconds=budget)
+    checker.errors({"xs": [1]})  # built and warmed: the check below is a few steps' work
+    assert checker.errors({"xs": list(range(4 * POLL_EVERY))}, should_stop=collect_once) == []
+    assert took and took[0] > budget, took  # the collection alone took more than the budget
+    assert len(heap) == 600_000
